@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's test command: set up, then run the unit tests and the notebook regression tests.
+set -euo pipefail
+cd "$(dirname "$0")"
+bash setup.sh
+exec "${PYTHON:-python3}" -m pytest "$@"

@@ -1,0 +1,109 @@
+"""Every decoder equals greedy AR token for token (fp32, CPU), in both KV modes."""
+import pytest
+import torch
+
+from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, generate
+from dynatree_lib.decoders import KV_MODES
+
+from .conftest import MAX_POS, VOCAB, prompts
+
+METHODS = {
+    "linear_k1": LinearConfig(K=1),
+    "linear_k4": LinearConfig(K=4),
+    "linear_k8": LinearConfig(K=8),
+    "fixed_d3b2": FixedTreeConfig(D=3, B=2, tau=0.0, n_max=64),
+    "fixed_d6b3_tau": FixedTreeConfig(D=6, B=3, tau=0.05, n_max=40),
+    "fixed_budget1": FixedTreeConfig(D=5, B=3, tau=0.0, n_max=1),
+    "dynatree": DynaTreeConfig(),
+    "dynatree_budget1": DynaTreeConfig(n_max=1),
+    "dynatree_small_budget": DynaTreeConfig(n_max=7, D_max=9),
+}
+# every on/off combination of the three DynaTree mechanisms
+for b in (False, True):
+    for d in (False, True):
+        for h in (False, True):
+            METHODS[f"dyna_b{int(b)}d{int(d)}h{int(h)}"] = DynaTreeConfig(
+                dynamic_breadth=b, dynamic_depth=d, history=h, eta_D=3.0, W=2)
+
+CASES = [(p, T) for p, T in zip(prompts(6, seed=1), [1, 2, 17, 40, 33, 64])]
+
+
+@pytest.fixture(scope="module")
+def ar_out(target):
+    return {i: generate(target, p, T).tokens for i, (p, T) in enumerate(CASES)}
+
+
+def test_ar_equals_hf_generate(target, ar_out):
+    for i, (p, T) in enumerate(CASES):
+        ref = target.generate(p[None], max_new_tokens=T, min_new_tokens=T, do_sample=False)[0, p.numel():]
+        assert ar_out[i] == ref.tolist()
+
+
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+@pytest.mark.parametrize("name", list(METHODS))
+def test_speculative_equals_ar(target, draft, ar_out, name, kv_mode):
+    accepted = 0
+    for i, (p, T) in enumerate(CASES):
+        res = generate(target, p, T, draft=draft, method=METHODS[name], kv_mode=kv_mode)
+        assert res.tokens == ar_out[i], f"{name}/{kv_mode} diverged on case {i}"
+        assert sum(res.committed) == T == len(res.tokens)
+        accepted += sum(res.accepted)
+    assert accepted > 0 or "budget1" in name or name == "linear_k1"
+
+
+@pytest.mark.parametrize("name", ["linear_k4", "fixed_d3b2", "dynatree"])
+def test_drafts_that_are_always_right_or_wrong(target, wrong_draft, small_draft, name):
+    p, T = prompts(1, seed=21)[0], 30
+    ar = generate(target, p, T).tokens
+    right = generate(target, p, T, draft=target, method=METHODS[name])
+    assert right.tokens == ar
+    assert all(c == a + 1 for c, a in zip(right.committed[:-1], right.accepted[:-1]))
+    if name == "linear_k4":  # the draft is the target: every chain is accepted whole
+        assert right.accepted[:-1] == [4] * (len(right.accepted) - 1)
+    for d in (wrong_draft, small_draft):
+        res = generate(target, p, T, draft=d, method=METHODS[name])
+        assert res.tokens == ar
+    wrong = generate(target, p, T, draft=wrong_draft, method=LinearConfig(4))
+    assert sum(wrong.accepted) == 0 and wrong.iterations == T
+
+
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree"])
+def test_one_token_prompt(target, draft, name):
+    p = torch.tensor([5])
+    assert generate(target, p, 25, draft=draft, method=METHODS[name]).tokens == generate(target, p, 25).tokens
+
+
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree"])
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+def test_generation_reaches_context_limit(target, draft, name, kv_mode):
+    T = 20
+    p = prompts(1, seed=4, lo=MAX_POS - T, hi=MAX_POS - T + 1)[0]
+    assert p.numel() + T == MAX_POS
+    ar = generate(target, p, T).tokens
+    assert generate(target, p, T, draft=draft, method=METHODS[name], kv_mode=kv_mode).tokens == ar
+
+
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d3b2", "dynatree"])
+def test_eos_inside_a_draft(target, draft, name):
+    p, T = prompts(1, seed=6)[0], 40
+    full = generate(target, p, T).tokens
+    eos = full[12]  # pretend a token in the middle is EOS: both decoders must stop right after it
+    ar = generate(target, p, T, eos_token_id=eos).tokens
+    assert ar == full[: full.index(eos) + 1]
+    for kv in KV_MODES:
+        res = generate(target, p, T, draft=draft, method=METHODS[name], kv_mode=kv, eos_token_id=eos)
+        assert res.tokens == ar
+    right = generate(target, p, T, draft=target, method=METHODS[name], eos_token_id=eos)
+    assert right.tokens == ar  # EOS committed in the middle of an accepted draft
+
+
+def test_stats_are_consistent(target, draft):
+    p, T = prompts(1, seed=2)[0], 50
+    res = generate(target, p, T, draft=draft, method=DynaTreeConfig())
+    n = res.iterations
+    assert all(len(x) == n for x in (res.draft_nodes, res.tree_depth, res.accepted, res.draft_forwards))
+    assert all(a <= d <= nodes for a, d, nodes in zip(res.accepted, res.tree_depth, res.draft_nodes))
+    assert res.target_forwards == n + 1  # prefill + one verification per iteration, no rebuilds
+    rb = generate(target, p, T, draft=draft, method=DynaTreeConfig(), kv_mode="rebuild")
+    assert rb.target_forwards == 2 * rb.iterations + 1
+    assert 0 < res.ttft_s <= res.wall_s

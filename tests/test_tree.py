@@ -1,0 +1,76 @@
+import torch
+
+from dynatree_lib.tree import Tree, attention_mask, select_path
+
+MIN = torch.finfo(torch.float32).min
+
+
+def example_tree() -> Tree:
+    """root(5) -> a(7), b(8);  a -> c(9), d(10);  c -> e(11)"""
+    t = Tree.new(5, capacity=8)
+    a, b = t.add(torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3]))).tolist()
+    c, d = t.add(torch.tensor([a, a]), torch.tensor([9, 10]), torch.log(torch.tensor([0.5, 0.4]))).tolist()
+    t.add(torch.tensor([c]), torch.tensor([11]), torch.log(torch.tensor([0.9])))
+    return t
+
+
+def test_bfs_layout_and_ancestors():
+    t = example_tree().view()
+    assert t.tokens.tolist() == [5, 7, 8, 9, 10, 11]
+    assert t.parents.tolist() == [-1, 0, 0, 1, 1, 3]
+    assert t.depth.tolist() == [0, 1, 1, 2, 2, 3]
+    assert (t.parents[1:] < torch.arange(1, 6)).all()
+    assert t.anc[5].nonzero().squeeze(1).tolist() == [0, 1, 3, 5]
+    assert t.anc[2].nonzero().squeeze(1).tolist() == [0, 2]
+    assert torch.allclose(t.cum_logp[5].exp(), torch.tensor(0.6 * 0.5 * 0.9))
+    assert t.levels == 3 and not t.is_chain and t.n_drafted == 5
+
+
+def test_chain_flag():
+    t = Tree.new(1, capacity=4)
+    for i in range(3):
+        t.add(torch.tensor([i]), torch.tensor([i + 2]), torch.zeros(1))
+    assert t.is_chain
+    t2 = Tree.new(1, capacity=4)
+    t2.add(torch.tensor([0, 0]), torch.tensor([2, 3]), torch.zeros(2))
+    assert not t2.is_chain
+
+
+def test_attention_mask_prefix_and_ancestors():
+    t = example_tree().view()
+    m = attention_mask(t.anc, prefix_len=3, dtype=torch.float32)
+    assert m.shape == (1, 1, 6, 9) and m.dtype == torch.float32
+    assert (m[0, 0, :, :3] == 0).all()                      # everyone sees the prefix
+    allowed = m[0, 0, :, 3:] == 0
+    assert torch.equal(allowed, t.anc)
+    assert (m[0, 0, :, 3:][~t.anc] == MIN).all()
+    # e (node 5) sees root, a, c, itself; not b or d
+    assert allowed[5].nonzero().squeeze(1).tolist() == [0, 1, 3, 5]
+    assert attention_mask(t.anc, 2, torch.float16).dtype == torch.float16
+
+
+def test_select_path_longest_accepted():
+    t = example_tree()
+    nxt = torch.zeros(6, dtype=torch.long)
+    nxt[0], nxt[1], nxt[3], nxt[5] = 7, 9, 11, 42   # root->a->c->e accepted, bonus 42
+    path = select_path(t, nxt)
+    assert path.tolist() == [0, 1, 3, 5]
+    assert nxt[path[-1]].item() == 42
+
+
+def test_select_path_branch_and_rejection():
+    t = example_tree()
+    nxt = torch.full((6,), 99, dtype=torch.long)
+    nxt[0], nxt[1] = 7, 10                            # root->a->d
+    assert select_path(t, nxt).tolist() == [0, 1, 4]
+    nxt[0] = 8                                        # only b matches
+    assert select_path(t, nxt).tolist() == [0, 2]
+    nxt[0] = 50                                       # nothing matches: root only, bonus = nxt[0]
+    assert select_path(t, nxt).tolist() == [0]
+
+
+def test_descendant_of_rejected_node_is_not_accepted():
+    t = example_tree()
+    nxt = torch.full((6,), 99, dtype=torch.long)
+    nxt[0], nxt[3] = 8, 11  # e's parent chain a->c is wrong at a, even though e matches c's prediction
+    assert select_path(t, nxt).tolist() == [0, 2]
