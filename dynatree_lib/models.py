@@ -58,3 +58,54 @@ def tiny_gpt_neox(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, la
                         eos_token_id=0, bos_token_id=0, tie_word_embeddings=False)
     torch.manual_seed(seed)
     return GPTNeoXForCausalLM(cfg).eval()
+
+
+def _tiny_tokenizer():
+    """A byte-level tokenizer with no merges (257 ids): instant, deterministic, offline (smoke profile)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {"<|endoftext|>": 0, **{ch: i + 1 for i, ch in enumerate(sorted(alphabet))}}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+def resolve(ref: str) -> str:
+    """Map ``embedded:target`` / ``embedded:draft`` to local folders (building them if needed)."""
+    if ref.startswith("embedded:"):
+        from . import embedded
+
+        return str(embedded.build()[ref.split(":", 1)[1]])
+    return ref
+
+
+def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
+    """(model, tokenizer) for a hub id or a local folder, through ``from_pretrained`` either way."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if ref.startswith("tiny:"):
+        tok = _tiny_tokenizer()
+        base = tiny_gpt_neox(seed=0, vocab_size=len(tok), hidden_size=64, layers=2, max_positions=512)
+        if ref == "tiny:draft":  # the target with noisy weights: a draft that agrees often, not always
+            g = torch.Generator().manual_seed(1)
+            with torch.no_grad():
+                for p in base.parameters():
+                    p.add_(torch.randn(p.shape, generator=g) * 0.03)
+        return base.to(device), tok
+    path = resolve(ref)
+    torch_dtype = getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str = "float32"):
+    """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available; use the 'cpu' profile")
+    target, tt = load_model(target_ref, device, dtype)
+    draft, dt = load_model(draft_ref, device, dtype)
+    check_pair(target, draft, tt, dt)
+    return target, draft, tt

@@ -1,0 +1,181 @@
+"""Benchmark harness: run methods over prompts, log every record to JSON, resume interrupted sweeps.
+
+A record is one (dataset, method, configuration, T, L_max) cell: its configuration, model ids, prompt ids,
+per-prompt rows (metrics of ``metrics.prompt_metrics`` plus ``equals_ar`` and a hash of the tokens),
+aggregates (mean, std) and the environment. Records live in ``results/<profile>/<experiment>.json`` and
+are keyed by a hash of everything that defines them: a rerun of a finished cell is skipped, a new cell is
+appended, the file is replaced atomically after every record, and nothing is ever overwritten in place.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .decoders import generate
+from .metrics import aggregate, prompt_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "results"
+SCHEMA = 1
+
+
+def environment(device: str) -> dict:
+    """Device, library versions, git commit, date: attached to every record."""
+    import transformers
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True, timeout=5).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "dynatree_lib"], cwd=REPO,
+                                    capture_output=True, text=True, timeout=5).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    dev_name = torch.cuda.get_device_name() if device.startswith("cuda") else (platform.processor() or platform.machine())
+    return {"device": device, "device_name": dev_name, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": sys.version.split()[0],
+            "platform": platform.platform(), "git_commit": commit, "git_dirty": dirty,
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def config_dict(method) -> dict:
+    return {} if method is None else {"type": type(method).__name__, **dataclasses.asdict(method)}
+
+
+def record_key(**parts) -> str:
+    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def tokens_hash(tokens: list[int]) -> str:
+    return hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:16]
+
+
+class ResultStore:
+    """One experiment's JSON file: an append-only list of keyed records, written atomically."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.data = {"schema": SCHEMA, "records": []}
+        if self.path.exists():
+            self.data = json.loads(self.path.read_text())
+            if self.data.get("schema") != SCHEMA:
+                raise ValueError(f"{self.path} has schema {self.data.get('schema')}, expected {SCHEMA}")
+
+    @property
+    def records(self) -> list[dict]:
+        return self.data["records"]
+
+    def get(self, key: str) -> dict | None:
+        return next((r for r in self.records if r["key"] == key), None)
+
+    def add(self, record: dict) -> None:
+        if self.get(record["key"]) is not None:
+            raise ValueError(f"record {record['key']} already in {self.path}; refusing to overwrite it")
+        self.records.append(record)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=float))
+        os.replace(tmp, self.path)
+
+    def archive(self) -> Path | None:
+        """Move the file aside (for an explicit rerun) so no finished record is lost."""
+        if not self.path.exists():
+            return None
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        dest = self.path.with_name(f"{self.path.stem}.{stamp}.bak.json")
+        os.replace(self.path, dest)
+        self.data = {"schema": SCHEMA, "records": []}
+        return dest
+
+
+class PeakMemory:
+    """Peak memory during a block: CUDA max allocated, or process RSS sampled every 2 ms on CPU."""
+
+    def __init__(self, device: str):
+        self.device, self.peak_mb = device, 0.0
+
+    def __enter__(self):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            import psutil
+
+            proc, self._stop = psutil.Process(), threading.Event()
+            self._peak = proc.memory_info().rss
+
+            def sample():
+                while not self._stop.wait(0.002):
+                    self._peak = max(self._peak, proc.memory_info().rss)
+
+            self._thread = threading.Thread(target=sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            self.peak_mb = torch.cuda.max_memory_allocated() / 2**20
+        else:
+            self._stop.set()
+            self._thread.join()
+            import psutil
+
+            self.peak_mb = max(self._peak, psutil.Process().memory_info().rss) / 2**20
+
+
+@dataclass
+class Cell:
+    """One benchmark cell: a method on a dataset at one (T, L_max)."""
+
+    dataset: str
+    method: str          # label shown in tables, e.g. "dynatree" or "fixed D=5 B=2"
+    config: object       # LinearConfig | FixedTreeConfig | DynaTreeConfig | None (AR)
+    T: int
+    L_max: int
+    tags: dict = dataclasses.field(default_factory=dict)  # free-form sweep coordinates
+
+
+def run_cell(cell: Cell, target, draft, prompts, warmup: int, kv_mode: str, ar_hashes: dict | None,
+             device: str, eos_token_id: int | None = None, progress=None) -> tuple[list[dict], dict]:
+    """Warm up (runs discarded), then generate on every prompt; returns rows and AR hashes (for AR cells)."""
+    def one(p):
+        return generate(target, p.ids.to(device), cell.T, draft=draft, method=cell.config, kv_mode=kv_mode,
+                        eos_token_id=eos_token_id)
+
+    for i in range(warmup):
+        one(prompts[i % len(prompts)])
+    rows, hashes = [], {}
+    for p in prompts:
+        with PeakMemory(device) as mem:
+            res = one(p)
+        h = tokens_hash(res.tokens)
+        hashes[p.id] = h
+        row = {"prompt_id": p.id, "prompt_len": int(p.ids.numel()), **prompt_metrics(res),
+               "peak_mem_mb": mem.peak_mb, "tokens_sha": h,
+               "equals_ar": True if cell.config is None else (ar_hashes or {}).get(p.id) == h}
+        rows.append(row)
+        if progress is not None:
+            progress.update(1)
+    return rows, hashes
+
+
+def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], device: str, kv_mode: str) -> dict:
+    return {"key": key, "dataset": cell.dataset, "method": cell.method, "config": config_dict(cell.config),
+            "T": cell.T, "L_max": cell.L_max, "tags": cell.tags, "kv_mode": kv_mode,
+            "profile": profile.name, "target": profile.target, "draft": profile.draft, "dtype": profile.dtype,
+            "warmup": profile.warmup, "prompt_ids": [p.id for p in prompts], "rows": rows,
+            "aggregate": aggregate(rows), "environment": environment(device),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -1,0 +1,121 @@
+"""Prompts from WikiText-2 and PG-19 through ``datasets``: the hub in the ``paper`` profile, local files
+offline (same code, ``load_dataset`` on parquet/json instead of a hub id).
+
+Prompt construction (the paper does not specify it; ours, deterministic by seed):
+- WikiText-2 (test split): the split is cut into articles at top-level `` = Title = `` headings; articles
+  with at least ``L_max`` tokens are eligible; ``n`` of them are drawn by seed; a prompt is the first
+  ``L_max`` tokens of its article. Prompt id: ``wikitext2:<article index>``.
+- PG-19 (test split): each book is tokenized (its first ``max_chars`` characters); prompts are
+  ``L_max``-token windows at seeded offsets, drawn round-robin over books so that few books still give
+  ``n`` prompts. Prompt id: ``pg19:<book id>@<token offset>``.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DATASETS = ("wikitext2", "pg19")
+_HEADING = re.compile(r"^ = [^=].* = $")
+
+
+def shared_data_dir() -> Path:
+    """``$DYNATREE_DATA`` or ``../shared/data`` next to the repository checkout."""
+    env = os.environ.get("DYNATREE_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@dataclass
+class Prompt:
+    id: str
+    ids: torch.Tensor  # 1-D long
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        raise FileNotFoundError(f"local data file missing: {path}. Put the project's shared/ folder next to the "
+                                "checkout (or set DYNATREE_DATA to its data/ folder), or use source='hub'.")
+    return path
+
+
+def load_texts(dataset: str, source: str = "local", data_dir: Path | None = None) -> list[tuple[str, str]]:
+    """(document id, text) pairs of the test split: WikiText-2 articles or PG-19 books."""
+    import datasets
+    from datasets import load_dataset
+
+    datasets.disable_progress_bars()
+
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {DATASETS}")
+    if source not in ("local", "hub"):
+        raise ValueError(f"source must be 'local' or 'hub', got {source!r}")
+    d = data_dir or shared_data_dir()
+    if dataset == "wikitext2":
+        if source == "hub":
+            ds = load_dataset("wikitext", "wikitext-2-raw-v1", split="test")
+        else:
+            f = _require(d / "wikitext-2" / "wikitext-2-raw-v1" / "test-00000-of-00001.parquet")
+            ds = load_dataset("parquet", data_files=str(f), split="train")
+        return _articles(ds["text"])
+    if source == "hub":
+        ds = load_dataset("deepmind/pg19", split="test")
+        return [(r["url"].rstrip("/").split("/")[-1], r["text"]) for r in ds]
+    f = _require(d / "pg19" / "pg19_subset.jsonl")
+    ds = load_dataset("json", data_files=str(f), split="train").filter(lambda r: r["pg19_split"] == "test")
+    return [(r["book_id"], r["text"]) for r in ds]
+
+
+def _articles(lines: list[str]) -> list[tuple[str, str]]:
+    arts: list[list[str]] = []
+    for line in lines:
+        if _HEADING.match(line.rstrip("\n")) or not arts:
+            arts.append([])
+        arts[-1].append(line)
+    return [(str(i), "".join(a)) for i, a in enumerate(arts)]
+
+
+def load_prompts(dataset: str, tokenizer, n: int, L_max: int, seed: int = 0, source: str = "local",
+                 data_dir: Path | None = None, max_chars: int = 200_000) -> list[Prompt]:
+    """``n`` prompts of exactly ``L_max`` tokens, chosen deterministically by ``seed``."""
+    if n < 1 or L_max < 1:
+        raise ValueError(f"need n >= 1 and L_max >= 1, got n={n}, L_max={L_max}")
+    rng = random.Random(seed)
+    docs = load_texts(dataset, source, data_dir)
+    out: list[Prompt] = []
+    if dataset == "wikitext2":
+        order = list(range(len(docs)))
+        rng.shuffle(order)
+        for i in order:
+            ids = tokenizer(docs[i][1], add_special_tokens=False)["input_ids"]
+            if len(ids) >= L_max:
+                out.append(Prompt(f"wikitext2:{docs[i][0]}", torch.tensor(ids[:L_max])))
+                if len(out) == n:
+                    return out
+    else:
+        books = [(bid, tokenizer(text[:max_chars], add_special_tokens=False)["input_ids"]) for bid, text in docs]
+        books = [(bid, ids) for bid, ids in books if len(ids) >= L_max]
+        used: set[tuple[str, int]] = set()
+        for k in range(n * 20):
+            if not books:
+                break
+            bid, ids = books[k % len(books)]
+            off = rng.randrange(0, len(ids) - L_max + 1)
+            if (bid, off) not in used:
+                used.add((bid, off))
+                out.append(Prompt(f"pg19:{bid}@{off}", torch.tensor(ids[off:off + L_max])))
+                if len(out) == n:
+                    return out
+    raise ValueError(f"{dataset} has only {len(out)} prompts of >= {L_max} tokens (asked for {n}); lower L_max or n")
+
+
+def training_text(data_dir: Path | None = None) -> list[str]:
+    """Texts of the local PG-19 books that are *not* in the PG-19 test split (embedded models' training set)."""
+    from datasets import load_dataset
+
+    f = _require((data_dir or shared_data_dir()) / "pg19" / "pg19_subset.jsonl")
+    ds = load_dataset("json", data_files=str(f), split="train").filter(lambda r: r["pg19_split"] != "test")
+    return list(ds["text"])
