@@ -148,28 +148,34 @@ class Cell:
     tags: dict = dataclasses.field(default_factory=dict)  # free-form sweep coordinates
 
 
-def run_cell(cell: Cell, target, draft, prompts, warmup: int, kv_mode: str, ar_hashes: dict | None,
-             device: str, eos_token_id: int | None = None, progress=None) -> tuple[list[dict], dict]:
-    """Warm up (runs discarded), then generate on every prompt; returns rows and AR hashes (for AR cells)."""
+def run_cell(cell: Cell, target, draft, prompts, warmup: int, kv_mode: str, ar_ref: dict | None,
+             device: str, eos_token_id: int | None = None, progress=None) -> list[dict]:
+    """Warm up (runs discarded), then generate on every prompt; returns one row per prompt.
+
+    ``ar_ref`` maps prompt id -> AR tokens of the same (dataset, T, L_max): every row records whether
+    its output equals AR and the fraction of positions that agree (for the non-exact StreamingLLM).
+    AR rows keep their tokens so later (resumed) runs can compare against them."""
     def one(p):
         return generate(target, p.ids.to(device), cell.T, draft=draft, method=cell.config, kv_mode=kv_mode,
                         eos_token_id=eos_token_id)
 
     for i in range(warmup):
         one(prompts[i % len(prompts)])
-    rows, hashes = [], {}
+    rows = []
     for p in prompts:
         with PeakMemory(device) as mem:
             res = one(p)
-        h = tokens_hash(res.tokens)
-        hashes[p.id] = h
+        ref = res.tokens if cell.config is None else (ar_ref or {}).get(p.id)
         row = {"prompt_id": p.id, "prompt_len": int(p.ids.numel()), **prompt_metrics(res),
-               "peak_mem_mb": mem.peak_mb, "tokens_sha": h,
-               "equals_ar": True if cell.config is None else (ar_hashes or {}).get(p.id) == h}
+               "peak_mem_mb": mem.peak_mb, "tokens_sha": tokens_hash(res.tokens),
+               "equals_ar": ref == res.tokens,
+               "ar_agreement": None if ref is None else sum(a == b for a, b in zip(ref, res.tokens)) / len(ref)}
+        if cell.config is None:
+            row["output_ids"] = res.tokens
         rows.append(row)
         if progress is not None:
             progress.update(1)
-    return rows, hashes
+    return rows
 
 
 def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], device: str, kv_mode: str) -> dict:

@@ -163,11 +163,18 @@ def generate_speculative(target, draft, prompt: Tensor, T: int, method: DraftCon
     return res
 
 
-def generate(target, prompt: Tensor, T: int, draft=None, method: DraftConfig | None = None,
-             kv_mode: str = "gather", eos_token_id: int | None = None) -> GenerationResult:
-    """Greedy decoding of ``T`` new tokens: AR when ``method`` is None, speculative otherwise."""
+def generate(target, prompt: Tensor, T: int, draft=None, method=None, kv_mode: str = "gather",
+             eos_token_id: int | None = None) -> GenerationResult:
+    """Greedy decoding of ``T`` new tokens: AR when ``method`` is None; otherwise the method's decoder
+    (a drafting config -> ``generate_speculative``; ``HFAssistedConfig`` / ``StreamingConfig`` -> baselines)."""
     if method is None:
         return generate_ar(target, prompt, T, eos_token_id)
     if draft is None:
         raise ValueError(f"{type(method).__name__} needs a draft model (draft=...)")
+    from . import baselines
+
+    if isinstance(method, baselines.HFAssistedConfig):
+        return baselines.generate_hf_assisted(target, draft, prompt, T, method, eos_token_id)
+    if isinstance(method, baselines.StreamingConfig):
+        return baselines.generate_streaming_spec(target, draft, prompt, T, method, eos_token_id)
     return generate_speculative(target, draft, prompt, T, method, kv_mode, eos_token_id)

@@ -134,6 +134,9 @@ class StaticPolicy:
     def breadth(self, conf: Tensor, depth: Tensor) -> Tensor:
         return torch.full_like(depth, self.breadth_)
 
+    def select(self, top_lp: Tensor, child_cum: Tensor, depth: Tensor) -> Tensor:
+        return _breadth_and_tau(self, top_lp, child_cum, depth)
+
     def expandable(self, depth: Tensor, cum_logp: Tensor) -> Tensor:
         return depth < self.depth
 
@@ -177,6 +180,9 @@ class DynaTreePolicy:
         mid = torch.full_like(depth, c.B_mid)
         return torch.where(conf >= self.tau_h, c.B_min, torch.where(conf < c.tau_l, c.B_max, mid))
 
+    def select(self, top_lp: Tensor, child_cum: Tensor, depth: Tensor) -> Tensor:
+        return _breadth_and_tau(self, top_lp, child_cum, depth)
+
     def expandable(self, depth: Tensor, cum_logp: Tensor) -> Tensor:
         c = self.cfg
         if not c.dynamic_depth:
@@ -200,15 +206,80 @@ class DynaTreePolicy:
         self.tau_h = min(max(self.tau_h - c.eta_h * err, c.tau_l + 1e-6), 1.0 - 1e-6)
 
 
-DraftConfig = LinearConfig | FixedTreeConfig | DynaTreeConfig
+def _breadth_and_tau(policy, top_lp: Tensor, child_cum: Tensor, depth: Tensor) -> Tensor:
+    """Keep each parent's top-B(u) children (B from the policy's breadth rule, confidence = top-1 prob)
+    whose cumulative probability is at least tau."""
+    k = policy.breadth(top_lp[:, 0].exp(), depth)
+    log_tau = math.log(policy.tau) if policy.tau > 0 else -math.inf
+    rank = torch.arange(top_lp.shape[1], device=top_lp.device)[None, :]
+    return (rank < k[:, None]) & (child_cum >= log_tau)
+
+
+@dataclass(frozen=True)
+class TalonConfig:
+    """TALON (Section 5 of the TALON paper): budget-driven tree growth. The root gets its top-K children;
+    at every later level the candidate pool is all children of all current leaves, and a candidate is
+    kept when its path probability is at least mu times the level's best; growth stops when the budget
+    of N drafted nodes is spent (or no candidate passes). Every kept node is expanded at the next level.
+    Budget N counts drafted nodes, root excluded."""
+
+    mu: float = 0.03
+    N: int = 60
+    K: int = 10
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.mu <= 1.0, f"TALON threshold mu must be in (0, 1], got {self.mu!r}")
+        _check(isinstance(self.N, int) and self.N >= 1, f"TALON budget N must be >= 1, got {self.N!r}")
+        _check(isinstance(self.K, int) and self.K >= 1, f"TALON root width K must be >= 1, got {self.K!r}")
+
+    @property
+    def n_max(self) -> int:
+        return self.N
+
+    def policy(self) -> "TalonPolicy":
+        return TalonPolicy(self)
+
+
+@dataclass
+class TalonPolicy:
+    cfg: TalonConfig
+
+    @property
+    def n_max(self) -> int:
+        return self.cfg.N
+
+    @property
+    def max_breadth(self) -> int:  # a gated level can keep up to the whole budget under one parent
+        return max(self.cfg.K, self.cfg.N)
+
+    @property
+    def max_depth(self) -> int:
+        return self.cfg.N
+
+    def select(self, top_lp: Tensor, child_cum: Tensor, depth: Tensor) -> Tensor:
+        rank = torch.arange(top_lp.shape[1], device=top_lp.device)[None, :]
+        if bool(depth[0] == 0):  # robust top-K initialization at the root
+            return rank < self.cfg.K
+        return child_cum >= child_cum.max() + math.log(self.cfg.mu)
+
+    def expandable(self, depth: Tensor, cum_logp: Tensor) -> Tensor:
+        return torch.ones_like(depth, dtype=torch.bool)
+
+    def observe(self, accepted: int, tree_depth: int) -> None:
+        pass
+
+
+DraftConfig = LinearConfig | FixedTreeConfig | DynaTreeConfig | TalonConfig
 
 
 @dataclass
 class DraftState:
-    """The draft model's cache and how many committed tokens it holds."""
+    """The draft model's cache, how many committed tokens it has consumed, and how many of those were
+    evicted from the front (StreamingLLM; positions are cache-relative, so they shift by ``evicted``)."""
 
     cache: object
     n_cached: int = 0
+    evicted: int = 0
 
 
 @torch.no_grad()
@@ -227,19 +298,18 @@ def draft_tree(model, state: DraftState, ids: Tensor, policy, max_depth: int) ->
     if max_depth <= 0:
         return tree, 0
 
+    off = state.evicted
     logits = forward(model, ids[state.n_cached:], state.cache,
-                     torch.arange(state.n_cached, L, device=device), last_only=True)
+                     torch.arange(state.n_cached - off, L - off, device=device), last_only=True)
     n_fwd = 1
-    log_tau = math.log(policy.tau) if policy.tau > 0 else -math.inf
     frontier = torch.zeros(1, dtype=torch.long, device=device)  # tree indices whose next-token logits we hold
     processed: Tensor = frontier[:0]                              # drafted nodes in the draft cache, in cache order
-    Bmax = policy.max_breadth
+    Bmax = min(policy.max_breadth, logits.shape[-1])
     while True:
         logp = torch.log_softmax(logits.float(), dim=-1)
-        top_lp, top_tok = logp.topk(Bmax, dim=-1)                  # [f, Bmax]
-        k = policy.breadth(top_lp[:, 0].exp(), tree.depth[frontier])
+        top_lp, top_tok = logp.topk(Bmax, dim=-1)                  # [f, Bmax], sorted
         child_cum = tree.cum_logp[frontier, None] + top_lp
-        keep = (torch.arange(Bmax, device=device)[None, :] < k[:, None]) & (child_cum >= log_tau)
+        keep = policy.select(top_lp, child_cum, tree.depth[frontier])
         rows, cols = keep.nonzero(as_tuple=True)
         room = policy.n_max - tree.n_drafted
         if rows.numel() > room:  # budget: keep the most probable children, in BFS order
@@ -256,10 +326,10 @@ def draft_tree(model, state: DraftState, ids: Tensor, policy, max_depth: int) ->
         if frontier.numel() == 0:
             break
         cols_idx = torch.cat([processed, frontier])
-        mask = attention_mask(tree.anc[frontier][:, cols_idx], L, model.dtype)
-        logits = forward(model, tree.tokens[frontier], state.cache, L - 1 + tree.depth[frontier], mask)
+        mask = attention_mask(tree.anc[frontier][:, cols_idx], L - off, model.dtype)
+        logits = forward(model, tree.tokens[frontier], state.cache, L - off - 1 + tree.depth[frontier], mask)
         processed = cols_idx
         n_fwd += 1
-    truncate(state.cache, L)
+    truncate(state.cache, L - off)
     state.n_cached = L
     return tree, n_fwd

@@ -33,31 +33,38 @@ class ModelSpec:
     batch: int = 8
     seq: int = 256
     lr: float = 2e-3
+    distill: bool = False  # train on the target's next-token distributions (KL) instead of the text
 
 
 @dataclass(frozen=True)
 class EmbeddedSpec:
-    """Everything that determines the embedded pair; its hash names the cache folder."""
+    """Everything that determines the embedded pair. Each part is cached under a hash of what it
+    depends on, so changing the draft recipe does not retrain the target."""
 
     vocab_size: int = 4096
     max_positions: int = 2048
     target: ModelSpec = field(default_factory=lambda: ModelSpec(layers=12, hidden=256, heads=4, steps=450))
-    draft: ModelSpec = field(default_factory=lambda: ModelSpec(layers=1, hidden=128, heads=2, steps=900))
+    draft: ModelSpec = field(default_factory=lambda: ModelSpec(layers=1, hidden=256, heads=4, steps=700,
+                                                               distill=True, lr=3e-3))
     seed: int = 0
     threads: int = 2
 
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+
+def _h(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def paths(spec: EmbeddedSpec = EmbeddedSpec(), root: Path = MODELS_DIR) -> dict[str, Path]:
-    base = root / spec.key()
-    return {"base": base, "tokenizer": base / "tokenizer", "target": base / "target", "draft": base / "draft",
-            "log": base / "training.json"}
+    d = asdict(spec)
+    tok_key = _h([d["vocab_size"], d["seed"]])
+    tgt_key = _h([tok_key, d["target"], d["max_positions"], d["seed"], d["threads"]])
+    drf_key = _h([tgt_key, d["draft"]])
+    return {"tokenizer": root / f"tokenizer-{tok_key}", "target": root / f"target-{tgt_key}",
+            "draft": root / f"draft-{drf_key}"}
 
 
 def is_built(spec: EmbeddedSpec = EmbeddedSpec(), root: Path = MODELS_DIR) -> bool:
-    return paths(spec, root)["log"].exists()
+    return all((p / "training.json").exists() for p in paths(spec, root).values())
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -74,8 +81,11 @@ def train_tokenizer(texts: list[str], vocab_size: int):
                                    unk_token="<|endoftext|>")
 
 
-def train_model(spec: ModelSpec, data: torch.Tensor, vocab: int, max_pos: int, seed: int, desc: str):
-    """Plain next-token training on random windows (seeded), AdamW with warmup + cosine decay."""
+def train_model(spec: ModelSpec, data: torch.Tensor, vocab: int, max_pos: int, seed: int, desc: str,
+                teacher=None):
+    """Next-token training on random windows (seeded), AdamW with warmup + cosine decay. With a
+    ``teacher`` the loss is KL(teacher || model) over next-token distributions (distillation), which is
+    what raises draft/target agreement, the quantity speculative decoding pays on."""
     from tqdm.auto import tqdm
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
@@ -96,7 +106,14 @@ def train_model(spec: ModelSpec, data: torch.Tensor, vocab: int, max_pos: int, s
     for _ in bar:
         starts = torch.randint(0, data.numel() - spec.seq - 1, (spec.batch,), generator=g)
         x = torch.stack([data[s:s + spec.seq] for s in starts.tolist()])
-        loss = model(input_ids=x, labels=x).loss
+        if teacher is None:
+            loss = model(input_ids=x, labels=x).loss
+        else:
+            with torch.no_grad():
+                t_logp = torch.log_softmax(teacher(input_ids=x).logits.float(), -1)
+            logp = torch.log_softmax(model(input_ids=x).logits.float(), -1)
+            loss = torch.nn.functional.kl_div(logp.flatten(0, 1), t_logp.flatten(0, 1), log_target=True,
+                                              reduction="batchmean")
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -108,25 +125,41 @@ def train_model(spec: ModelSpec, data: torch.Tensor, vocab: int, max_pos: int, s
 
 
 def build(spec: EmbeddedSpec = EmbeddedSpec(), root: Path = MODELS_DIR, force: bool = False) -> dict[str, Path]:
-    """Train (or reuse) the embedded tokenizer, target and draft; returns their local paths."""
+    """Train (or reuse) the embedded tokenizer, target and draft; returns their local folders.
+
+    Each folder gets a ``training.json`` (spec, parameter count, loss curve, seconds) written last, so an
+    interrupted build is redone, never half-used.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from .data import training_text
 
     p = paths(spec, root)
     if is_built(spec, root) and not force:
         return p
     torch.set_num_threads(spec.threads)
-    t0 = time.time()
     texts = training_text()
-    tok = train_tokenizer(texts, spec.vocab_size)
-    tok.save_pretrained(p["tokenizer"])
+    t0 = time.time()
+    if force or not (p["tokenizer"] / "training.json").exists():
+        tok = train_tokenizer(texts, spec.vocab_size)
+        tok.save_pretrained(p["tokenizer"])
+        (p["tokenizer"] / "training.json").write_text(json.dumps({"vocab_size": spec.vocab_size, "books": len(texts),
+                                                                  "seconds": round(time.time() - t0, 1)}))
+    tok = AutoTokenizer.from_pretrained(p["tokenizer"])
     data = torch.tensor([i for t in texts for i in tok(t, add_special_tokens=False)["input_ids"] + [0]])
-    log = {"spec": asdict(spec), "train_tokens_available": data.numel(), "books": len(texts)}
+    teacher = None
     for name, ms, seed in (("target", spec.target, spec.seed), ("draft", spec.draft, spec.seed + 1)):
-        model, losses = train_model(ms, data, spec.vocab_size, spec.max_positions, seed, f"train {name}")
-        model.save_pretrained(p[name])
-        tok.save_pretrained(p[name])
-        log[name] = {"params": sum(x.numel() for x in model.parameters()), "final_loss": losses[-1],
-                     "losses": losses}
-    log["build_seconds"] = round(time.time() - t0, 1)
-    p["log"].write_text(json.dumps(log))
+        if force or not (p[name] / "training.json").exists():
+            t0 = time.time()
+            model, losses = train_model(ms, data, spec.vocab_size, spec.max_positions, seed, f"train {name}",
+                                        teacher if ms.distill else None)
+            model.save_pretrained(p[name])
+            tok.save_pretrained(p[name])
+            log = {"spec": asdict(ms), "params": sum(x.numel() for x in model.parameters()),
+                   "train_tokens_available": data.numel(), "books": len(texts),
+                   "final_loss_avg20": round(sum(losses[-20:]) / 20, 4), "losses": losses,
+                   "seconds": round(time.time() - t0, 1)}
+            (p[name] / "training.json").write_text(json.dumps(log))
+        if name == "target":
+            teacher = AutoModelForCausalLM.from_pretrained(p["target"]).eval()
     return p

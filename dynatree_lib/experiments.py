@@ -6,6 +6,7 @@ Every notebook calls ``run(name, profile)``, which skips cells already logged, t
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import torch
@@ -14,17 +15,16 @@ from . import bench
 from .bench import Cell, ResultStore
 from .data import load_prompts
 from .drafting import DynaTreeConfig, FixedTreeConfig, LinearConfig
-from .profiles import METHODS, Profile
-
-LABELS = {"ar": "AR", "linear": "Linear Spec", "fixed_tree": "Fixed Tree", "dynatree": "DynaTree"}
-
+from .profiles import EXTRA_METHODS, METHODS, Profile
 
 def _four(p: Profile, ds: str, T: int, L: int, tags: dict | None = None) -> list[Cell]:
     return [Cell(ds, m, p.method(m, ds), T, L, dict(tags or {})) for m in METHODS]
 
 
 def main_cells(p: Profile) -> list[Cell]:
-    return [c for ds in p.datasets for c in _four(p, ds, p.T, p.L_max[ds])]
+    """Table 1 (the paper's four methods) plus the other seed systems, both datasets."""
+    return [c for ds in p.datasets for c in _four(p, ds, p.T, p.L_max[ds])
+            + [Cell(ds, m, p.method(m, ds), p.T, p.L_max[ds]) for m in EXTRA_METHODS]]
 
 
 def ablation_cells(p: Profile) -> list[Cell]:
@@ -104,16 +104,19 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     todo = [(c, k) for c, k in keyed if store.get(k) is None]
     if not todo:
         return path
+    if os.environ.get("DYNATREE_RENDER_ONLY"):
+        raise FileNotFoundError(f"render-only mode: {len(todo)} cell(s) of '{name}' are missing from {path}; "
+                                "run without --render first")
     if profile.threads:
         torch.set_num_threads(profile.threads)
     from .models import load_pair
 
     target, draft, tok = load_pair(profile.target, profile.draft, profile.device, profile.dtype)
     prompts_cache: dict = {}
-    ar_hashes: dict = {}
-    for c, k in keyed:  # hashes of AR records logged earlier (resume)
+    ar_ref: dict = {}
+    for c, k in keyed:  # AR outputs logged earlier (resume)
         if c.config is None and (r := store.get(k)) is not None:
-            ar_hashes[(c.dataset, c.T, c.L_max)] = {row["prompt_id"]: row["tokens_sha"] for row in r["rows"]}
+            ar_ref[(c.dataset, c.T, c.L_max)] = {row["prompt_id"]: row["output_ids"] for row in r["rows"]}
     bar = tqdm(total=len(todo) * n, desc=f"{profile.name}/{name}", unit="gen")
     for c, k in todo:
         pk = (c.dataset, c.L_max)
@@ -121,10 +124,10 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
             prompts_cache[pk] = load_prompts(c.dataset, tok, n, c.L_max, profile.seed, profile.data_source)
         prompts = prompts_cache[pk]
         bar.set_postfix_str(f"{c.dataset} {c.method} T={c.T} L={c.L_max}")
-        rows, hashes = bench.run_cell(c, target, draft, prompts, profile.warmup, profile.kv_mode,
-                                      ar_hashes.get((c.dataset, c.T, c.L_max)), profile.device, progress=bar)
+        rows = bench.run_cell(c, target, draft, prompts, profile.warmup, profile.kv_mode,
+                              ar_ref.get((c.dataset, c.T, c.L_max)), profile.device, progress=bar)
         if c.config is None:
-            ar_hashes[(c.dataset, c.T, c.L_max)] = hashes
+            ar_ref[(c.dataset, c.T, c.L_max)] = {r["prompt_id"]: r["output_ids"] for r in rows}
         store.add(bench.make_record(c, k, profile, prompts, rows, profile.device, profile.kv_mode))
     bar.close()
     return path

@@ -17,6 +17,10 @@ Per prompt (one generation of T new tokens):
 - ``draft_nodes_per_iter``: drafted nodes sent to verification per iteration.
 - ``peak_mem_mb``: CUDA max allocated during the run on GPU; on CPU the peak process RSS sampled during
   the run (includes the models; relative change vs AR is the comparable number).
+- ``equals_ar`` / ``ar_agreement``: output identical to greedy AR for the prompt / fraction of positions
+  equal to AR's (only StreamingLLM + spec, which is not exact once its window slides, goes below 1).
+- HF assisted generation exposes no per-iteration log: its iterations are counted target forwards,
+  accepted = committed - 1 per iteration, draft depth = assistant forwards, TTFT is not measured.
 - ``speedup``: TPS / TPS_AR, recomputed from the same experiment file, dataset, T and L_max; never stored.
 
 How these differ from the paper (its Table 3 is internally inconsistent: ell_bar > L_bar in every row and
@@ -62,7 +66,7 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 
 AGG_KEYS = ("tps", "ttft_ms", "tpot_ms", "iterations", "L_bar", "ell_bar", "accept_rate", "node_efficiency",
-            "draft_forwards_per_iter", "draft_nodes_per_iter", "peak_mem_mb", "wall_s")
+            "draft_forwards_per_iter", "draft_nodes_per_iter", "peak_mem_mb", "wall_s", "ar_agreement")
 
 
 def aggregate(rows: list[dict]) -> dict:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dynatree_lib.cache import cache_length, new_cache
-from dynatree_lib.drafting import DraftState, DynaTreeConfig, FixedTreeConfig, LinearConfig, draft_tree
+from dynatree_lib.drafting import DraftState, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, draft_tree
 from dynatree_lib.models import forward
 
 from .conftest import prompts
@@ -128,7 +128,25 @@ def test_all_components_off_is_the_fixed_tree(draft):
         assert torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents)
 
 
+def test_talon_topk_root_then_relative_gate(draft):
+    for p in prompts(4, seed=13):
+        t, n_fwd = grow(draft, TalonConfig(mu=0.1, N=30, K=4), p)
+        assert t.n_drafted <= 30 and (t.depth == 1).sum() == 4  # top-K at the root, never gated
+        for d in range(2, t.levels + 1):                         # every deeper level within mu of its best
+            lvl = t.cum_logp[t.depth == d]
+            assert (lvl >= lvl.max() + math.log(0.1) - 1e-5).all()
+        assert n_fwd == t.levels  # every kept node is expanded at the next level, one forward per level
+
+
+def test_talon_budget_is_strict(draft):
+    t, _ = grow(draft, TalonConfig(mu=0.001, N=12, K=10), prompts(1)[0])
+    assert t.n_drafted == 12
+
+
 @pytest.mark.parametrize("make, msg", [
+    (lambda: TalonConfig(mu=0.0), "mu must be in"),
+    (lambda: TalonConfig(N=0), "budget N"),
+    (lambda: TalonConfig(K=0), "root width K"),
     (lambda: LinearConfig(K=0), "K must be"),
     (lambda: FixedTreeConfig(D=0), "depth D"),
     (lambda: FixedTreeConfig(B=0), "branching B"),

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, generate
+from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
 from dynatree_lib.decoders import KV_MODES
 
 from .conftest import MAX_POS, VOCAB, prompts
@@ -17,6 +17,9 @@ METHODS = {
     "dynatree": DynaTreeConfig(),
     "dynatree_budget1": DynaTreeConfig(n_max=1),
     "dynatree_small_budget": DynaTreeConfig(n_max=7, D_max=9),
+    "talon": TalonConfig(),
+    "talon_small": TalonConfig(mu=0.2, N=8, K=3),
+    "talon_budget1": TalonConfig(N=1, K=1),
 }
 # every on/off combination of the three DynaTree mechanisms
 for b in (False, True):
@@ -51,7 +54,7 @@ def test_speculative_equals_ar(target, draft, ar_out, name, kv_mode):
     assert accepted > 0 or "budget1" in name or name == "linear_k1"
 
 
-@pytest.mark.parametrize("name", ["linear_k4", "fixed_d3b2", "dynatree"])
+@pytest.mark.parametrize("name", ["linear_k4", "fixed_d3b2", "dynatree", "talon"])
 def test_drafts_that_are_always_right_or_wrong(target, wrong_draft, small_draft, name):
     p, T = prompts(1, seed=21)[0], 30
     ar = generate(target, p, T).tokens
@@ -67,13 +70,13 @@ def test_drafts_that_are_always_right_or_wrong(target, wrong_draft, small_draft,
     assert sum(wrong.accepted) == 0 and wrong.iterations == T
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon"])
 def test_one_token_prompt(target, draft, name):
     p = torch.tensor([5])
     assert generate(target, p, 25, draft=draft, method=METHODS[name]).tokens == generate(target, p, 25).tokens
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon"])
 @pytest.mark.parametrize("kv_mode", KV_MODES)
 def test_generation_reaches_context_limit(target, draft, name, kv_mode):
     T = 20
@@ -83,7 +86,7 @@ def test_generation_reaches_context_limit(target, draft, name, kv_mode):
     assert generate(target, p, T, draft=draft, method=METHODS[name], kv_mode=kv_mode).tokens == ar
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d3b2", "dynatree"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d3b2", "dynatree", "talon"])
 def test_eos_inside_a_draft(target, draft, name):
     p, T = prompts(1, seed=6)[0], 40
     full = generate(target, p, T).tokens
