@@ -326,7 +326,8 @@ def draft_tree(model, state: DraftState, ids: Tensor, policy, max_depth: int) ->
         if frontier.numel() == 0:
             break
         cols_idx = torch.cat([processed, frontier])
-        mask = attention_mask(tree.anc[frontier][:, cols_idx], L - off, model.dtype)
+        # A chain is plain causal attention over the draft cache: skip the mask (faster SDPA path).
+        mask = None if tree.is_chain else attention_mask(tree.anc[frontier][:, cols_idx], L - off, model.dtype)
         logits = forward(model, tree.tokens[frontier], state.cache, L - off - 1 + tree.depth[frontier], mask)
         processed = cols_idx
         n_fwd += 1

@@ -78,8 +78,8 @@ PROFILES: dict[str, Profile] = {
     # Tree settings tuned on 4 held-out prompts (seed 99; evaluation uses seed 0): the embedded draft is
     # far less confident than Pythia-70M, so the paper's thresholds over-prune (see README).
     "cpu": Profile(
-        "cpu", "embedded:target", "embedded:draft", L_max={"wikitext2": 200, "pg19": 250}, T=256, n_prompts=8,
-        warmup=1, threads=2, linear_K={"wikitext2": 4, "pg19": 4},
+        "cpu", "embedded:target", "embedded:draft", L_max={"wikitext2": 200, "pg19": 250}, T=256, n_prompts=10,
+        warmup=2, threads=2, linear_K={"wikitext2": 4, "pg19": 4},
         fixed=FixedTreeConfig(D=4, B=2, tau=0.0, n_max=16),
         dynatree={ds: DynaTreeConfig(D0=5, D_max=dm, tau_h=0.5, tau_l=0.2, rho_stop=0.005, rho_deep=0.1, tau=0.0,
                                      n_max=24) for ds, dm in (("wikitext2", 8), ("pg19", 9))},

@@ -43,6 +43,8 @@ def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def pm(mean: float, std: float, fmt: str = "{:.1f}") -> str:
+    if pd.isna(mean):
+        return "–"
     return f"{fmt.format(mean)} ± {fmt.format(std)}"
 
 
