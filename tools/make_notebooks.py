@@ -43,8 +43,11 @@ def nb(cells):
     return n
 
 
-def run_cell(exp):
-    return ("code", IGNORE + f'path = experiments.run("{exp}", prof, rerun=rerun)\ndf = tables.load(path)\n'
+def run_cell(exp, owner=True):
+    """Run (or reuse) an experiment. Only the notebook that owns an experiment honours ``rerun``; the
+    others read its JSON (running it only if it is missing), so one rerun measures each cell once."""
+    rr = "rerun" if owner else "False"
+    return ("code", IGNORE + f'path = experiments.run("{exp}", prof, rerun={rr})\ndf = tables.load(path)\n'
             'print(f"{len(df)} records from {path.relative_to(REPO)}")')
 
 
@@ -104,7 +107,7 @@ NOTEBOOKS = {
     "02_latency": [
         ("md", "# 02 · Latency (Table 2)\nTTFT (prompt in → first new token known: prefill plus the first "
                "iteration) and TPOT ((wall − TTFT)/(T − 1)), from the same run as Table 1."),
-        ("params", PARAMS), ("code", SETUP), run_cell("main"),
+        ("params", PARAMS), ("code", SETUP), run_cell("main", owner=False),
         ("code", 'show_table(tables.table2(df), "table2_latency")'),
         ("md", "## Reported (paper)\nMilliseconds on an A100 with Pythia-2.8B; not comparable in absolute "
                "terms. In the paper speculative methods cut TPOT by 30-40% versus AR."),
@@ -116,7 +119,7 @@ NOTEBOOKS = {
         ("md", "# 03 · Verification efficiency (Table 3)\nAcceptance (accepted / drafted depth), L̄ (tokens "
                "per iteration), ℓ̄ (accepted tokens per iteration before the bonus; ℓ̄ = L̄ − 1 up to the "
                "final cut) and the number of target verification iterations."),
-        ("params", PARAMS), ("code", SETUP), run_cell("main"),
+        ("params", PARAMS), ("code", SETUP), run_cell("main", owner=False),
         ("code", 'show_table(tables.table3(df), "table3_verification")'),
         ("md", "Draft cost per verification against progress per verification, per prompt (TALON's axes): "
                "trees buy more accepted tokens per target forward with more draft forwards."),
@@ -175,7 +178,7 @@ NOTEBOOKS = {
         ("md", "# 08 · Memory (Table 5)\nPeak memory per method, from the Table 1 run: CUDA max allocated on a "
                "GPU; on CPU the peak process RSS sampled during each generation (models included, so the "
                "relative change against AR is the comparable number)."),
-        ("params", PARAMS), ("code", SETUP), run_cell("main"),
+        ("params", PARAMS), ("code", SETUP), run_cell("main", owner=False),
         ("code", 'show_table(tables.table5(df), "table5_memory")'),
         ("md", "## Reported (paper)\nPeak GPU memory with Pythia-2.8B/70M: speculative methods add about 3.3%."),
         ("code", "import pandas as pd\npd.DataFrame(tables.reported()['table5_peak_memory_mb']).T"),
