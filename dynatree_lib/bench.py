@@ -4,7 +4,9 @@ A record is one (dataset, method, configuration, T, L_max) cell: its configurati
 per-prompt rows (metrics of ``metrics.prompt_metrics`` plus ``equals_ar`` and a hash of the tokens),
 aggregates (mean, std) and the environment. Records live in ``results/<profile>/<experiment>.json`` and
 are keyed by a hash of everything that defines them: a rerun of a finished cell is skipped, a new cell is
-appended, the file is replaced atomically after every record, and nothing is ever overwritten in place.
+appended, measured rows of unfinished cells are checkpointed under ``partial`` (so an interrupted run
+resumes at the next prompt), the file is replaced atomically after every row, and no finished record is
+ever overwritten (``--rerun`` moves the file aside first).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .data import Prompt
 from .decoders import generate
 from .metrics import aggregate, prompt_metrics
 
@@ -80,10 +83,22 @@ class ResultStore:
     def get(self, key: str) -> dict | None:
         return next((r for r in self.records if r["key"] == key), None)
 
+    def partial(self, key: str) -> list[dict]:
+        """Rows already measured for an unfinished record (interleaved runs checkpoint every row)."""
+        return list(self.data.get("partial", {}).get(key, []))
+
+    def save_partial(self, key: str, rows: list[dict]) -> None:
+        self.data.setdefault("partial", {})[key] = rows
+        self._write()
+
     def add(self, record: dict) -> None:
         if self.get(record["key"]) is not None:
             raise ValueError(f"record {record['key']} already in {self.path}; refusing to overwrite it")
         self.records.append(record)
+        self.data.get("partial", {}).pop(record["key"], None)
+        self._write()
+
+    def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.data, indent=1, default=float))
@@ -148,34 +163,32 @@ class Cell:
     tags: dict = dataclasses.field(default_factory=dict)  # free-form sweep coordinates
 
 
-def run_cell(cell: Cell, target, draft, prompts, warmup: int, kv_mode: str, ar_ref: dict | None,
-             device: str, eos_token_id: int | None = None, progress=None) -> list[dict]:
-    """Warm up (runs discarded), then generate on every prompt; returns one row per prompt.
+def _generate(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, device: str,
+              eos_token_id: int | None = None):
+    return generate(target, prompt.ids.to(device), cell.T, draft=draft, method=cell.config, kv_mode=kv_mode,
+                    eos_token_id=eos_token_id)
 
-    ``ar_ref`` maps prompt id -> AR tokens of the same (dataset, T, L_max): every row records whether
-    its output equals AR and the fraction of positions that agree (for the non-exact StreamingLLM).
-    AR rows keep their tokens so later (resumed) runs can compare against them."""
-    def one(p):
-        return generate(target, p.ids.to(device), cell.T, draft=draft, method=cell.config, kv_mode=kv_mode,
-                        eos_token_id=eos_token_id)
 
+def warm_up(cell: Cell, target, draft, prompts: list[Prompt], warmup: int, kv_mode: str, device: str) -> None:
+    """``warmup`` discarded runs of the cell (on the first prompts)."""
     for i in range(warmup):
-        one(prompts[i % len(prompts)])
-    rows = []
-    for p in prompts:
-        with PeakMemory(device) as mem:
-            res = one(p)
-        ref = res.tokens if cell.config is None else (ar_ref or {}).get(p.id)
-        row = {"prompt_id": p.id, "prompt_len": int(p.ids.numel()), **prompt_metrics(res),
-               "peak_mem_mb": mem.peak_mb, "tokens_sha": tokens_hash(res.tokens),
-               "equals_ar": ref == res.tokens,
-               "ar_agreement": None if ref is None else sum(a == b for a, b in zip(ref, res.tokens)) / len(ref)}
-        if cell.config is None:
-            row["output_ids"] = res.tokens
-        rows.append(row)
-        if progress is not None:
-            progress.update(1)
-    return rows
+        _generate(cell, target, draft, prompts[i % len(prompts)], kv_mode, device)
+
+
+def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, ar_tokens: list[int] | None,
+            device: str, eos_token_id: int | None = None) -> dict:
+    """One measured generation -> one row: metrics, peak memory, and agreement with AR's tokens
+    (``equals_ar``, ``ar_agreement``; only StreamingLLM + spec may go below 1). AR rows keep their tokens
+    (``output_ids``) so later or resumed cells can be compared with them."""
+    with PeakMemory(device) as mem:
+        res = _generate(cell, target, draft, prompt, kv_mode, device, eos_token_id)
+    ref = res.tokens if cell.config is None else ar_tokens
+    row = {"prompt_id": prompt.id, "prompt_len": int(prompt.ids.numel()), **prompt_metrics(res),
+           "peak_mem_mb": mem.peak_mb, "tokens_sha": tokens_hash(res.tokens), "equals_ar": ref == res.tokens,
+           "ar_agreement": None if ref is None else sum(a == b for a, b in zip(ref, res.tokens)) / len(ref)}
+    if cell.config is None:
+        row["output_ids"] = res.tokens
+    return row
 
 
 def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], device: str, kv_mode: str) -> dict:

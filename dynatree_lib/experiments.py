@@ -14,7 +14,7 @@ import torch
 from . import bench
 from .bench import Cell, ResultStore
 from .data import load_prompts
-from .drafting import DynaTreeConfig, FixedTreeConfig, LinearConfig
+from .drafting import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 from .profiles import EXTRA_METHODS, METHODS, Profile
 
 def _four(p: Profile, ds: str, T: int, L: int, tags: dict | None = None) -> list[Cell]:
@@ -73,9 +73,26 @@ def dynatree_sweep_cells(p: Profile) -> list[Cell]:
     return cells
 
 
+def tuning_cells(p: Profile) -> list[Cell]:
+    """How the ``cpu`` tree settings were chosen: the paper-profile settings and a few alternatives, on
+    held-out prompts (run with ``--set seed=99``: evaluation prompts use seed 0)."""
+    from .profiles import get_profile
+
+    paper = get_profile("paper")
+    ds, L = "wikitext2", p.L_max["wikitext2"]
+    cands = {"linear K=4": LinearConfig(4), "linear K=6": LinearConfig(6), "linear K=8": LinearConfig(8),
+             "paper fixed D=8 B=3 tau=0.1": FixedTreeConfig(8, 3, 0.1, 64),
+             "fixed D=6 B=2 tau=0.05": FixedTreeConfig(6, 2, 0.05, 64),
+             "fixed D=4 B=2 tau=0 N=16": FixedTreeConfig(4, 2, 0.0, 16),
+             "paper DynaTree defaults N=64": dataclasses.replace(paper.dynatree["wikitext2"], n_max=64),
+             "DynaTree tau_h=.5 tau_l=.2 rho=.005/.1 tau=0 N=24": p.dynatree["wikitext2"],
+             "TALON mu=.03 N=60 K=10": TalonConfig(), "TALON mu=.03 N=30 K=5": TalonConfig(N=30, K=5)}
+    return [Cell(ds, "ar", None, p.T, L)] + [Cell(ds, k, v, p.T, L, {"candidate": k}) for k, v in cands.items()]
+
+
 EXPERIMENTS = {"main": main_cells, "ablation": ablation_cells, "length_scaling": length_cells,
                "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
-               "dynatree_sweep": dynatree_sweep_cells}
+               "dynatree_sweep": dynatree_sweep_cells, "tuning": tuning_cells}
 N_PROMPTS = {"main": "n_prompts", "ablation": "n_prompts"}  # the rest use sweep_n_prompts
 
 
@@ -117,17 +134,33 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     for c, k in keyed:  # AR outputs logged earlier (resume)
         if c.config is None and (r := store.get(k)) is not None:
             ar_ref[(c.dataset, c.T, c.L_max)] = {row["prompt_id"]: row["output_ids"] for row in r["rows"]}
-    bar = tqdm(total=len(todo) * n, desc=f"{profile.name}/{name}", unit="gen")
-    for c, k in todo:
-        pk = (c.dataset, c.L_max)
-        if pk not in prompts_cache:
-            prompts_cache[pk] = load_prompts(c.dataset, tok, n, c.L_max, profile.seed, profile.data_source)
-        prompts = prompts_cache[pk]
-        bar.set_postfix_str(f"{c.dataset} {c.method} T={c.T} L={c.L_max}")
-        rows = bench.run_cell(c, target, draft, prompts, profile.warmup, profile.kv_mode,
-                              ar_ref.get((c.dataset, c.T, c.L_max)), profile.device, progress=bar)
+    rows = {k: store.partial(k) for _, k in todo}
+    for c, k in todo:  # AR rows checkpointed by an interrupted run
         if c.config is None:
-            ar_ref[(c.dataset, c.T, c.L_max)] = {r["prompt_id"]: r["output_ids"] for r in rows}
-        store.add(bench.make_record(c, k, profile, prompts, rows, profile.device, profile.kv_mode))
+            ar_ref.setdefault((c.dataset, c.T, c.L_max), {}).update({r["prompt_id"]: r["output_ids"] for r in rows[k]})
+    bar = tqdm(total=len(todo) * n, initial=sum(map(len, rows.values())), desc=f"{profile.name}/{name}", unit="gen")
+    # Interleaved: round i measures prompt i for every cell (AR first), so slow drifts of machine speed
+    # hit all methods alike instead of whichever cells happen to run during a slow spell.
+    for i in range(n):
+        for c, k in todo:
+            if len(rows[k]) > i:
+                continue
+            pk = (c.dataset, c.L_max)
+            if pk not in prompts_cache:
+                prompts_cache[pk] = load_prompts(c.dataset, tok, n, c.L_max, profile.seed, profile.data_source)
+            prompts = prompts_cache[pk]
+            bar.set_postfix_str(f"{c.dataset} {c.method} T={c.T} L={c.L_max}")
+            if not rows[k]:
+                bench.warm_up(c, target, draft, prompts, profile.warmup, profile.kv_mode, profile.device)
+            ref = ar_ref.setdefault((c.dataset, c.T, c.L_max), {})
+            row = bench.measure(c, target, draft, prompts[i], profile.kv_mode, ref.get(prompts[i].id), profile.device)
+            if c.config is None:
+                ref[prompts[i].id] = row["output_ids"]
+            rows[k].append(row)
+            store.save_partial(k, rows[k])
+            bar.update(1)
+    for c, k in todo:
+        store.add(bench.make_record(c, k, profile, prompts_cache[(c.dataset, c.L_max)], rows[k],
+                                    profile.device, profile.kv_mode))
     bar.close()
     return path

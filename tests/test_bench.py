@@ -87,19 +87,43 @@ def test_main_json_schema(smoke_main):
 def test_resume_skips_finished_and_appends_missing(smoke_main, monkeypatch):
     prof, root, path = smoke_main
     data = json.loads(path.read_text())
-    dropped = data["records"].pop()            # simulate an interrupted run
+    dropped = data["records"].pop()            # simulate a record that never finished
     path.write_text(json.dumps(data))
     calls = []
-    real = experiments.bench.run_cell
-    monkeypatch.setattr(experiments.bench, "run_cell", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
+    real = experiments.bench.measure
+    monkeypatch.setattr(experiments.bench, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
     experiments.run("main", prof, root=root, verbose=False)
-    assert calls == [dropped["method"]]
-    after = json.loads(path.read_text())["records"]
-    assert [r["key"] for r in after[:-1]] == [r["key"] for r in data["records"]]
-    assert after[-1]["key"] == dropped["key"]
-    assert [r["tokens_sha"] for r in after[-1]["rows"]] == [r["tokens_sha"] for r in dropped["rows"]]
+    assert calls == [dropped["method"]] * 2    # its two prompts, nothing else
+    after = json.loads(path.read_text())
+    assert [r["key"] for r in after["records"][:-1]] == [r["key"] for r in data["records"]]
+    assert after["records"][-1]["key"] == dropped["key"] and not after.get("partial")
+    assert [r["tokens_sha"] for r in after["records"][-1]["rows"]] == [r["tokens_sha"] for r in dropped["rows"]]
     experiments.run("main", prof, root=root, verbose=False)
-    assert calls == [dropped["method"]]         # nothing left to do
+    assert len(calls) == 2                      # nothing left to do
+
+
+def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, monkeypatch):
+    prof = get_profile("smoke", n_prompts=2, T=8)
+    real = experiments.bench.measure
+    calls = []
+
+    def flaky(c, *a, **k):
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        calls.append(c.method)
+        return real(c, *a, **k)
+
+    monkeypatch.setattr(experiments.bench, "measure", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        experiments.run("ablation", prof, root=tmp_path, verbose=False)
+    data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
+    assert data["records"] == [] and sum(map(len, data["partial"].values())) == 5  # round 0: 4 cells, round 1: AR
+    monkeypatch.setattr(experiments.bench, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
+    experiments.run("ablation", prof, root=tmp_path, verbose=False)
+    assert len(calls) == 8                      # the 3 missing rows only
+    data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
+    assert len(data["records"]) == 4 and not data["partial"]
+    assert all(r["aggregate"]["equals_ar"] == 2 for r in data["records"])
 
 
 def test_profiles_and_bad_names():
