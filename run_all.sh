@@ -22,6 +22,7 @@ for arg in "$@"; do
 done
 case "$PROFILE" in cpu|paper|smoke) ;; *) echo "unknown profile '$PROFILE' (choose cpu, paper or smoke)" >&2; exit 2 ;; esac
 bash setup.sh
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # kernels import the checkout even if the editable install is elsewhere
 PY=${PYTHON:-python3}
 OUT=executed/$PROFILE
 mkdir -p "$OUT"

@@ -26,7 +26,7 @@ def save(fig, name: str, out_dir: Path) -> Path:
 
 def main_throughput(df: pd.DataFrame):
     """Figure 4: throughput (bars) and speedup (labels) per method, one bar per dataset."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(9.5, 3.8))
     methods = list(order(df).method.unique())
     dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
     w = 0.8 / len(dss)
@@ -39,9 +39,9 @@ def main_throughput(df: pd.DataFrame):
         for b, s in zip(bars, sub.speedup):
             ax.annotate(f"{s:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
                         fontsize=7, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(np.arange(len(methods)), [LABELS.get(m, m) for m in methods])
+    ax.set_xticks(np.arange(len(methods)), [LABELS.get(m, m).replace(" + ", "\n+ ") for m in methods], fontsize=8)
     ax.set_ylabel("throughput (tokens/s)")
-    ax.legend(title="dark: first dataset", fontsize=8)
+    ax.legend(title="left (solid) / right (light)", fontsize=8, title_fontsize=8, loc="upper left")
     ax.set_title("Throughput and speedup vs AR")
     return fig
 

@@ -17,8 +17,10 @@ def code_cells(path: Path) -> list[str]:
 def produced_names() -> set[str]:
     names = set()
     for nb in SOURCES:
-        for src in code_cells(nb):
-            names |= set(re.findall(r"show_(?:table|fig)\(.*?[\"'](\w+)[\"']\)", src, flags=re.S))
+        for line in "\n".join(code_cells(nb)).splitlines():
+            m = re.search(r"[\"'](\w+)[\"']\)\s*$", line)  # the name is the call's last argument
+            if m and ("show_table(" in line or "show_fig(" in line):
+                names.add(m.group(1))
     return names
 
 
