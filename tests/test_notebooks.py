@@ -17,10 +17,12 @@ def code_cells(path: Path) -> list[str]:
 def produced_names() -> set[str]:
     names = set()
     for nb in SOURCES:
-        for line in "\n".join(code_cells(nb)).splitlines():
-            m = re.search(r"[\"'](\w+)[\"']\)\s*$", line)  # the name is the call's last argument
-            if m and ("show_table(" in line or "show_fig(" in line):
-                names.add(m.group(1))
+        for cell in code_cells(nb):
+            if "show_table(" not in cell and "show_fig(" not in cell:
+                continue
+            for line in cell.splitlines():  # the name is the call's last argument, closing its line
+                if m := re.search(r"[\"'](\w+)[\"']\)\s*$", line):
+                    names.add(m.group(1))
     return names
 
 
