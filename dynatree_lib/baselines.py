@@ -166,17 +166,7 @@ def generate_streaming_spec(target, draft, prompt: Tensor, T: int, cfg: Streamin
         ev_t += evict(cache, cfg.n_sink, cfg.cache_size, inv_t)
         new, done = _cut(new_t.tolist(), room, eos_token_id)
         tc = time.perf_counter()
-        res.target_forwards += 1
-        res.tokens += new
-        res.draft_nodes.append(tree.n_drafted)
-        res.tree_depth.append(tree.levels)
-        res.accepted.append(path.numel() - 1)
-        res.committed.append(len(new))
-        res.draft_forwards.append(n_fwd)
-        res.draft_s.append(tb - ta)
-        res.verify_s.append(tc - tb)
-        if len(res.committed) == 1:
-            res.ttft_s = tc - t0
+        res.log_iteration(tree, path.numel() - 1, new, n_fwd, tb - ta, tc - tb, tc - t0)
         ids = torch.cat([ids, new_t[: len(new)]])
     res.wall_s = _clock(dev) - t0
     return res

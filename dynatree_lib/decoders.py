@@ -48,6 +48,21 @@ class GenerationResult:
     def iterations(self) -> int:
         return len(self.committed)
 
+    def log_iteration(self, tree, accepted: int, new: list[int], draft_forwards: int, draft_s: float,
+                      verify_s: float, since_start_s: float) -> None:
+        """Record one draft-verify-commit iteration (one target verification forward)."""
+        self.target_forwards += 1
+        self.tokens += new
+        self.draft_nodes.append(tree.n_drafted)
+        self.tree_depth.append(tree.levels)
+        self.accepted.append(accepted)
+        self.committed.append(len(new))
+        self.draft_forwards.append(draft_forwards)
+        self.draft_s.append(draft_s)
+        self.verify_s.append(verify_s)
+        if len(self.committed) == 1:
+            self.ttft_s = since_start_s
+
 
 def _clock(device: torch.device) -> float:
     if device.type == "cuda":
@@ -146,18 +161,8 @@ def generate_speculative(target, draft, prompt: Tensor, T: int, method: DraftCon
             res.target_forwards += 1
         new, done = _cut(new_t.tolist(), room, eos_token_id)
         tc = time.perf_counter()
-        res.target_forwards += 1
         policy.observe(path.numel() - 1, tree.levels)
-        res.tokens += new
-        res.draft_nodes.append(tree.n_drafted)
-        res.tree_depth.append(tree.levels)
-        res.accepted.append(path.numel() - 1)
-        res.committed.append(len(new))
-        res.draft_forwards.append(n_fwd)
-        res.draft_s.append(tb - ta)
-        res.verify_s.append(tc - tb)
-        if len(res.committed) == 1:
-            res.ttft_s = tc - t0
+        res.log_iteration(tree, path.numel() - 1, new, n_fwd, tb - ta, tc - tb, tc - t0)
         ids = torch.cat([ids, new_t[: len(new)]])
     res.wall_s = _clock(dev) - t0
     return res
