@@ -195,6 +195,7 @@ def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], device
     return {"key": key, "dataset": cell.dataset, "method": cell.method, "config": config_dict(cell.config),
             "T": cell.T, "L_max": cell.L_max, "tags": cell.tags, "kv_mode": kv_mode,
             "profile": profile.name, "target": profile.target, "draft": profile.draft, "dtype": profile.dtype,
+            "context_override": profile.context_override,
             "warmup": profile.warmup, "prompt_ids": [p.id for p in prompts], "rows": rows,
             "aggregate": aggregate(rows), "environment": environment(device),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -11,7 +11,7 @@ import ast
 import json
 import sys
 
-from .profiles import METHODS, get_profile
+from .profiles import EXTRA_METHODS, METHODS, get_profile
 
 
 def _overrides(items: list[str]) -> dict:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--profile", default="cpu")
         sp.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a profile field")
     g = sub.choices["generate"]
-    g.add_argument("--method", default="dynatree", choices=METHODS)
+    g.add_argument("--method", default="dynatree", choices=METHODS + EXTRA_METHODS)
     g.add_argument("--dataset", default="wikitext2")
     g.add_argument("--text", default=None, help="prompt text (default: first prompt of --dataset)")
     g.add_argument("-T", type=int, default=None)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if prof.threads:
             torch.set_num_threads(prof.threads)
-        target, draft, tok = load_pair(prof.target, prof.draft, prof.device, prof.dtype)
+        target, draft, tok = load_pair(prof.target, prof.draft, prof.device, prof.dtype, prof.context_override)
         if args.cmd == "setup":
             for ds in prof.datasets:
                 ps = load_prompts(ds, tok, prof.n_prompts, prof.L_max[ds], prof.seed, prof.data_source)

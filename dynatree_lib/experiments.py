@@ -128,7 +128,7 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
         torch.set_num_threads(profile.threads)
     from .models import load_pair
 
-    target, draft, tok = load_pair(profile.target, profile.draft, profile.device, profile.dtype)
+    target, draft, tok = load_pair(profile.target, profile.draft, profile.device, profile.dtype, profile.context_override)
     prompts_cache: dict = {}
     ar_ref: dict = {}
     for c, k in keyed:  # AR outputs logged earlier (resume)

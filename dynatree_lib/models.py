@@ -101,11 +101,19 @@ def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
     return model, AutoTokenizer.from_pretrained(path)
 
 
-def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str = "float32"):
-    """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ."""
+def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str = "float32",
+              context_override: int | None = None):
+    """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ.
+
+    ``context_override`` raises both models' declared context (``max_position_embeddings``), for
+    rotary-position models run past it on purpose (the paper's PG-19 setting); it is logged by the caller.
+    """
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available; use the 'cpu' profile")
     target, tt = load_model(target_ref, device, dtype)
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
+    if context_override is not None:
+        for m in (target, draft):
+            m.config.max_position_embeddings = max(context_override, context_limit(m) or 0)
     return target, draft, tt

@@ -126,6 +126,14 @@ def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, mo
     assert all(r["aggregate"]["equals_ar"] == 2 for r in data["records"])
 
 
+def test_context_override_lets_a_long_run_through():
+    from dynatree_lib.models import load_pair
+
+    target, draft, _ = load_pair("tiny:target", "tiny:draft", context_override=1024)
+    assert target.config.max_position_embeddings == draft.config.max_position_embeddings == 1024
+    assert get_profile("paper").context_override >= 1000 + 1500
+
+
 def test_profiles_and_bad_names():
     assert get_profile("paper").T == 1500 and get_profile("paper").fixed.D == 8
     assert get_profile("cpu", T=64).T == 64

@@ -62,7 +62,7 @@ NOTEBOOKS = {
                           "environment(prof.device)"),
         ("code", IGNORE + "from dynatree_lib.models import load_pair\nif prof.threads:\n"
                           "    torch.set_num_threads(prof.threads)\n"
-                          "target, draft, tok = load_pair(prof.target, prof.draft, prof.device, prof.dtype)\n"
+                          "target, draft, tok = load_pair(prof.target, prof.draft, prof.device, prof.dtype, prof.context_override)\n"
                           "count = lambda m: sum(p.numel() for p in m.parameters())\n"
                           "print(f'target {prof.target}: {count(target)/1e6:.2f}M params; draft {prof.draft}: "
                           "{count(draft)/1e6:.2f}M params; shared vocabulary {len(tok)}')"),
