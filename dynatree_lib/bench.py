@@ -128,12 +128,12 @@ class PeakMemory:
         else:
             import psutil
 
-            proc, self._stop = psutil.Process(), threading.Event()
-            self._peak = proc.memory_info().rss
+            self._proc, self._stop = psutil.Process(), threading.Event()
+            self._peak = self._proc.memory_info().rss
 
             def sample():
                 while not self._stop.wait(0.002):
-                    self._peak = max(self._peak, proc.memory_info().rss)
+                    self._peak = max(self._peak, self._proc.memory_info().rss)
 
             self._thread = threading.Thread(target=sample, daemon=True)
             self._thread.start()
@@ -146,9 +146,7 @@ class PeakMemory:
         else:
             self._stop.set()
             self._thread.join()
-            import psutil
-
-            self.peak_mb = max(self._peak, psutil.Process().memory_info().rss) / 2**20
+            self.peak_mb = max(self._peak, self._proc.memory_info().rss) / 2**20
 
 
 @dataclass

@@ -130,14 +130,13 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
 
     target, draft, tok = load_pair(profile.target, profile.draft, profile.device, profile.dtype, profile.context_override)
     prompts_cache: dict = {}
-    ar_ref: dict = {}
-    for c, k in keyed:  # AR outputs logged earlier (resume)
-        if c.config is None and (r := store.get(k)) is not None:
-            ar_ref[(c.dataset, c.T, c.L_max)] = {row["prompt_id"]: row["output_ids"] for row in r["rows"]}
     rows = {k: store.partial(k) for _, k in todo}
-    for c, k in todo:  # AR rows checkpointed by an interrupted run
+    ar_ref: dict = {}
+    for c, k in keyed:  # AR outputs logged earlier: finished records, or rows of an interrupted run
         if c.config is None:
-            ar_ref.setdefault((c.dataset, c.T, c.L_max), {}).update({r["prompt_id"]: r["output_ids"] for r in rows[k]})
+            done = store.get(k)
+            ar_ref[(c.dataset, c.T, c.L_max)] = {r["prompt_id"]: r["output_ids"]
+                                                 for r in (done["rows"] if done else rows[k])}
     bar = tqdm(total=len(todo) * n, initial=sum(map(len, rows.values())), desc=f"{profile.name}/{name}", unit="gen")
     # Interleaved: round i measures prompt i for every cell (AR first), so slow drifts of machine speed
     # hit all methods alike instead of whichever cells happen to run during a slow spell.

@@ -60,6 +60,15 @@ def tiny_gpt_neox(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, la
     return GPTNeoXForCausalLM(cfg).eval()
 
 
+def perturb(model, scale: float, seed: int):
+    """Add seeded Gaussian noise to every weight, in place: a draft that genuinely differs from its source."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return model
+
+
 def _tiny_tokenizer():
     """A byte-level tokenizer with no merges (257 ids): instant, deterministic, offline (smoke profile)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -90,10 +99,7 @@ def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
         tok = _tiny_tokenizer()
         base = tiny_gpt_neox(seed=0, vocab_size=len(tok), hidden_size=64, layers=2, max_positions=512)
         if ref == "tiny:draft":  # the target with noisy weights: a draft that agrees often, not always
-            g = torch.Generator().manual_seed(1)
-            with torch.no_grad():
-                for p in base.parameters():
-                    p.add_(torch.randn(p.shape, generator=g) * 0.03)
+            perturb(base, 0.03, seed=1)
         return base.to(device), tok
     path = resolve(ref)
     torch_dtype = getattr(torch, dtype)

@@ -2,18 +2,10 @@
 import pytest
 import torch
 
-from dynatree_lib.models import tiny_gpt_neox
+from dynatree_lib.models import perturb, tiny_gpt_neox
 
 VOCAB = 96
 MAX_POS = 160
-
-
-def _perturbed(model, scale: float, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale)
-    return model
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +17,7 @@ def target():
 def draft():
     """The target with noisy weights: agrees often but not always, so trees see both outcomes."""
     m = tiny_gpt_neox(seed=0, vocab_size=VOCAB, hidden_size=64, layers=3, max_positions=MAX_POS)
-    return _perturbed(m, 0.03, seed=123)
+    return perturb(m, 0.03, seed=123)
 
 
 @pytest.fixture(scope="session")
