@@ -8,9 +8,13 @@ Prompt construction (the paper does not specify it; ours, deterministic by seed)
 - PG-19 (test split): each book is tokenized (its first ``max_chars`` characters); prompts are
   ``L_max``-token windows at seeded offsets, drawn round-robin over books so that few books still give
   ``n`` prompts. Prompt id: ``pg19:<book id>@<token offset>``.
+
+Local files live in the repository's ``data/`` folder (provenance, licences and hashes in data/README.md);
+``$DYNATREE_DATA`` points the loaders at another folder laid out the same way.
 """
 from __future__ import annotations
 
+import gzip
 import os
 import random
 import re
@@ -23,10 +27,17 @@ DATASETS = ("wikitext2", "pg19")
 _HEADING = re.compile(r"^ = [^=].* = $")
 
 
-def shared_data_dir() -> Path:
-    """``$DYNATREE_DATA`` or ``../shared/data`` next to the repository checkout."""
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def data_dir() -> Path:
+    """``$DYNATREE_DATA`` if set, else the repository's own ``data/`` folder."""
     env = os.environ.get("DYNATREE_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+    return Path(env) if env else REPO_DATA
+
+
+def _dir(explicit: Path | None) -> Path:  # the loaders' ``data_dir`` argument shadows data_dir()
+    return Path(explicit) if explicit else data_dir()
 
 
 @dataclass
@@ -37,8 +48,9 @@ class Prompt:
 
 def _require(path: Path) -> Path:
     if not path.exists():
-        raise FileNotFoundError(f"local data file missing: {path}. Put the project's shared/ folder next to the "
-                                "checkout (or set DYNATREE_DATA to its data/ folder), or use source='hub'.")
+        raise FileNotFoundError(f"local data file missing: {path}. The repository ships it under data/; "
+                                f"DYNATREE_DATA (now {os.environ.get('DYNATREE_DATA')!r}) must name a folder laid "
+                                "out like data/ (or unset it), or use source='hub'.")
     return path
 
 
@@ -53,19 +65,19 @@ def load_texts(dataset: str, source: str = "local", data_dir: Path | None = None
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {DATASETS}")
     if source not in ("local", "hub"):
         raise ValueError(f"source must be 'local' or 'hub', got {source!r}")
-    d = data_dir or shared_data_dir()
+    d = _dir(data_dir)
     if dataset == "wikitext2":
         if source == "hub":
             ds = load_dataset("wikitext", "wikitext-2-raw-v1", split="test")
         else:
-            f = _require(d / "wikitext-2" / "wikitext-2-raw-v1" / "test-00000-of-00001.parquet")
+            f = _require(d / "wikitext-2" / "test.parquet")
             ds = load_dataset("parquet", data_files=str(f), split="train")
         return _articles(ds["text"])
     if source == "hub":
         ds = load_dataset("deepmind/pg19", split="test")
         return [(r["url"].rstrip("/").split("/")[-1], r["text"]) for r in ds]
-    f = _require(d / "pg19" / "pg19_subset.jsonl")
-    ds = load_dataset("json", data_files=str(f), split="train").filter(lambda r: r["pg19_split"] == "test")
+    f = _require(d / "pg19" / "books.parquet")
+    ds = load_dataset("parquet", data_files=str(f), split="train").filter(lambda r: r["pg19_split"] == "test")
     return [(r["book_id"], r["text"]) for r in ds]
 
 
@@ -116,6 +128,12 @@ def training_text(data_dir: Path | None = None) -> list[str]:
     """Texts of the local PG-19 books that are *not* in the PG-19 test split (embedded models' training set)."""
     from datasets import load_dataset
 
-    f = _require((data_dir or shared_data_dir()) / "pg19" / "pg19_subset.jsonl")
-    ds = load_dataset("json", data_files=str(f), split="train").filter(lambda r: r["pg19_split"] != "test")
+    f = _require(_dir(data_dir) / "pg19" / "books.parquet")
+    ds = load_dataset("parquet", data_files=str(f), split="train").filter(lambda r: r["pg19_split"] != "test")
     return list(ds["text"])
+
+
+def wikitext_valid_text(data_dir: Path | None = None) -> str:
+    """The official tokenized WikiText-2 validation file (``wiki.valid.tokens``), decompressed."""
+    f = _require(_dir(data_dir) / "wikitext-2" / "wiki.valid.tokens.gz")
+    return gzip.decompress(f.read_bytes()).decode("utf-8")

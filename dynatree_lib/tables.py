@@ -1,6 +1,6 @@
 """Tables from logged JSON only: load records, recompute speedups, format, save Markdown + LaTeX.
 
-Also the "reported (paper) vs reproduced (ours)" tables, from ``shared/reference/paper_reported.json``.
+Also the "reported (paper) vs reproduced (ours)" tables, from the repository's ``data/paper_reported.json``.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .data import shared_data_dir
+from .data import REPO_DATA
 
 METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", "hf_assisted", "streaming_spec", "talon"]
 LABELS = {"ar": "AR", "linear": "Linear Spec", "fixed_tree": "Fixed Tree", "dynatree": "DynaTree",
@@ -114,8 +114,9 @@ def table4(df):
 
 
 def reported() -> dict:
-    """The paper's numbers as transcribed in shared/reference/paper_reported.json (not our measurements)."""
-    return json.loads((shared_data_dir().parent / "reference" / "paper_reported.json").read_text())
+    """The paper's numbers as transcribed in data/paper_reported.json (not our measurements). Always the
+    repository's copy: ``$DYNATREE_DATA`` moves the evaluation text, never the reference numbers."""
+    return json.loads((REPO_DATA / "paper_reported.json").read_text(encoding="utf-8"))
 
 
 def reported_vs_reproduced_main(df: pd.DataFrame) -> pd.DataFrame:

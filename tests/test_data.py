@@ -1,9 +1,18 @@
+import gzip
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from dynatree_lib.data import load_prompts, load_texts, shared_data_dir
+from dynatree_lib.data import REPO_DATA, data_dir, load_prompts, load_texts, training_text, wikitext_valid_text
 from dynatree_lib.models import _tiny_tokenizer
 
-needs_data = pytest.mark.skipif(not (shared_data_dir() / "pg19").exists(), reason="shared/data not beside the checkout")
+REPO = Path(__file__).resolve().parents[1]
+needs_data = pytest.mark.skipif(not (data_dir() / "pg19").exists(), reason=f"no local data in {data_dir()}")
 
 
 @pytest.fixture(scope="module")
@@ -13,10 +22,17 @@ def tok():
 
 @needs_data
 def test_local_wikitext_matches_the_raw_file():
+    # the canonical wiki.test.raw (wikitext-2-raw-v1.zip, sha256 in data/README.md) is the parquet's rows
+    # joined, each blank row read as " \n"; the articles are those rows, cut at the headings
+    from datasets import load_dataset
+
+    rows = load_dataset("parquet", data_files=str(data_dir() / "wikitext-2" / "test.parquet"), split="train")["text"]
+    raw = "".join(r if r else " \n" for r in rows)
+    assert len(rows) == 4358 and len(raw.encode("utf-8")) == 1_290_590
+    assert hashlib.sha256(raw.encode("utf-8")).hexdigest() == \
+        "173c87a53759e0201f33e0ccf978e510c2042d7f2cb78229d9a50d79b9e7dd08"
     arts = load_texts("wikitext2")
-    raw = (shared_data_dir() / "wikitext-2" / "wikitext-2-raw" / "wiki.test.raw").read_text(encoding="utf-8")
-    joined = "".join(t for _, t in arts)
-    assert joined.replace("\n", "").replace(" ", "") == raw.replace("\n", "").replace(" ", "")
+    assert "".join(t for _, t in arts) == "".join(rows)
     assert arts[1][1].startswith(" = Robert Boulter = ")
 
 
@@ -41,6 +57,76 @@ def test_prompts_deterministic_and_truncated(tok, dataset):
 def test_missing_local_data_is_a_clear_error(tmp_path, tok):
     with pytest.raises(FileNotFoundError, match="local data file missing"):
         load_prompts("pg19", tok, 2, 16, data_dir=tmp_path)
+
+
+@pytest.mark.parametrize("load", [lambda: load_texts("wikitext2"), lambda: load_texts("pg19"), training_text,
+                                  wikitext_valid_text])
+def test_DYNATREE_DATA_on_an_empty_folder_is_a_clear_error(tmp_path, monkeypatch, load):
+    monkeypatch.setenv("DYNATREE_DATA", str(tmp_path))
+    assert data_dir() == tmp_path
+    with pytest.raises(FileNotFoundError, match="DYNATREE_DATA") as e:
+        load()
+    assert str(tmp_path) in str(e.value)
+
+
+def test_data_dir_defaults_to_the_repository(monkeypatch):
+    monkeypatch.delenv("DYNATREE_DATA", raising=False)
+    assert data_dir() == REPO_DATA == REPO / "data"
+
+
+def test_stored_files_match_the_hashes_in_data_readme():
+    rows = re.findall(r"^\| `([^`]+)` \| ([\d,]+) \| `([0-9a-f]{64})` \|", (REPO_DATA / "README.md").read_text(),
+                      re.M)
+    assert {f for f, _, _ in rows} == {p.relative_to(REPO_DATA).as_posix() for p in REPO_DATA.rglob("*")
+                                      if p.is_file() and p.name != "README.md"}
+    for f, size, digest in rows:
+        b = (REPO_DATA / f).read_bytes()
+        assert len(b) == int(size.replace(",", "")) and hashlib.sha256(b).hexdigest() == digest, f
+
+
+def test_tokenized_wikitext_files():
+    valid = wikitext_valid_text(REPO_DATA)
+    assert hashlib.sha256(valid.encode("utf-8")).hexdigest() == \
+        "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"
+    test = gzip.decompress((REPO_DATA / "wikitext-2" / "wiki.test.tokens.gz").read_bytes())
+    assert hashlib.sha256(test).hexdigest() == "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"
+
+
+def test_training_text_is_the_36_other_books():
+    texts = training_text(REPO_DATA)
+    test_books = dict(load_texts("pg19", data_dir=REPO_DATA))
+    assert len(texts) == 36 and not set(texts) & set(test_books.values())
+
+
+_CLONE_SNIPPET = """
+import sys
+from pathlib import Path
+clone = Path(sys.argv[1]).resolve()
+import dynatree_lib
+from dynatree_lib import data, models, tables
+assert clone in Path(dynatree_lib.__file__).resolve().parents, dynatree_lib.__file__
+assert data.data_dir() == clone / "data", data.data_dir()
+tok = models.load_model("tiny:target")[1]
+for ds in data.DATASETS:
+    ps = data.load_prompts(ds, tok, n=2, L_max=24)
+    assert len(ps) == 2 and all(p.ids.numel() == 24 for p in ps), ps
+    print(ds, [p.id for p in ps])
+rep = tables.reported()
+assert "table1_throughput_tokens_per_s" in rep, list(rep)
+print("ok")
+"""
+
+
+def test_a_bare_clone_runs_on_its_own(tmp_path):
+    """Only committed files: a clone with nothing beside it loads prompts and the paper's numbers."""
+    clone = tmp_path / "alone" / "dynatree"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "DYNATREE_DATA"}
+    env.update(PYTHONPATH=str(clone), HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-c", _CLONE_SNIPPET, str(clone)], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().endswith("ok") and "pg19 ['pg19:" in r.stdout
 
 
 def test_bad_dataset_and_sizes(tok):
