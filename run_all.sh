@@ -1,40 +1,53 @@
 #!/usr/bin/env bash
-# The README's main command. Runs notebooks 00-08 in order with papermill for one profile.
-#   ./run_all.sh                 embedded offline default (profile "cpu"; trains its models on first use)
-#   ./run_all.sh paper           Pythia-2.8B/70M on a GPU with hub access
-#   ./run_all.sh smoke           tiny models, seconds
-#   ./run_all.sh cpu --render    re-render tables and figures from existing JSON only (no experiments)
-#   ./run_all.sh cpu --rerun     archive existing JSON and run every experiment again
+# The README's main command: runs notebooks 00-09 in order with papermill for one profile.
+#   ./run_all.sh                 the cpu reproduction (SmolLM2-135M + our committed draft; no training)
+#   ./run_all.sh paper           Pythia-2.8B/70M on a GPU with hub access (./run_all.sh paper --plan first)
+#   ./run_all.sh paper-dryrun    the paper profile's code path on a CPU with tiny Pythia-shaped models
+#   ./run_all.sh smoke           tiny models, about a minute
+#   --render    rebuild every table and figure from the logged JSON only (measure nothing)
+#   --rerun     archive each notebook's JSON (kept as *.bak.json) and measure again
+#   --quick     a first look: 2 prompts per cell, no sweep notebooks (05-07)
+#   --plan      print generations, tokens and estimated GPU hours per notebook; run nothing
 # Executed notebooks go to executed/<profile>/, JSON to results/<profile>/, figures and tables to
 # figures/<profile>/. Stops at the first failing notebook.
 set -euo pipefail
 cd "$(dirname "$0")"
-PROFILE=cpu
-RERUN=False
+PROFILE=cpu RERUN=False RENDER=False QUICK=0 PLAN=0
 for arg in "$@"; do
   case "$arg" in
-    --render) export DYNATREE_RENDER_ONLY=1 ;;
+    --render) RENDER=True ;;
     --rerun) RERUN=True ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    -*) echo "unknown option $arg" >&2; exit 2 ;;
+    --quick) QUICK=1 ;;
+    --plan) PLAN=1 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -*) echo "unknown option $arg (see ./run_all.sh --help)" >&2; exit 2 ;;
     *) PROFILE=$arg ;;
   esac
 done
-case "$PROFILE" in cpu|paper|smoke) ;; *) echo "unknown profile '$PROFILE' (choose cpu, paper or smoke)" >&2; exit 2 ;; esac
+case "$PROFILE" in cpu|paper|paper-dryrun|smoke) ;;
+  *) echo "unknown profile '$PROFILE' (choose cpu, paper, paper-dryrun or smoke)" >&2; exit 2 ;; esac
 bash setup.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # kernels import the checkout even if the editable install is elsewhere
 PY=${PYTHON:-python3}
+if [ "$PLAN" = 1 ]; then
+  exec "$PY" -m dynatree_lib plan --profile "$PROFILE" $([ "$QUICK" = 1 ] && echo --quick)
+fi
+OVERRIDES="{}"
+[ "$QUICK" = 1 ] && OVERRIDES=$("$PY" -c "from dynatree_lib.cli import QUICK; import json; print(json.dumps(QUICK))")
 OUT=executed/$PROFILE
 mkdir -p "$OUT"
 export PYTHONHASHSEED=0
+"$PY" -m jupytext --quiet --to ipynb notebooks/[0-9][0-9]_*.py  # the .py sources are the truth
 start=$(date +%s)
 for nb in notebooks/[0-9][0-9]_*.ipynb; do
   name=$(basename "$nb")
+  if [ "$QUICK" = 1 ] && [[ "$name" =~ ^0[567]_ ]]; then echo "[run_all] --quick: skipping $name"; continue; fi
   echo "[run_all] $(date +%H:%M:%S) $name (profile $PROFILE)"
-  if ! "$PY" -m papermill "$nb" "$OUT/$name" -p profile "$PROFILE" -p rerun "$RERUN" --cwd notebooks \
-       --progress-bar --stdout-file /dev/null; then
+  if ! "$PY" -m papermill "$nb" "$OUT/$name" -p profile "$PROFILE" -p rerun "$RERUN" -p render_only "$RENDER" \
+       -y "overrides: $OVERRIDES" --cwd notebooks --progress-bar --stdout-file /dev/null; then
     echo "[run_all] FAILED in $name; the executed notebook with the error is $OUT/$name" >&2
     exit 1
   fi
 done
 echo "[run_all] done in $(( $(date +%s) - start ))s: notebooks in $OUT, JSON in results/$PROFILE, figures in figures/$PROFILE"
+"$PY" -m dynatree_lib.results_md "$PROFILE" && echo "[run_all] results summary: RESULTS.md"

@@ -1,6 +1,8 @@
 """dynatree: an exact, measured reproduction of DynaTree (confidence-aware adaptive tree speculative decoding)."""
-from .decoders import GenerationResult, generate, generate_ar, generate_speculative
-from .drafting import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from .baselines import HFAssistedConfig, StreamingConfig
+from .decoders import GenerationResult
+from .methods import METHOD_NAMES, generate
+from .policies import DraftPolicy, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 
-__all__ = ["generate", "generate_ar", "generate_speculative", "GenerationResult",
-           "LinearConfig", "FixedTreeConfig", "DynaTreeConfig", "TalonConfig"]
+__all__ = ["generate", "GenerationResult", "METHOD_NAMES", "DraftPolicy", "LinearConfig", "FixedTreeConfig",
+           "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "StreamingConfig"]

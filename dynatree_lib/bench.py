@@ -1,12 +1,12 @@
-"""Benchmark harness: run methods over prompts, log every record to JSON, resume interrupted sweeps.
+"""Benchmark harness primitives: cells, one measured generation per row, the JSON store, environment.
 
-A record is one (dataset, method, configuration, T, L_max) cell: its configuration, model ids, prompt ids,
-per-prompt rows (metrics of ``metrics.prompt_metrics`` plus ``equals_ar`` and a hash of the tokens),
-aggregates (mean, std) and the environment. Records live in ``results/<profile>/<experiment>.json`` and
-are keyed by a hash of everything that defines them: a rerun of a finished cell is skipped, a new cell is
-appended, measured rows of unfinished cells are checkpointed under ``partial`` (so an interrupted run
-resumes at the next prompt), the file is replaced atomically after every row, and no finished record is
-ever overwritten (``--rerun`` moves the file aside first).
+A record is one (dataset, method, configuration, T, L_max, dtype) cell: its configuration, model ids and
+weights, prompt ids, per-prompt rows (metrics of ``metrics.prompt_metrics`` plus agreement with AR and a
+hash of the tokens), aggregates (mean, std) and the environment. Records live in
+``results/<profile>/<experiment>.json`` and are keyed by a hash of everything that defines them: a rerun
+of a finished cell is skipped, a new cell is appended, measured rows of unfinished cells are
+checkpointed under ``partial`` (so an interrupted run resumes at the next prompt), the file is replaced
+atomically after every row, and no finished record is ever overwritten (a rerun moves the file aside).
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import os
 import platform
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +25,22 @@ from pathlib import Path
 import torch
 
 from .data import Prompt
-from .decoders import generate
+from .methods import generate
 from .metrics import aggregate, prompt_metrics
+from .models import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
-SCHEMA = 1
+SCHEMA = 2
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def environment(device: str) -> dict:
@@ -45,12 +54,39 @@ def environment(device: str) -> dict:
                                     capture_output=True, text=True, timeout=5).stdout.strip())
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
-    dev_name = torch.cuda.get_device_name() if device.startswith("cuda") else (platform.processor() or platform.machine())
+    dev_name = torch.cuda.get_device_name() if device.startswith("cuda") else cpu_name()
     return {"device": device, "device_name": dev_name, "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": sys.version.split()[0],
             "platform": platform.platform(), "git_commit": commit, "git_dirty": dirty,
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def read_bandwidth_gbs(device: str = "cpu", mib: int = 1024) -> float:
+    """Memory read bandwidth: best of 5 sums over a ``mib`` MiB tensor (larger than any cache)."""
+    x = torch.ones(mib * 2**18, device=device)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        x.sum().item()
+        best = min(best, time.perf_counter() - t0)
+    return x.numel() * 4 / best / 1e9
+
+
+def weight_bytes(model) -> int:
+    """Bytes of a model's parameters as stored (tied weights counted once)."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
+
+
+def bound(model, device: str) -> dict:
+    """The bandwidth bound of one-token decoding: every weight read once per token."""
+    bw, nbytes = read_bandwidth_gbs(device), weight_bytes(model)
+    return {"read_bandwidth_gbs": round(bw, 2), "weight_bytes": nbytes, "ms_per_token": round(nbytes / bw / 1e6, 3)}
 
 
 def config_dict(method) -> dict:
@@ -74,7 +110,8 @@ class ResultStore:
         if self.path.exists():
             self.data = json.loads(self.path.read_text())
             if self.data.get("schema") != SCHEMA:
-                raise ValueError(f"{self.path} has schema {self.data.get('schema')}, expected {SCHEMA}")
+                raise ValueError(f"{self.path} has schema {self.data.get('schema')}, expected {SCHEMA}; "
+                                 "rerun the experiment (rerun=True moves the old file aside)")
 
     @property
     def records(self) -> list[dict]:
@@ -116,7 +153,8 @@ class ResultStore:
 
 
 class PeakMemory:
-    """Peak memory during a block: CUDA max allocated, or process RSS sampled every 2 ms on CPU."""
+    """Peak memory during a block: CUDA max allocated, or the process's peak RSS growth on CPU (read from
+    /proc at the end, no sampling thread: the memory experiment's runs are never the timed ones)."""
 
     def __init__(self, device: str):
         self.device, self.peak_mb = device, 0.0
@@ -128,72 +166,86 @@ class PeakMemory:
         else:
             import psutil
 
-            self._proc, self._stop = psutil.Process(), threading.Event()
-            self._peak = self._proc.memory_info().rss
-
-            def sample():
-                while not self._stop.wait(0.002):
-                    self._peak = max(self._peak, self._proc.memory_info().rss)
-
-            self._thread = threading.Thread(target=sample, daemon=True)
-            self._thread.start()
+            self._proc = psutil.Process()
+            self._reset_hwm()
         return self
+
+    def _reset_hwm(self) -> None:
+        try:  # Linux: writing 5 to clear_refs resets VmHWM (peak RSS) to the current RSS
+            Path(f"/proc/{os.getpid()}/clear_refs").write_text("5")
+        except OSError:
+            pass
 
     def __exit__(self, *exc):
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
             self.peak_mb = torch.cuda.max_memory_allocated() / 2**20
         else:
-            self._stop.set()
-            self._thread.join()
-            self.peak_mb = max(self._peak, self._proc.memory_info().rss) / 2**20
+            hwm = None
+            try:
+                for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        hwm = int(line.split()[1]) * 1024
+            except OSError:
+                pass
+            self.peak_mb = (hwm or self._proc.memory_info().rss) / 2**20
 
 
 @dataclass
 class Cell:
-    """One benchmark cell: a method on a dataset at one (T, L_max)."""
+    """One benchmark cell: a method on a dataset at one (T, L_max) and precision."""
 
     dataset: str
-    method: str          # label shown in tables, e.g. "dynatree" or "fixed D=5 B=2"
-    config: object       # LinearConfig | FixedTreeConfig | DynaTreeConfig | None (AR)
+    method: str          # family: "ar", "linear", "fixed_tree", "dynatree", "talon", "hf_assisted", "streaming_spec"
+    label: str           # what tables show, e.g. "DynaTree (paper settings)" or "fixed D=5 B=2 tau=0.1"
+    config: object       # the method's configuration dataclass, None for AR
     T: int
     L_max: int
-    tags: dict = dataclasses.field(default_factory=dict)  # free-form sweep coordinates
+    dtype: str
+    tags: dict = dataclasses.field(default_factory=dict)  # sweep coordinates, role ("timed", "exact", ...)
 
 
-def _generate(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, device: str,
-              eos_token_id: int | None = None):
-    return generate(target, prompt.ids.to(device), cell.T, draft=draft, method=cell.config, kv_mode=kv_mode,
-                    eos_token_id=eos_token_id)
+def run_cell(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, record_trees: int = 0):
+    return generate(target, prompt.ids, cell.T, draft=draft, method=cell.config, kv_mode=kv_mode,
+                    record_trees=record_trees)
 
 
-def warm_up(cell: Cell, target, draft, prompts: list[Prompt], warmup: int, kv_mode: str, device: str) -> None:
+def warm_up(cell: Cell, target, draft, prompts: list[Prompt], warmup: int, kv_mode: str) -> None:
     """``warmup`` discarded runs of the cell (on the first prompts)."""
     for i in range(warmup):
-        _generate(cell, target, draft, prompts[i % len(prompts)], kv_mode, device)
+        run_cell(cell, target, draft, prompts[i % len(prompts)], kv_mode)
+
+
+def agreement(ref: list[int] | None, tokens: list[int]) -> dict:
+    """How a generation compares with AR's tokens for the same prompt and precision."""
+    if ref is None:
+        return {"equals_ar": None, "ar_agreement": None, "first_divergence": None}
+    first = next((i for i, (a, b) in enumerate(zip(ref, tokens)) if a != b), min(len(ref), len(tokens)))
+    return {"equals_ar": ref == tokens, "ar_agreement": sum(a == b for a, b in zip(ref, tokens)) / len(ref),
+            "first_divergence": first}
 
 
 def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, ar_tokens: list[int] | None,
-            device: str, eos_token_id: int | None = None) -> dict:
-    """One measured generation -> one row: metrics, peak memory, and agreement with AR's tokens
-    (``equals_ar``, ``ar_agreement``; only StreamingLLM + spec may go below 1). AR rows keep their tokens
-    (``output_ids``) so later or resumed cells can be compared with them."""
-    with PeakMemory(device) as mem:
-        res = _generate(cell, target, draft, prompt, kv_mode, device, eos_token_id)
+            record_trees: int = 0) -> dict:
+    """One measured generation -> one row: metrics and agreement with AR's tokens. AR rows keep their
+    tokens (``output_ids``) so later or resumed cells can be compared with them."""
+    res = run_cell(cell, target, draft, prompt, kv_mode, record_trees)
     ref = res.tokens if cell.config is None else ar_tokens
     row = {"prompt_id": prompt.id, "prompt_len": int(prompt.ids.numel()), **prompt_metrics(res),
-           "peak_mem_mb": mem.peak_mb, "tokens_sha": tokens_hash(res.tokens), "equals_ar": ref == res.tokens,
-           "ar_agreement": None if ref is None else sum(a == b for a, b in zip(ref, res.tokens)) / len(ref)}
+           "tokens_sha": tokens_hash(res.tokens), **agreement(ref, res.tokens)}
     if cell.config is None:
         row["output_ids"] = res.tokens
+    if res.trees:
+        row["trees"] = res.trees
     return row
 
 
-def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], device: str, kv_mode: str) -> dict:
-    return {"key": key, "dataset": cell.dataset, "method": cell.method, "config": config_dict(cell.config),
-            "T": cell.T, "L_max": cell.L_max, "tags": cell.tags, "kv_mode": kv_mode,
-            "profile": profile.name, "target": profile.target, "draft": profile.draft, "dtype": profile.dtype,
-            "context_override": profile.context_override,
+def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], device: str, kv_mode: str,
+                extra: dict) -> dict:
+    return {"key": key, "dataset": cell.dataset, "method": cell.method, "label": cell.label,
+            "config": config_dict(cell.config), "T": cell.T, "L_max": cell.L_max, "dtype": cell.dtype,
+            "tags": cell.tags, "kv_mode": kv_mode, "profile": profile.name, "engine": profile.engine,
+            "target": profile.target, "draft": profile.draft, "context_override": profile.context_override,
             "warmup": profile.warmup, "prompt_ids": [p.id for p in prompts], "rows": rows,
-            "aggregate": aggregate(rows), "environment": environment(device),
+            "aggregate": aggregate(rows), "environment": environment(device), **extra,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}

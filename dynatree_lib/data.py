@@ -24,6 +24,9 @@ from pathlib import Path
 import torch
 
 DATASETS = ("wikitext2", "pg19")
+# Hub ids. DeepMind's own PG-19 repository on the hub is a loading-script dataset, which `datasets` 4 refuses; these are
+# parquet copies of the same data (PG-19's test split, 100 books; WikiText's canonical id).
+HUB_IDS = {"wikitext2": "Salesforce/wikitext", "pg19": "emozilla/pg19-test"}
 _HEADING = re.compile(r"^ = [^=].* = $")
 
 
@@ -68,13 +71,13 @@ def load_texts(dataset: str, source: str = "local", data_dir: Path | None = None
     d = _dir(data_dir)
     if dataset == "wikitext2":
         if source == "hub":
-            ds = load_dataset("wikitext", "wikitext-2-raw-v1", split="test")
+            ds = load_dataset(HUB_IDS["wikitext2"], "wikitext-2-raw-v1", split="test")
         else:
             f = _require(d / "wikitext-2" / "test.parquet")
             ds = load_dataset("parquet", data_files=str(f), split="train")
         return _articles(ds["text"])
     if source == "hub":
-        ds = load_dataset("deepmind/pg19", split="test")
+        ds = load_dataset(HUB_IDS["pg19"], split="test")  # the parquet copy of PG-19's test split
         return [(r["url"].rstrip("/").split("/")[-1], r["text"]) for r in ds]
     f = _require(d / "pg19" / "books.parquet")
     ds = load_dataset("parquet", data_files=str(f), split="train").filter(lambda r: r["pg19_split"] == "test")

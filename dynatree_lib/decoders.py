@@ -1,14 +1,14 @@
-"""Greedy decoders with one entry point, ``generate``, and one result type.
-
-- ``generate(target, prompt, T)``: our cached autoregressive loop (equals ``model.generate(do_sample=False)``).
-- ``generate(target, prompt, T, draft=..., method=LinearConfig(K))``: linear speculative decoding.
-- ``method=FixedTreeConfig(...)``: static tree; ``method=DynaTreeConfig(...)``: DynaTree.
+"""Greedy decoding loops over runners: autoregressive, and one speculative loop for every tree method.
 
 State invariant of the speculative loop: ``ids`` holds the prompt and every committed token; the target
 cache holds ``ids[:-1]``; ``ids[-1]`` (the pending token) is the root of the next draft tree, so its KV
 entry comes out of the verification forward and no committed token is ever re-run through the target
 (``kv_mode="gather"``). ``kv_mode="rebuild"`` is the paper's rollback: crop to the prefix and forward the
-committed path again.
+committed path again. AR keeps the same prefill (``prompt[:-1]``, then the last prompt token as its first
+step), so in low precision AR and the speculative loop differ only where batch shapes differ.
+
+Positions are cache-relative (``runner.length``): equal to absolute positions, except under a
+StreamingLLM ``Window``, the loop's one hook, which evicts old slots after each draft and each commit.
 """
 from __future__ import annotations
 
@@ -18,75 +18,117 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .cache import commit_gather, new_cache, truncate
-from .drafting import DraftConfig, DraftState, draft_tree
-from .models import check_pair, context_limit, forward
-from .tree import select_path
-from .verify import verify
+from .drafting import DraftState, draft_tree
+from .policies import DraftPolicy, is_int
+from .runners import Runner, as_runner, check_pair, check_supported, context_limit, rotary_inv_freq, vocab_rows
+from .tree import Tree, select_path
 
 KV_MODES = ("gather", "rebuild")
 
 
 @dataclass
+class IterationLog:
+    """Per-iteration statistics of the speculative loop (one entry per target verification forward)."""
+
+    nodes: list[int] = field(default_factory=list)           # drafted nodes in the tree (root excluded)
+    depth: list[int] = field(default_factory=list)           # depth of the deepest drafted node
+    accepted: list[int] = field(default_factory=list)        # accepted draft tokens before the bonus
+    committed: list[int] = field(default_factory=list)       # tokens committed (after the T / EOS cut)
+    draft_forwards: list[int] = field(default_factory=list)  # draft-model forwards spent drafting
+    draft_s: list[float] = field(default_factory=list)       # seconds: drafting (draft forwards + tree growth)
+    verify_s: list[float] = field(default_factory=list)      # seconds: the target forward over the tree
+    commit_s: list[float] = field(default_factory=list)      # seconds: path selection, KV commit, bookkeeping
+
+
+@dataclass
 class GenerationResult:
-    """New tokens plus per-iteration statistics (one entry per target verification forward)."""
+    """New tokens, totals over the generation, and (speculative loop only) per-iteration detail."""
 
     tokens: list[int]
-    draft_nodes: list[int] = field(default_factory=list)     # drafted nodes in the tree (root excluded)
-    tree_depth: list[int] = field(default_factory=list)      # depth of the deepest drafted node
-    accepted: list[int] = field(default_factory=list)        # accepted draft tokens before the bonus
-    committed: list[int] = field(default_factory=list)       # tokens committed (accepted + bonus, after T/EOS cut)
-    draft_forwards: list[int] = field(default_factory=list)  # draft-model forwards spent drafting
-    draft_s: list[float] = field(default_factory=list)       # seconds drafting
-    verify_s: list[float] = field(default_factory=list)      # seconds verifying + committing
+    wall_s: float = 0.0           # whole generation, prefill included
+    ttft_s: float = float("nan")  # call -> first new token known
     prefill_s: float = 0.0
-    ttft_s: float = 0.0        # prompt in -> first new token known
-    wall_s: float = 0.0        # whole generation
-    target_forwards: int = 0   # every target forward incl. prefill and rebuilds
-
-    @property
-    def iterations(self) -> int:
-        return len(self.committed)
-
-    def log_iteration(self, tree, accepted: int, new: list[int], draft_forwards: int, draft_s: float,
-                      verify_s: float, since_start_s: float) -> None:
-        """Record one draft-verify-commit iteration (one target verification forward)."""
-        self.target_forwards += 1
-        self.tokens += new
-        self.draft_nodes.append(tree.n_drafted)
-        self.tree_depth.append(tree.levels)
-        self.accepted.append(accepted)
-        self.committed.append(len(new))
-        self.draft_forwards.append(draft_forwards)
-        self.draft_s.append(draft_s)
-        self.verify_s.append(verify_s)
-        if len(self.committed) == 1:
-            self.ttft_s = since_start_s
+    iterations: int = 0           # target verification forwards (AR: one per token)
+    target_forwards: int = 0      # every target forward: prefill, iterations, rebuilds
+    accepted: int = 0             # draft tokens accepted, bonus tokens excluded
+    drafted_nodes: int = 0
+    drafted_depth: int = 0        # sum over iterations of the deepest drafted node
+    draft_forwards: int = 0
+    engine: str = ""              # how the target ran: "eager", "static", "static+compile", "hf-generate"
+    log: IterationLog | None = None
+    trees: list[dict] = field(default_factory=list)  # recorded trees (``record_trees``)
 
 
-def _clock(device: torch.device) -> float:
+@dataclass(frozen=True)
+class Window:
+    """StreamingLLM's cache policy: keep ``n_sink`` attention sinks plus the most recent slots,
+    ``cache_size`` in all; kept keys are re-rotated to their new positions by the runner."""
+
+    cache_size: int
+    n_sink: int
+    span: int = 1  # most slots a verification adds beyond cache_size (a chain of K: K + 1)
+
+    def evict(self, runner: Runner) -> None:
+        n = runner.length - self.cache_size
+        if n > 0:
+            runner.evict(self.n_sink, n)
+
+
+def clock(device: torch.device) -> float:
+    """Wall-clock seconds, after waiting for the device to finish queued work."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
 
 
-def _check_inputs(target, draft, prompt: Tensor, T: int, kv_mode: str) -> None:
-    if not isinstance(T, int) or T < 1:
-        raise ValueError(f"max_new_tokens T must be an integer >= 1, got {T!r}")
+def check_inputs(target, draft, prompt, T, kv_mode: str, eos_token_id=None, window: Window | None = None) -> Tensor:
+    """Validate every argument of a decoder with a message naming it; returns the prompt as a 1-D long
+    tensor on the target's device (a list or tuple of ints is accepted)."""
+    model = as_runner(target).model
+    device = next(model.parameters()).device
+    if isinstance(prompt, (list, tuple)):
+        if not all(is_int(x) for x in prompt):
+            raise TypeError("prompt must be a 1-D tensor or a list of token ids (ints)")
+        prompt = torch.tensor(list(prompt), dtype=torch.long)
+    if not isinstance(prompt, Tensor):
+        raise TypeError(f"prompt must be a 1-D tensor or a list of token ids, got {type(prompt).__name__}")
+    if prompt.dtype.is_floating_point or prompt.dtype.is_complex or prompt.dtype == torch.bool:
+        raise TypeError(f"prompt must hold integer token ids, got dtype {prompt.dtype}")
     if prompt.dim() != 1 or prompt.numel() < 1:
         raise ValueError(f"prompt must be a non-empty 1-D tensor of token ids, got shape {tuple(prompt.shape)}")
+    V = vocab_rows(model)
+    lo, hi = int(prompt.min()), int(prompt.max())
+    if lo < 0 or hi >= V:
+        raise ValueError(f"prompt holds token id {lo if lo < 0 else hi}, outside the target's vocabulary [0, {V})")
+    if not is_int(T) or T < 1:
+        raise ValueError(f"T (new tokens) must be an integer >= 1, got {T!r}")
+    T = int(T)
     if kv_mode not in KV_MODES:
         raise ValueError(f"kv_mode must be one of {KV_MODES}, got {kv_mode!r}")
-    for name, m in (("target", target), ("draft", draft)):
-        limit = context_limit(m) if m is not None else None
-        if limit is not None and prompt.numel() + T > limit:
+    if eos_token_id is not None and (not is_int(eos_token_id) or not 0 <= eos_token_id < V):
+        raise ValueError(f"eos_token_id must be None or a token id in [0, {V}), got {eos_token_id!r}")
+    models = [("target", model)] + ([("draft", as_runner(draft).model)] if draft is not None else [])
+    for name, m in models:
+        need = prompt.numel() + T
+        if window is not None:
+            need = min(need, window.cache_size + window.span)
+        check_supported(m, name, tree=draft is not None, seq_len=need)
+        if window is not None:
+            rotary_inv_freq(m)  # StreamingLLM re-rotates keys: refuse models without RoPE up front
+        limit = context_limit(m)
+        if limit is not None and need > limit:
+            if window is not None:
+                raise ValueError(f"StreamingLLM cache_size ({window.cache_size}) + {window.span} verified tokens "
+                                 f"exceeds the {name} context of {limit} positions; lower cache_size to at most "
+                                 f"{limit - window.span}")
             raise ValueError(f"prompt ({prompt.numel()} tokens) + T ({T}) exceeds the {name} context of "
                              f"{limit} positions; truncate the prompt (L_max) or lower T")
     if draft is not None:
-        check_pair(target, draft)
+        check_pair(model, as_runner(draft).model)
+    return prompt.to(device)
 
 
-def _cut(new: list[int], room: int, eos: int | None) -> tuple[list[int], bool]:
+def cut(new: list[int], room: int, eos: int | None) -> tuple[list[int], bool]:
     """Clip a commit to the remaining budget and at the first EOS; report whether generation ends."""
     if eos is not None and eos in new:
         new = new[: new.index(eos) + 1]
@@ -94,92 +136,121 @@ def _cut(new: list[int], room: int, eos: int | None) -> tuple[list[int], bool]:
     return new[:room], len(new) >= room
 
 
+def prefill(runner: Runner, ids: Tensor, window: Window | None = None) -> int:
+    """Feed ``ids`` into an empty cache (in window-sized chunks under StreamingLLM); returns forwards used."""
+    runner.reset()
+    if ids.numel() == 0:
+        return 0
+    step = ids.numel() if window is None else window.cache_size - window.n_sink
+    n = 0
+    for s in range(0, ids.numel(), step):
+        chunk = ids[s:s + step]
+        runner.forward(chunk, runner.length + torch.arange(chunk.numel(), device=ids.device), last_only=True)
+        if window is not None:
+            window.evict(runner)
+        n += 1
+    return n
+
+
 @torch.no_grad()
-def generate_ar(target, prompt: Tensor, T: int, eos_token_id: int | None = None) -> GenerationResult:
+def generate_ar(target, prompt, T: int, eos_token_id: int | None = None, kv_mode: str = "gather") -> GenerationResult:
     """Greedy autoregressive decoding with a KV cache: one target forward per token."""
-    _check_inputs(target, None, prompt, T, "gather")
+    tgt = as_runner(target)
+    prompt = check_inputs(tgt, None, prompt, T, kv_mode, eos_token_id)
     dev = prompt.device
-    P = prompt.numel()
-    t0 = _clock(dev)
-    cache = new_cache()
-    tok = forward(target, prompt, cache, torch.arange(P, device=dev), last_only=True).argmax(-1)
-    t_first = _clock(dev)
-    out = [tok]
-    done = eos_token_id is not None and int(tok) == eos_token_id
-    pos = torch.arange(P, P + T, device=dev)
-    for i in range(1, T):
-        if done:
-            break
-        tok = forward(target, tok, cache, pos[i - 1:i], last_only=True).argmax(-1)
+    t0 = clock(dev)
+    T = int(T)
+    res = GenerationResult([], engine=tgt.engine, target_forwards=prefill(tgt, prompt[:-1]))
+    res.prefill_s = clock(dev) - t0
+    tok = prompt[-1:]
+    out = []
+    for i in range(T):
+        tok = tgt.forward(tok, tgt.length + torch.zeros(1, dtype=torch.long, device=dev), last_only=True).argmax(-1)
         out.append(tok)
-        if eos_token_id is not None:  # the only per-token host sync, and only when asked
-            done = int(tok) == eos_token_id
-    tokens = torch.cat(out).tolist()
-    t1 = _clock(dev)
-    n = len(tokens)
-    return GenerationResult(tokens, draft_nodes=[0] * n, tree_depth=[0] * n, accepted=[0] * n,
-                            committed=[1] * n, draft_forwards=[0] * n, prefill_s=t_first - t0,
-                            ttft_s=t_first - t0, wall_s=t1 - t0, target_forwards=n)
-
-
-@torch.no_grad()
-def generate_speculative(target, draft, prompt: Tensor, T: int, method: DraftConfig,
-                         kv_mode: str = "gather", eos_token_id: int | None = None) -> GenerationResult:
-    """Greedy speculative decoding with a draft tree shaped by ``method``; output equals ``generate_ar``."""
-    _check_inputs(target, draft, prompt, T, kv_mode)
-    dev = prompt.device
-    limit = min(x for x in (context_limit(target), context_limit(draft), 1 << 62) if x is not None)
-    policy = method.policy()
-    res = GenerationResult([])
-    t0 = _clock(dev)
-    cache = new_cache()
-    P = prompt.numel()
-    if P > 1:
-        forward(target, prompt[:-1], cache, torch.arange(P - 1, device=dev), last_only=True)
-        res.target_forwards += 1
-    res.prefill_s = _clock(dev) - t0
-    dstate = DraftState(new_cache())
-    ids = prompt
-    done = False
-    while not done:
-        room = T - len(res.tokens)
-        L = ids.numel()
-        ta = time.perf_counter()
-        # Nodes deeper than room-1 could never be committed (the bonus fills the last slot), and
-        # positions must stay inside the context.
-        tree, n_fwd = draft_tree(draft, dstate, ids, policy, min(room - 1, limit - L))
-        tb = _clock(dev)
-        target_next = verify(target, cache, tree, L - 1)
-        path = select_path(tree, target_next)
-        new_t = torch.cat([tree.tokens[path[1:]], target_next[path[-1:]]])
-        if kv_mode == "gather":
-            commit_gather(cache, L - 1, path)
-        else:
-            truncate(cache, L - 1)
-            forward(target, tree.tokens[path], cache, L - 1 + torch.arange(path.numel(), device=dev),
-                    last_only=True)
-            res.target_forwards += 1
-        new, done = _cut(new_t.tolist(), room, eos_token_id)
-        tc = time.perf_counter()
-        policy.observe(path.numel() - 1, tree.levels)
-        res.log_iteration(tree, path.numel() - 1, new, n_fwd, tb - ta, tc - tb, tc - t0)
-        ids = torch.cat([ids, new_t[: len(new)]])
-    res.wall_s = _clock(dev) - t0
+        if i == 0:
+            res.ttft_s = clock(dev) - t0
+        if eos_token_id is not None and int(tok) == eos_token_id:  # the only per-token host sync, and only when asked
+            break
+    res.tokens = torch.cat(out).tolist()
+    res.wall_s = clock(dev) - t0
+    res.iterations = len(res.tokens)
+    res.target_forwards += res.iterations
     return res
 
 
-def generate(target, prompt: Tensor, T: int, draft=None, method=None, kv_mode: str = "gather",
-             eos_token_id: int | None = None) -> GenerationResult:
-    """Greedy decoding of ``T`` new tokens: AR when ``method`` is None; otherwise the method's decoder
-    (a drafting config -> ``generate_speculative``; ``HFAssistedConfig`` / ``StreamingConfig`` -> baselines)."""
-    if method is None:
-        return generate_ar(target, prompt, T, eos_token_id)
-    if draft is None:
-        raise ValueError(f"{type(method).__name__} needs a draft model (draft=...)")
-    from . import baselines
+def verify(target: Runner, tree: Tree) -> Tensor:
+    """Target argmax after every tree node, [n+1], from one forward over the BFS-serialized tree: node i
+    sits at position ``length + depth(i)`` and sees the cache plus its ancestors and itself (a chain is
+    plain causal attention: no mask)."""
+    t = tree.view()
+    start = target.length
+    visible = None if t.is_chain else t.anc
+    return target.forward(t.tokens, start + t.depth, visible, start).argmax(dim=-1)
 
-    if isinstance(method, baselines.HFAssistedConfig):
-        return baselines.generate_hf_assisted(target, draft, prompt, T, method, eos_token_id)
-    if isinstance(method, baselines.StreamingConfig):
-        return baselines.generate_streaming_spec(target, draft, prompt, T, method, eos_token_id)
-    return generate_speculative(target, draft, prompt, T, method, kv_mode, eos_token_id)
+
+@torch.no_grad()
+def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, kv_mode: str = "gather",
+                       eos_token_id: int | None = None, window: Window | None = None,
+                       record_trees: int = 0) -> GenerationResult:
+    """Greedy speculative decoding with draft trees shaped by ``policy``; in fp32 its output equals
+    ``generate_ar``'s. ``record_trees``: keep the first that many drafted trees in ``result.trees``."""
+    tgt, drf = as_runner(target), as_runner(draft)
+    prompt = check_inputs(tgt, drf, prompt, T, kv_mode, eos_token_id, window)
+    T = int(T)
+    limits = [x for x in (context_limit(tgt.model), context_limit(drf.model)) if x is not None]
+    limit = min(limits) if limits and window is None else 1 << 62
+    dev = prompt.device
+    res = GenerationResult([], engine=tgt.engine, log=IterationLog())
+    log = res.log
+    t0 = clock(dev)
+    res.target_forwards = prefill(tgt, prompt[:-1], window)
+    drf.reset()
+    res.prefill_s = clock(dev) - t0
+    state = DraftState()
+    ids, done = prompt, False
+    while not done:
+        room = T - len(res.tokens)
+        # 1. draft: nodes deeper than room-1 could never be committed (the bonus fills the last slot)
+        ta = clock(dev)
+        tree, n_fwd = draft_tree(drf, state, ids, policy, min(room - 1, limit - ids.numel()))
+        if window is not None:
+            window.evict(drf)
+        tb = clock(dev)
+        # 2. verify: one target forward over the whole tree
+        start = tgt.length
+        target_next = verify(tgt, tree)
+        tc = clock(dev)
+        # 3. accept: the longest path the target agrees with, plus its bonus token
+        path = select_path(tree, target_next)
+        new_t = torch.cat([tree.tokens[path[1:]], target_next[path[-1:]]])
+        # 4. commit: keep the accepted path's KV entries, drop the rest
+        if kv_mode == "gather":
+            tgt.commit(start, path)
+        else:
+            tgt.truncate(start)
+            tgt.forward(tree.tokens[path], start + torch.arange(path.numel(), device=dev), last_only=True)
+            res.target_forwards += 1
+        if window is not None:
+            window.evict(tgt)
+        new, done = cut(new_t.tolist(), room, eos_token_id)
+        accepted = path.numel() - 1
+        policy.observe(accepted, tree.levels)
+        if len(res.trees) < record_trees:
+            res.trees.append(tree.record(path, ids.numel() - 1))
+        ids = torch.cat([ids, new_t[: len(new)]])
+        res.tokens += new
+        td = clock(dev)
+        if res.iterations == 0:
+            res.ttft_s = td - t0
+        res.iterations += 1
+        res.target_forwards += 1
+        res.accepted += accepted
+        res.drafted_nodes += tree.n_drafted
+        res.drafted_depth += tree.levels
+        res.draft_forwards += n_fwd
+        for xs, v in ((log.nodes, tree.n_drafted), (log.depth, tree.levels), (log.accepted, accepted),
+                      (log.committed, len(new)), (log.draft_forwards, n_fwd), (log.draft_s, tb - ta),
+                      (log.verify_s, tc - tb), (log.commit_s, td - tc)):
+            xs.append(v)
+    res.wall_s = clock(dev) - t0
+    return res

@@ -1,12 +1,17 @@
 """The paper's experiments as lists of benchmark cells, and one runner that logs them to JSON.
 
-Tables 1-3 and 5 come from one run (``main``), as in the paper; the other experiments each have a file.
-Every notebook calls ``run(name, profile)``, which skips cells already logged, then reads the JSON.
+Tables 1-3 come from one run (``main``), as in the paper; the other experiments each have a file. Every
+notebook calls ``run(name, profile)``, which measures the cells its JSON lacks and returns the path;
+``render_only=True`` refuses to measure anything (rebuilding tables and figures from JSON alone).
+
+Tuning (profiles with ``tuning``): every method family gets the same number of candidate settings,
+measured on tuning prompts drawn with ``tuning_seed`` (never the test prompts); ``tuned`` picks each
+family's fastest candidate per dataset from ``tuning.json``, and every other experiment uses it.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
+import json
 from pathlib import Path
 
 import torch
@@ -14,152 +19,248 @@ import torch
 from . import bench
 from .bench import Cell, ResultStore
 from .data import load_prompts
-from .drafting import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
-from .profiles import EXTRA_METHODS, METHODS, Profile
+from .policies import FixedTreeConfig
+from .profiles import EXTRA_METHODS, METHODS, TUNED, Profile
 
-def _four(p: Profile, ds: str, T: int, L: int, tags: dict | None = None) -> list[Cell]:
-    return [Cell(ds, m, p.method(m, ds), T, L, dict(tags or {})) for m in METHODS]
-
-
-def main_cells(p: Profile) -> list[Cell]:
-    """Table 1 (the paper's four methods) plus the other seed systems, both datasets."""
-    return [c for ds in p.datasets for c in _four(p, ds, p.T, p.L_max[ds])
-            + [Cell(ds, m, p.method(m, ds), p.T, p.L_max[ds]) for m in EXTRA_METHODS]]
-
-
-def ablation_cells(p: Profile) -> list[Cell]:
-    """Fixed tree (D=D0, B=B_mid) -> + dynamic breadth & depth -> + history adaptation (WikiText-2)."""
-    ds, full = "wikitext2", p.dynatree["wikitext2"]
-    fixed = FixedTreeConfig(D=full.D0, B=full.B_mid, tau=full.tau, n_max=full.n_max)
-    L = p.L_max[ds]
-    return [Cell(ds, "ar", None, p.T, L),
-            Cell(ds, f"Fixed Tree (D={full.D0}, B={full.B_mid})", fixed, p.T, L, {"step": 0}),
-            Cell(ds, "+ Dynamic Breadth & Depth", dataclasses.replace(full, history=False), p.T, L, {"step": 1}),
-            Cell(ds, "+ History Adaptation", full, p.T, L, {"step": 2})]
-
-
-def length_cells(p: Profile) -> list[Cell]:
-    return [c for T in p.T_list for c in _four(p, "wikitext2", T, p.L_max["wikitext2"], {"T": T})]
-
-
-def prompt_length_cells(p: Profile) -> list[Cell]:
-    return [c for L in p.L_max_list for c in _four(p, "wikitext2", p.T, L, {"L_max": L})]
-
-
-def fixed_sweep_cells(p: Profile) -> list[Cell]:
-    ds, L, g = "wikitext2", p.L_max["wikitext2"], p.fixed_grid
-    cells = [Cell(ds, "ar", None, p.T, L)]
-    for D in g["D"]:
-        for B in g["B"]:
-            for tau in g["tau"]:
-                cfg = FixedTreeConfig(D=D, B=B, tau=tau, n_max=p.fixed.n_max)
-                cells.append(Cell(ds, f"fixed D={D} B={B} tau={tau}", cfg, p.T, L, {"D": D, "B": B, "tau": tau}))
-    return cells
-
-
-def dynatree_sweep_cells(p: Profile) -> list[Cell]:
-    ds, L, base = "wikitext2", p.L_max["wikitext2"], p.dynatree["wikitext2"]
-    cells = [Cell(ds, "ar", None, p.T, L), Cell(ds, "fixed_tree", p.fixed, p.T, L, {"sweep": "reference"})]
-    for th, tl in p.threshold_pairs:
-        cells.append(Cell(ds, f"dynatree tau_h={th} tau_l={tl}", dataclasses.replace(base, tau_h=th, tau_l=tl),
-                          p.T, L, {"sweep": "thresholds", "tau_h": th, "tau_l": tl}))
-    for b in p.breadth_list:
-        cfg = dataclasses.replace(base, B_min=b[0], B_mid=b[1], B_max=b[2])
-        cells.append(Cell(ds, f"dynatree B={b}", cfg, p.T, L, {"sweep": "breadth", "B": list(b)}))
-    for d0, dmax in p.depth_list:
-        cfg = dataclasses.replace(base, D0=d0, D_max=dmax)
-        cells.append(Cell(ds, f"dynatree D0={d0} D_max={dmax}", cfg, p.T, L,
-                          {"sweep": "depth", "D0": d0, "D_max": dmax}))
-    return cells
-
-
-def tuning_cells(p: Profile) -> list[Cell]:
-    """How the ``cpu`` tree settings were chosen: the paper-profile settings and a few alternatives, on
-    held-out prompts (run with ``--set seed=99``: evaluation prompts use seed 0)."""
-    from .profiles import get_profile
-
-    paper = get_profile("paper")
-    ds, L = "wikitext2", p.L_max["wikitext2"]
-    cands = {"linear K=4": LinearConfig(4), "linear K=6": LinearConfig(6), "linear K=8": LinearConfig(8),
-             "paper fixed D=8 B=3 tau=0.1": FixedTreeConfig(8, 3, 0.1, 64),
-             "fixed D=6 B=2 tau=0.05": FixedTreeConfig(6, 2, 0.05, 64),
-             "fixed D=4 B=2 tau=0 N=16": FixedTreeConfig(4, 2, 0.0, 16),
-             "paper DynaTree defaults N=64": dataclasses.replace(paper.dynatree["wikitext2"], n_max=64),
-             "DynaTree tau_h=.5 tau_l=.2 rho=.005/.1 tau=0 N=24": p.dynatree["wikitext2"],
-             "TALON mu=.03 N=60 K=10": TalonConfig(), "TALON mu=.03 N=30 K=5": TalonConfig(N=30, K=5)}
-    return [Cell(ds, "ar", None, p.T, L)] + [Cell(ds, k, v, p.T, L, {"candidate": k}) for k, v in cands.items()]
-
-
-EXPERIMENTS = {"main": main_cells, "ablation": ablation_cells, "length_scaling": length_cells,
-               "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
-               "dynatree_sweep": dynatree_sweep_cells, "tuning": tuning_cells}
-N_PROMPTS = {"main": "n_prompts", "ablation": "n_prompts"}  # the rest use sweep_n_prompts
+LABELS = {"ar": "AR", "linear": "Linear Spec", "fixed_tree": "Fixed Tree", "dynatree": "DynaTree",
+          "hf_assisted": "HF Assisted", "streaming_spec": "StreamingLLM + Spec", "talon": "TALON"}
+PAPER_DYNATREE = "DynaTree (paper settings)"
 
 
 def results_path(name: str, profile: Profile, root: Path | None = None) -> Path:
     return (root or bench.RESULTS) / profile.name / f"{name}.json"
 
 
-def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = None, verbose: bool = True) -> Path:
-    """Run every cell of experiment ``name`` that its JSON lacks; returns the JSON path."""
-    from tqdm.auto import tqdm
+def tuned(p: Profile, family: str, dataset: str, root: Path | None = None):
+    """The family's setting for ``dataset``: the fastest tuning candidate (from the logged JSON), or the
+    paper's setting for profiles without tuning."""
+    if p.tuning is None or family not in TUNED:
+        if family == "streaming_spec" and p.tuning is not None:  # StreamingLLM drafts a chain: linear's K
+            K = tuned(p, "linear", dataset, root).K
+            return dataclasses.replace(p.method(family, dataset), K=K)
+        return p.method(family, dataset)
+    path = results_path("tuning", p, root)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
+    recs = [r for r in json.loads(path.read_text())["records"]
+            if r["dataset"] == dataset and r["method"] == family and r["dtype"] == p.dtype]
+    if not recs:
+        raise ValueError(f"{path} holds no tuning records for {family} on {dataset} at {p.dtype}")
+    best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
+    return next(c for c in p.tuning[family] if bench.config_dict(c) == best["config"])
 
+
+def _cell(p: Profile, ds: str, family: str, T: int, L: int, tags: dict | None = None, dtype: str | None = None,
+          root: Path | None = None) -> Cell:
+    cfg = tuned(p, family, ds, root)
+    return Cell(ds, family, LABELS[family], cfg, T, L, dtype or p.dtype, dict(tags or {}))
+
+
+def _four(p: Profile, ds: str, T: int, L: int, tags: dict | None = None, root=None) -> list[Cell]:
+    return [_cell(p, ds, m, T, L, tags, root=root) for m in METHODS]
+
+
+def tuning_cells(p: Profile, root=None) -> list[Cell]:
+    """AR plus each family's candidates (an equal number each), on the tuning prompts."""
+    if p.tuning is None:
+        return []
+    T = p.tuning_T or p.T
+    cells = []
+    for ds in p.datasets:
+        cells.append(Cell(ds, "ar", "AR", None, T, p.L_max[ds], p.dtype))
+        for fam in TUNED:
+            for i, cfg in enumerate(p.tuning[fam]):
+                cells.append(Cell(ds, fam, f"{LABELS[fam]} #{i}: {_short(cfg)}", cfg, T, p.L_max[ds], p.dtype,
+                                  {"candidate": i}))
+    return cells
+
+
+def _short(cfg) -> str:
+    d = dataclasses.asdict(cfg)
+    return " ".join(f"{k}={v}" for k, v in d.items() if k not in ("dynamic_breadth", "dynamic_depth", "history",
+                                                                    "W", "a_star", "eta_D", "eta_h"))
+
+
+def main_cells(p: Profile, root=None) -> list[Cell]:
+    """Table 1-3: every method (tuned where the profile tunes) plus DynaTree with the paper's settings,
+    in the timed precision; and the same in ``exact_dtype`` (fewer prompts) where every exact method
+    must equal AR."""
+    cells = []
+    for dtype, role in ((p.dtype, "timed"), (p.exact_dtype, "exact")):
+        if dtype is None or (role == "exact" and dtype == p.dtype):
+            continue
+        for ds in p.datasets:
+            T, L = p.T, p.L_max[ds]
+            cells += [_cell(p, ds, m, T, L, {"role": role}, dtype, root) for m in METHODS + EXTRA_METHODS]
+            if p.tuning is not None:
+                cells.append(Cell(ds, "dynatree", PAPER_DYNATREE, p.method("dynatree", ds), T, L, dtype,
+                                  {"role": role, "paper_settings": True}))
+    return cells
+
+
+def ablation_cells(p: Profile, root=None) -> list[Cell]:
+    """Fixed tree (D=D0, B=B_mid) -> + dynamic breadth & depth -> + history adaptation (WikiText-2)."""
+    ds = "wikitext2"
+    full = tuned(p, "dynatree", ds, root)
+    fixed = FixedTreeConfig(D=full.D0, B=full.B_mid, tau=full.tau, n_max=full.n_max)
+    L = p.L_max[ds]
+    return [Cell(ds, "ar", "AR", None, p.T, L, p.dtype),
+            Cell(ds, "fixed_tree", f"Fixed Tree (D={full.D0}, B={full.B_mid})", fixed, p.T, L, p.dtype, {"step": 0}),
+            Cell(ds, "dynatree", "+ Dynamic Breadth & Depth", dataclasses.replace(full, history=False), p.T, L,
+                 p.dtype, {"step": 1}),
+            Cell(ds, "dynatree", "+ History Adaptation", full, p.T, L, p.dtype, {"step": 2})]
+
+
+def length_cells(p: Profile, root=None) -> list[Cell]:
+    return [c for T in p.T_list for c in _four(p, "wikitext2", T, p.L_max["wikitext2"], {"T": T}, root)]
+
+
+def prompt_length_cells(p: Profile, root=None) -> list[Cell]:
+    return [c for L in p.L_max_list for c in _four(p, "wikitext2", p.T, L, {"L_max": L}, root)]
+
+
+def fixed_sweep_cells(p: Profile, root=None) -> list[Cell]:
+    ds, L, g = "wikitext2", p.L_max["wikitext2"], p.fixed_grid
+    cells = [Cell(ds, "ar", "AR", None, p.T, L, p.dtype)]
+    for D in g["D"]:
+        for B in g["B"]:
+            for tau in g["tau"]:
+                cfg = FixedTreeConfig(D=D, B=B, tau=tau, n_max=p.fixed.n_max)
+                cells.append(Cell(ds, "fixed_tree", f"fixed D={D} B={B} tau={tau}", cfg, p.T, L, p.dtype,
+                                  {"D": D, "B": B, "tau": tau}))
+    return cells
+
+
+def dynatree_sweep_cells(p: Profile, root=None) -> list[Cell]:
+    ds, L = "wikitext2", p.L_max["wikitext2"]
+    base = tuned(p, "dynatree", ds, root)
+    cells = [Cell(ds, "ar", "AR", None, p.T, L, p.dtype),
+             Cell(ds, "fixed_tree", "Fixed Tree", tuned(p, "fixed_tree", ds, root), p.T, L, p.dtype, {"sweep": "reference"})]
+    for th, tl in p.threshold_pairs:
+        cfg = dataclasses.replace(base, tau_h=th, tau_l=tl)
+        cells.append(Cell(ds, "dynatree", f"dynatree tau_h={th} tau_l={tl}", cfg, p.T, L, p.dtype,
+                          {"sweep": "thresholds", "tau_h": th, "tau_l": tl}))
+    for b in p.breadth_list:
+        cfg = dataclasses.replace(base, B_min=b[0], B_mid=b[1], B_max=b[2])
+        cells.append(Cell(ds, "dynatree", f"dynatree B={b}", cfg, p.T, L, p.dtype, {"sweep": "breadth", "B": list(b)}))
+    for d0, dmax in p.depth_list:
+        cfg = dataclasses.replace(base, D0=d0, D_max=dmax)
+        cells.append(Cell(ds, "dynatree", f"dynatree D0={d0} D_max={dmax}", cfg, p.T, L, p.dtype,
+                          {"sweep": "depth", "D0": d0, "D_max": dmax}))
+    return cells
+
+
+def trees_cells(p: Profile, root=None) -> list[Cell]:
+    """Notebook 09: the tree methods with their trees recorded (``trees_per_prompt`` iterations each)."""
+    return [_cell(p, ds, m, p.T, p.L_max[ds], {"record_trees": p.trees_per_prompt}, root=root)
+            for ds in p.datasets for m in ("ar", "fixed_tree", "dynatree", "talon")]
+
+
+def memory_cells(p: Profile, root=None) -> list[Cell]:
+    """Table 5: peak memory, in runs of their own (never beside the timed ones)."""
+    return [_cell(p, ds, m, p.T, p.L_max[ds], {"role": "memory"}, root=root)
+            for ds in p.datasets for m in METHODS + EXTRA_METHODS]
+
+
+EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "ablation": ablation_cells, "length_scaling": length_cells,
+               "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
+               "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells}
+
+
+def n_prompts(name: str, p: Profile, cell: Cell) -> int:
+    if name == "tuning":
+        return p.tuning_n
+    if name == "trees":
+        return p.trees_n_prompts
+    if name in ("main", "ablation", "memory"):
+        return p.n_exact if cell.tags.get("role") == "exact" else p.n_prompts
+    return p.sweep_n_prompts
+
+
+def cell_key(name: str, p: Profile, c: Cell) -> str:
+    seed = p.tuning_seed if name == "tuning" else p.seed
+    return bench.record_key(profile=p.name, target=p.target, draft=p.draft, dtype=c.dtype, engine=p.engine,
+                            kv=p.kv_mode, seed=seed, n=n_prompts(name, p, c), warmup=p.warmup, ds=c.dataset,
+                            method=c.method, label=c.label, config=bench.config_dict(c.config), T=c.T, L=c.L_max,
+                            tags=c.tags)
+
+
+def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
+    """Run every cell of experiment ``name`` that its JSON lacks; returns the JSON path."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}")
     path = results_path(name, profile, root)
     store = ResultStore(path)
-    if rerun and (old := store.archive()) and verbose:
+    if rerun and not render_only and (old := store.archive()):
         print(f"rerun: previous results kept at {old}")
-    n = getattr(profile, N_PROMPTS.get(name, "sweep_n_prompts"))
-    cells = EXPERIMENTS[name](profile)
-    # AR cells first: every other cell of the same (dataset, T, L_max) is checked against them.
-    cells.sort(key=lambda c: c.config is not None)
-    keyed = [(c, bench.record_key(profile=profile.name, target=profile.target, draft=profile.draft,
-                                  dtype=profile.dtype, kv=profile.kv_mode, seed=profile.seed, n=n,
-                                  warmup=profile.warmup, ds=c.dataset, method=c.method,
-                                  config=bench.config_dict(c.config), T=c.T, L=c.L_max)) for c in cells]
-    todo = [(c, k) for c, k in keyed if store.get(k) is None]
+    if profile.tuning is not None and name != "tuning":
+        run("tuning", profile, root=root, render_only=render_only)
+    cells = EXPERIMENTS[name](profile, root)
+    todo = [(c, k) for c in cells if store.get(k := cell_key(name, profile, c)) is None]
     if not todo:
         return path
-    if os.environ.get("DYNATREE_RENDER_ONLY"):
-        raise FileNotFoundError(f"render-only mode: {len(todo)} cell(s) of '{name}' are missing from {path}; "
+    if render_only:
+        raise FileNotFoundError(f"render-only: {len(todo)} cell(s) of '{name}' are missing from {path}; "
                                 "run without --render first")
-    if profile.threads:
-        torch.set_num_threads(profile.threads)
-    from .models import load_pair
+    for dtype in dict.fromkeys(c.dtype for c, _ in todo):  # one model load per precision
+        _measure_cells(name, profile, [(c, k) for c, k in todo if c.dtype == dtype], store, dtype)
+    return path
 
-    target, draft, tok = load_pair(profile.target, profile.draft, profile.device, profile.dtype, profile.context_override)
-    prompts_cache: dict = {}
+
+def _measure_cells(name: str, p: Profile, todo: list, store: ResultStore, dtype: str) -> None:
+    from tqdm.auto import tqdm
+
+    from .models import load_pair, weights_info
+
+    if p.threads:
+        torch.set_num_threads(p.threads)
+    target, draft, tok = load_pair(p.target, p.draft, p.device, dtype, p.context_override, p.engine, p.max_len)
+    hf_target = getattr(target, "model", target)
+    extra = {"weights": {"target": weights_info(p.target), "draft": weights_info(p.draft)},
+             "bound": bench.bound(hf_target, p.device)}
+    todo.sort(key=lambda ck: ck[0].config is not None)  # AR first: every other cell is compared with it
     rows = {k: store.partial(k) for _, k in todo}
-    ar_ref: dict = {}
-    for c, k in keyed:  # AR outputs logged earlier: finished records, or rows of an interrupted run
-        if c.config is None:
-            done = store.get(k)
-            ar_ref[(c.dataset, c.T, c.L_max)] = {r["prompt_id"]: r["output_ids"]
-                                                 for r in (done["rows"] if done else rows[k])}
-    bar = tqdm(total=len(todo) * n, initial=sum(map(len, rows.values())), desc=f"{profile.name}/{name}", unit="gen")
+    seed = p.tuning_seed if name == "tuning" else p.seed
+    prompts: dict = {}
+
+    def prompts_of(c: Cell, n: int):
+        if (c.dataset, c.L_max, n) not in prompts:
+            prompts[(c.dataset, c.L_max, n)] = load_prompts(c.dataset, tok, n, c.L_max, seed, p.data_source)
+        return prompts[(c.dataset, c.L_max, n)]
+
+    ar_ref: dict = {}  # (dataset, T, L_max) -> {prompt id: AR tokens}, from finished records or checkpointed rows
+    for r in store.records + [{"method": "ar", "dataset": c.dataset, "T": c.T, "L_max": c.L_max, "dtype": c.dtype,
+                               "rows": rows[k]} for c, k in todo if c.config is None]:
+        if r["method"] == "ar" and r["dtype"] == dtype:
+            ar_ref.setdefault((r["dataset"], r["T"], r["L_max"]), {}).update(
+                {row["prompt_id"]: row["output_ids"] for row in r["rows"]})
+    counts = {k: n_prompts(name, p, c) for c, k in todo}
+    bar = tqdm(total=sum(counts.values()), initial=sum(map(len, rows.values())), desc=f"{p.name}/{name} {dtype}",
+               unit="gen")
     # Interleaved: round i measures prompt i for every cell (AR first), so slow drifts of machine speed
     # hit all methods alike instead of whichever cells happen to run during a slow spell.
-    for i in range(n):
+    for i in range(max(counts.values())):
         for c, k in todo:
-            if len(rows[k]) > i:
+            if len(rows[k]) > i or i >= counts[k]:
                 continue
-            pk = (c.dataset, c.L_max)
-            if pk not in prompts_cache:
-                prompts_cache[pk] = load_prompts(c.dataset, tok, n, c.L_max, profile.seed, profile.data_source)
-            prompts = prompts_cache[pk]
-            bar.set_postfix_str(f"{c.dataset} {c.method} T={c.T} L={c.L_max}")
+            ps = prompts_of(c, counts[k])
+            bar.set_postfix_str(f"{c.dataset} {c.label[:40]} T={c.T} L={c.L_max}")
             if not rows[k]:
-                bench.warm_up(c, target, draft, prompts, profile.warmup, profile.kv_mode, profile.device)
+                bench.warm_up(c, target, draft, ps, p.warmup, p.kv_mode)
             ref = ar_ref.setdefault((c.dataset, c.T, c.L_max), {})
-            row = bench.measure(c, target, draft, prompts[i], profile.kv_mode, ref.get(prompts[i].id), profile.device)
+            if c.tags.get("role") == "memory":
+                with bench.PeakMemory(p.device) as mem:
+                    row = bench.measure(c, target, draft, ps[i], p.kv_mode, ref.get(ps[i].id))
+                row["peak_mem_mb"] = mem.peak_mb
+            else:
+                row = bench.measure(c, target, draft, ps[i], p.kv_mode, ref.get(ps[i].id),
+                                    c.tags.get("record_trees", 0))
             if c.config is None:
-                ref[prompts[i].id] = row["output_ids"]
+                ref[ps[i].id] = row["output_ids"]
             rows[k].append(row)
             store.save_partial(k, rows[k])
             bar.update(1)
     for c, k in todo:
-        store.add(bench.make_record(c, k, profile, prompts_cache[(c.dataset, c.L_max)], rows[k],
-                                    profile.device, profile.kv_mode))
+        store.add(bench.make_record(c, k, p, prompts_of(c, counts[k]), rows[k], p.device, p.kv_mode,
+                                    extra))
     bar.close()
-    return path

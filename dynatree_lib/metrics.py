@@ -38,8 +38,7 @@ from .decoders import GenerationResult
 def prompt_metrics(res: GenerationResult) -> dict:
     """Every per-prompt metric of one generation (see module docstring)."""
     n_tok, it = len(res.tokens), max(res.iterations, 1)
-    depth, nodes, acc = sum(res.tree_depth), sum(res.draft_nodes), sum(res.accepted)
-    return {
+    row = {
         "tokens": n_tok,
         "wall_s": res.wall_s,
         "tps": n_tok / res.wall_s,
@@ -47,15 +46,21 @@ def prompt_metrics(res: GenerationResult) -> dict:
         "tpot_ms": 1e3 * (res.wall_s - res.ttft_s) / (n_tok - 1) if n_tok > 1 else float("nan"),
         "iterations": res.iterations,
         "L_bar": n_tok / it,
-        "ell_bar": acc / it,
-        "accept_rate": acc / depth if depth else float("nan"),
-        "node_efficiency": acc / nodes if nodes else float("nan"),
-        "draft_forwards_per_iter": sum(res.draft_forwards) / it,
-        "draft_nodes_per_iter": nodes / it,
+        "ell_bar": res.accepted / it,
+        "accept_rate": res.accepted / res.drafted_depth if res.drafted_depth else float("nan"),
+        "node_efficiency": res.accepted / res.drafted_nodes if res.drafted_nodes else float("nan"),
+        "draft_forwards_per_iter": res.draft_forwards / it,
+        "draft_nodes_per_iter": res.drafted_nodes / it,
+        "depth_per_iter": res.drafted_depth / it,
+        "ms_per_token": 1e3 * (res.wall_s - res.prefill_s) / n_tok,
         "target_forwards": res.target_forwards,
-        "draft_s": sum(res.draft_s),
-        "verify_s": sum(res.verify_s),
+        "engine": res.engine,
     }
+    if res.log is not None:  # where the time goes (speculative loop): seconds per phase
+        for phase in ("draft", "verify", "commit"):
+            row[f"{phase}_s"] = sum(getattr(res.log, f"{phase}_s"))
+        row["prefill_s"] = res.prefill_s
+    return row
 
 
 def mean_std(xs: list[float]) -> tuple[float, float]:
@@ -66,7 +71,8 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 
 AGG_KEYS = ("tps", "ttft_ms", "tpot_ms", "iterations", "L_bar", "ell_bar", "accept_rate", "node_efficiency",
-            "draft_forwards_per_iter", "draft_nodes_per_iter", "peak_mem_mb", "wall_s", "ar_agreement")
+            "draft_forwards_per_iter", "draft_nodes_per_iter", "depth_per_iter", "peak_mem_mb", "wall_s", "ar_agreement",
+            "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token")
 
 
 def aggregate(rows: list[dict]) -> dict:
@@ -79,7 +85,3 @@ def aggregate(rows: list[dict]) -> dict:
     out["equals_ar"] = sum(bool(r.get("equals_ar")) for r in rows)
     out["n"] = len(rows)
     return out
-
-
-def speedup(tps: float, tps_ar: float) -> float:
-    return tps / tps_ar

@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .tables import DATASET_LABELS, LABELS, order  # noqa: E402
+from .tables import DATASET_LABELS, order  # noqa: E402
+from .experiments import LABELS  # noqa: E402
 
 COLORS = {"ar": "#7f7f7f", "linear": "#1f77b4", "fixed_tree": "#ff7f0e", "dynatree": "#2ca02c",
           "hf_assisted": "#9467bd", "streaming_spec": "#8c564b", "talon": "#d62728"}
@@ -26,20 +27,21 @@ def save(fig, name: str, out_dir: Path) -> Path:
 
 def main_throughput(df: pd.DataFrame):
     """Figure 4: throughput (bars) and speedup (labels) per method, one bar per dataset."""
-    fig, ax = plt.subplots(figsize=(9.5, 3.8))
-    methods = list(order(df).method.unique())
+    fig, ax = plt.subplots(figsize=(10.5, 3.8))
+    df = order(df)
+    labels = list(df.label.unique())
+    colors = [COLORS.get(m, "#333") for m in df.drop_duplicates("label").method]
     dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
     w = 0.8 / len(dss)
     for j, ds in enumerate(dss):
-        sub = df[df.dataset == ds].set_index("method").reindex(methods)
-        x = np.arange(len(methods)) + (j - (len(dss) - 1) / 2) * w
+        sub = df[df.dataset == ds].set_index("label").reindex(labels)
+        x = np.arange(len(labels)) + (j - (len(dss) - 1) / 2) * w
         bars = ax.bar(x, sub.tps, w, yerr=sub.tps_std, capsize=3, label=DATASET_LABELS[ds],
-                      color=[COLORS.get(m, "#333") for m in methods], alpha=1.0 if j == 0 else 0.55,
-                      edgecolor="black", linewidth=0.5)
+                      color=colors, alpha=1.0 if j == 0 else 0.55, edgecolor="black", linewidth=0.5)
         for b, s in zip(bars, sub.speedup):
             ax.annotate(f"{s:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
                         fontsize=7, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(np.arange(len(methods)), [LABELS.get(m, m).replace(" + ", "\n+ ") for m in methods], fontsize=8)
+    ax.set_xticks(np.arange(len(labels)), [lab.replace(" + ", "\n+ ").replace(" (", "\n(") for lab in labels], fontsize=8)
     ax.set_ylabel("throughput (tokens/s)")
     ax.legend(title="left (solid) / right (light)", fontsize=8, title_fontsize=8, loc="upper left")
     ax.set_title("Throughput and speedup vs AR")
@@ -49,7 +51,7 @@ def main_throughput(df: pd.DataFrame):
 def ablation(df: pd.DataFrame):
     """Figure 5: throughput with #Iter., and L-bar with acceptance, along the ablation steps."""
     sub = df[df.method != "ar"].sort_values("tag_step")
-    x, labels = np.arange(len(sub)), [m.replace(" (", "\n(").replace("+ ", "+\n") for m in sub.method]
+    x, labels = np.arange(len(sub)), [m.replace(" (", "\n(").replace("+ ", "+\n") for m in sub.label]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
     a1.bar(x, sub.tps, yerr=sub.tps_std, color="#2ca02c", alpha=0.7, capsize=3)
     a1.set_ylabel("throughput (tok/s)")
@@ -142,4 +144,94 @@ def draft_efficiency(rows: pd.DataFrame):
     ax.set_xlabel("mean accepted tokens per iteration (ℓ̄)")
     ax.set_ylabel("draft forwards per iteration")
     ax.legend(fontsize=7)
+    return fig
+
+
+def time_breakdown(df: pd.DataFrame):
+    """Where the time goes: milliseconds per generated token in drafting, verification and bookkeeping
+    (tree, top-k, commit), plus prefill, per method and dataset (speculative loop rows)."""
+    dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
+    fig, axes = plt.subplots(1, len(dss), figsize=(5.2 * len(dss), 3.6), sharey=True)
+    parts = [("prefill_s", "prefill", "#cccccc"), ("draft_s", "draft", "#1f77b4"), ("verify_s", "verify", "#ff7f0e"),
+             ("commit_s", "bookkeeping", "#2ca02c")]
+    for ax, ds in zip(np.atleast_1d(axes), dss):
+        sub = order(df[(df.dataset == ds) & df.draft_s.notna()])
+        x, bottom = np.arange(len(sub)), np.zeros(len(sub))
+        tokens = sub["T"].to_numpy(dtype=float)
+        for col, name, c in parts:
+            v = 1e3 * sub[col].to_numpy(dtype=float) / tokens
+            ax.bar(x, v, bottom=bottom, color=c, label=name, edgecolor="black", linewidth=0.4)
+            bottom += v
+        ar = df[(df.dataset == ds) & (df.method == "ar")]
+        if len(ar):
+            ax.axhline(1e3 * ar.wall_s.iloc[0] / ar["T"].iloc[0], color="k", ls="--", lw=1, label="AR, whole")
+        ax.set_xticks(x, [lab.replace(" (", "\n(").replace(" + ", "\n+ ") for lab in sub.label], fontsize=7)
+        ax.set_title(DATASET_LABELS[ds], fontsize=9)
+    np.atleast_1d(axes)[0].set_ylabel("ms per generated token")
+    np.atleast_1d(axes)[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def reliability(pair: dict):
+    """Reliability diagram of the draft's top-1 probability against agreement with the target's greedy
+    token (on the target's continuations), with how many positions fall in each bin."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for key, style in (("all", "o-"), ("all_human", "s--")):
+        bins = [x for x in pair["agreement"][key]["bins"] if x["n"]]
+        a.plot([x["confidence"] for x in bins], [x["accuracy"] for x in bins], style,
+               label=f"{'continuations' if key == 'all' else 'human text'} (ECE {pair['agreement'][key]['ece']:.3f})")
+    a.plot([0, 1], [0, 1], color="gray", lw=0.8)
+    a.set_xlabel("draft top-1 probability")
+    a.set_ylabel("agreement with the target")
+    a.legend(fontsize=7)
+    bins = pair["agreement"]["all"]["bins"]
+    b.bar([(x["lo"] + x["hi"]) / 2 for x in bins], [x["n"] for x in bins], width=0.09, color="#1f77b4")
+    b.set_xlabel("draft top-1 probability")
+    b.set_ylabel("positions")
+    fig.tight_layout()
+    return fig
+
+
+def chain_acceptance(pair: dict):
+    """P(a linear draft is accepted to depth j), and the acceptance at depth j given depth j-1."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.2))
+    for key in [k for k in pair["agreement"] if not k.endswith("_human")]:
+        p = pair["agreement"][key]["chain_acceptance"]
+        ax.plot(range(1, len(p) + 1), p, "o-", label=DATASET_LABELS.get(key, "all"))
+    ax.set_xlabel("depth j in a linear draft")
+    ax.set_ylabel("P(accepted to depth j)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def cost_curves(costs: dict):
+    """fwd(k) of target and draft in each precision, with the bandwidth bound of one token."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    for (dtype, c), ls in zip(costs["curves"].items(), ("-", "--")):
+        for role, col in (("target", "#d62728"), ("draft", "#1f77b4")):
+            ks = sorted(int(k) for k in c[role])
+            ax.plot(ks, [c[role][str(k)] if str(k) in c[role] else c[role][k] for k in ks], "o" + ls, color=col, ms=3,
+                    label=f"{role} {dtype}")
+        ax.axhline(c["bound"]["ms_per_token"], color="gray", ls=ls, lw=0.8, label=f"target bound {dtype}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens per forward (k)")
+    ax.set_ylabel("ms per forward")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def cost_model(t: pd.DataFrame):
+    """Predicted against measured milliseconds per token, every method and dataset (±10% band)."""
+    fig, ax = plt.subplots(figsize=(4.8, 4.2))
+    for (lab, prec), g in t.groupby(["Method", "precision"], sort=False):
+        ax.scatter(g.predicted, g.measured, s=30, marker="o" if prec != "float32" else "^", label=f"{lab} ({prec})")
+    lo, hi = 0.9 * min(t.predicted.min(), t.measured.min()), 1.1 * max(t.predicted.max(), t.measured.max())
+    xs = np.linspace(lo, hi, 10)
+    ax.plot(xs, xs, "k-", lw=0.8)
+    ax.fill_between(xs, 0.9 * xs, 1.1 * xs, color="gray", alpha=0.15)
+    ax.set_xlabel("predicted ms / token (cost model)")
+    ax.set_ylabel("measured ms / token")
+    ax.legend(fontsize=6, ncol=1, loc="upper left")
     return fig

@@ -10,35 +10,52 @@ from pathlib import Path
 import pandas as pd
 
 from .data import REPO_DATA
+from .experiments import EXPERIMENTS, LABELS, PAPER_DYNATREE, cell_key
 
 METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", "hf_assisted", "streaming_spec", "talon"]
-LABELS = {"ar": "AR", "linear": "Linear Spec", "fixed_tree": "Fixed Tree", "dynatree": "DynaTree",
-          "hf_assisted": "HF Assisted", "streaming_spec": "StreamingLLM + Spec", "talon": "TALON"}
 DATASET_LABELS = {"wikitext2": "WikiText-2", "pg19": "PG-19"}
 
 
-def load(path: str | Path) -> pd.DataFrame:
-    """One row per record: identifiers, tags, ``<metric>`` / ``<metric>_std`` means, equality counts."""
+def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
+    """The records of an experiment file that belong to ``profile``'s current cells (all if None).
+
+    A file can hold runs of other settings (fewer prompts, another precision); those are skipped, and
+    said so, so a table never mixes two runs of one cell."""
     recs = json.loads(Path(path).read_text())["records"]
+    if profile is None:
+        return recs
+    name = Path(path).stem
+    want = {cell_key(name, profile, c) for c in EXPERIMENTS[name](profile, Path(path).parents[1])}
+    keep = [r for r in recs if r["key"] in want]
+    if verbose and len(keep) < len(recs):
+        print(f"{Path(path).name}: skipped {len(recs) - len(keep)} record(s) of other settings "
+              f"(kept the {len(keep)} of profile {profile.name!r})")
+    return keep
+
+
+def load(path: str | Path, profile=None) -> pd.DataFrame:
+    """One row per record: identifiers, tags, ``<metric>`` / ``<metric>_std`` means, equality counts."""
     rows = []
-    for r in recs:
-        row = {"dataset": r["dataset"], "method": r["method"], "T": r["T"], "L_max": r["L_max"],
-               "n": r["aggregate"]["n"], "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
+    for r in records(path, profile):
+        row = {"dataset": r["dataset"], "method": r["method"], "label": r.get("label", r["method"]), "T": r["T"],
+               "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
+               "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
+               "bound_ms": r.get("bound", {}).get("ms_per_token"),
                **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in r.get("tags", {}).items()}}
         for k, v in r["aggregate"].items():
             if isinstance(v, dict):
                 row[k], row[f"{k}_std"] = v["mean"], v["std"]
         rows.append(row)
-    df = pd.DataFrame(rows)
-    return add_speedup(df)
+    return add_speedup(pd.DataFrame(rows))
 
 
 def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
-    """speedup = TPS / TPS_AR of the same dataset, T and L_max in the same file (never taken from a log)."""
-    ar = df[df.method == "ar"].set_index(["dataset", "T", "L_max"])["tps"]
-    key = list(zip(df.dataset, df["T"], df.L_max))
+    """speedup = TPS / TPS_AR of the same dataset, T, L_max and precision in the same file (never taken
+    from a log)."""
     df = df.copy()
-    df["speedup"] = [t / ar.get(k, float("nan")) for t, k in zip(df.tps, key)]
+    key = ["dataset", "T", "L_max", "dtype"]
+    ar = df[df.method == "ar"].set_index(key)["tps"]
+    df["speedup"] = [t / ar.get(k, float("nan")) for t, k in zip(df.tps, df[key].itertuples(index=False, name=None))]
     return df
 
 
@@ -49,31 +66,53 @@ def pm(mean: float, std: float, fmt: str = "{:.1f}") -> str:
 
 
 def order(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the paper's method order (DynaTree with the paper's settings right after DynaTree)."""
     rank = {m: i for i, m in enumerate(METHOD_ORDER)}
-    return df.assign(_r=df.method.map(lambda m: rank.get(m, 99))).sort_values(["_r"]).drop(columns="_r")
+    r = [rank.get(m, 99) + (0.5 if lab == PAPER_DYNATREE else 0) for m, lab in zip(df.method, df.label)]
+    return df.assign(_r=r).sort_values(["_r"], kind="stable").drop(columns="_r")
 
 
 def _per_dataset(df: pd.DataFrame, cols: dict) -> pd.DataFrame:
     """Methods as rows, (dataset, column) pairs as columns; ``cols`` maps a header to a row formatter."""
     out = {}
     for ds in [d for d in DATASET_LABELS if d in set(df.dataset)]:
-        sub = order(df[df.dataset == ds]).set_index("method")
+        sub = order(df[df.dataset == ds]).set_index("label")
         for name, f in cols.items():
-            out[(DATASET_LABELS[ds], name)] = {LABELS.get(m, m): f(r) for m, r in sub.iterrows()}
+            out[(DATASET_LABELS[ds], name)] = {lab: f(r) for lab, r in sub.iterrows()}
     t = pd.DataFrame(out)
     t.index.name = "Method"
     return t
 
 
+def role(df: pd.DataFrame, name: str = "timed") -> pd.DataFrame:
+    """The records of one role of the main run: "timed" (the timed precision) or "exact" (fp32)."""
+    return df[df.get("tag_role", pd.Series("timed", index=df.index)).fillna("timed") == name]
+
+
+def _agree(r) -> str:
+    """Prompts whose output equals AR's, and where the others first diverged (mean token index)."""
+    if r.method == "ar":
+        return "–"
+    s = f"{r.equals_ar}/{r.n}"
+    if r.equals_ar < r.n and not pd.isna(r.get("first_divergence")):
+        s += f" (div. @{r.first_divergence:.0f})"
+    return s
+
+
 def table1(df):
-    return _per_dataset(df, {"Throughput (tok/s)": lambda r: pm(r.tps, r.tps_std),
-                             "Speedup": lambda r: f"{r.speedup:.2f}×",
-                             "= AR": lambda r: f"{r.equals_ar}/{r.n}"})
+    """Throughput and speedup (timed precision), with agreement with AR at that precision."""
+    return _per_dataset(role(df), {"Throughput (tok/s)": lambda r: pm(r.tps, r.tps_std),
+                                   "Speedup": lambda r: f"{r.speedup:.2f}×", "= AR": _agree})
+
+
+def table1_exact(df):
+    """The exactness run (fp32): every exact method must equal AR on every prompt."""
+    return _per_dataset(role(df, "exact"), {"= AR": _agree, "Speedup": lambda r: f"{r.speedup:.2f}×"})
 
 
 def table2(df):
-    return _per_dataset(df, {"TTFT (ms)": lambda r: pm(r.ttft_ms, r.ttft_ms_std),
-                             "TPOT (ms)": lambda r: pm(r.tpot_ms, r.tpot_ms_std, "{:.2f}")})
+    return _per_dataset(role(df), {"TTFT (ms)": lambda r: pm(r.ttft_ms, r.ttft_ms_std),
+                                   "TPOT (ms)": lambda r: pm(r.tpot_ms, r.tpot_ms_std, "{:.2f}")})
 
 
 def _dash(x, fmt):
@@ -81,21 +120,21 @@ def _dash(x, fmt):
 
 
 def table3(df):
-    return _per_dataset(df, {"Accept.": lambda r: _dash(r.accept_rate, "{:.1%}") if r.name != "ar" else "–",
-                             "L̄": lambda r: f"{r.L_bar:.2f}",
-                             "ℓ̄": lambda r: _dash(r.ell_bar, "{:.2f}") if r.name != "ar" else "–",
-                             "#Iter.": lambda r: f"{r.iterations:.0f}"})
+    return _per_dataset(role(df), {"Accept.": lambda r: _dash(r.accept_rate, "{:.1%}") if r.method != "ar" else "–",
+                                   "L̄": lambda r: f"{r.L_bar:.2f}",
+                                   "ℓ̄": lambda r: _dash(r.ell_bar, "{:.2f}") if r.method != "ar" else "–",
+                                   "#Iter.": lambda r: f"{r.iterations:.0f}"})
 
 
 def table5(df):
     t = {}
     ar_avg = df[df.method == "ar"].peak_mem_mb.mean()
-    for m, sub in order(df).groupby("method", sort=False):
+    for lab, sub in order(df).groupby("label", sort=False):
         row = {DATASET_LABELS[d]: f"{sub[sub.dataset == d].peak_mem_mb.mean():.1f}" for d in ("pg19", "wikitext2")
                if d in set(sub.dataset)}
         avg = sub.peak_mem_mb.mean()
         row.update({"Average (MB)": f"{avg:.1f}", "Rel. change": f"{(avg / ar_avg - 1):+.2%}"})
-        t[LABELS.get(m, m)] = row
+        t[lab] = row
     out = pd.DataFrame(t).T
     out.index.name = "Method"
     return out
@@ -104,7 +143,7 @@ def table5(df):
 def table4(df):
     fixed = df[df.tag_step == 0].tps.iloc[0]
     sub = df[df.method != "ar"].sort_values("tag_step")
-    out = pd.DataFrame({"Variant": sub.method,
+    out = pd.DataFrame({"Variant": sub.label,
                         "Throughput (tok/s)": [pm(a, b) for a, b in zip(sub.tps, sub.tps_std)],
                         "Speedup": [f"{s:.2f}×" for s in sub.speedup],
                         "Δ vs Fixed": [f"{t / fixed - 1:+.1%}" for t in sub.tps],
@@ -123,16 +162,18 @@ def reported_vs_reproduced_main(df: pd.DataFrame) -> pd.DataFrame:
     """Speedup and verification numbers: the paper (Pythia-2.8B/70M, A100) beside ours (this profile)."""
     rep = reported()
     rows = []
+    df = role(df)
     for ds in [d for d in ("wikitext2", "pg19") if d in set(df.dataset)]:
-        for m in ("ar", "linear", "fixed_tree", "dynatree"):
-            ours = df[(df.dataset == ds) & (df.method == m)]
+        for m, lab in (("ar", "AR"), ("linear", "Linear Spec"), ("fixed_tree", "Fixed Tree"), ("dynatree", "DynaTree"),
+                       ("dynatree", PAPER_DYNATREE)):
+            ours = df[(df.dataset == ds) & (df.label == lab)]
             if ours.empty:
                 continue
             o = ours.iloc[0]
             key = "linear_spec" if m == "linear" else m
             p1 = rep["table1_throughput_tokens_per_s"][ds][key]
             p3 = rep["table3_verification_efficiency"][ds][key]
-            rows.append({"Dataset": DATASET_LABELS[ds], "Method": LABELS[m],
+            rows.append({"Dataset": DATASET_LABELS[ds], "Method": lab,
                          "Speedup (paper)": f"{p1['speedup']:.2f}×", "Speedup (ours)": f"{o.speedup:.2f}×",
                          "L̄ (paper)": f"{p3['L_bar']:.2f}", "L̄ (ours)": f"{o.L_bar:.2f}",
                          "Accept. (paper)": "–" if p3["accept"] is None else f"{p3['accept']:.1%}",
@@ -147,8 +188,9 @@ def reported_vs_reproduced_v1(df: pd.DataFrame, dataset: str = "wikitext2") -> p
     pairs = [("ar", "ar"), ("hf_assisted", "hf_assisted"), ("linear_spec_K6", "linear"),
              ("streamingllm_spec_cache1024", "streaming_spec"), ("dynatree_v1", "dynatree")]
     rows = []
+    df = role(df)
     for rk, m in pairs:
-        ours = df[(df.dataset == dataset) & (df.method == m)]
+        ours = df[(df.dataset == dataset) & (df.label == LABELS[m])]
         rows.append({"Method": LABELS[m], "Speedup (paper v1)": f"{rep[rk]['speedup']:.2f}×",
                      "Speedup (ours)": "–" if ours.empty else f"{ours.iloc[0].speedup:.2f}×",
                      "Agreement with AR (ours)": "–" if ours.empty or pd.isna(ours.iloc[0].get("ar_agreement"))
@@ -175,3 +217,81 @@ def save(t: pd.DataFrame, name: str, out_dir: Path) -> str:
     (out_dir / f"{name}.md").write_text(md)
     (out_dir / f"{name}.tex").write_text(t.to_latex(escape=True))
     return md
+
+
+def tuning_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Every tuning candidate (equal budget per family) with its throughput; the chosen one marked."""
+    rows = []
+    for (ds, fam), g in df.groupby(["dataset", "method"], sort=False):
+        best = g.tps.idxmax()
+        for i, r in g.iterrows():
+            rows.append({"Dataset": DATASET_LABELS[ds], "Candidate": r.label, "tok/s": pm(r.tps, r.tps_std),
+                         "Speedup": f"{r.speedup:.2f}×", "L̄": f"{r.L_bar:.2f}",
+                         "nodes/iter": f"{r.draft_nodes_per_iter:.1f}", "chosen": "✓" if i == best and fam != "ar" else ""})
+    return pd.DataFrame(rows).set_index(["Dataset", "Candidate"])
+
+
+def pair_table(pair: dict) -> pd.DataFrame:
+    """The model pair on held-out text: size, bits/byte, agreement and calibration (pair.json)."""
+    rows = {}
+    for role in ("target", "draft"):
+        m = pair["models"][role]
+        rows[role] = {"params (M)": f"{m['params'] / 1e6:.1f}", "layers × width": f"{m['layers']} × {m['hidden']}",
+                      **{f"bits/byte {DATASET_LABELS.get(ds, ds)}": f"{v:.3f}" for ds, v in pair["bits_per_byte"][role].items()}}
+    t = pd.DataFrame(rows).T
+    t.index.name = "model"
+    return t
+
+
+def agreement_table(pair: dict) -> pd.DataFrame:
+    """Teacher-forced draft/target agreement, mean confidence and ECE, on the target's greedy continuations
+    and on the human-written prompts."""
+    rows = {}
+    for key, a in pair["agreement"].items():
+        text = "human text (prompts)" if key.endswith("_human") else "target's greedy continuations"
+        ds = key.replace("_human", "")
+        rows[(DATASET_LABELS.get(ds, "all"), text)] = {"positions": a["positions"], "agreement": f"{a['agreement']:.3f}",
+                                                        "mean top-1 prob": f"{a['mean_confidence']:.3f}",
+                                                        "ECE": f"{a['ece']:.3f}"}
+    t = pd.DataFrame(rows).T
+    t.index.names = ["dataset", "text"]
+    return t
+
+
+def forward_cost_table(costs: dict) -> pd.DataFrame:
+    """fwd(k) in ms for target and draft in each precision, with the bandwidth bound of one token."""
+    cols = {}
+    for dtype, c in costs["curves"].items():
+        for role in ("target", "draft"):
+            cols[(dtype, role)] = {int(k): f"{v:.2f}" for k, v in c[role].items()}
+        cols[(dtype, "draft / target")] = {int(k): f"{c['draft'][k] / c['target'][k]:.3f}" for k in c["target"]}
+    t = pd.DataFrame(cols)
+    t.index.name = "k tokens"
+    bounds = {d: c["bound"]["ms_per_token"] for d, c in costs["curves"].items()}
+    t.attrs["bound"] = bounds
+    return t
+
+
+def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
+    """AR's time per token (TPOT) beside the bandwidth bound logged with the same record."""
+    ar = df[df.method == "ar"]
+    out = pd.DataFrame({"dataset": ar.dataset.map(DATASET_LABELS), "precision": ar.dtype,
+                        "AR TPOT (ms)": ar.tpot_ms.map(lambda x: f"{x:.2f}"),
+                        "bound (ms)": ar.bound_ms.map(lambda x: f"{x:.2f}"),
+                        "TPOT / bound": (ar.tpot_ms / ar.bound_ms).map(lambda x: f"{x:.2f}×")})
+    return out.set_index(["dataset", "precision"])
+
+
+def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
+    """Predicted (cost model) vs measured milliseconds per generated token, prefill excluded."""
+    from .costmodel import predict_ms_per_token
+
+    rows = []
+    for _, r in order(df).iterrows():
+        if r.dtype not in costs["curves"] or r.method == "hf_assisted":
+            continue
+        pred = predict_ms_per_token(costs["curves"][r.dtype], r.method, r.draft_nodes_per_iter, r.depth_per_iter,
+                                    r.draft_forwards_per_iter, r.L_bar)
+        rows.append({"Dataset": DATASET_LABELS[r.dataset], "Method": r.label, "precision": r.dtype,
+                     "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1})
+    return pd.DataFrame(rows)

@@ -1,8 +1,9 @@
-"""Token trees as flat tensors: BFS layout, ancestor matrix, attention mask, greedy path selection.
+"""Token trees as flat tensors: BFS layout, ancestor matrix, greedy path selection.
 
 A tree is stored in BFS order. Index 0 is the *root*: the last committed token, which the target has
 not yet seen (its KV entry is produced by the verification forward). Drafted nodes are 1..n, each with
-a parent index smaller than its own, so ancestors always precede descendants.
+a parent index smaller than its own, so ancestors always precede descendants. Storage grows with the
+tree that is built (doubling), never with the node budget.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from torch import Tensor
 
 @dataclass
 class Tree:
-    """A draft token tree in BFS order, preallocated to ``capacity`` nodes (root included)."""
+    """A draft token tree in BFS order; tensors hold ``capacity`` rows, the first ``size`` are used."""
 
     tokens: Tensor    # [cap] long: token id of each node (node 0 = root / pending token)
     parents: Tensor   # [cap] long: parent index, -1 for the root
@@ -25,27 +26,35 @@ class Tree:
     size: int = 1
     is_chain: bool = True  # every node's parent is the node before it (a linear draft)
     levels: int = 0        # depth of the deepest node (each ``add`` appends one level)
+    root_conf: float = float("nan")  # the draft's top-1 probability at the root (set by the drafter)
 
     @staticmethod
-    def new(root_token: Tensor | int, capacity: int, device: torch.device | str = "cpu") -> "Tree":
-        """A tree holding only the root, with room for ``capacity - 1`` drafted nodes."""
-        tokens = torch.zeros(capacity, dtype=torch.long, device=device)
-        tokens[0] = root_token
-        anc = torch.zeros(capacity, capacity, dtype=torch.bool, device=device)
-        anc[0, 0] = True
-        parents = torch.full((capacity,), -1, dtype=torch.long, device=device)
-        zeros_l = torch.zeros(capacity, dtype=torch.long, device=device)
-        zeros_f = torch.zeros(capacity, dtype=torch.float32, device=device)
-        return Tree(tokens, parents, zeros_l, zeros_f, zeros_f.clone(), anc)
+    def new(root_token: Tensor | int, capacity: int = 16, device: torch.device | str = "cpu") -> "Tree":
+        """A tree holding only the root, with room for ``capacity - 1`` drafted nodes before it grows."""
+        t = Tree(*_alloc(capacity, device))
+        t.tokens[0] = root_token
+        t.anc[0, 0] = True
+        return t
 
     @property
     def n_drafted(self) -> int:
         return self.size - 1
 
+    def _grow(self, need: int) -> None:
+        cap = self.tokens.numel()
+        if need <= cap:
+            return
+        new = _alloc(max(need, 2 * cap), self.tokens.device)
+        for dst, src in zip(new[:5], (self.tokens, self.parents, self.depth, self.logp, self.cum_logp)):
+            dst[:cap] = src
+        new[5][:cap, :cap] = self.anc
+        self.tokens, self.parents, self.depth, self.logp, self.cum_logp, self.anc = new
+
     def add(self, parent: Tensor, token: Tensor, logp: Tensor) -> Tensor:
         """Append one level of children (in BFS order, all parents at the current deepest level) and
         return their indices. One tensor op per field, no per-node Python."""
         k = parent.numel()
+        self._grow(self.size + k)
         idx = torch.arange(self.size, self.size + k, device=self.tokens.device)
         self.tokens[idx] = token
         self.parents[idx] = parent
@@ -63,21 +72,22 @@ class Tree:
     def view(self) -> "Tree":
         """The used part of the tree (no copies)."""
         n = self.size
-        return Tree(self.tokens[:n], self.parents[:n], self.depth[:n], self.logp[:n],
-                    self.cum_logp[:n], self.anc[:n, :n], n, self.is_chain, self.levels)
+        return Tree(self.tokens[:n], self.parents[:n], self.depth[:n], self.logp[:n], self.cum_logp[:n],
+                    self.anc[:n, :n], n, self.is_chain, self.levels, self.root_conf)
+
+    def record(self, path: Tensor, position: int) -> dict:
+        """A JSON-ready picture of this tree and its verification (a few hundred bytes per node)."""
+        t = self.view()
+        return {"position": position, "root_conf": round(self.root_conf, 4), "parents": t.parents.tolist(),
+                "tokens": t.tokens.tolist(), "depth": t.depth.tolist(),
+                "prob": [round(x, 4) for x in t.logp.exp().tolist()], "accepted": path.tolist()}
 
 
-def attention_mask(anc_rows: Tensor, prefix_len: int, dtype: torch.dtype) -> Tensor:
-    """4D additive mask [1, 1, q, prefix_len + k] for q query nodes over a cached prefix.
-
-    Every query sees the whole prefix, and among the k tree columns only its ancestors and itself
-    (``anc_rows`` is [q, k] bool). Additive float (0 / finfo.min) in the model dtype, because a boolean
-    4D mask is silently misread on some attention paths of transformers.
-    """
-    q, k = anc_rows.shape
-    mask = torch.zeros(1, 1, q, prefix_len + k, dtype=dtype, device=anc_rows.device)
-    mask[0, 0, :, prefix_len:].masked_fill_(~anc_rows, torch.finfo(dtype).min)
-    return mask
+def _alloc(capacity: int, device) -> tuple[Tensor, ...]:
+    zl = torch.zeros(capacity, dtype=torch.long, device=device)
+    zf = torch.zeros(capacity, dtype=torch.float32, device=device)
+    return (zl, torch.full((capacity,), -1, dtype=torch.long, device=device), zl.clone(), zf, zf.clone(),
+            torch.zeros(capacity, capacity, dtype=torch.bool, device=device))
 
 
 def select_path(tree: Tree, target_next: Tensor) -> Tensor:

@@ -1,11 +1,21 @@
-"""Tiny GPT-NeoX fixtures built from configs: no downloads, fp32 on CPU, seconds to build."""
+"""Tiny models built from configs: no downloads, fp32 on CPU, seconds to build.
+
+GPT-NeoX (Pythia's architecture) on the eager transformers path, and Llama (SmolLM2's architecture) on
+both the eager path and the fast path (``fastpath.StaticRunner``)."""
 import pytest
 import torch
 
-from dynatree_lib.models import perturb, tiny_gpt_neox
+from dynatree_lib.fastpath import StaticRunner
+from dynatree_lib.models import perturb, tiny_gpt_neox, tiny_llama
 
 VOCAB = 96
 MAX_POS = 160
+
+
+def reference(model, prompt, T: int, eos: int | None = None) -> list[int]:
+    """transformers' own greedy generate (nothing inherited from the model's generation config)."""
+    out = model.generate(prompt[None], max_new_tokens=T, do_sample=False, eos_token_id=eos, pad_token_id=0)
+    return out[0, prompt.numel():].tolist()
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +44,22 @@ def wrong_draft(target):
         w = m.get_output_embeddings().weight
         w.copy_(torch.roll(w, shifts=1, dims=0))
     return m
+
+
+@pytest.fixture(scope="session")
+def llama_target():
+    return tiny_llama(seed=0, vocab_size=VOCAB, hidden_size=64, layers=3, max_positions=MAX_POS)
+
+
+@pytest.fixture(scope="session")
+def llama_draft():
+    return perturb(tiny_llama(seed=0, vocab_size=VOCAB, hidden_size=64, layers=3, max_positions=MAX_POS), 0.03, 5)
+
+
+@pytest.fixture(scope="session")
+def fast_pair(llama_target, llama_draft):
+    """The fast path over the Llama pair (eager static runners; the compiled graphs are tested apart)."""
+    return StaticRunner(llama_target), StaticRunner(llama_draft)
 
 
 def prompts(n: int, seed: int = 0, lo: int = 1, hi: int = 40):

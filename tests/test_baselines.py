@@ -1,13 +1,14 @@
-"""HF assisted generation (exact), StreamingLLM + speculative (sink/window bookkeeping), TALON lives in
-test_exactness / test_drafting."""
+"""HF assisted generation (exact, nothing inherited from the checkpoint's generation config) and
+StreamingLLM + speculative decoding (sink/window bookkeeping, key re-rotation, on both runners).
+TALON lives in test_exactness / test_drafting."""
 import pytest
 import torch
 
-from dynatree_lib import LinearConfig, generate
-from dynatree_lib.baselines import (HFAssistedConfig, StreamingConfig, _inv_freq, evict, generate_hf_assisted,
-                                    generate_streaming_spec, rerotate)
-from dynatree_lib.cache import new_cache
-from dynatree_lib.models import forward
+from dynatree_lib import HFAssistedConfig, LinearConfig, StreamingConfig, generate
+from dynatree_lib.baselines import generate_hf_assisted
+from dynatree_lib.decoders import Window
+from dynatree_lib.fastpath import StaticRunner
+from dynatree_lib.runners import HFRunner, rerotate, rotary_inv_freq
 
 from .conftest import prompts
 
@@ -18,7 +19,24 @@ def test_hf_assisted_equals_ar(target, draft, cfg):
     for p, T in zip(prompts(3, seed=5), (1, 20, 45)):
         res = generate_hf_assisted(target, draft, p, T, cfg)
         assert res.tokens == generate(target, p, T).tokens
-        assert sum(res.committed) == T and res.target_forwards == res.iterations >= 1
+        assert res.target_forwards == res.iterations >= 1 and res.log is None and res.engine == "hf-generate"
+
+
+def test_hf_assisted_ignores_the_checkpoints_generation_config(target, draft):
+    """A checkpoint's eos and repetition penalty must not leak into our greedy comparison (it stopped at the
+    model's eos after 11 tokens of 40, and a penalty changed its output)."""
+    p, T = prompts(1, seed=9)[0], 40
+    ar = generate(target, p, T).tokens
+    saved = target.generation_config.to_dict()
+    target.generation_config.eos_token_id = ar[10]
+    target.generation_config.repetition_penalty = 1.5
+    try:
+        res = generate(target, p, T, draft=draft, method="hf_assisted")
+        assert res.tokens == ar and len(res.tokens) == T
+        assert target.generation_config.repetition_penalty == 1.5  # the user's config is restored
+    finally:
+        target.generation_config.eos_token_id = saved.get("eos_token_id")
+        target.generation_config.repetition_penalty = saved.get("repetition_penalty", 1.0)
 
 
 def test_hf_assisted_bad_settings():
@@ -30,43 +48,58 @@ def test_hf_assisted_bad_settings():
 
 def test_rerotation_equals_computing_at_the_new_position(target):
     x = prompts(1, seed=2, lo=12, hi=13)[0]
-    a, b = new_cache(), new_cache()
-    forward(target, x, a, torch.arange(x.numel()))
-    forward(target, x, b, torch.arange(x.numel()) + 7)
-    moved = rerotate(a.layers[0].keys, 7, _inv_freq(target))
-    assert torch.allclose(moved, b.layers[0].keys, atol=1e-5)
-    assert torch.allclose(a.layers[0].values, b.layers[0].values, atol=1e-6)
+    a, b = HFRunner(target), HFRunner(target)
+    a.forward(x, torch.arange(x.numel()))
+    b.forward(x, torch.arange(x.numel()) + 7)
+    moved = rerotate(a.cache.layers[0].keys, 7, rotary_inv_freq(target))
+    assert torch.allclose(moved, b.cache.layers[0].keys, atol=1e-5)
+    assert torch.allclose(a.cache.layers[0].values, b.cache.layers[0].values, atol=1e-6)
 
 
-def test_evict_keeps_sinks_and_recent_window(target):
+@pytest.mark.parametrize("fast", [False, True])
+def test_evict_keeps_sinks_and_recent_window(target, llama_target, fast):
+    model = llama_target if fast else target
+    r = StaticRunner(model) if fast else HFRunner(model)
     x = prompts(1, seed=3, lo=30, hi=31)[0]
-    c = new_cache()
-    forward(target, x, c, torch.arange(30))
-    k0, v0 = c.layers[0].keys.clone(), c.layers[0].values.clone()
-    n = evict(c, n_sink=4, cache_size=20, inv_freq=_inv_freq(target))
-    assert n == 10 and c.get_seq_length() == 20
-    assert torch.equal(c.layers[0].keys[..., :4, :], k0[..., :4, :])          # sinks untouched
-    assert torch.equal(c.layers[0].values[..., 4:, :], v0[..., 14:, :])      # most recent 16 kept
-    assert torch.allclose(c.layers[0].keys[..., 4:, :], rerotate(k0[..., 14:, :], -10, _inv_freq(target)))
-    assert evict(c, 4, 20, _inv_freq(target)) == 0
+    r.forward(x, torch.arange(30))
+    keys = (lambda: r.net.k[0, 0][..., :r.length, :]) if fast else (lambda: r.cache.layers[0].keys[0])
+    vals = (lambda: r.net.v[0, 0][..., :r.length, :]) if fast else (lambda: r.cache.layers[0].values[0])
+    k0, v0 = keys().clone(), vals().clone()
+    Window(cache_size=20, n_sink=4).evict(r)
+    assert r.length == 20
+    assert torch.equal(keys()[..., :4, :], k0[..., :4, :])          # sinks untouched
+    assert torch.equal(vals()[..., 4:, :], v0[..., 14:, :])          # most recent 16 kept
+    assert torch.allclose(keys()[..., 4:, :], rerotate(k0[..., 14:, :], -10, rotary_inv_freq(model)), atol=1e-6)
+    Window(cache_size=20, n_sink=4).evict(r)
+    assert r.length == 20
 
 
 def test_streaming_equals_linear_spec_while_it_fits(target, draft):
     p, T = prompts(1, seed=8, lo=20, hi=21)[0], 30
-    res = generate_streaming_spec(target, draft, p, T, StreamingConfig(K=4, cache_size=64))
+    res = generate(target, p, T, draft=draft, method=StreamingConfig(K=4, cache_size=64))
     assert res.tokens == generate(target, p, T).tokens
     assert res.tokens == generate(target, p, T, draft=draft, method=LinearConfig(4)).tokens
 
 
-def test_streaming_slides_and_stays_bounded(target, draft):
+@pytest.mark.parametrize("fast", [False, True])
+def test_streaming_slides_and_stays_bounded(target, draft, fast_pair, fast):
+    t, d = fast_pair if fast else (target, draft)
     p, T = prompts(1, seed=9, lo=30, hi=31)[0], 60
-    res = generate_streaming_spec(target, draft, p, T, StreamingConfig(K=3, cache_size=24, n_sink=4))
-    ar = generate(target, p, T).tokens
+    res = generate(t, p, T, draft=d, method=StreamingConfig(K=3, cache_size=24, n_sink=4))
     assert len(res.tokens) == T
-    agree = sum(a == b for a, b in zip(res.tokens, ar)) / T
+    agree = sum(a == b for a, b in zip(res.tokens, generate(t, p, T).tokens)) / T
     assert 0.0 <= agree <= 1.0   # measured, not asserted equal: the window changes what attention sees
 
 
-def test_streaming_bad_settings():
+def test_streaming_runs_past_the_context(target, draft):
+    """StreamingLLM's point: prompt + T beyond the model's positions, with a window inside them."""
+    p = prompts(1, seed=1, lo=100, hi=101)[0]
+    res = generate(target, p, 100, draft=draft, method=StreamingConfig(K=3, cache_size=48, n_sink=4))
+    assert len(res.tokens) == 100
+
+
+def test_streaming_bad_settings(target, draft):
     with pytest.raises(ValueError, match="n_sink < cache_size"):
         StreamingConfig(cache_size=4, n_sink=4)
+    with pytest.raises(ValueError, match="lower cache_size"):
+        generate(target, prompts(1, lo=100, hi=101)[0], 100, draft=draft, method=StreamingConfig(cache_size=1024))

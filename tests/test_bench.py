@@ -3,17 +3,19 @@ import math
 
 import pytest
 
-from dynatree_lib import experiments
-from dynatree_lib.bench import ResultStore
-from dynatree_lib.decoders import GenerationResult
+from dynatree_lib import experiments, tables
+from dynatree_lib.bench import ResultStore, agreement
+from dynatree_lib.bench import config_dict as bench_config
+from dynatree_lib.decoders import GenerationResult, IterationLog
 from dynatree_lib.metrics import aggregate, prompt_metrics
 from dynatree_lib.profiles import get_profile
 
 
 def test_metric_arithmetic_on_a_hand_made_log():
-    res = GenerationResult(tokens=list(range(10)), draft_nodes=[6, 6, 4], tree_depth=[4, 4, 2],
-                           accepted=[3, 4, 0], committed=[4, 5, 1], draft_forwards=[4, 4, 2],
-                           ttft_s=0.1, wall_s=1.0, target_forwards=4)
+    log = IterationLog(nodes=[6, 6, 4], depth=[4, 4, 2], accepted=[3, 4, 0], committed=[4, 5, 1],
+                       draft_forwards=[4, 4, 2], draft_s=[0.1] * 3, verify_s=[0.2] * 3, commit_s=[0.01] * 3)
+    res = GenerationResult(tokens=list(range(10)), iterations=3, accepted=7, drafted_nodes=16, drafted_depth=10,
+                           draft_forwards=10, ttft_s=0.1, wall_s=1.0, prefill_s=0.2, target_forwards=4, log=log)
     m = prompt_metrics(res)
     assert m["tps"] == 10.0 and m["iterations"] == 3
     assert m["L_bar"] == pytest.approx(10 / 3)
@@ -22,14 +24,22 @@ def test_metric_arithmetic_on_a_hand_made_log():
     assert m["node_efficiency"] == pytest.approx(7 / 16)
     assert m["draft_forwards_per_iter"] == pytest.approx(10 / 3)
     assert m["draft_nodes_per_iter"] == pytest.approx(16 / 3)
+    assert m["depth_per_iter"] == pytest.approx(10 / 3)
     assert m["ttft_ms"] == pytest.approx(100.0) and m["tpot_ms"] == pytest.approx(100.0)
+    assert m["ms_per_token"] == pytest.approx(80.0)
+    assert m["draft_s"] == pytest.approx(0.3) and m["verify_s"] == pytest.approx(0.6)
 
 
 def test_ar_metrics():
-    res = GenerationResult(tokens=[1, 2, 3, 4], draft_nodes=[0] * 4, tree_depth=[0] * 4, accepted=[0] * 4,
-                           committed=[1] * 4, draft_forwards=[0] * 4, ttft_s=0.5, wall_s=2.0)
+    res = GenerationResult(tokens=[1, 2, 3, 4], iterations=4, ttft_s=0.5, wall_s=2.0)
     m = prompt_metrics(res)
     assert m["L_bar"] == 1 and m["ell_bar"] == 0 and math.isnan(m["accept_rate"]) and m["tpot_ms"] == 500.0
+    assert "draft_s" not in m  # AR logs no per-iteration phases
+
+
+def test_agreement_with_ar():
+    assert agreement([1, 2, 3, 4], [1, 2, 3, 4]) == {"equals_ar": True, "ar_agreement": 1.0, "first_divergence": 4}
+    assert agreement([1, 2, 3, 4], [1, 2, 9, 4]) == {"equals_ar": False, "ar_agreement": 0.75, "first_divergence": 2}
 
 
 def test_aggregate_mean_std():
@@ -59,51 +69,92 @@ def test_schema_mismatch(tmp_path):
 @pytest.fixture(scope="module")
 def smoke_main(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    prof = get_profile("smoke", n_prompts=2, T=12)
-    path = experiments.run("main", prof, root=root, verbose=False)
+    prof = get_profile("smoke", n_prompts=2, T=12, tuning_T=8)
+    path = experiments.run("main", prof, root=root)
     return prof, root, path
 
 
 def test_main_json_schema(smoke_main):
-    prof, _, path = smoke_main
+    prof, root, path = smoke_main
     data = json.loads(path.read_text())
     recs = data["records"]
-    assert data["schema"] == 1 and len(recs) == len(prof.datasets) * 7
+    per_run = len(prof.datasets) * 8  # 7 methods + DynaTree with the paper's settings
+    assert data["schema"] == 2 and len(recs) == 2 * per_run
+    assert {r["dtype"] for r in recs} == {"bfloat16", "float32"}
     for r in recs:
-        for k in ("key", "dataset", "method", "config", "T", "L_max", "prompt_ids", "rows", "aggregate",
-                  "environment", "target", "draft", "warmup", "kv_mode"):
+        for k in ("key", "dataset", "method", "label", "config", "T", "L_max", "dtype", "prompt_ids", "rows",
+                  "aggregate", "environment", "target", "draft", "warmup", "kv_mode", "engine", "weights", "bound"):
             assert k in r, k
-        for k in ("device", "torch", "transformers", "python", "git_commit", "date"):
+        for k in ("device", "device_name", "torch", "transformers", "python", "git_commit", "date"):
             assert k in r["environment"], k
-        assert len(r["rows"]) == len(r["prompt_ids"]) == 2
-        if r["method"] == "streaming_spec":  # not exact once its window slides: agreement is measured
-            assert all(0 <= row["ar_agreement"] <= 1 for row in r["rows"])
-        else:
-            assert all(row["equals_ar"] and row["ar_agreement"] == 1 for row in r["rows"]), r["method"]
-        assert all(row["tokens"] == prof.T for row in r["rows"])
+        assert r["bound"]["ms_per_token"] > 0 and r["bound"]["weight_bytes"] > 0
+        exact = r["tags"]["role"] == "exact"
+        assert len(r["rows"]) == len(r["prompt_ids"]) == (prof.n_exact if exact else 2)
+        for row in r["rows"]:
+            assert row["tokens"] == prof.T and 0 <= row["ar_agreement"] <= 1
+            if exact and r["method"] != "streaming_spec":  # fp32: asserted; bf16: measured
+                assert row["equals_ar"] and row["first_divergence"] == prof.T, r["label"]
         assert r["aggregate"]["tps"]["mean"] > 0
+    assert (root / "smoke" / "tuning.json").exists()  # main ran the tuning it depends on
+
+
+def test_tuned_settings_come_from_the_tuning_json(smoke_main):
+    prof, root, _ = smoke_main
+    recs = json.loads((root / "smoke" / "tuning.json").read_text())["records"]
+    for ds in prof.datasets:
+        for fam in ("linear", "fixed_tree", "dynatree", "talon", "hf_assisted"):
+            cands = [r for r in recs if r["dataset"] == ds and r["method"] == fam]
+            assert len(cands) == len(prof.tuning[fam])  # equal budget: every candidate measured
+            best = max(cands, key=lambda r: r["aggregate"]["tps"]["mean"])
+            assert bench_config(experiments.tuned(prof, fam, ds, root)) == best["config"]
+            assert all(r["prompt_ids"] == cands[0]["prompt_ids"] for r in cands)
+    main = json.loads((root / "smoke" / "main.json").read_text())["records"]
+    tuning_prompts = {p for r in recs for p in r["prompt_ids"]}
+    assert not tuning_prompts & {p for r in main for p in r["prompt_ids"]}  # disjoint from the test prompts
+
+
+def test_tuning_labels_say_what_they_run():
+    """(The paper profile once labelled an n_max=64 tree "paper".) Labels are made from the configs."""
+    for c in experiments.tuning_cells(get_profile("cpu")):
+        for k, v in bench_config(c.config).items():
+            if k not in ("type", "dynamic_breadth", "dynamic_depth", "history", "W", "a_star", "eta_D", "eta_h") and c.config:
+                assert f"{k}={v}" in c.label, (c.label, k)
+
+
+def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
+    """One file holding two runs of the same cells (other prompt counts) is read without mixing them."""
+    prof, root, path = smoke_main
+    small = get_profile("smoke", n_prompts=1, T=12, tuning_T=8)
+    experiments.run("main", small, root=root)
+    df = tables.load(path, prof)
+    assert len(df) == 2 * len(prof.datasets) * 8 and set(df[df.tag_role == "timed"].n) == {2}
+    assert "skipped" in capsys.readouterr().out
+    df1 = tables.load(path, small)
+    assert set(df1[df1.tag_role == "timed"].n) == {1}
+    tables.table1(df)  # renders
 
 
 def test_resume_skips_finished_and_appends_missing(smoke_main, monkeypatch):
     prof, root, path = smoke_main
     data = json.loads(path.read_text())
-    dropped = data["records"].pop()            # simulate a record that never finished
+    dropped = [r for r in tables.records(path, prof, verbose=False) if r["label"] != "AR"][-1]
+    data["records"] = [r for r in data["records"] if r["key"] != dropped["key"]]
     path.write_text(json.dumps(data))
     calls = []
     real = experiments.bench.measure
-    monkeypatch.setattr(experiments.bench, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
-    experiments.run("main", prof, root=root, verbose=False)
-    assert calls == [dropped["method"]] * 2    # its two prompts, nothing else
+    monkeypatch.setattr(experiments.bench, "measure", lambda c, *a, **k: calls.append(c.label) or real(c, *a, **k))
+    experiments.run("main", prof, root=root)
+    assert calls == [dropped["label"]] * len(dropped["rows"])  # its prompts, nothing else
     after = json.loads(path.read_text())
-    assert [r["key"] for r in after["records"][:-1]] == [r["key"] for r in data["records"]]
     assert after["records"][-1]["key"] == dropped["key"] and not after.get("partial")
+    assert [r["key"] for r in after["records"][:-1]] == [r["key"] for r in data["records"]]
     assert [r["tokens_sha"] for r in after["records"][-1]["rows"]] == [r["tokens_sha"] for r in dropped["rows"]]
-    experiments.run("main", prof, root=root, verbose=False)
-    assert len(calls) == 2                      # nothing left to do
+    experiments.run("main", prof, root=root)
+    assert len(calls) == len(dropped["rows"])    # nothing left to do
 
 
 def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, monkeypatch):
-    prof = get_profile("smoke", n_prompts=2, T=8)
+    prof = get_profile("smoke", n_prompts=2, T=8, tuning=None)
     real = experiments.bench.measure
     calls = []
 
@@ -115,15 +166,19 @@ def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, mo
 
     monkeypatch.setattr(experiments.bench, "measure", flaky)
     with pytest.raises(KeyboardInterrupt):
-        experiments.run("ablation", prof, root=tmp_path, verbose=False)
+        experiments.run("ablation", prof, root=tmp_path)
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
     assert data["records"] == [] and sum(map(len, data["partial"].values())) == 5  # round 0: 4 cells, round 1: AR
     monkeypatch.setattr(experiments.bench, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
-    experiments.run("ablation", prof, root=tmp_path, verbose=False)
+    experiments.run("ablation", prof, root=tmp_path)
     assert len(calls) == 8                      # the 3 missing rows only
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
     assert len(data["records"]) == 4 and not data["partial"]
-    assert all(r["aggregate"]["equals_ar"] == 2 for r in data["records"])
+
+
+def test_render_only_refuses_to_measure(tmp_path):
+    with pytest.raises(FileNotFoundError, match="render-only"):
+        experiments.run("ablation", get_profile("smoke", tuning=None), root=tmp_path, render_only=True)
 
 
 def test_context_override_lets_a_long_run_through():
@@ -145,3 +200,6 @@ def test_profiles_and_bad_names():
         experiments.run("table9", get_profile("smoke"))
     with pytest.raises(ValueError, match="unknown method"):
         get_profile("cpu").method("medusa", "pg19")
+    assert get_profile("paper").tuning is None and get_profile("cpu").tuning is not None
+    for fam, cands in get_profile("cpu").tuning.items():  # equal tuning budget for every family
+        assert len(cands) == len(get_profile("cpu").tuning["dynatree"]), fam

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dynatree_lib.data import REPO_DATA, data_dir, load_prompts, load_texts, training_text, wikitext_valid_text
-from dynatree_lib.models import _tiny_tokenizer
+from dynatree_lib.models import tiny_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 needs_data = pytest.mark.skipif(not (data_dir() / "pg19").exists(), reason=f"no local data in {data_dir()}")
@@ -17,7 +17,7 @@ needs_data = pytest.mark.skipif(not (data_dir() / "pg19").exists(), reason=f"no 
 
 @pytest.fixture(scope="module")
 def tok():
-    return _tiny_tokenizer()
+    return tiny_tokenizer()
 
 
 @needs_data

@@ -3,21 +3,26 @@ import math
 import pytest
 import torch
 
-from dynatree_lib.cache import cache_length, new_cache
-from dynatree_lib.drafting import DraftState, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, draft_tree
-from dynatree_lib.models import forward
+from dynatree_lib.drafting import DraftState, draft_tree
+from dynatree_lib.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from dynatree_lib.runners import HFRunner
+from dynatree_lib.tree import Tree
 
 from .conftest import prompts
 
 
 def grow(draft, cfg, prompt, max_depth=100):
-    state = DraftState(new_cache())
-    tree, n_fwd = draft_tree(draft, state, prompt, cfg.policy(), max_depth)
+    runner, state = HFRunner(draft), DraftState()
+    tree, n_fwd = draft_tree(runner, state, prompt, cfg.policy(), max_depth)
     if n_fwd:  # rolled back to the committed prefix
-        assert cache_length(state.cache) == prompt.numel() == state.n_cached
+        assert runner.length == runner.cache.get_seq_length() == prompt.numel() == state.consumed
     else:      # nothing to draft: the draft model was not run at all
-        assert cache_length(state.cache) == state.n_cached == 0
+        assert runner.length == state.consumed == 0
     return tree.view(), n_fwd
+
+
+def last_logits(model, ids):
+    return HFRunner(model).forward(ids, torch.arange(ids.numel()), last_only=True)[0]
 
 
 def test_linear_chain(draft):
@@ -39,7 +44,7 @@ def test_full_fixed_tree_shape_and_one_forward_per_level(draft):
 def test_root_children_are_draft_topk(draft):
     p = prompts(1, seed=5)[0]
     t, _ = grow(draft, FixedTreeConfig(D=1, B=3, tau=0.0), p)
-    logits = forward(draft, p, new_cache(), torch.arange(p.numel()), last_only=True)[0]
+    logits = last_logits(draft, p)
     lp, tok = torch.log_softmax(logits, -1).topk(3)
     assert t.tokens[1:].tolist() == tok.tolist()
     assert torch.allclose(t.logp[1:], lp, atol=1e-5)
@@ -52,7 +57,7 @@ def test_tree_nodes_match_sequential_draft(draft):
     for i in range(1, t.size):
         path = t.anc[i].nonzero().squeeze(1)
         ctx = torch.cat([p, t.tokens[path[1:-1]]])
-        logits = forward(draft, ctx, new_cache(), torch.arange(ctx.numel()), last_only=True)[0]
+        logits = last_logits(draft, ctx)
         assert torch.allclose(torch.log_softmax(logits, -1)[t.tokens[i]], t.logp[i], atol=1e-4)
 
 
@@ -90,9 +95,9 @@ def test_siblings_distinct(draft):
 def test_breadth_rule():
     pol = DynaTreeConfig(B_min=1, B_mid=2, B_max=4, tau_h=0.8, tau_l=0.3).policy()
     conf = torch.tensor([0.95, 0.8, 0.5, 0.3, 0.1])
-    assert pol.breadth(conf, torch.zeros(5, dtype=torch.long)).tolist() == [1, 1, 2, 2, 4]
+    assert pol.breadth(conf).tolist() == [1, 1, 2, 2, 4]
     off = DynaTreeConfig(dynamic_breadth=False).policy()
-    assert off.breadth(conf, torch.zeros(5, dtype=torch.long)).tolist() == [2] * 5
+    assert off.breadth(conf).tolist() == [2] * 5
 
 
 def test_depth_gating_rule():
@@ -165,3 +170,22 @@ def test_talon_budget_is_strict(draft):
 def test_bad_configs(make, msg):
     with pytest.raises(ValueError, match=msg):
         make()
+
+
+def test_root_confidence_is_recorded(draft):
+    p = prompts(1, seed=5)[0]
+    t, _ = grow(draft, FixedTreeConfig(D=2, B=2, tau=0.0), p)
+    assert t.root_conf == pytest.approx(float(torch.softmax(last_logits(draft, p), -1).max()), abs=1e-5)
+
+
+def test_tree_storage_grows_with_the_tree_not_the_budget(draft):
+    """A 6-node tree under a budget of 16384 allocates for the tree (the old code took seconds per call)."""
+    t = Tree.new(3)
+    assert t.tokens.numel() <= 64
+    for _ in range(10):
+        t.add(torch.tensor([t.size - 1]), torch.tensor([7]), torch.tensor([-0.1]))
+    assert t.size == 11 and t.is_chain and t.anc[10, :11].all()
+    big, _ = grow(draft, FixedTreeConfig(D=2, B=2, tau=0.0, n_max=16384), prompts(1)[0])
+    small, _ = grow(draft, FixedTreeConfig(D=2, B=2, tau=0.0, n_max=256), prompts(1)[0])
+    assert torch.equal(big.tokens, small.tokens)
+    assert big.anc.shape[0] == 7  # the view is the tree; storage is at most 2x it (plus the initial 65)

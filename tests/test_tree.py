@@ -1,6 +1,7 @@
 import torch
 
-from dynatree_lib.tree import Tree, attention_mask, select_path
+from dynatree_lib.runners import additive_mask
+from dynatree_lib.tree import Tree, select_path
 
 MIN = torch.finfo(torch.float32).min
 
@@ -38,15 +39,15 @@ def test_chain_flag():
 
 def test_attention_mask_prefix_and_ancestors():
     t = example_tree().view()
-    m = attention_mask(t.anc, prefix_len=3, dtype=torch.float32)
-    assert m.shape == (1, 1, 6, 9) and m.dtype == torch.float32
-    assert (m[0, 0, :, :3] == 0).all()                      # everyone sees the prefix
-    allowed = m[0, 0, :, 3:] == 0
+    m = additive_mask(t.anc, tree_start=3, total=9, dtype=torch.float32)
+    assert m.shape == (6, 9) and m.dtype == torch.float32
+    assert (m[:, :3] == 0).all()                      # everyone sees the prefix
+    allowed = m[:, 3:] == 0
     assert torch.equal(allowed, t.anc)
-    assert (m[0, 0, :, 3:][~t.anc] == MIN).all()
+    assert (m[:, 3:][~t.anc] == MIN).all()
     # e (node 5) sees root, a, c, itself; not b or d
     assert allowed[5].nonzero().squeeze(1).tolist() == [0, 1, 3, 5]
-    assert attention_mask(t.anc, 2, torch.float16).dtype == torch.float16
+    assert additive_mask(t.anc, 2, 8, torch.float16).dtype == torch.float16
 
 
 def test_select_path_longest_accepted():

@@ -1,0 +1,109 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · Setup and the model pair
+# Checks the environment, loads the profile's models and prompts, confirms in fp32 that greedy AR, HF
+# `generate` and DynaTree emit the same tokens, and describes the pair every other notebook uses: held-out
+# bits per byte, a greedy sample, how often the draft agrees with the target and whether its confidence
+# means something (calibration), and what one forward of k tokens costs each model.
+
+# %% tags=["parameters"]
+profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
+overrides = {}       # profile field overrides, e.g. {"T": 128, "n_prompts": 4}
+rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
+
+# %%
+import json
+
+from dynatree_lib import experiments, plots, tables
+from dynatree_lib.profiles import get_profile
+from dynatree_lib.report import show_fig, show_table
+
+prof = get_profile(profile, **overrides)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+from dynatree_lib.bench import environment
+
+environment(prof.device)
+
+# %% [markdown]
+# The prompts every experiment uses (deterministic by the profile's seed), and the exactness check in fp32
+# on the reference (eager transformers) path.
+
+# %%
+if not render_only:
+    import pandas as pd
+    import torch
+
+    from dynatree_lib import generate
+    from dynatree_lib.data import load_prompts
+    from dynatree_lib.models import load_pair
+
+    if prof.threads:
+        torch.set_num_threads(prof.threads)
+    target, draft, tok = load_pair(prof.target, prof.draft, prof.device, "float32", prof.context_override)
+    prompts = {ds: load_prompts(ds, tok, prof.n_prompts, prof.L_max[ds], prof.seed, prof.data_source)
+               for ds in prof.datasets}
+    display(pd.DataFrame([(ds, p.id, p.ids.numel()) for ds, ps in prompts.items() for p in ps],
+                         columns=["dataset", "prompt id", "tokens"]))
+
+# %%
+if not render_only:
+    p = prompts["wikitext2"][0].ids.to(prof.device)
+    ar = generate(target, p, 32)
+    hf = target.generate(p[None], max_new_tokens=32, do_sample=False, eos_token_id=None)[0, p.numel():].tolist()
+    dt = generate(target, p, 32, draft=draft, method=prof.method("dynatree", "wikitext2"))
+    assert ar.tokens == hf == dt.tokens
+    print("fp32: AR == HF generate == DynaTree on", len(ar.tokens), "tokens")
+
+# %% [markdown]
+# ## The pair on held-out text
+# Bits per byte on the WikiText-2 test split and the PG-19 test books (never seen in training). Agreement is
+# teacher-forced on the target's own greedy continuations of the test prompts (the text drafting serves) and,
+# for contrast, on the human-written prompts.
+
+# %%
+from dynatree_lib import calibration, costmodel
+
+pair = json.loads(calibration.run_pair(prof, rerun, render_only=render_only).read_text())
+show_table(tables.pair_table(pair), "table_pair", prof)
+show_table(tables.agreement_table(pair), "table_draft_agreement", prof)
+
+# %%
+print("prompt ...", repr(pair["sample"]["prompt_tail"]))
+print("target's greedy continuation:", repr(pair["sample"]["continuation"]))
+
+# %% [markdown]
+# A calibrated draft's top-1 probability predicts how often the target agrees with it: that is what
+# DynaTree's confidence thresholds (τ_h, τ_l) and pruning (τ) read. The right panel is where the positions lie.
+
+# %%
+show_fig(plots.reliability(pair), "fig_draft_calibration", prof)
+
+# %% [markdown]
+# Agreement by position in a draft: the probability that a linear draft is accepted at least to depth j.
+
+# %%
+show_fig(plots.chain_acceptance(pair), "fig_chain_acceptance", prof)
+
+# %% [markdown]
+# ## What a forward costs
+# fwd(k): one cached forward of k tokens over a prompt-length cache, on the profile's engine, in the timed and
+# the exact precision (median of 15). Speculative decoding pays when fwd_target(k) grows slowly with k and the
+# draft is cheap; the dashed lines are the bandwidth bound of one-token decoding (weights / read bandwidth).
+
+# %%
+costs = json.loads(costmodel.run_costs(prof, rerun, render_only=render_only).read_text())
+show_table(tables.forward_cost_table(costs), "table_forward_costs", prof)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+show_fig(plots.cost_curves(costs), "fig_forward_costs", prof)

@@ -1,0 +1,93 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Main results (Table 1, Figure 4)
+# Throughput and speedup of AR, linear speculative decoding, a fixed tree and DynaTree on WikiText-2 and
+# PG-19, plus the other seed systems: HuggingFace assisted generation, StreamingLLM + speculative decoding and
+# TALON. Speedup is recomputed from the logged JSON as TPS / TPS_AR of the same run and precision.
+#
+# **Settings.** Where the profile tunes, every method family got the same budget: five candidate settings
+# measured on tuning prompts disjoint from the test prompts; the fastest is used everywhere else. DynaTree is
+# also run with the paper's own settings (Appendix A), as they are.
+
+# %% tags=["parameters"]
+profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
+overrides = {}       # profile field overrides, e.g. {"T": 128, "n_prompts": 4}
+rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
+
+# %%
+import json
+
+from dynatree_lib import experiments, plots, tables
+from dynatree_lib.profiles import get_profile
+from dynatree_lib.report import show_fig, show_table
+
+prof = get_profile(profile, **overrides)
+
+# %% [markdown]
+# ## Tuning (equal budget, held-out prompts)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+if prof.tuning is not None:
+    path_t = experiments.run("tuning", prof, rerun=rerun, render_only=render_only)
+
+# %%
+if prof.tuning is not None:
+    show_table(tables.tuning_table(tables.load(path_t, prof)), "table_tuning", prof)
+
+# %% [markdown]
+# ## Table 1
+# In the timed precision (bf16 on CPU, fp16 on GPU, as the paper) a speculative decoder need not emit AR's
+# exact tokens: verifying a tree and decoding one token use different kernel shapes, so near-ties can flip.
+# The `= AR` column counts prompts whose output equals AR's at that precision and, where some differ, the mean
+# position of the first difference.
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+path = experiments.run("main", prof, rerun=rerun, render_only=render_only)
+df = tables.load(path, prof)
+
+# %%
+show_table(tables.table1(df), "table1_throughput", prof)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+show_fig(plots.main_throughput(tables.role(df)), "fig4_throughput", prof)
+
+# %% [markdown]
+# ## Exactness (fp32)
+# The same methods in fp32, on fewer prompts: every exact method must equal greedy AR on every prompt
+# (StreamingLLM is not exact once its window slides).
+
+# %%
+exact = tables.role(df, "exact")
+if len(exact):
+    show_table(tables.table1_exact(df), "table1_exact", prof)
+    bad = exact[(exact.method != "streaming_spec") & (exact.equals_ar < exact.n)]
+    if prof.device == "cpu":
+        assert bad.empty, f"an exact decoder diverged from AR in fp32: {list(bad.label)}"
+    print("fp32: every exact decoder equals AR on all" if bad.empty else f"DIVERGED: {list(bad.label)}",
+          int(exact[exact.method != "streaming_spec"].equals_ar.sum()), "generations")
+
+# %% [markdown]
+# ## Reported (paper) vs reproduced (ours)
+# The paper's numbers are Pythia-2.8B/70M on an A100; ours come from this profile's models and hardware.
+# Compare shapes (ordering of methods, size of speedups, L̄), not absolute tokens/s. Our acceptance is
+# accepted / drafted depth, bounded by 1; the paper's exceeds 100% (see the metric definitions in the README).
+
+# %%
+show_table(tables.reported_vs_reproduced_main(df), "table1_reported_vs_reproduced", prof)
+
+# %% [markdown]
+# The earlier version of the paper (one prompt, 500 tokens) also compared HF assisted generation and
+# StreamingLLM + speculative decoding:
+
+# %%
+show_table(tables.reported_vs_reproduced_v1(df), "table1_v1_reported_vs_reproduced", prof)

@@ -1,0 +1,65 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Latency and where the time goes (Table 2)
+# TTFT (prompt in → first new token known: prefill plus the first iteration) and TPOT ((wall − TTFT)/(T − 1)),
+# from the Table 1 run; then each method's time per token split into drafting, verification and bookkeeping,
+# and AR's time per token beside the bandwidth bound.
+
+# %% tags=["parameters"]
+profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
+overrides = {}       # profile field overrides, e.g. {"T": 128, "n_prompts": 4}
+rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
+
+# %%
+import json
+
+from dynatree_lib import experiments, plots, tables
+from dynatree_lib.profiles import get_profile
+from dynatree_lib.report import show_fig, show_table
+
+prof = get_profile(profile, **overrides)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+path = experiments.run("main", prof, render_only=render_only)
+df = tables.load(path, prof)
+
+# %%
+show_table(tables.table2(df), "table2_latency", prof)
+
+# %% [markdown]
+# ## Reported (paper)
+# Milliseconds on an A100 with Pythia-2.8B; not comparable in absolute terms. In the paper speculative
+# methods cut TPOT by 30-40% versus AR.
+
+# %%
+import pandas as pd
+
+rep = tables.reported()["table2_latency_ms"]
+pd.DataFrame({(ds, k): {m: f"{v[k][0]} ± {v[k][1]}" for m, v in rep[ds].items()}
+              for ds in ("wikitext2", "pg19") for k in ("ttft", "tpot")})
+
+# %% [markdown]
+# ## Where the time goes
+# Per generated token: prefill, drafting (draft forwards and tree growth), the target's verification forward,
+# and bookkeeping (path selection, KV commit, per-iteration logging). The dashed line is AR's whole time per token.
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+show_fig(plots.time_breakdown(tables.role(df)), "fig_time_breakdown", prof)
+
+# %% [markdown]
+# ## AR against the bandwidth bound
+# One-token decoding must read every weight once; the bound is weight bytes / measured read bandwidth, logged
+# with every record.
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+show_table(tables.ar_vs_bound(df), "table_ar_vs_bound", prof)

@@ -1,0 +1,46 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · Memory (Table 5)
+# Peak memory per method, measured in runs of its own (never beside the timed ones): CUDA max allocated on a
+# GPU; on CPU the process's peak RSS during the generation (models included, so the relative change against AR
+# is the comparable number).
+
+# %% tags=["parameters"]
+profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
+overrides = {}       # profile field overrides, e.g. {"T": 128, "n_prompts": 4}
+rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
+
+# %%
+import json
+
+from dynatree_lib import experiments, plots, tables
+from dynatree_lib.profiles import get_profile
+from dynatree_lib.report import show_fig, show_table
+
+prof = get_profile(profile, **overrides)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+path = experiments.run("memory", prof, rerun=rerun, render_only=render_only)
+df = tables.load(path, prof)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+show_table(tables.table5(df), "table5_memory", prof)
+
+# %% [markdown]
+# ## Reported (paper)
+# Peak GPU memory with Pythia-2.8B/70M: speculative methods add about 3.3%.
+
+# %%
+import pandas as pd
+
+pd.DataFrame(tables.reported()["table5_peak_memory_mb"]).T

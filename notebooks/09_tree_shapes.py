@@ -1,0 +1,84 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · Tree shapes: what each method drafts
+# DynaTree's idea is a tree whose shape follows the draft's confidence: wide where the draft hesitates, deep
+# where it is sure (the paper's Figure 3: dynamic breadth, dynamic depth, pruning). Here are the trees the
+# methods actually drafted, recorded for the first iterations of a few prompts (`record_trees`; recording
+# changes no token, which the tests check), drawn and summarised.
+
+# %% tags=["parameters"]
+profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
+overrides = {}       # profile field overrides, e.g. {"T": 128, "n_prompts": 4}
+rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
+
+# %%
+import json
+
+from dynatree_lib import experiments, plots, tables
+from dynatree_lib.profiles import get_profile
+from dynatree_lib.report import show_fig, show_table
+
+prof = get_profile(profile, **overrides)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+from dynatree_lib import treeviz
+
+path = experiments.run("trees", prof, rerun=rerun, render_only=render_only)
+trees = treeviz.tree_table(tables.records(path, prof))
+tok = None
+if not render_only:
+    from dynatree_lib.models import load_tokenizer
+
+    tok = load_tokenizer(prof.target)
+
+# %% [markdown]
+# ## One iteration, three methods
+# The same prompt and position: edge width is the draft's probability of the child, the accepted path is green,
+# rejected branches are grey.
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+labels = [lab for lab in ("Fixed Tree", "DynaTree", "TALON") if lab in set(trees.label)]
+first = trees[trees.label == "DynaTree"].sort_values(["prompt_id", "position"]).iloc[min(3, len(trees) - 1)]
+show_fig(treeviz.side_by_side(trees, labels, first.prompt_id, first.position, tok), "fig_trees_side_by_side", prof)
+
+# %% [markdown]
+# ## Consecutive iterations of DynaTree on one prompt
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+show_fig(treeviz.strip(trees, "DynaTree", first.prompt_id, 0, 6, tok), "fig_trees_strip", prof)
+
+# %% [markdown]
+# ## Shape statistics
+# Per method and dataset: tree size, depth, root breadth and accepted length (means over the recorded trees).
+
+# %%
+show_table(treeviz.shape_summary(trees).map(lambda x: f"{x:.2f}"), "table_tree_shapes", prof)
+
+# %% [markdown]
+# Against the draft's confidence at the root: does a method deepen where the draft is sure, as the paper
+# claims for DynaTree?
+
+# %%
+show_table(treeviz.by_confidence(trees).map(lambda x: f"{x:.2f}"), "table_tree_vs_confidence", prof)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+import matplotlib.pyplot as plt
+
+fig, axes = plt.subplots(1, len(labels), figsize=(4.4 * len(labels), 3.2))
+for ax, lab in zip(axes, labels):
+    treeviz.depth_heatmap(ax, trees, lab)
+fig.tight_layout()
+show_fig(fig, "fig_tree_depth_heatmap", prof)
+
+# %% tags=["NBVAL_IGNORE_OUTPUT"]
+show_fig(treeviz.scatter_accepted_vs_size(trees), "fig_tree_accepted_vs_size", prof)

@@ -1,0 +1,61 @@
+"""The paper profile's path: hub ids that load with `datasets` 4, the run plan, and the dry-run profile."""
+import pytest
+
+from dynatree_lib import data
+from dynatree_lib.cli import main
+from dynatree_lib.plan import plan
+from dynatree_lib.profiles import get_profile
+
+
+class _Fake:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __getitem__(self, k):
+        return [r[k] for r in self.rows]
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+def test_hub_ids_are_parquet_datasets(monkeypatch):
+    """`deepmind/pg19` is a loading-script dataset that datasets 4 refuses: we ask for the parquet copies."""
+    import datasets
+
+    asked = []
+
+    def fake(name, *args, **kw):
+        asked.append((name, args, kw.get("split")))
+        if "pg19" in name:
+            return _Fake([{"url": "http://www.gutenberg.org/ebooks/10146", "text": "x" * 50}])
+        return _Fake([{"text": " = A = \n"}, {"text": "words\n"}])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    assert data.load_texts("pg19", source="hub") == [("10146", "x" * 50)]
+    assert data.load_texts("wikitext2", source="hub")[0][1].startswith(" = A")
+    assert asked == [("emozilla/pg19-test", (), "test"), ("Salesforce/wikitext", ("wikitext-2-raw-v1",), "test")]
+
+
+def test_plan_prints_generations_and_gpu_hours(capsys):
+    full = plan(get_profile("paper"))
+    quick = plan(get_profile("paper", n_prompts=2, n_exact=1, warmup=1), quick=True)
+    total = sum(r["generations"] for r in full)
+    assert 1500 < total < 4000 and 1 < sum(r["gpu_hours"] for r in full) < 20
+    assert sum(r["generations"] for r in quick) < total / 5
+    assert not {r["notebook"] for r in quick} & {"05_length_scaling", "06_sweeps", "07_prompt_length"}
+    assert main(["plan", "--profile", "paper"]) == 0
+    out = capsys.readouterr().out
+    assert "est. GPU h" in out and "total" in out and "06_sweeps" in out
+
+
+def test_dryrun_profile_mirrors_the_paper_profile():
+    paper, dry = get_profile("paper"), get_profile("paper-dryrun")
+    assert dry.dtype in ("bfloat16", "float16") and dry.exact_dtype == "float32"
+    assert dry.context_override == paper.context_override and dry.tuning is None
+    assert dry.fixed == paper.fixed and dry.dynatree == paper.dynatree and dry.talon == paper.talon
+    assert len(dry.T_list) == len(paper.T_list) and len(dry.L_max_list) == len(paper.L_max_list)
+    from dynatree_lib.models import load_model
+
+    m, _ = load_model(dry.target)
+    assert m.config.vocab_size == 50304 and m.config.use_parallel_residual
+    assert m.config.to_dict()["rope_parameters"]["partial_rotary_factor"] == 0.25
