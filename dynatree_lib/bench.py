@@ -225,6 +225,30 @@ def agreement(ref: list[int] | None, tokens: list[int]) -> dict:
             "first_divergence": first}
 
 
+def needs_run(path: Path, rerun: bool, render_only: bool, threads: int = 0) -> bool:
+    """Whether a cached-JSON measurement must run: not when ``path`` exists (unless ``rerun``); a missing
+    file under ``render_only`` is an error. Sets torch's thread count when it will run."""
+    if path.exists() and not rerun:
+        return False
+    if render_only:
+        raise FileNotFoundError(f"render-only: {path} is missing; run without --render first")
+    if threads:
+        torch.set_num_threads(threads)
+    return True
+
+
+@torch.no_grad()
+def divergence_gap(target, prompt_ids: torch.Tensor, ref: list[int], at: int) -> float:
+    """The target's top-1 minus top-2 logit where a generation first left AR's path, recomputed in one
+    uncached forward over the prompt and AR's tokens before it. A gap of ~1e-5 in fp32 is a numerical
+    near-tie (reduction order differs between a k-token verification and a 1-token step); a decoder bug
+    shows up as a divergence with a wide gap."""
+    model = getattr(target, "model", target)
+    ids = torch.cat([prompt_ids.cpu(), torch.tensor(ref[:at], dtype=torch.long)])[None]
+    top2 = model(input_ids=ids.to(model.device)).logits[0, -1].float().topk(2).values
+    return float(top2[0] - top2[1])
+
+
 def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, ar_tokens: list[int] | None,
             record_trees: int = 0) -> dict:
     """One measured generation -> one row: metrics and agreement with AR's tokens. AR rows keep their
@@ -235,6 +259,8 @@ def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, ar_tokens: 
            "tokens_sha": tokens_hash(res.tokens), **agreement(ref, res.tokens)}
     if cell.config is None:
         row["output_ids"] = res.tokens
+    elif row["equals_ar"] is False:
+        row["divergence_gap"] = divergence_gap(target, prompt.ids, ref, row["first_divergence"])
     if res.trees:
         row["trees"] = res.trees
     return row

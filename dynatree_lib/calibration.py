@@ -92,20 +92,17 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
     target's greedy continuations of the test prompts and on the prompts themselves."""
     import json
 
-    from .bench import RESULTS, environment
+    from .bench import RESULTS, environment, needs_run
     from .data import load_prompts, load_texts
     from .methods import generate
     from .models import load_pair, weights_info
 
     path = (root or RESULTS) / profile.name / "pair.json"
-    if path.exists() and not rerun:
+    if not needs_run(path, rerun, render_only, profile.threads):
         return path
-    if render_only:
-        raise FileNotFoundError(f"render-only: {path} is missing; run without --render first")
-    if profile.threads:
-        torch.set_num_threads(profile.threads)
     target, draft, tok = load_pair(profile.target, profile.draft, profile.device, "float32", profile.context_override)
-    report = {"profile": profile.name, "T": profile.T, "models": {}, "bits_per_byte": {}, "agreement": {}}
+    T, n = profile.pair_T or profile.T, profile.pair_n_prompts or profile.n_prompts
+    report = {"profile": profile.name, "T": T, "n_prompts": n, "models": {}, "bits_per_byte": {}, "agreement": {}}
     for role, m, ref in (("target", target, profile.target), ("draft", draft, profile.draft)):
         report["models"][role] = {"ref": ref, "params": sum(p.numel() for p in m.parameters()),
                                   "layers": m.config.num_hidden_layers, "hidden": m.config.hidden_size,
@@ -119,8 +116,8 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
             report["bits_per_byte"].setdefault(role, {})[ds] = sum(bpb) / len(bpb)
     seqs, human = [], []
     for ds in profile.datasets:
-        for p in load_prompts(ds, tok, profile.n_prompts, profile.L_max[ds], profile.seed, profile.data_source):
-            out = generate(target, p.ids, profile.T).tokens
+        for p in load_prompts(ds, tok, n, profile.L_max[ds], profile.seed, profile.data_source):
+            out = generate(target, p.ids, T).tokens
             seqs.append((ds, torch.cat([p.ids, torch.tensor(out)]), p.ids.numel() - 1))
             if not report.get("sample"):
                 report["sample"] = {"prompt_id": p.id, "prompt_tail": tok.decode(p.ids[-40:]),

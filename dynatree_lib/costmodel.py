@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .bench import RESULTS, bound, environment
+from .bench import RESULTS, bound, environment, needs_run
 
 KS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -31,6 +31,7 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
     """Median milliseconds of one forward of k new tokens over ``context`` cached tokens, per k."""
     g = torch.Generator().manual_seed(seed)
     dev = next(runner.model.parameters()).device
+    vocab = min(vocab, runner.model.config.vocab_size)
     ids = torch.randint(vocab, (context + max(ks),), generator=g).to(dev)
     runner.reset()
     runner.forward(ids[:context], torch.arange(context, device=dev), last_only=True)
@@ -53,12 +54,8 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     from .runners import as_runner
 
     path = (root or RESULTS) / profile.name / "costs.json"
-    if path.exists() and not rerun:
+    if not needs_run(path, rerun, render_only, profile.threads):
         return path
-    if render_only:
-        raise FileNotFoundError(f"render-only: {path} is missing; run without --render first")
-    if profile.threads:
-        torch.set_num_threads(profile.threads)
     context = max(profile.L_max.values())
     curves = {}
     for dtype in dict.fromkeys(d for d in (profile.dtype, profile.exact_dtype) if d):

@@ -37,7 +37,7 @@ class TeacherSpec:
     """What the teacher phase generates: ``shards`` x ``batch`` sequences of a prompt of one of
     ``prompt_lens`` tokens plus ``cont`` greedy tokens, top-``k`` log-probs at every position."""
 
-    shards: int = 96
+    shards: int = 39
     batch: int = 48
     prompt_lens: tuple = (64, 128, 192, 256)
     cont: int = 192
@@ -162,13 +162,14 @@ class DraftSpec:
     hidden: int = 256
     heads: int = 4
     intermediate: int = 1024
-    steps: int = 1500
+    steps: int = 1400
     seqs_per_step: int = 8
     lr: float = 2e-3
     warmup: int = 100
     weight_decay: float = 0.01
     ckpt_every: int = 100
     heldout_every: int = 16
+    prompt_tail: int = 64
     seed: int = 0
     threads: int = 2
 
@@ -250,14 +251,18 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = BUILD / "teacher"
         x = sh["tokens"][rows].long()
         for grp in opt.param_groups:
             grp["lr"] = lr_at(step)
-        logits = model(input_ids=x[:, :-1]).logits
-        loss = distill_loss(logits, sh["top_lp"][rows], sh["top_ids"][rows])
+        # the loss covers the continuation (what drafting serves) and the last prompt_tail prompt tokens
+        # (human text); skipping the rest of the prompt saves a third of the vocabulary projections
+        s0 = max(0, sh["prompt_len"] - spec.prompt_tail)
+        hidden = model.model(input_ids=x[:, :-1]).last_hidden_state
+        logits = model.lm_head(hidden[:, s0:])
+        loss = distill_loss(logits, sh["top_lp"][rows][:, s0:], sh["top_ids"][rows][:, s0:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         with torch.no_grad():
-            agree = (logits.argmax(-1) == sh["top_ids"][rows][..., 0]).float().mean().item()
+            agree = (logits.argmax(-1) == sh["top_ids"][rows][:, s0:, 0]).float().mean().item()
         log.append({"step": step, "loss": round(loss.item(), 4), "agree": round(agree, 4),
                     "seconds": round(time.time() - t0, 1)})
         recent = log[-20:]
@@ -272,3 +277,161 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = BUILD / "teacher"
     torch.save({"model": model.state_dict(), "log": log, "spec": asdict(spec),
                 "train_tokens": sum(s["tokens"].numel() for s in shards), "shards": [f.name for f in files]}, final)
     return final
+
+
+def _draft_from(final: Path):
+    """The trained draft (fp32 LlamaForCausalLM) from phase 2's final checkpoint."""
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    st = torch.load(final)
+    spec = DraftSpec(**st["spec"])
+    target_cfg = AutoConfig.from_pretrained(_target_folder())
+    model = LlamaForCausalLM(draft_config(target_cfg, spec))
+    model.load_state_dict(st["model"])
+    return model.eval(), st
+
+
+def _target_folder() -> Path:
+    from .models import smollm2_folder
+
+    return smollm2_folder()
+
+
+TEMPERATURES = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.5 .. 2.0
+
+
+@torch.no_grad()
+def fit_temperature(model, shards: list[dict], spec: DraftSpec, temps=TEMPERATURES) -> tuple[float, dict]:
+    """Phase 3's fit: the temperature whose top-1 probabilities best predict agreement with the target's
+    greedy token (lowest expected calibration error, 10 bins) on the continuations of held-out shards."""
+    from .calibration import calibration_bins
+
+    confs = {t: [] for t in temps}
+    correct = []
+    for sh in shards:
+        P = sh["prompt_len"]
+        for b in range(0, sh["tokens"].shape[0], 8):
+            x = sh["tokens"][b:b + 8].long()
+            h = model.model(input_ids=x[:, :-1]).last_hidden_state[:, P - 1:]  # predicts the continuation
+            logits = model.lm_head(h).float()
+            correct.append((logits.argmax(-1) == sh["top_ids"][b:b + 8, P - 1:, 0]).flatten())
+            top = logits.max(-1).values
+            for t in temps:
+                confs[t].append((top / t - torch.logsumexp(logits / t, -1)).exp().flatten())
+    correct = torch.cat(correct)
+    ece = {t: calibration_bins(torch.cat(confs[t]), correct)[1] for t in temps}
+    best = min(ece, key=ece.get)
+    return best, {"ece_by_temperature": {str(t): round(e, 4) for t, e in ece.items()},
+                  "heldout_positions": int(correct.numel()), "heldout_agreement": float(correct.float().mean())}
+
+
+def calibrate(final: Path = BUILD / "train" / "final.pt", teacher: Path = BUILD / "teacher",
+              out: Path = BUILD / "calibrated") -> Path:
+    """Phase 3: fit one temperature on the held-out shards and bake it into the final norm's weight
+    (the logits are tied-embedding @ (norm weight * normalised h), so scaling the weight by 1/T divides
+    the logits by T): the result is a plain Llama again."""
+    if (out / "model.safetensors").exists():
+        return out
+    torch.set_num_threads(2)
+    model, st = _draft_from(final)
+    spec = DraftSpec(**st["spec"])
+    held = [torch.load(f) for f in _shards(teacher) if _is_heldout(f, spec)]
+    if not held:
+        raise FileNotFoundError(f"no held-out teacher shards in {teacher} (every {spec.heldout_every}th shard)")
+    temp, fit = fit_temperature(model, held, spec)
+    with torch.no_grad():
+        model.model.norm.weight.div_(temp)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    (out / "calibration.json").write_text(json.dumps({"temperature": temp, **fit}, indent=1))
+    return out
+
+
+def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train" / "final.pt") -> Path:
+    """Phase 4: ``weights/smollm2-draft/`` (bf16 safetensors, the target's tokenizer, training.json, the
+    model card), then the held-out evaluation on the ``cpu`` profile's test prompts (notebook 00's
+    ``results/cpu/pair.json`` and ``costs.json``), whose figures the model card quotes."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from .calibration import run_pair
+    from .costmodel import run_costs
+    from .models import DRAFT_DIR
+    from .profiles import get_profile
+
+    model = LlamaForCausalLM.from_pretrained(calibrated, dtype=torch.bfloat16)
+    DRAFT_DIR.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(DRAFT_DIR)
+    AutoTokenizer.from_pretrained(_target_folder()).save_pretrained(DRAFT_DIR)
+    st = torch.load(final)
+    cal = json.loads((calibrated / "calibration.json").read_text())
+    log = st["log"]
+    training = {"draft_spec": st["spec"], "teacher_spec": asdict(TeacherSpec()), "train_tokens": st["train_tokens"],
+                "shards": st["shards"], "steps": len(log), "wall_s": log[-1]["seconds"] if log else None,
+                "final_loss": sum(r["loss"] for r in log[-50:]) / max(1, len(log[-50:])),
+                "calibration": cal, "params": sum(p.numel() for p in model.parameters()),
+                "rebuild": "python -m dynatree_lib build-draft"}
+    (DRAFT_DIR / "training.json").write_text(json.dumps(training, indent=1))
+    prof = get_profile("cpu")
+    pair = json.loads(run_pair(prof, rerun=True).read_text())
+    costs = json.loads(run_costs(prof, rerun=True).read_text())
+    (DRAFT_DIR / "README.md").write_text(model_card(training, pair, costs))
+    return DRAFT_DIR
+
+
+def model_card(training: dict, pair: dict, costs: dict) -> str:
+    """The draft's model card, from its training log and its held-out evaluation."""
+    s, a = training["draft_spec"], pair["agreement"]
+    cur = costs["curves"]
+    ratio = {d: c["draft"]["1"] / c["target"]["1"] for d, c in cur.items()}
+    rows = "\n".join(f"| {k} | {v['positions']} | {v['agreement']:.3f} | {v['mean_confidence']:.3f} | {v['ece']:.3f} |"
+                     for k, v in a.items())
+    bpb = pair["bits_per_byte"]
+    return f"""---
+license: apache-2.0
+base_model: HuggingFaceTB/SmolLM2-135M-Instruct
+tags: [speculative-decoding, draft-model, distillation]
+---
+# smollm2-draft: a calibrated draft for SmolLM2-135M-Instruct
+
+The `cpu` profile's draft model (`embedded:draft`) for the DynaTree reproduction: a
+{s['layers']}-layer Llama (hidden {s['hidden']}, {s['heads']} heads, MLP {s['intermediate']}, tied embeddings,
+{training['params'] / 1e6:.1f}M parameters) sharing SmolLM2's tokenizer and vocabulary (49152), stored in bf16.
+
+## Training
+- Teacher data: prompts of 64-256 tokens cut from text no experiment uses (the PG-19 books outside the test
+  split and the WikiText-2 *validation* split), SmolLM2's greedy continuation of each ({TeacherSpec().cont}
+  tokens) and its top-{TeacherSpec().k} next-token log-probabilities at every position;
+  {len(training['shards'])} training shards, {training['train_tokens']:,} tokens. Every
+  {s['heldout_every']}th shard is held out (temperature fit only).
+- Initialisation: the embedding is SmolLM2's input embedding projected on its top {s['hidden']} principal directions.
+- Loss: cross-entropy against the teacher's top-k distribution plus one bucket for the rest of the mass, on the
+  continuation and the last {s['prompt_tail']} prompt tokens. AdamW, lr {s['lr']}, {training['steps']} steps of
+  {s['seqs_per_step']} sequences, {training['wall_s'] / 60:.0f} min on 2 CPU cores; final loss {training['final_loss']:.3f}.
+- Calibration: one temperature, {training['calibration']['temperature']}, fitted for the lowest expected calibration
+  error on the held-out shards and baked into the final norm's weight (so the files are a plain Llama).
+- Rebuild: `{training['rebuild']}` (seeded and resumable; about an hour and a half on 2 cores).
+
+## Held-out evaluation
+On the `cpu` profile's test prompts (WikiText-2 test, PG-19 test books; never trained on), teacher-forced on
+SmolLM2's own greedy continuations ({pair['T']} tokens; the text a speculative decoder drafts) and, as `*_human`,
+on the human-written prompts. Agreement: the draft's argmax equals the target's. ECE: 10 equal-width bins.
+
+| text | positions | agreement | mean top-1 prob | ECE |
+|---|---|---|---|---|
+{rows}
+
+Bits per byte (held out): target {bpb['target']['wikitext2']:.2f} / draft {bpb['draft']['wikitext2']:.2f} on
+WikiText-2 test, target {bpb['target']['pg19']:.2f} / draft {bpb['draft']['pg19']:.2f} on the PG-19 test books.
+
+One-token cached forward, draft / target, same process (`results/cpu/costs.json`):
+{', '.join(f'{d} {r:.3f} ({cur[d]["draft"]["1"]:.1f} / {cur[d]["target"]["1"]:.1f} ms)' for d, r in ratio.items())}.
+
+Licence: Apache-2.0, as SmolLM2 (whose outputs it is trained on).
+"""
+
+
+def build_all(teacher_spec: TeacherSpec = TeacherSpec(), draft_spec: DraftSpec = DraftSpec()) -> Path:
+    """``python -m dynatree_lib build-draft``: the four phases, each resumed or skipped when done."""
+    build_teacher(teacher_spec)
+    final = train_draft(draft_spec)
+    return export(calibrate(final))

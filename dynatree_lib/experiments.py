@@ -172,9 +172,9 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return p.tuning_n
     if name == "trees":
         return p.trees_n_prompts
-    if name in ("main", "ablation", "memory"):
+    if name in ("main", "ablation"):
         return p.n_exact if cell.tags.get("role") == "exact" else p.n_prompts
-    return p.sweep_n_prompts
+    return p.sweep_n_prompts  # sweeps and memory (a peak, not a mean: fewer prompts suffice)
 
 
 def cell_key(name: str, p: Profile, c: Cell) -> str:

@@ -70,6 +70,10 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
+# A divergence from AR in fp32 counts as a numerical near-tie when the target's top-1 and top-2 logits were
+# at most this far apart where it happened (observed fp32 flips: ~1e-5; a decoder bug has no such bound).
+TIE_GAP = 1e-3
+
 AGG_KEYS = ("tps", "ttft_ms", "tpot_ms", "iterations", "L_bar", "ell_bar", "accept_rate", "node_efficiency",
             "draft_forwards_per_iter", "draft_nodes_per_iter", "depth_per_iter", "peak_mem_mb", "wall_s", "ar_agreement",
             "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token")
@@ -83,5 +87,7 @@ def aggregate(rows: list[dict]) -> dict:
             m, s = mean_std([r.get(k) for r in rows])
             out[k] = {"mean": m, "std": s}
     out["equals_ar"] = sum(bool(r.get("equals_ar")) for r in rows)
+    gaps = [r["divergence_gap"] for r in rows if r.get("divergence_gap") is not None]
+    out["max_divergence_gap"] = max(gaps) if gaps else None  # widest logit gap at a divergence from AR
     out["n"] = len(rows)
     return out

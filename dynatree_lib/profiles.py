@@ -70,6 +70,8 @@ class Profile:
     sweep_n_prompts: int = 10
     trees_n_prompts: int = 2              # notebook 09: prompts whose trees are recorded
     trees_per_prompt: int = 64            # iterations recorded per prompt
+    pair_T: int = 0                       # notebook 00's agreement: greedy continuation length (0: T)
+    pair_n_prompts: int = 0               # ... and prompts per dataset (0: n_prompts)
 
     def method(self, name: str, dataset: str):
         """A method family configured with the paper's settings for ``dataset`` (None for AR)."""
@@ -134,14 +136,15 @@ PROFILES: dict[str, Profile] = {
         T_list=(10, 20, 30, 50, 100, 150), L_max_list=(10, 20, 40, 80), sweep_n_prompts=1, streaming_cache=102,
         fixed_grid={"D": (3, 8), "B": (2, 4), "tau": (0.01, 0.1)}, threshold_pairs=((0.95, 0.5), (0.6, 0.1)),
         breadth_list=((1, 1, 2), (2, 3, 4)), depth_list=((3, 6), (8, 12)), trees_n_prompts=1, trees_per_prompt=8),
-    "cpu": Profile(
+    "cpu": Profile(  # sized to finish within an hour on 2 cores (./run_all.sh --plan; scale with --set)
         "cpu", "embedded:target", "embedded:draft", dtype="bfloat16", engine="static", exact_dtype="float32",
-        n_exact=3, L_max={"wikitext2": 200, "pg19": 250}, T=256, n_prompts=10, warmup=2, threads=2,
-        linear_K={"wikitext2": 8, "pg19": 5}, streaming_cache=256, tuning=_cpu_tuning(), tuning_n=3, tuning_T=128,
-        T_list=(32, 64, 128, 256, 512), L_max_list=(50, 100, 200, 400), sweep_n_prompts=4,
-        fixed_grid={"D": (3, 4, 6, 8), "B": (2, 3), "tau": (0.0, 0.02, 0.1)},
-        threshold_pairs=((0.9, 0.4), (0.8, 0.3), (0.7, 0.2), (0.6, 0.2), (0.5, 0.1), (0.3, 0.05)),
-        breadth_list=((1, 1, 2), (1, 2, 3), (1, 2, 4), (2, 2, 3)), depth_list=((3, 6), (4, 8), (5, 8), (6, 10))),
+        n_exact=2, L_max={"wikitext2": 200, "pg19": 250}, T=128, n_prompts=4, warmup=1, threads=2,
+        linear_K={"wikitext2": 8, "pg19": 5}, streaming_cache=256, tuning=_cpu_tuning(), tuning_n=2, tuning_T=96,
+        T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), sweep_n_prompts=2, trees_n_prompts=1,
+        pair_T=256, pair_n_prompts=10,
+        fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
+        threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
+        breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
     "smoke": Profile(
         "smoke", "tiny:target", "tiny:draft", L_max={"wikitext2": 24, "pg19": 24}, T=24, n_prompts=2, warmup=1,
         threads=1, dtype="bfloat16", exact_dtype="float32", n_exact=1, linear_K={"wikitext2": 4, "pg19": 3},

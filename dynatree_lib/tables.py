@@ -11,6 +11,7 @@ import pandas as pd
 
 from .data import REPO_DATA
 from .experiments import EXPERIMENTS, LABELS, PAPER_DYNATREE, cell_key
+from .metrics import TIE_GAP
 
 METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", "hf_assisted", "streaming_spec", "talon"]
 DATASET_LABELS = {"wikitext2": "WikiText-2", "pg19": "PG-19"}
@@ -40,6 +41,7 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
         row = {"dataset": r["dataset"], "method": r["method"], "label": r.get("label", r["method"]), "T": r["T"],
                "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
                "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
+               "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
                "bound_ms": r.get("bound", {}).get("ms_per_token"),
                **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in r.get("tags", {}).items()}}
         for k, v in r["aggregate"].items():
@@ -89,13 +91,22 @@ def role(df: pd.DataFrame, name: str = "timed") -> pd.DataFrame:
     return df[df.get("tag_role", pd.Series("timed", index=df.index)).fillna("timed") == name]
 
 
+def exactness_failures(df: pd.DataFrame) -> pd.DataFrame:
+    """fp32 rows of exact decoders that left AR's tokens anywhere but at a numerical near-tie (a target
+    top-1/top-2 logit gap of at most ``TIE_GAP`` where they diverged): these would be decoder bugs."""
+    exact = df[(df.dtype == "float32") & ~df.method.isin(["ar", "streaming_spec"])]
+    gap = exact.max_divergence_gap.astype(float)
+    return exact[(exact.equals_ar < exact.n) & ~(gap <= TIE_GAP)]
+
+
 def _agree(r) -> str:
     """Prompts whose output equals AR's, and where the others first diverged (mean token index)."""
     if r.method == "ar":
         return "–"
     s = f"{r.equals_ar}/{r.n}"
     if r.equals_ar < r.n and not pd.isna(r.get("first_divergence")):
-        s += f" (div. @{r.first_divergence:.0f})"
+        s += f" (div. @{r.first_divergence:.0f}"
+        s += f", gap {r.max_divergence_gap:.0e})" if not pd.isna(r.get("max_divergence_gap")) else ")"
     return s
 
 
@@ -288,10 +299,11 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
 
     rows = []
     for _, r in order(df).iterrows():
-        if r.dtype not in costs["curves"] or r.method == "hf_assisted":
+        prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
+        if prec not in costs["curves"] or r.method == "hf_assisted":
             continue
-        pred = predict_ms_per_token(costs["curves"][r.dtype], r.method, r.draft_nodes_per_iter, r.depth_per_iter,
+        pred = predict_ms_per_token(costs["curves"][prec], r.method, r.draft_nodes_per_iter, r.depth_per_iter,
                                     r.draft_forwards_per_iter, r.L_bar)
-        rows.append({"Dataset": DATASET_LABELS[r.dataset], "Method": r.label, "precision": r.dtype,
+        rows.append({"Dataset": DATASET_LABELS[r.dataset], "Method": r.label, "precision": prec,
                      "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1})
     return pd.DataFrame(rows)

@@ -64,17 +64,20 @@ show_fig(plots.main_throughput(tables.role(df)), "fig4_throughput", prof)
 # %% [markdown]
 # ## Exactness (fp32)
 # The same methods in fp32, on fewer prompts: every exact method must equal greedy AR on every prompt
-# (StreamingLLM is not exact once its window slides).
+# (StreamingLLM is not exact once its window slides). The one tolerated exception is a numerical near-tie:
+# fp32 reductions run in a different order for a k-token verification than for a 1-token step, so where
+# the target's top two logits are within `TIE_GAP` a flip is arithmetic, not the decoder; the table
+# shows the widest such gap.
 
 # %%
 exact = tables.role(df, "exact")
 if len(exact):
     show_table(tables.table1_exact(df), "table1_exact", prof)
-    bad = exact[(exact.method != "streaming_spec") & (exact.equals_ar < exact.n)]
-    if prof.device == "cpu":
-        assert bad.empty, f"an exact decoder diverged from AR in fp32: {list(bad.label)}"
-    print("fp32: every exact decoder equals AR on all" if bad.empty else f"DIVERGED: {list(bad.label)}",
-          int(exact[exact.method != "streaming_spec"].equals_ar.sum()), "generations")
+    bad = tables.exactness_failures(exact)
+    assert bad.empty, f"an exact decoder diverged from AR in fp32 away from a near-tie: {list(bad.label)}"
+    spec = exact[~exact.method.isin(["ar", "streaming_spec"])]
+    print(f"fp32: {int(spec.equals_ar.sum())} of {int(spec.n.sum())} exact-decoder generations equal AR; "
+          f"the rest diverged only at near-ties (logit gap <= {tables.TIE_GAP})")
 
 # %% [markdown]
 # ## Reported (paper) vs reproduced (ours)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
+import sys
 import json
 import shutil
 from pathlib import Path
@@ -22,16 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from dynatree_lib.models import sha256_file as sha256  # noqa: E402
+
 PG19_SCHEMA = pa.schema([("short_book_title", pa.string()), ("publication_date", pa.int64()), ("url", pa.string()),
                          ("text", pa.string()), ("book_id", pa.string()), ("pg19_split", pa.string())])
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def gzip_file(src: Path, dst: Path) -> None:
