@@ -30,7 +30,7 @@ from dynatree_lib.report import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 from dynatree_lib.bench import environment
 
 environment(prof.device)
@@ -105,5 +105,5 @@ show_fig(plots.chain_acceptance(pair), "fig_chain_acceptance", prof)
 costs = json.loads(costmodel.run_costs(prof, rerun, render_only=render_only).read_text())
 show_table(tables.forward_cost_table(costs), "table_forward_costs", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(plots.cost_curves(costs), "fig_forward_costs", prof)

@@ -36,7 +36,7 @@ prof = get_profile(profile, **overrides)
 # %% [markdown]
 # ## Tuning (equal budget, held-out prompts)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 if prof.tuning is not None:
     path_t = experiments.run("tuning", prof, rerun=rerun, render_only=render_only)
 
@@ -51,14 +51,14 @@ if prof.tuning is not None:
 # The `= AR` column counts prompts whose output equals AR's at that precision and, where some differ, the mean
 # position of the first difference.
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 path = experiments.run("main", prof, rerun=rerun, render_only=render_only)
 df = tables.load(path, prof)
 
 # %%
 show_table(tables.table1(df), "table1_throughput", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(plots.main_throughput(tables.role(df)), "fig4_throughput", prof)
 
 # %% [markdown]

@@ -29,7 +29,7 @@ from dynatree_lib.report import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 path = experiments.run("main", prof, render_only=render_only)
 df = tables.load(path, prof)
 
@@ -53,7 +53,7 @@ pd.DataFrame({(ds, k): {m: f"{v[k][0]} ± {v[k][1]}" for m, v in rep[ds].items()
 # Per generated token: prefill, drafting (draft forwards and tree growth), the target's verification forward,
 # and bookkeeping (path selection, KV commit, per-iteration logging). The dashed line is AR's whole time per token.
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(plots.time_breakdown(tables.role(df)), "fig_time_breakdown", prof)
 
 # %% [markdown]
@@ -61,5 +61,5 @@ show_fig(plots.time_breakdown(tables.role(df)), "fig_time_breakdown", prof)
 # One-token decoding must read every weight once; the bound is weight bytes / measured read bandwidth, logged
 # with every record.
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_table(tables.ar_vs_bound(df), "table_ar_vs_bound", prof)

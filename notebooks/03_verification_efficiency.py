@@ -30,7 +30,7 @@ from dynatree_lib.report import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 path = experiments.run("main", prof, render_only=render_only)
 df = tables.load(path, prof)
 
@@ -41,7 +41,7 @@ show_table(tables.table3(df), "table3_verification", prof)
 # Draft cost per verification against progress per verification, per prompt (TALON's axes): trees buy more
 # accepted tokens per target forward with more draft forwards.
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 import pandas as pd
 
 recs = tables.records(path, prof, verbose=False)
@@ -73,5 +73,5 @@ cm = tables.cost_model_table(df, costs)
 show_table(cm.set_index(["Dataset", "Method", "precision"]).map(lambda x: f"{x:+.1%}" if abs(x) < 5 else f"{x:.2f}"),
            "table_cost_model", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(plots.cost_model(cm), "fig_cost_model", prof)

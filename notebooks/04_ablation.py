@@ -29,14 +29,14 @@ from dynatree_lib.report import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 path = experiments.run("ablation", prof, rerun=rerun, render_only=render_only)
 df = tables.load(path, prof)
 
 # %%
 show_table(tables.table4(df), "table4_ablation", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(plots.ablation(df), "fig5_ablation", prof)
 
 # %% [markdown]

@@ -29,7 +29,7 @@ from dynatree_lib.report import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 path = experiments.run("fixed_sweep", prof, rerun=rerun, render_only=render_only)
 df = tables.load(path, prof)
 
@@ -37,11 +37,11 @@ df = tables.load(path, prof)
 top = df[df.method != "ar"].nlargest(5, "tps")[["tag_D", "tag_B", "tag_tau", "tps", "tps_std", "speedup", "L_bar"]]
 show_table(top.set_index(["tag_D", "tag_B", "tag_tau"]).map(lambda x: f"{x:.2f}"), "table_fixed_sweep_top5", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 fig, best = plots.fixed_sweep(df)
 show_fig(fig, "fig7_fixed_sweep", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 path2 = experiments.run("dynatree_sweep", prof, rerun=rerun, render_only=render_only)
 df2 = tables.load(path2, prof)
 
@@ -49,7 +49,7 @@ df2 = tables.load(path2, prof)
 cols = ["label", "tps", "tps_std", "speedup", "L_bar", "draft_nodes_per_iter"]
 show_table(df2[cols].set_index("label").map(lambda x: f"{x:.2f}"), "table_dynatree_sweep", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(plots.dynatree_sensitivity(df2), "fig8_dynatree_sensitivity", prof)
 
 # %% [markdown]

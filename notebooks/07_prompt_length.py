@@ -27,7 +27,7 @@ from dynatree_lib.report import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 path = experiments.run("prompt_length", prof, rerun=rerun, render_only=render_only)
 df = tables.load(path, prof)
 
@@ -35,6 +35,6 @@ df = tables.load(path, prof)
 t = df.pivot_table(index="L_max", columns="label", values="speedup")
 show_table(t.map(lambda x: f"{x:.2f}×"), "table_prompt_length_speedup", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(plots.vs_param(df, "L_max", [("tps", "(a) throughput (tok/s)"), ("speedup", "(b) speedup vs AR")]),
          "fig9_prompt_length", prof)

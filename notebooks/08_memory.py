@@ -29,11 +29,11 @@ from dynatree_lib.report import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 path = experiments.run("memory", prof, rerun=rerun, render_only=render_only)
 df = tables.load(path, prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_table(tables.table5(df), "table5_memory", prof)
 
 # %% [markdown]

@@ -30,7 +30,7 @@ from dynatree_lib.report import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 from dynatree_lib import treeviz
 
 path = experiments.run("trees", prof, rerun=rerun, render_only=render_only)
@@ -46,7 +46,7 @@ if not render_only:
 # The same prompt and position: edge width is the draft's probability of the child, the accepted path is green,
 # rejected branches are grey.
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 labels = [lab for lab in ("Fixed Tree", "DynaTree", "TALON") if lab in set(trees.label)]
 first = trees[trees.label == "DynaTree"].sort_values(["prompt_id", "position"]).iloc[min(3, len(trees) - 1)]
 show_fig(treeviz.side_by_side(trees, labels, first.prompt_id, first.position, tok), "fig_trees_side_by_side", prof)
@@ -54,7 +54,7 @@ show_fig(treeviz.side_by_side(trees, labels, first.prompt_id, first.position, to
 # %% [markdown]
 # ## Consecutive iterations of DynaTree on one prompt
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(treeviz.strip(trees, "DynaTree", first.prompt_id, 0, 6, tok), "fig_trees_strip", prof)
 
 # %% [markdown]
@@ -71,7 +71,7 @@ show_table(treeviz.shape_summary(trees).map(lambda x: f"{x:.2f}"), "table_tree_s
 # %%
 show_table(treeviz.by_confidence(trees).map(lambda x: f"{x:.2f}"), "table_tree_vs_confidence", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
 
 fig, axes = plt.subplots(1, len(labels), figsize=(4.4 * len(labels), 3.2))
@@ -80,5 +80,5 @@ for ax, lab in zip(axes, labels):
 fig.tight_layout()
 show_fig(fig, "fig_tree_depth_heatmap", prof)
 
-# %% tags=["NBVAL_IGNORE_OUTPUT"]
+# %% tags=["nbval-ignore-output"]
 show_fig(treeviz.scatter_accepted_vs_size(trees), "fig_tree_accepted_vs_size", prof)
