@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .models import REPO
+from .models import DRAFT_DIR, REPO, smollm2_folder
 
 BUILD = REPO / "models" / "draft-build"
 
@@ -78,8 +78,6 @@ def _corpora(tok) -> dict[str, list[list[int]]]:
 
 def _load_target():
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .models import smollm2_folder
 
     folder = smollm2_folder()
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(folder)
@@ -285,23 +283,17 @@ def _draft_from(final: Path):
 
     st = torch.load(final)
     spec = DraftSpec(**st["spec"])
-    target_cfg = AutoConfig.from_pretrained(_target_folder())
+    target_cfg = AutoConfig.from_pretrained(smollm2_folder())
     model = LlamaForCausalLM(draft_config(target_cfg, spec))
     model.load_state_dict(st["model"])
     return model.eval(), st
-
-
-def _target_folder() -> Path:
-    from .models import smollm2_folder
-
-    return smollm2_folder()
 
 
 TEMPERATURES = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.5 .. 2.0
 
 
 @torch.no_grad()
-def fit_temperature(model, shards: list[dict], spec: DraftSpec, temps=TEMPERATURES) -> tuple[float, dict]:
+def fit_temperature(model, shards: list[dict], temps=TEMPERATURES) -> tuple[float, dict]:
     """Phase 3's fit: the temperature whose top-1 probabilities best predict agreement with the target's
     greedy token (lowest expected calibration error, 10 bins) on the continuations of held-out shards."""
     from .calibration import calibration_bins
@@ -332,13 +324,13 @@ def calibrate(final: Path = BUILD / "train" / "final.pt", teacher: Path = BUILD 
     the logits by T): the result is a plain Llama again."""
     if (out / "model.safetensors").exists():
         return out
-    torch.set_num_threads(2)
     model, st = _draft_from(final)
     spec = DraftSpec(**st["spec"])
+    torch.set_num_threads(spec.threads)
     held = [torch.load(f) for f in _shards(teacher) if _is_heldout(f, spec)]
     if not held:
         raise FileNotFoundError(f"no held-out teacher shards in {teacher} (every {spec.heldout_every}th shard)")
-    temp, fit = fit_temperature(model, held, spec)
+    temp, fit = fit_temperature(model, held)
     with torch.no_grad():
         model.model.norm.weight.div_(temp)
     out.mkdir(parents=True, exist_ok=True)
@@ -355,13 +347,12 @@ def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train
 
     from .calibration import run_pair
     from .costmodel import run_costs
-    from .models import DRAFT_DIR
     from .profiles import get_profile
 
     model = LlamaForCausalLM.from_pretrained(calibrated, dtype=torch.bfloat16)
     DRAFT_DIR.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(DRAFT_DIR)
-    AutoTokenizer.from_pretrained(_target_folder()).save_pretrained(DRAFT_DIR)
+    AutoTokenizer.from_pretrained(smollm2_folder()).save_pretrained(DRAFT_DIR)
     st = torch.load(final)
     cal = json.loads((calibrated / "calibration.json").read_text())
     log = st["log"]
