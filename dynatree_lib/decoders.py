@@ -207,12 +207,15 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, kv_mo
     drf.reset()
     res.prefill_s = clock(dev) - t0
     state = DraftState()
+    trim = getattr(policy, "trim", None)  # optional: cut the drafted tree before verification
     ids, done = prompt, False
     while not done:
         room = T - len(res.tokens)
         # 1. draft: nodes deeper than room-1 could never be committed (the bonus fills the last slot)
         ta = clock(dev)
         tree, n_fwd = draft_tree(drf, state, ids, policy, min(room - 1, limit - ids.numel()))
+        if trim is not None:
+            tree = trim(tree, n_fwd)
         if window is not None:
             window.evict(drf)
         tb = clock(dev)

@@ -35,7 +35,12 @@ BUILD = REPO / "models" / "draft-build"
 @dataclass(frozen=True)
 class TeacherSpec:
     """What the teacher phase generates: ``shards`` x ``batch`` sequences of a prompt of one of
-    ``prompt_lens`` tokens plus ``cont`` greedy tokens, top-``k`` log-probs at every position."""
+    ``prompt_lens`` tokens plus ``cont`` greedy tokens, top-``k`` log-probs at every position.
+
+    Shards from ``raw_from`` on (None: none) cut their WikiText prompts from the raw validation text
+    (" @-@ ", " , " as in the experiment prompts) and draw WikiText with ``raw_wiki_share``; shards
+    before it keep the detokenized text and ``wiki_share``, so adding raw shards leaves the old ones as
+    they were built."""
 
     shards: int = 39
     batch: int = 48
@@ -43,6 +48,8 @@ class TeacherSpec:
     cont: int = 192
     k: int = 32
     wiki_share: float = 0.4
+    raw_from: int | None = None
+    raw_wiki_share: float = 0.6
     seed: int = 1234
     threads: int = 2
 
@@ -51,8 +58,8 @@ _WIKI_FIXES = [(" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" , ", ", "), ("
                (" : ", ": "), (" 's", "'s"), (" n't", "n't"), ("( ", "("), (" )", ")"), ('" ', '"')]
 
 
-def wiki_valid_articles() -> list[str]:
-    """WikiText-2 validation articles, roughly detokenized (they only serve as prompts)."""
+def wiki_valid_articles(raw: bool = False) -> list[str]:
+    """WikiText-2 validation articles, raw or roughly detokenized (they only serve as prompts)."""
     from .data import wikitext_valid_text
 
     arts: list[list[str]] = []
@@ -63,7 +70,7 @@ def wiki_valid_articles() -> list[str]:
     out = []
     for a in arts:
         t = "".join(a)
-        for x, y in _WIKI_FIXES:
+        for x, y in ([] if raw else _WIKI_FIXES):
             t = t.replace(x, y)
         out.append(t)
     return out
@@ -73,7 +80,8 @@ def _corpora(tok) -> dict[str, list[list[int]]]:
     from .data import training_text
 
     enc = lambda texts: [ids for ids in tok(texts, add_special_tokens=False)["input_ids"] if len(ids) > 300]
-    return {"wiki_valid": enc(wiki_valid_articles()), "pg19_train": enc(training_text())}
+    return {"wiki_valid": enc(wiki_valid_articles()), "wiki_valid_raw": enc(wiki_valid_articles(raw=True)),
+            "pg19_train": enc(training_text())}
 
 
 def _load_target():
@@ -96,7 +104,10 @@ def teacher_shard(model, corpora: dict, spec: TeacherSpec, s: int) -> dict:
 
     rng = random.Random(spec.seed * 100_003 + s)
     P = spec.prompt_lens[s % len(spec.prompt_lens)]
-    src = "wiki_valid" if rng.random() < spec.wiki_share else "pg19_train"
+    if spec.raw_from is not None and s >= spec.raw_from:
+        src = "wiki_valid_raw" if rng.random() < spec.raw_wiki_share else "pg19_train"
+    else:
+        src = "wiki_valid" if rng.random() < spec.wiki_share else "pg19_train"
     docs = [d for d in corpora[src] if len(d) >= P]
     rows, ids_ = [], []
     for _ in range(spec.batch):
@@ -153,8 +164,9 @@ def build_teacher(spec: TeacherSpec = TeacherSpec(), out: Path = BUILD / "teache
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """The draft's shape and its distillation. ``heldout_every``: shards ``s`` with
-    ``s % heldout_every == heldout_every - 1`` are never trained on (they calibrate the temperature)."""
+    """The draft's shape and its distillation, on teacher shards ``0 .. teacher_shards - 1``, of which
+    shards ``s`` with ``s % heldout_every == heldout_every - 1`` are never trained on (they calibrate
+    the temperature)."""
 
     layers: int = 4
     hidden: int = 256
@@ -168,6 +180,7 @@ class DraftSpec:
     ckpt_every: int = 100
     heldout_every: int = 16
     prompt_tail: int = 64
+    teacher_shards: int = 39
     seed: int = 0
     threads: int = 2
 
@@ -202,8 +215,8 @@ def distill_loss(logits: torch.Tensor, top_lp: torch.Tensor, top_ids: torch.Tens
     return -((p * qk).sum(-1) + p_rest * q_rest).mean()
 
 
-def _shards(folder: Path) -> list[Path]:
-    return sorted(folder.glob("shard-*.pt"))
+def _shards(folder: Path, spec: "DraftSpec") -> list[Path]:
+    return [f for f in sorted(folder.glob("shard-*.pt")) if int(f.stem.split("-")[1]) < spec.teacher_shards]
 
 
 def _is_heldout(path: Path, spec: DraftSpec) -> bool:
@@ -218,9 +231,12 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = BUILD / "teacher"
     torch.set_num_threads(spec.threads)
     out.mkdir(parents=True, exist_ok=True)
     final = out / "final.pt"
+    done = [p for p in [final, *sorted(out.glob("ckpt-*.pt"))[-1:]] if p.exists()]
+    if done and (was := torch.load(done[0]).get("spec")) != asdict(spec) and (was is None or DraftSpec(**was) != spec):
+        raise ValueError(f"{out} holds a draft trained with {was}, not {spec}: choose another folder or remove it")
     if final.exists():
         return final
-    files = [f for f in _shards(teacher) if not _is_heldout(f, spec)]
+    files = [f for f in _shards(teacher, spec) if not _is_heldout(f, spec)]
     if not files:
         raise FileNotFoundError(f"no teacher shards in {teacher}: run the teacher phase first")
     shards = [torch.load(f) for f in files]
@@ -268,7 +284,8 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = BUILD / "teacher"
                         agree=f"{sum(r['agree'] for r in recent) / len(recent):.3f}")
         if (step + 1) % spec.ckpt_every == 0 or step + 1 == spec.steps:
             tmp = out / "ckpt.tmp"
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "log": log, "step": step + 1}, tmp)
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "log": log, "step": step + 1,
+                        "spec": asdict(spec)}, tmp)
             tmp.rename(out / f"ckpt-{step + 1:06d}.pt")
             for old in sorted(out.glob("ckpt-*.pt"))[:-2]:
                 old.unlink()
@@ -327,7 +344,7 @@ def calibrate(final: Path = BUILD / "train" / "final.pt", teacher: Path = BUILD 
     model, st = _draft_from(final)
     spec = DraftSpec(**st["spec"])
     torch.set_num_threads(spec.threads)
-    held = [torch.load(f) for f in _shards(teacher) if _is_heldout(f, spec)]
+    held = [torch.load(f) for f in _shards(teacher, spec) if _is_heldout(f, spec)]
     if not held:
         raise FileNotFoundError(f"no held-out teacher shards in {teacher} (every {spec.heldout_every}th shard)")
     temp, fit = fit_temperature(model, held)
@@ -371,7 +388,11 @@ def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train
 
 def model_card(training: dict, pair: dict, costs: dict) -> str:
     """The draft's model card, from its training log and its held-out evaluation."""
-    s, a = training["draft_spec"], pair["agreement"]
+    s, a, ts = training["draft_spec"], pair["agreement"], training["teacher_spec"]
+    raw = ("" if ts.get("raw_from") is None else
+           f" Shards from {ts['raw_from']} on cut their WikiText prompts from the raw text (` @-@ `, ` , `), as the"
+           f" experiment prompts are, and draw WikiText {ts['raw_wiki_share']:.0%} of the time (earlier shards:"
+           f" detokenized WikiText, {ts['wiki_share']:.0%}).")
     cur = costs["curves"]
     ratio = {d: c["draft"]["1"] / c["target"]["1"] for d, c in cur.items()}
     rows = "\n".join(f"| {k} | {v['positions']} | {v['agreement']:.3f} | {v['mean_confidence']:.3f} | {v['ece']:.3f} |"
@@ -390,17 +411,17 @@ The `cpu` profile's draft model (`embedded:draft`) for the DynaTree reproduction
 
 ## Training
 - Teacher data: prompts of 64-256 tokens cut from text no experiment uses (the PG-19 books outside the test
-  split and the WikiText-2 *validation* split), SmolLM2's greedy continuation of each ({TeacherSpec().cont}
-  tokens) and its top-{TeacherSpec().k} next-token log-probabilities at every position;
+  split and the WikiText-2 *validation* split), SmolLM2's greedy continuation of each ({ts['cont']}
+  tokens) and its top-{ts['k']} next-token log-probabilities at every position;
   {len(training['shards'])} training shards, {training['train_tokens']:,} tokens. Every
-  {s['heldout_every']}th shard is held out (temperature fit only).
+  {s['heldout_every']}th shard is held out (temperature fit only).{raw}
 - Initialisation: the embedding is SmolLM2's input embedding projected on its top {s['hidden']} principal directions.
 - Loss: cross-entropy against the teacher's top-k distribution plus one bucket for the rest of the mass, on the
   continuation and the last {s['prompt_tail']} prompt tokens. AdamW, lr {s['lr']}, {training['steps']} steps of
   {s['seqs_per_step']} sequences, {training['wall_s'] / 60:.0f} min on 2 CPU cores; final loss {training['final_loss']:.3f}.
 - Calibration: one temperature, {training['calibration']['temperature']}, fitted for the lowest expected calibration
   error on the held-out shards and baked into the final norm's weight (so the files are a plain Llama).
-- Rebuild: `{training['rebuild']}` (seeded and resumable; about an hour and a half on 2 cores).
+- Rebuild: `{training['rebuild']}` (seeded and resumable; teacher shards take about a minute each on 2 cores).
 
 ## Held-out evaluation
 On the `cpu` profile's test prompts (WikiText-2 test, PG-19 test books; never trained on), teacher-forced on

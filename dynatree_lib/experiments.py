@@ -19,11 +19,12 @@ import torch
 from . import bench
 from .bench import Cell, ResultStore
 from .data import load_prompts
-from .policies import FixedTreeConfig
+from .policies import CostAwareConfig, FixedTreeConfig
 from .profiles import EXTRA_METHODS, METHODS, TUNED, Profile
 
 LABELS = {"ar": "AR", "linear": "Linear Spec", "fixed_tree": "Fixed Tree", "dynatree": "DynaTree",
-          "hf_assisted": "HF Assisted", "streaming_spec": "StreamingLLM + Spec", "talon": "TALON"}
+          "hf_assisted": "HF Assisted", "streaming_spec": "StreamingLLM + Spec", "talon": "TALON",
+          "dynatree_cost": "DynaTree + cost budget (ext.)"}
 PAPER_DYNATREE = "DynaTree (paper settings)"
 
 
@@ -48,6 +49,18 @@ def tuned(p: Profile, family: str, dataset: str, root: Path | None = None):
         raise ValueError(f"{path} holds no tuning records for {family} on {dataset} at {p.dtype}")
     best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
     return next(c for c in p.tuning[family] if bench.config_dict(c) == best["config"])
+
+
+def cost_aware(p: Profile, dataset: str, dtype: str, root: Path | None = None) -> CostAwareConfig:
+    """The named extension for ``dataset``: the tuned DynaTree, its trees cut by the forward-cost curves
+    this profile measured in ``dtype`` (notebook 00's costs.json, which ``run`` measures first if missing)."""
+    path = results_path("costs", p, root)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: the cost-aware extension needs the measured forward costs "
+                                "(notebook 00, or costmodel.run_costs)")
+    curves = json.loads(path.read_text())["curves"][dtype]
+    verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
+    return CostAwareConfig(tuned(p, "dynatree", dataset, root), verify, round(curves["draft"]["1"], 3))
 
 
 def _cell(p: Profile, ds: str, family: str, T: int, L: int, tags: dict | None = None, dtype: str | None = None,
@@ -95,6 +108,9 @@ def main_cells(p: Profile, root=None) -> list[Cell]:
             if p.tuning is not None:
                 cells.append(Cell(ds, "dynatree", PAPER_DYNATREE, p.method("dynatree", ds), T, L, dtype,
                                   {"role": role, "paper_settings": True}))
+            if p.cost_aware:
+                cells.append(Cell(ds, "dynatree_cost", LABELS["dynatree_cost"], cost_aware(p, ds, dtype, root), T, L,
+                                  dtype, {"role": role, "extension": True}))
     return cells
 
 
@@ -195,6 +211,10 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
         print(f"rerun: previous results kept at {old}")
     if profile.tuning is not None and name != "tuning":
         run("tuning", profile, root=root, render_only=render_only)
+    if name == "main" and profile.cost_aware:
+        from .costmodel import run_costs
+
+        run_costs(profile, root=root, render_only=render_only)
     cells = EXPERIMENTS[name](profile, root)
     todo = [(c, k) for c in cells if store.get(k := cell_key(name, profile, c)) is None]
     if not todo:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from .baselines import HFAssistedConfig, StreamingConfig, generate_hf_assisted, generate_streaming_spec
 from .decoders import KV_MODES, GenerationResult, generate_ar, speculative_decode
-from .policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from .policies import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 
 CONFIGS = {c.method: c for c in (LinearConfig, FixedTreeConfig, DynaTreeConfig, TalonConfig, HFAssistedConfig,
-                                 StreamingConfig)}
+                                 StreamingConfig, CostAwareConfig)}
 METHOD_NAMES = ("ar",) + tuple(CONFIGS)
-MethodConfig = LinearConfig | FixedTreeConfig | DynaTreeConfig | TalonConfig | HFAssistedConfig | StreamingConfig
+MethodConfig = (LinearConfig | FixedTreeConfig | DynaTreeConfig | TalonConfig | HFAssistedConfig | StreamingConfig
+                | CostAwareConfig)
 
 
 def method_config(method) -> MethodConfig | None:

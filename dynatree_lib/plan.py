@@ -45,7 +45,12 @@ def plan(profile, quick: bool = False) -> list[dict]:
                     toks += profile.n_prompts * profile.T
                     secs += profile.n_prompts * profile.T / _tps("ar", ds, "float32")
                 continue
-            for c in EXPERIMENTS[name](profile if name == "tuning" else cells_of, None):
+            try:
+                cells = EXPERIMENTS[name](profile if name == "tuning" else cells_of, None)
+            except FileNotFoundError:  # no costs.json yet: a cost-aware cell costs what its DynaTree cell does
+                cells = EXPERIMENTS[name](dataclasses.replace(cells_of, cost_aware=False), None)
+                cells += [c for c in cells if c.method == "dynatree" and not c.tags.get("paper_settings")]
+            for c in cells:
                 n = n_prompts(name, profile, c) + profile.warmup
                 gens += n
                 toks += n * c.T

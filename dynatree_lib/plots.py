@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 from .tables import DATASET_LABELS, order  # noqa: E402
 from .experiments import LABELS  # noqa: E402
 
-COLORS = {"ar": "#7f7f7f", "linear": "#1f77b4", "fixed_tree": "#ff7f0e", "dynatree": "#2ca02c",
+COLORS = {"ar": "#7f7f7f", "linear": "#1f77b4", "fixed_tree": "#ff7f0e", "dynatree": "#2ca02c", "dynatree_cost": "#98df8a",
           "hf_assisted": "#9467bd", "streaming_spec": "#8c564b", "talon": "#d62728"}
 plt.rcParams.update({"figure.dpi": 110, "savefig.bbox": "tight", "axes.grid": True, "grid.alpha": 0.3})
 

@@ -4,7 +4,9 @@ Every tree method (linear chain, fixed tree, DynaTree, TALON) is a frozen config
 ``policy()`` returns a fresh ``DraftPolicy`` for one generation. The drafter (``drafting.draft_tree``)
 asks the policy, for a whole level at once (tensors in, tensors out), which candidate children to keep
 and which kept nodes to expand further; after each verification it tells the policy what was accepted.
-Adding a policy means writing one small class with these three methods.
+Adding a policy means writing one small class with these three methods. A policy may also have
+``trim(tree, draft_forwards) -> Tree``, which cuts the drafted tree before verification (the cost-aware
+extension below does).
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import ClassVar, Protocol
 
 import torch
 from torch import Tensor
+
+from .tree import Tree
 
 
 class DraftPolicy(Protocol):
@@ -313,4 +317,65 @@ class TalonPolicy:
         pass
 
 
-TreeConfig = LinearConfig | FixedTreeConfig | DynaTreeConfig | TalonConfig
+# fwd_target(k) / fwd_target(1) and fwd_draft(1) / fwd_target(1) of the cpu pair in bf16 (results/cpu/costs.json)
+CPU_BF16_VERIFY = ((1, 1.0), (2, 1.13), (4, 1.33), (8, 1.68), (16, 2.25), (32, 3.36), (64, 5.49))
+CPU_BF16_DRAFT = 0.109
+
+
+@dataclass(frozen=True)
+class CostAwareConfig:
+    """A named extension, not the paper's method: DynaTree's tree cut, before verification, to the node
+    count that maximizes expected committed tokens per unit of time (as Sequoia and OPT-Tree size trees
+    for their hardware). With the draft's path probabilities p (calibrated: they estimate acceptance),
+    keeping the j most probable nodes (always a subtree: a node is at most as probable as its parent)
+    commits 1 + sum of their p in expectation and costs ``draft_forwards * draft_ms + fwd_target(j + 1)``.
+    ``verify_ms``: the measured curve fwd_target(k) as (k, ms) pairs, k ascending (linear in between,
+    extrapolated past the last); ``draft_ms``: one draft forward. Only ratios matter."""
+
+    method: ClassVar[str] = "dynatree_cost"
+
+    base: DynaTreeConfig = DynaTreeConfig()
+    verify_ms: tuple = CPU_BF16_VERIFY
+    draft_ms: float = CPU_BF16_DRAFT
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        require(isinstance(self.base, DynaTreeConfig), f"base must be a DynaTreeConfig, got {self.base!r}")
+        ok = (isinstance(self.verify_ms, tuple) and len(self.verify_ms) >= 2
+              and all(isinstance(x, tuple) and len(x) == 2 and is_int(x[0]) and is_real(x[1]) and x[1] > 0
+                      for x in self.verify_ms))
+        require(ok and self.verify_ms[0][0] == 1 and all(a[0] < b[0] for a, b in zip(self.verify_ms, self.verify_ms[1:])),
+                f"verify_ms must be (k, ms) pairs with k = 1, then ascending, ms > 0, got {self.verify_ms!r}")
+        require(self.draft_ms >= 0, f"draft_ms must be >= 0, got {self.draft_ms!r}")
+
+    def policy(self) -> "CostAwarePolicy":
+        return CostAwarePolicy(self)
+
+
+class CostAwarePolicy(DynaTreePolicy):
+    """DynaTree's policy plus ``trim``: the tree size chosen from the measured forward-cost curve."""
+
+    def __init__(self, cfg: CostAwareConfig):
+        super().__init__(cfg.base)
+        ks = torch.tensor([k for k, _ in cfg.verify_ms], dtype=torch.float64)
+        ms = torch.tensor([m for _, m in cfg.verify_ms], dtype=torch.float64)
+        k = torch.arange(1, cfg.base.n_max + 2, dtype=torch.float64)   # verified tokens: root + j nodes
+        i = torch.searchsorted(ks, k).clamp(1, len(ks) - 1)             # the segment [ks[i-1], ks[i]] holding k
+        w = (k - ks[i - 1]) / (ks[i] - ks[i - 1])
+        self.verify = (ms[i - 1] + w * (ms[i] - ms[i - 1])).float()     # verify[j] = fwd_target(j + 1)
+        self.draft_ms = cfg.draft_ms
+
+    def trim(self, tree: Tree, draft_forwards: int) -> Tree:
+        n = tree.n_drafted
+        if n <= 1:
+            return tree
+        p = tree.cum_logp[1:n + 1].exp()
+        order = p.sort(descending=True, stable=True).indices  # ties: the ancestor (smaller index) first
+        gain = torch.cat([p.new_ones(1), 1 + p[order].cumsum(0)])
+        j = int((gain / (draft_forwards * self.draft_ms + self.verify[:n + 1].to(p.device))).argmax())
+        if j == n:
+            return tree
+        return tree.subset(torch.cat([order.new_zeros(1), order[:j].sort().values + 1]))
+
+
+TreeConfig = LinearConfig | FixedTreeConfig | DynaTreeConfig | TalonConfig | CostAwareConfig

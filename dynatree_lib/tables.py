@@ -13,7 +13,7 @@ from .data import REPO_DATA
 from .experiments import EXPERIMENTS, LABELS, PAPER_DYNATREE, cell_key
 from .metrics import TIE_GAP
 
-METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", "hf_assisted", "streaming_spec", "talon"]
+METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", "dynatree_cost", "hf_assisted", "streaming_spec", "talon"]
 DATASET_LABELS = {"wikitext2": "WikiText-2", "pg19": "PG-19"}
 
 

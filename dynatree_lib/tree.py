@@ -75,6 +75,18 @@ class Tree:
         return Tree(self.tokens[:n], self.parents[:n], self.depth[:n], self.logp[:n], self.cum_logp[:n],
                     self.anc[:n, :n], n, self.is_chain, self.levels, self.root_conf)
 
+    def subset(self, keep: Tensor) -> "Tree":
+        """The tree of nodes ``keep`` (ascending indices, the root first, closed under ancestors)."""
+        t = self.view()
+        remap = torch.full((t.size,), -1, dtype=torch.long, device=keep.device)
+        remap[keep] = torch.arange(keep.numel(), device=keep.device)
+        parents = t.parents[keep]
+        parents = torch.where(parents >= 0, remap[parents.clamp(min=0)], parents)
+        depth = t.depth[keep]
+        levels = int(depth[-1])  # BFS order: the last node is the deepest
+        return Tree(t.tokens[keep], parents, depth, t.logp[keep], t.cum_logp[keep], t.anc[keep][:, keep],
+                    keep.numel(), t.is_chain or levels == keep.numel() - 1, levels, t.root_conf)
+
     def record(self, path: Tensor, position: int) -> dict:
         """A JSON-ready picture of this tree and its verification (a few hundred bytes per node)."""
         t = self.view()

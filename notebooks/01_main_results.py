@@ -17,6 +17,12 @@
 # **Settings.** Where the profile tunes, every method family got the same budget: five candidate settings
 # measured on tuning prompts disjoint from the test prompts; the fastest is used everywhere else. DynaTree is
 # also run with the paper's own settings (Appendix A), as they are.
+#
+# **A named extension, not the paper's method.** *DynaTree + cost budget (ext.)* (`dynatree_cost`, where the
+# profile has `cost_aware`) drafts the tuned DynaTree's tree and then verifies only its best-rate subtree: the
+# j most probable nodes that maximize (1 + their summed draft path probabilities) / (draft time + fwd_target(j+1)),
+# with fwd_target the forward-cost curve notebook 00 measured for this pair (as Sequoia and OPT-Tree size trees for
+# their hardware). It gets no tuning budget of its own and never replaces DynaTree's rows.
 
 # %% tags=["parameters"]
 profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"

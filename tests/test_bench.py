@@ -78,7 +78,7 @@ def test_main_json_schema(smoke_main):
     prof, root, path = smoke_main
     data = json.loads(path.read_text())
     recs = data["records"]
-    per_run = len(prof.datasets) * 8  # 7 methods + DynaTree with the paper's settings
+    per_run = len(prof.datasets) * 9  # 7 methods + DynaTree with the paper's settings + the cost-aware extension
     assert data["schema"] == 2 and len(recs) == 2 * per_run
     assert {r["dtype"] for r in recs} == {"bfloat16", "float32"}
     for r in recs:
@@ -127,7 +127,7 @@ def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
     small = get_profile("smoke", n_prompts=1, T=12, tuning_T=8)
     experiments.run("main", small, root=root)
     df = tables.load(path, prof)
-    assert len(df) == 2 * len(prof.datasets) * 8 and set(df[df.tag_role == "timed"].n) == {2}
+    assert len(df) == 2 * len(prof.datasets) * 9 and set(df[df.tag_role == "timed"].n) == {2}
     assert "skipped" in capsys.readouterr().out
     df1 = tables.load(path, small)
     assert set(df1[df1.tag_role == "timed"].n) == {1}

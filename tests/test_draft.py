@@ -86,3 +86,31 @@ def test_temperature_baked_into_the_final_norm_divides_the_logits():
         after = m(input_ids=x).logits
     assert torch.allclose(after, before / 1.7, atol=1e-5, rtol=1e-4)
     assert math.isclose(float(after.std() * 1.7), float(before.std()), rel_tol=1e-4)
+
+
+def test_raw_wikitext_shards_leave_the_earlier_shards_as_built():
+    from dataclasses import replace
+
+    from dynatree_lib.distill import TeacherSpec, teacher_shard
+
+    m = tiny_llama(seed=0, vocab_size=64, hidden_size=32, layers=1, max_positions=64).eval()
+    g = torch.Generator().manual_seed(0)
+    corpora = {src: [torch.randint(64, (40,), generator=g).tolist() for _ in range(3)]
+               for src in ("wiki_valid", "wiki_valid_raw", "pg19_train")}
+    old = TeacherSpec(batch=2, prompt_lens=(8,), cont=3, k=4, wiki_share=0.5)
+    new = replace(old, raw_from=2, raw_wiki_share=1.0)
+    for s in (0, 1):
+        a, b = teacher_shard(m, corpora, old, s), teacher_shard(m, corpora, new, s)
+        assert a["source"] == b["source"] != "wiki_valid_raw" and torch.equal(a["tokens"], b["tokens"])
+    assert teacher_shard(m, corpora, new, 2)["source"] == "wiki_valid_raw"
+
+
+def test_training_refuses_a_folder_built_with_another_spec(tmp_path):
+    from dataclasses import asdict
+
+    from dynatree_lib.distill import DraftSpec, train_draft
+
+    torch.save({"spec": asdict(DraftSpec())}, tmp_path / "final.pt")
+    assert train_draft(DraftSpec(), teacher=tmp_path, out=tmp_path) == tmp_path / "final.pt"
+    with pytest.raises(ValueError, match="holds a draft trained with"):
+        train_draft(DraftSpec(steps=5), teacher=tmp_path, out=tmp_path)

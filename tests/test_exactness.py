@@ -3,7 +3,7 @@ path (GPT-NeoX) and on the fast path (Llama, static cache), and AR equals transf
 import pytest
 import torch
 
-from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
+from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
 from dynatree_lib.decoders import KV_MODES
 
 from .conftest import MAX_POS, prompts, reference
@@ -22,6 +22,8 @@ METHODS = {
     "talon_small": TalonConfig(mu=0.2, N=8, K=3),
     "talon_budget1": TalonConfig(N=1, K=1),
     "streaming_fits": StreamingConfig(K=4, cache_size=128, n_sink=4),  # exact while the text fits the window
+    "dynatree_cost": CostAwareConfig(),
+    "dynatree_cost_steep": CostAwareConfig(DynaTreeConfig(B_max=4, n_max=40), ((1, 1.0), (2, 3.0)), 0.5),
 }
 # every on/off combination of the three DynaTree mechanisms
 for b in (False, True):
@@ -71,7 +73,7 @@ def fast_ar(fast_pair, llama_target):
 
 @pytest.mark.parametrize("kv_mode", KV_MODES)
 @pytest.mark.parametrize("name", ["linear_k4", "fixed_d6b3_tau", "fixed_budget1", "dynatree", "dyna_b1d0h1",
-                                  "talon_small", "streaming_fits"])
+                                  "talon_small", "streaming_fits", "dynatree_cost_steep"])
 def test_fast_path_speculative_equals_ar(fast_pair, fast_ar, name, kv_mode):
     tgt, drf = fast_pair
     for i, (p, T) in enumerate(CASES):
@@ -101,7 +103,7 @@ def test_drafts_that_are_always_right_or_wrong(target, wrong_draft, small_draft,
     assert wrong.accepted == 0 and wrong.iterations == T
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon", "dynatree_cost_steep"])
 def test_one_token_prompt(target, draft, fast_pair, name):
     p = torch.tensor([5])
     assert generate(target, p, 25, draft=draft, method=METHODS[name]).tokens == generate(target, p, 25).tokens
@@ -109,7 +111,7 @@ def test_one_token_prompt(target, draft, fast_pair, name):
     assert generate(tgt, p, 25, draft=drf, method=METHODS[name]).tokens == generate(tgt, p, 25).tokens
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon", "dynatree_cost_steep"])
 @pytest.mark.parametrize("kv_mode", KV_MODES)
 def test_generation_reaches_context_limit(target, draft, fast_pair, name, kv_mode):
     T = 20
@@ -120,7 +122,7 @@ def test_generation_reaches_context_limit(target, draft, fast_pair, name, kv_mod
     assert generate(tgt, p, T, draft=drf, method=METHODS[name], kv_mode=kv_mode).tokens == generate(tgt, p, T).tokens
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d3b2", "dynatree", "talon"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d3b2", "dynatree", "talon", "dynatree_cost_steep"])
 def test_eos_inside_a_draft(target, draft, name):
     p, T = prompts(1, seed=6)[0], 40
     full = generate(target, p, T).tokens

@@ -1,0 +1,86 @@
+"""The cost-aware extension (``dynatree_cost``): the tree it verifies is the best-rate subtree of
+DynaTree's, chosen from the forward-cost curve; its exactness is in tests/test_exactness.py."""
+
+import pytest
+import torch
+
+from dynatree_lib import CostAwareConfig, DynaTreeConfig, generate
+from dynatree_lib.tree import Tree, select_path
+
+from .conftest import prompts
+
+
+def test_subset_keeps_a_valid_tree():
+    #        0
+    #      1   2
+    #     3 4   5
+    t = Tree.new(7, 8)
+    t.add(torch.tensor([0, 0]), torch.tensor([11, 12]), torch.log(torch.tensor([0.6, 0.3])))
+    t.add(torch.tensor([1, 1, 2]), torch.tensor([13, 14, 15]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
+    s = t.subset(torch.tensor([0, 1, 2, 5]))
+    assert s.tokens.tolist() == [7, 11, 12, 15] and s.parents.tolist() == [-1, 0, 0, 2]
+    assert s.depth.tolist() == [0, 1, 1, 2] and s.levels == 2 and not s.is_chain
+    assert s.anc.tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]]
+    assert torch.allclose(s.cum_logp, t.cum_logp[[0, 1, 2, 5]])
+    chain = t.subset(torch.tensor([0, 1, 3]))
+    assert chain.is_chain and chain.levels == 2
+    # the target agrees with 11 then 13: the path is found in the cut tree as in the full one
+    assert select_path(chain, torch.tensor([11, 13, 0])).tolist() == [0, 1, 2]
+
+
+def _best_j(p, verify, draft_total):
+    rates = [(1 + sum(sorted(p, reverse=True)[:j])) / (draft_total + verify(j + 1)) for j in range(len(p) + 1)]
+    return max(range(len(rates)), key=rates.__getitem__)
+
+
+@pytest.mark.parametrize("curve,draft_ms", [(((1, 1.0), (2, 1.1), (64, 4.0)), 0.1), (((1, 1.0), (2, 3.0)), 0.5),
+                                            (((1, 1.0), (64, 1.0)), 0.0)])
+def test_trim_keeps_the_best_rate_prefix(curve, draft_ms):
+    torch.manual_seed(0)
+    t = Tree.new(0, 4)
+    frontier = torch.tensor([0])
+    for _ in range(3):  # three levels, two children each, random probabilities
+        lp = torch.log(torch.rand(frontier.numel(), 2) * 0.5 + 0.45)
+        frontier = t.add(frontier.repeat_interleave(2), torch.arange(frontier.numel() * 2) + t.size, lp.flatten())
+    pol = CostAwareConfig(DynaTreeConfig(n_max=64), curve, draft_ms).policy()
+    ks, ms = zip(*curve)
+    verify = lambda k: float(torch.tensor(ms).double()[0]) if k == 1 else _interp(ks, ms, k)
+    p = t.cum_logp[1:t.size].exp().tolist()
+    cut = pol.trim(t, 3).view()
+    assert cut.n_drafted == _best_j(p, verify, 3 * draft_ms)
+    kept = cut.cum_logp[1:].exp()
+    dropped = sorted(set(round(x, 6) for x in p) - set(round(x, 6) for x in kept.tolist()))
+    assert not dropped or max(dropped) <= float(kept.min()) + 1e-6  # the most probable nodes are kept
+    assert bool((cut.parents[1:] < torch.arange(1, cut.size)).all())  # still BFS with parents first
+
+
+def _interp(ks, ms, k):
+    for (k0, m0), (k1, m1) in zip(zip(ks, ms), zip(ks[1:], ms[1:])):
+        if k <= k1:
+            return m0 + (m1 - m0) * (k - k0) / (k1 - k0)
+    (k0, m0), (k1, m1) = (ks[-2], ms[-2]), (ks[-1], ms[-1])
+    return m0 + (m1 - m0) * (k - k0) / (k1 - k0)
+
+
+def test_a_flat_curve_keeps_the_whole_tree_and_a_steep_one_cuts_it(target, draft):
+    p, T = prompts(1, seed=3)[0], 40
+    dyn = generate(target, p, T, draft=draft, method=DynaTreeConfig())
+    flat = generate(target, p, T, draft=draft, method=CostAwareConfig(DynaTreeConfig(), ((1, 1.0), (2, 1.0)), 0.0))
+    assert flat.tokens == dyn.tokens and flat.drafted_nodes == dyn.drafted_nodes
+    steep = generate(target, p, T, draft=draft, method=CostAwareConfig(DynaTreeConfig(), ((1, 1.0), (2, 50.0)), 0.0))
+    assert steep.tokens == dyn.tokens and steep.drafted_nodes <= steep.iterations  # at most one node a tree
+
+
+@pytest.mark.parametrize("bad", [dict(verify_ms=((2, 1.0), (4, 2.0))), dict(verify_ms=((1, 1.0),)),
+                                 dict(verify_ms=((1, 1.0), (1, 2.0))), dict(verify_ms=((1, -1.0), (2, 1.0))),
+                                 dict(draft_ms=-0.1), dict(base="dynatree"), dict(verify_ms=[(1, 1.0), (2, 1.0)])])
+def test_bad_cost_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        CostAwareConfig(**bad)
+
+
+def test_by_name():
+    assert generate.__module__ == "dynatree_lib.methods"
+    from dynatree_lib.methods import METHOD_NAMES, method_config
+
+    assert "dynatree_cost" in METHOD_NAMES and isinstance(method_config("dynatree_cost"), CostAwareConfig)
