@@ -42,13 +42,13 @@ class TeacherSpec:
     before it keep the detokenized text and ``wiki_share``, so adding raw shards leaves the old ones as
     they were built."""
 
-    shards: int = 39
+    shards: int = 64
     batch: int = 48
     prompt_lens: tuple = (64, 128, 192, 256)
     cont: int = 192
     k: int = 32
     wiki_share: float = 0.4
-    raw_from: int | None = None
+    raw_from: int | None = 39
     raw_wiki_share: float = 0.6
     seed: int = 1234
     threads: int = 2
@@ -172,7 +172,7 @@ class DraftSpec:
     hidden: int = 256
     heads: int = 4
     intermediate: int = 1024
-    steps: int = 1400
+    steps: int = 1700
     seqs_per_step: int = 8
     lr: float = 2e-3
     warmup: int = 100
@@ -180,7 +180,7 @@ class DraftSpec:
     ckpt_every: int = 100
     heldout_every: int = 16
     prompt_tail: int = 64
-    teacher_shards: int = 39
+    teacher_shards: int = 64
     seed: int = 0
     threads: int = 2
 

@@ -56,9 +56,9 @@ def test_held_out_requirements_logged():
     """From the committed evaluation (results/cpu/pair.json, written by the build's export phase)."""
     pair = json.loads((REPO / "results" / "cpu" / "pair.json").read_text())
     served = pair["agreement"]["all"]
-    # Issue 9 asks for agreement >= 0.6; the committed draft (1400 steps, 1.3M teacher tokens) measures
-    # 0.475, so this guards what it does reach; the gap is reported in the model card and issue 9 stays open.
-    assert served["agreement"] >= 0.45, served["agreement"]
+    # Issue 9 asks for agreement >= 0.6; the committed draft (1700 steps, 60 teacher shards, about 1M tokens)
+    # measures 0.530, so this guards what it does reach; the gap is in the model card and issue 9 stays open.
+    assert served["agreement"] >= 0.5, served["agreement"]
     assert served["ece"] <= 0.05, served["ece"]
     assert pair["agreement"]["all_human"]["agreement"] < served["agreement"]  # human text is harder
 
