@@ -232,7 +232,7 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = BUILD / "teacher"
     out.mkdir(parents=True, exist_ok=True)
     final = out / "final.pt"
     done = [p for p in [final, *sorted(out.glob("ckpt-*.pt"))[-1:]] if p.exists()]
-    if done and (was := torch.load(done[0]).get("spec")) != asdict(spec) and (was is None or DraftSpec(**was) != spec):
+    if done and ((was := torch.load(done[0]).get("spec")) is None or DraftSpec(**was) != spec):
         raise ValueError(f"{out} holds a draft trained with {was}, not {spec}: choose another folder or remove it")
     if final.exists():
         return final

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, generate
+from dynatree_lib.costmodel import interp
 from dynatree_lib.tree import Tree, select_path
 
 from .conftest import prompts
@@ -43,8 +44,7 @@ def test_trim_keeps_the_best_rate_prefix(curve, draft_ms):
         lp = torch.log(torch.rand(frontier.numel(), 2) * 0.5 + 0.45)
         frontier = t.add(frontier.repeat_interleave(2), torch.arange(frontier.numel() * 2) + t.size, lp.flatten())
     pol = CostAwareConfig(DynaTreeConfig(n_max=64), curve, draft_ms).policy()
-    ks, ms = zip(*curve)
-    verify = lambda k: float(torch.tensor(ms).double()[0]) if k == 1 else _interp(ks, ms, k)
+    verify = lambda k: interp({str(k): ms for k, ms in curve}, k)
     p = t.cum_logp[1:t.size].exp().tolist()
     cut = pol.trim(t, 3).view()
     assert cut.n_drafted == _best_j(p, verify, 3 * draft_ms)
@@ -52,14 +52,6 @@ def test_trim_keeps_the_best_rate_prefix(curve, draft_ms):
     dropped = sorted(set(round(x, 6) for x in p) - set(round(x, 6) for x in kept.tolist()))
     assert not dropped or max(dropped) <= float(kept.min()) + 1e-6  # the most probable nodes are kept
     assert bool((cut.parents[1:] < torch.arange(1, cut.size)).all())  # still BFS with parents first
-
-
-def _interp(ks, ms, k):
-    for (k0, m0), (k1, m1) in zip(zip(ks, ms), zip(ks[1:], ms[1:])):
-        if k <= k1:
-            return m0 + (m1 - m0) * (k - k0) / (k1 - k0)
-    (k0, m0), (k1, m1) = (ks[-2], ms[-2]), (ks[-1], ms[-1])
-    return m0 + (m1 - m0) * (k - k0) / (k1 - k0)
 
 
 def test_a_flat_curve_keeps_the_whole_tree_and_a_steep_one_cuts_it(target, draft):
