@@ -1,14 +1,25 @@
 """The fast path: a gpt-fast-style Llama over a preallocated static KV cache, optionally compiled.
 
 ``StaticLlama`` holds a transformers Llama's weights with the attention projections fused (one q/k/v
-matmul) and the MLP's gate and up projections fused (one matmul), and a cache of ``max_len`` slots per
-layer written in place. ``StaticRunner`` serves it to the decoding loops (the ``Runner`` role): no
-per-step allocation of cache tensors, no transformers call overhead, attention over the used part of the
-cache only. With ``compile=True`` each query size is padded up to a bucket (1, 2, 4, ..., 64; the mask
-hides the padding) and every bucket is one ``torch.compile`` graph over the whole cache.
+matmul) and the MLP's gate and up projections fused (one matmul), and one ``KVCache`` per layer written in
+place. ``StaticRunner`` serves it to the decoding loops (the ``Runner`` role): no per-step allocation of
+cache tensors, no transformers call overhead, attention over the used part of the cache only.
+
+With ``compile=True`` the forward is ``torch.compile``d with dynamic shapes (a graph specialised to one
+new token, one for any other count, one for prompts that need only the last logits: a tree of any size
+or a prompt of any length needs no padding) and a C++ wrapper (no
+Python between kernels). In the one-token graph every matmul is written as a broadcast multiply-and-sum,
+which inductor turns into a fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M,
+bf16, 2 cores; ``results/cpu/costs.json``) this takes a one-token forward from ~32 ms eager to ~11 ms.
+Why each piece: one cache buffer per layer, because a mutation of one layer's slice of a shared buffer
+makes the compiled graph copy the whole buffer; attention written out (transformers' eager order, fp32
+softmax), because the CPU SDPA kernel costs ~150 us per call for one query; the matrix-vector loops,
+because oneDNN's bf16 matmul reads a weight at ~28 GB/s for one row where inductor's loop reaches ~38.
 
 Numerics follow transformers' Llama (fp32 RMSNorm statistics, rotate-half RoPE with fp32 tables cast to
-the model dtype, SDPA attention), so in fp32 the fast path's greedy tokens equal transformers' (tested).
+the model dtype, fp32 softmax), so in fp32 the fast path's greedy tokens equal transformers' (tested).
+Compiling a 30-layer model takes about three minutes the first time; inductor's on-disk cache makes it
+seconds in every later process.
 """
 from __future__ import annotations
 
@@ -20,7 +31,10 @@ from torch import Tensor, nn
 
 from .runners import context_limit, rerotate
 
-BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# inductor settings of the compiled fast path (scoped to its graphs through torch.compile's options).
+# No freezing: it would prepack the multi-token matmuls (no faster here, measured) but its packed weights
+# keep the graphs out of inductor's on-disk cache, so every process would compile again.
+COMPILE_OPTIONS = {"cpp_wrapper": True}
 
 
 def check_fast_supported(model) -> None:
@@ -47,6 +61,42 @@ def _rope_theta(cfg) -> float:
     return float(rope["rope_theta"]) if rope and "rope_theta" in rope else float(cfg.rope_theta)
 
 
+def gqa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, reduce: bool = False) -> Tensor:
+    """Grouped-query attention of ``q`` [H, n, hd] over ``k``, ``v`` [KV, kv, hd] with an additive ``mask``
+    [n, kv]; returns [H, n, hd]. Query heads sharing a KV head are one batch (no repeated keys).
+    ``reduce`` writes the two products as broadcast-multiply-and-sum, which a compiled graph fuses into
+    one loop each (for one query; eager it would materialise the products)."""
+    H, n, hd = q.shape
+    KV, kv = k.shape[0], k.shape[1]
+    g = H // KV
+    qg = q.reshape(KV, g * n, hd)
+    if reduce:
+        s = (qg[:, :, None, :].float() * k[:, None].float()).sum(-1).to(q.dtype) * (1.0 / math.sqrt(hd))
+    else:
+        s = (qg @ k.transpose(1, 2)) * (1.0 / math.sqrt(hd))
+    p = (s.view(KV, g, n, kv) + mask).float().softmax(-1).to(q.dtype).view(KV, g * n, kv)
+    if reduce:
+        return (p[..., None].float() * v[:, None].float()).sum(-2).to(q.dtype).view(H, n, hd)
+    return (p @ v).view(H, n, hd)
+
+
+def linear(x: Tensor, w: Tensor, reduce: bool = False) -> Tensor:
+    """``x @ w.T``; ``reduce`` as a broadcast multiply-and-sum with fp32 accumulation, which inductor
+    compiles into a matrix-vector loop (for one row of ``x``; eager it would materialise the product)."""
+    if reduce:
+        return (x[:, None, :].float() * w.float()).sum(-1).to(x.dtype)
+    return x @ w.t()
+
+
+class KVCache(nn.Module):
+    """One layer's keys and values, [KV heads, slots, head dim], written in place."""
+
+    def __init__(self, kv_heads: int, slots: int, head_dim: int, dtype: torch.dtype, device):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(kv_heads, slots, head_dim, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(kv_heads, slots, head_dim, dtype=dtype, device=device), persistent=False)
+
+
 class StaticLlama(nn.Module):
     """A Llama forward over a static cache (see module docstring). Built from a transformers model."""
 
@@ -57,6 +107,7 @@ class StaticLlama(nn.Module):
         self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
         self.hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps, self.inter, self.max_len = c.rms_norm_eps, c.intermediate_size, max_len
+        self.gemv = False  # one-token forwards as fused reductions (set by a compiling runner only)
         dtype, dev = hf.dtype, next(hf.parameters()).device
         w = lambda t: nn.Parameter(t.detach().clone(), requires_grad=False)
         layers = hf.model.layers
@@ -70,9 +121,7 @@ class StaticLlama(nn.Module):
         self.ln2 = nn.ParameterList([w(L.post_attention_layernorm.weight) for L in layers])
         self.norm = w(hf.model.norm.weight)
         self.head = w(hf.lm_head.weight)
-        shape = (len(layers), 1, self.KV, max_len, self.hd)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=dev), persistent=False)
+        self.cache = nn.ModuleList([KVCache(self.KV, max_len, self.hd, dtype, dev) for _ in layers])
         inv = 1.0 / (_rope_theta(c) ** (torch.arange(0, self.hd, 2, dtype=torch.float32, device=dev) / self.hd))
         f = torch.outer(torch.arange(max_len, dtype=torch.float32, device=dev), inv)
         self.register_buffer("inv_freq", inv, persistent=False)
@@ -88,28 +137,35 @@ class StaticLlama(nn.Module):
         h = x.shape[-1] // 2
         return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
 
-    def forward(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, kv_len: int,
-                last_only: bool = False) -> Tensor:
-        """Logits [q, V] ([1, V] if ``last_only``): ``tokens`` at ``positions``, written to cache ``slots``,
-        attending to slots [0, kv_len) through the additive ``mask`` [q, kv_len]."""
+    def body(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor) -> Tensor:
+        """Final hidden states [q, d] of ``tokens`` at ``positions``, written to cache ``slots``, attending
+        to slots [0, kv) through the additive ``mask`` [q, kv]."""
         q_len, H, KV, hd = tokens.shape[0], self.H, self.KV, self.hd
+        kv = mask.shape[1]
+        r = self.gemv and q_len == 1  # decided while tracing: the one-token graph is its own
         x = F.embedding(tokens, self.embed)
-        cos, sin = self.cos[positions][None, None], self.sin[positions][None, None]
-        m = mask[None, None]
-        for i in range(len(self.wqkv)):
-            qkv = self._rms(x, self.ln1[i]) @ self.wqkv[i].t()
+        cos, sin = self.cos[positions][None], self.sin[positions][None]
+        for i, c in enumerate(self.cache):
+            qkv = linear(self._rms(x, self.ln1[i]), self.wqkv[i], r)
             q, k, v = qkv.split([H * hd, KV * hd, KV * hd], -1)
-            q = self._rope(q.view(q_len, H, hd).transpose(0, 1)[None], cos, sin)
-            self.k[i].index_copy_(2, slots, self._rope(k.view(q_len, KV, hd).transpose(0, 1)[None], cos, sin))
-            self.v[i].index_copy_(2, slots, v.view(q_len, KV, hd).transpose(0, 1)[None])
-            o = F.scaled_dot_product_attention(q, self.k[i][:, :, :kv_len], self.v[i][:, :, :kv_len], attn_mask=m,
-                                               enable_gqa=H != KV)
-            x = x + o[0].transpose(0, 1).reshape(q_len, H * hd) @ self.wo[i].t()
-            gate, up = (self._rms(x, self.ln2[i]) @ self.w13[i].t()).split([self.inter, self.inter], -1)
-            x = x + (F.silu(gate) * up) @ self.w2[i].t()
-        if last_only:
-            x = x[-1:]
-        return self._rms(x, self.norm) @ self.head.t()
+            q = self._rope(q.view(q_len, H, hd).transpose(0, 1), cos, sin)
+            c.k.index_copy_(1, slots, self._rope(k.view(q_len, KV, hd).transpose(0, 1), cos, sin))
+            c.v.index_copy_(1, slots, v.view(q_len, KV, hd).transpose(0, 1))
+            o = gqa_attention(q, c.k[:, :kv], c.v[:, :kv], mask, r)
+            x = x + linear(o.transpose(0, 1).reshape(q_len, H * hd), self.wo[i], r)
+            gate, up = linear(self._rms(x, self.ln2[i]), self.w13[i], r).split([self.inter, self.inter], -1)
+            x = x + linear(F.silu(gate) * up, self.w2[i], r)
+        return x
+
+    def logits(self, x: Tensor) -> Tensor:
+        """Logits [r, V] of final hidden states [r, d]."""
+        return linear(self._rms(x, self.norm), self.head, self.gemv and x.shape[0] == 1)
+
+    def forward(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor,
+                last_only: bool = False) -> Tensor:
+        """Logits [q, V] ([1, V] if ``last_only``) of ``tokens`` (see ``body``)."""
+        x = self.body(tokens, positions, slots, mask)
+        return self.logits(x[-1:] if last_only else x)
 
 
 class StaticRunner:
@@ -122,33 +178,31 @@ class StaticRunner:
     def __init__(self, hf, max_len: int | None = None, compile: bool = False, tree_slots: int = 320):
         self.model = hf
         self.max_len = (max_len or context_limit(hf) or 2048) + tree_slots
-        self.net = StaticLlama(hf, self.max_len + (BUCKETS[-1] if compile else 0)).eval()
+        self.net = StaticLlama(hf, self.max_len).eval()
         self.length, self.compiled = 0, compile
         self.engine = "static+compile" if compile else "static"
         self._neg = torch.finfo(hf.dtype).min
         self._step = self.net
         if compile:
             import torch._dynamo.config as dynamo_config
-            import torch._inductor.config as inductor_config
 
-            inductor_config.freezing = True   # weights become constants: prepacked matmuls
             dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)
-            self._step = torch.compile(self.net, dynamic=False)
+            self.net.gemv = True
+            self._step = torch.compile(self.net, dynamic=True, options=COMPILE_OPTIONS)
 
     def reset(self) -> None:
         self.length = 0
 
-    def _mask(self, q: int, rows: int, cols: int, visible: Tensor | None, tree_start: int | None) -> Tensor:
-        dev = self.net.k.device
-        mask = torch.full((rows, cols), self._neg, dtype=self.net.k.dtype, device=dev)
+    def _mask(self, q: int, visible: Tensor | None, tree_start: int | None) -> Tensor:
+        """[q, length + q] additive mask: the committed prefix, then causal or ``visible`` new slots."""
+        n = self.length + q
         if visible is None:
-            mask[:q, :self.length] = 0
-            mask[:q, self.length:self.length + q].masked_fill_(
-                torch.ones(q, q, dtype=torch.bool, device=dev).tril(), 0)
+            allowed = torch.ones(q, q, dtype=torch.bool, device=self.net.cos.device).tril()
+            start = self.length
         else:
-            mask[:q, :tree_start] = 0
-            mask[:q, tree_start:tree_start + visible.shape[1]].masked_fill_(visible, 0)
-        mask[q:, 0] = 0  # padding rows see one slot: finite softmax, discarded output
+            allowed, start = visible, tree_start
+        mask = torch.zeros(q, n, dtype=self.net.cos.dtype, device=self.net.cos.device)
+        mask[:, start:start + allowed.shape[1]].masked_fill_(~allowed, self._neg)
         return mask
 
     @torch.no_grad()
@@ -158,26 +212,10 @@ class StaticRunner:
         if self.length + q > self.max_len:
             raise ValueError(f"static cache of {self.max_len} slots is full ({self.length} used, {q} more asked); "
                              "build the runner with a larger max_len or tree_slots")
-        if self.compiled and q > BUCKETS[-1]:  # long prefill: bucket-sized chunks through the compiled graphs
-            assert visible is None
-            out = [self.forward(tokens[s:s + BUCKETS[-1]], positions[s:s + BUCKETS[-1]], last_only=last_only)
-                   for s in range(0, q, BUCKETS[-1])]
-            return out[-1] if last_only else torch.cat(out)
-        dev = tokens.device
-        slots = torch.arange(self.length, self.length + q, device=dev)
-        if self.compiled:
-            b = next(x for x in BUCKETS if x >= q)
-            pad = b - q
-            tokens = F.pad(tokens, (0, pad))
-            positions = F.pad(positions, (0, pad), value=int(positions[-1]))
-            slots = torch.arange(self.length, self.length + b, device=dev)
-            kv = self.net.max_len
-            logits = self._step(tokens, positions, slots, self._mask(q, b, kv, visible, tree_start), kv)[:q]
-        else:
-            kv = min(self.net.max_len, 64 * math.ceil((self.length + q) / 64))  # attend to the used part only
-            logits = self._step(tokens, positions, slots, self._mask(q, q, kv, visible, tree_start), kv, last_only)
+        slots = torch.arange(self.length, self.length + q, device=tokens.device)
+        logits = self._step(tokens, positions, slots, self._mask(q, visible, tree_start), last_only and q > 1)
         self.length += q
-        return logits[-1:] if last_only else logits
+        return logits
 
     def truncate(self, length: int) -> None:
         self.length = length
@@ -185,13 +223,14 @@ class StaticRunner:
     def commit(self, start: int, keep: Tensor) -> None:
         n = keep.numel()
         src = keep + start
-        for buf in (self.net.k, self.net.v):
-            buf[:, :, :, start:start + n] = buf.index_select(3, src)
+        for c in self.net.cache:
+            for buf in (c.k, c.v):
+                buf[:, start:start + n] = buf.index_select(1, src)
         self.length = start + n
 
     def evict(self, n_sink: int, n_drop: int) -> None:
         end = self.length
-        k, v = self.net.k, self.net.v
-        k[:, :, :, n_sink:end - n_drop] = rerotate(k[:, :, :, n_sink + n_drop:end], -n_drop, self.net.inv_freq)
-        v[:, :, :, n_sink:end - n_drop] = v[:, :, :, n_sink + n_drop:end].clone()
+        for c in self.net.cache:
+            c.k[:, n_sink:end - n_drop] = rerotate(c.k[:, n_sink + n_drop:end], -n_drop, self.net.inv_freq)
+            c.v[:, n_sink:end - n_drop] = c.v[:, n_sink + n_drop:end].clone()
         self.length = end - n_drop
