@@ -10,7 +10,7 @@ import torch
 from dynatree_lib.costmodel import forward_costs
 from dynatree_lib.distill import distill_loss
 from dynatree_lib.models import DRAFT_DIR, REPO, load_pair, tiny_llama
-from dynatree_lib.runners import as_runner, check_pair
+from dynatree_lib.runners import check_pair
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +42,19 @@ def test_draft_costs_at_most_an_eighth_logged():
     assert ratio <= 1 / 8, f"logged draft/target one-token cost {ratio:.3f}"
 
 
-def test_draft_costs_about_an_eighth_live(pair):
-    """The same ratio measured now. Shared CI runners are noisy (measured here between 0.10 and 0.13 for a
-    logged 0.109), so the live check allows 1/6: it catches a draft that grew, not a noisy neighbour."""
-    target, draft, _ = pair
+def test_draft_costs_about_an_eighth_live():
+    """The same ratio measured now, on the profile's engine (the compiled fast path; its first compile on a
+    machine takes a few minutes, later ones hit inductor's disk cache). Shared runners are noisy (measured
+    between 0.11 and 0.13 here for a logged 0.114), so the live check allows 1/6: it catches a draft that
+    grew, not a noisy neighbour. On transformers' eager path the ratio is per-call overhead (0.17 measured
+    on the 2-core EPYC), which is why the requirement is checked where the runs are timed."""
+    from dynatree_lib.profiles import get_profile
+
+    prof = get_profile("cpu")
+    target, draft, _ = load_pair(prof.target, prof.draft, dtype=prof.dtype, engine=prof.engine, max_len=prof.max_len)
     torch.set_num_threads(2)
-    t = forward_costs(as_runner(target), 200, ks=(1,), reps=9)[1]
-    d = forward_costs(as_runner(draft), 200, ks=(1,), reps=9)[1]
+    t = forward_costs(target, 200, ks=(1,), reps=9)[1]
+    d = forward_costs(draft, 200, ks=(1,), reps=9)[1]
     assert d <= t / 6, f"draft {d:.2f} ms vs target {t:.2f} ms per one-token forward"
 
 

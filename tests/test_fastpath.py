@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
-from dynatree_lib.fastpath import StaticRunner
+from dynatree_lib.fastpath import StaticRunner, gqa_attention, linear
 from dynatree_lib.models import tiny_llama
 from dynatree_lib.runners import HFRunner
 
@@ -56,3 +56,36 @@ def test_compiled_equals_eager():
         a = generate(eager[0], p, 10, draft=eager[1], method=method).tokens
         b = generate(comp[0], p, 10, draft=comp[1], method=method).tokens
         assert a == b
+
+
+def test_written_out_attention_and_matvec_match_the_references():
+    """Both forms of the fast path's attention (batched matmuls; multiply-and-sum for one query) equal
+    SDPA with repeated KV heads, and the matrix-vector form of a linear equals the matmul."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(6, 3, 16, generator=g), torch.randn(2, 9, 16, generator=g), torch.randn(2, 9, 16, generator=g)
+    mask = torch.zeros(3, 9).masked_fill_(torch.rand(3, 9, generator=g) < 0.3, torch.finfo(torch.float32).min)
+    mask[:, 0] = 0
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(3, 0), v.repeat_interleave(3, 0),
+                                                           attn_mask=mask)
+    assert torch.allclose(gqa_attention(q, k, v, mask), ref, atol=1e-5)
+    assert torch.allclose(gqa_attention(q[:, :1], k, v, mask[:1], reduce=True), ref[:, :1], atol=1e-5)
+    x, w = torch.randn(1, 40, generator=g), torch.randn(24, 40, generator=g)
+    assert torch.allclose(linear(x, w, reduce=True), x @ w.t(), atol=1e-5)
+
+
+def test_compiled_graphs_serve_every_tree_size():
+    """Dynamic shapes: after one prompt, one token and one small tree, trees of other sizes and longer
+    caches reuse the compiled graphs (no recompilation inside a timed run)."""
+    from torch._dynamo.utils import counters
+
+    m = tiny_llama(layers=1, vocab_size=96, max_positions=96)
+    r = StaticRunner(m, compile=True)
+    r.forward(torch.arange(1, 9), torch.arange(8), last_only=True)
+    r.forward(torch.tensor([3]), torch.tensor([8]))
+    r.forward(torch.tensor([4, 5]), torch.tensor([9, 10]))
+    before = counters["stats"]["unique_graphs"]
+    for q in (3, 5, 9, 17):
+        vis = torch.ones(q, q, dtype=torch.bool).tril()
+        r.forward(torch.arange(1, q + 1), torch.arange(r.length, r.length + q), vis, r.length)
+        r.forward(torch.tensor([7]), torch.tensor([r.length]))
+    assert counters["stats"]["unique_graphs"] == before
