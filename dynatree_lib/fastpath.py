@@ -7,8 +7,8 @@ cache tensors, no transformers call overhead, attention over the used part of th
 
 With ``compile=True`` the forward is ``torch.compile``d with dynamic shapes (a graph specialised to one
 new token, one for any other count, one for prompts that need only the last logits: a tree of any size
-or a prompt of any length needs no padding) and a C++ wrapper (no
-Python between kernels). In the one-token graph every matmul is written as a broadcast multiply-and-sum,
+or a prompt of any length needs no padding) and a C++ wrapper (no Python between kernels). In the
+one-token graph every matmul is written as a broadcast multiply-and-sum,
 which inductor turns into a fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M,
 bf16, 2 cores; ``results/cpu/costs.json``) this takes a one-token forward from ~32 ms eager to ~11 ms.
 Why each piece: one cache buffer per layer, because a mutation of one layer's slice of a shared buffer
@@ -100,14 +100,14 @@ class KVCache(nn.Module):
 class StaticLlama(nn.Module):
     """A Llama forward over a static cache (see module docstring). Built from a transformers model."""
 
-    def __init__(self, hf, max_len: int):
+    def __init__(self, hf, max_len: int, gemv: bool = False):
         super().__init__()
         check_fast_supported(hf)
         c = hf.config
         self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
         self.hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        self.eps, self.inter, self.max_len = c.rms_norm_eps, c.intermediate_size, max_len
-        self.gemv = False  # one-token forwards as fused reductions (set by a compiling runner only)
+        self.eps, self.inter = c.rms_norm_eps, c.intermediate_size
+        self.gemv = gemv  # one-token forwards as fused reductions: for compiled graphs only
         dtype, dev = hf.dtype, next(hf.parameters()).device
         w = lambda t: nn.Parameter(t.detach().clone(), requires_grad=False)
         layers = hf.model.layers
@@ -142,7 +142,7 @@ class StaticLlama(nn.Module):
         to slots [0, kv) through the additive ``mask`` [q, kv]."""
         q_len, H, KV, hd = tokens.shape[0], self.H, self.KV, self.hd
         kv = mask.shape[1]
-        r = self.gemv and q_len == 1  # decided while tracing: the one-token graph is its own
+        r = self._reduce(q_len)
         x = F.embedding(tokens, self.embed)
         cos, sin = self.cos[positions][None], self.sin[positions][None]
         for i, c in enumerate(self.cache):
@@ -157,9 +157,14 @@ class StaticLlama(nn.Module):
             x = x + linear(F.silu(gate) * up, self.w2[i], r)
         return x
 
+    def _reduce(self, rows: int) -> bool:
+        """Whether matmuls over ``rows`` new tokens take the fused multiply-and-sum form (decided while
+        tracing: the one-token graph is its own)."""
+        return self.gemv and rows == 1
+
     def logits(self, x: Tensor) -> Tensor:
         """Logits [r, V] of final hidden states [r, d]."""
-        return linear(self._rms(x, self.norm), self.head, self.gemv and x.shape[0] == 1)
+        return linear(self._rms(x, self.norm), self.head, self._reduce(x.shape[0]))
 
     def forward(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor,
                 last_only: bool = False) -> Tensor:
@@ -178,8 +183,8 @@ class StaticRunner:
     def __init__(self, hf, max_len: int | None = None, compile: bool = False, tree_slots: int = 320):
         self.model = hf
         self.max_len = (max_len or context_limit(hf) or 2048) + tree_slots
-        self.net = StaticLlama(hf, self.max_len).eval()
-        self.length, self.compiled = 0, compile
+        self.net = StaticLlama(hf, self.max_len, gemv=compile).eval()
+        self.length = 0
         self.engine = "static+compile" if compile else "static"
         self._neg = torch.finfo(hf.dtype).min
         self._step = self.net
@@ -187,7 +192,6 @@ class StaticRunner:
             import torch._dynamo.config as dynamo_config
 
             dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)
-            self.net.gemv = True
             self._step = torch.compile(self.net, dynamic=True, options=COMPILE_OPTIONS)
 
     def reset(self) -> None:
