@@ -7,14 +7,18 @@ cache tensors, no transformers call overhead, attention over the used part of th
 
 With ``compile=True`` the forward is ``torch.compile``d with dynamic shapes (a graph specialised to one
 new token, one for any other count, one for prompts that need only the last logits: a tree of any size
-or a prompt of any length needs no padding) and a C++ wrapper (no Python between kernels). In the
-one-token graph every matmul is written as a broadcast multiply-and-sum,
-which inductor turns into a fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M,
-bf16, 2 cores; ``results/cpu/costs.json``) this takes a one-token forward from ~32 ms eager to ~11 ms.
+or a prompt of any length needs no padding) and a C++ wrapper (no Python between kernels).
+Matmuls: in bf16 on a CPU with AVX512-BF16, every weight is packed once for ``kernels.linear`` (one pass
+over the weight for up to 16 rows, the same bits for a row whatever rows come with it); otherwise, in
+the one-token graph, every matmul is written as a broadcast multiply-and-sum, which inductor turns into a
+fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M, bf16, 2 cores; median of
+15, ``results/cpu/costs.json``): one-token forward ~32 ms eager, ~11 ms compiled, ~8 ms compiled with
+the kernel; eight tokens 24 ms compiled, 14-15 ms with the kernel (from 4-8 rows the kernel is bound
+by the CPU's bf16 dot-product rate, not by memory).
 Why each piece: one cache buffer per layer, because a mutation of one layer's slice of a shared buffer
 makes the compiled graph copy the whole buffer; attention written out (transformers' eager order, fp32
-softmax), because the CPU SDPA kernel costs ~150 us per call for one query; the matrix-vector loops,
-because oneDNN's bf16 matmul reads a weight at ~28 GB/s for one row where inductor's loop reaches ~38.
+softmax), because the CPU SDPA kernel costs ~150 us per call for one query; the kernel and the
+matrix-vector loops, because oneDNN's bf16 matmul on plain weights reads at ~20 GB/s where they reach ~38.
 
 Numerics follow transformers' Llama (fp32 RMSNorm statistics, rotate-half RoPE with fp32 tables cast to
 the model dtype, fp32 softmax), so in fp32 the fast path's greedy tokens equal transformers' (tested).
@@ -29,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import kernels
 from .runners import context_limit, rerotate
 
 # inductor settings of the compiled fast path (scoped to its graphs through torch.compile's options).
@@ -81,8 +86,11 @@ def gqa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, reduce: bool = 
 
 
 def linear(x: Tensor, w: Tensor, reduce: bool = False) -> Tensor:
-    """``x @ w.T``; ``reduce`` as a broadcast multiply-and-sum with fp32 accumulation, which inductor
+    """``x @ w.T``. A weight packed for the bf16 kernel (3-D, ``kernels.pack``) goes to that kernel;
+    otherwise ``reduce`` writes it as a broadcast multiply-and-sum with fp32 accumulation, which inductor
     compiles into a matrix-vector loop (for one row of ``x``; eager it would materialise the product)."""
+    if w.dim() == 3:  # contiguous here: inside a graph the producing kernel writes it so (no copy in C++)
+        return kernels.linear(x.contiguous(), w)
     if reduce:
         return (x[:, None, :].float() * w.float()).sum(-1).to(x.dtype)
     return x @ w.t()
@@ -100,7 +108,7 @@ class KVCache(nn.Module):
 class StaticLlama(nn.Module):
     """A Llama forward over a static cache (see module docstring). Built from a transformers model."""
 
-    def __init__(self, hf, max_len: int, gemv: bool = False):
+    def __init__(self, hf, max_len: int, gemv: bool = False, packed: bool = False):
         super().__init__()
         check_fast_supported(hf)
         c = hf.config
@@ -109,17 +117,19 @@ class StaticLlama(nn.Module):
         self.eps, self.inter = c.rms_norm_eps, c.intermediate_size
         self.gemv = gemv  # one-token forwards as fused reductions: for compiled graphs only
         dtype, dev = hf.dtype, next(hf.parameters()).device
-        w = lambda t: nn.Parameter(t.detach().clone(), requires_grad=False)
+        p = lambda t: nn.Parameter(t.detach().clone(), requires_grad=False)
+        # matmul weights: packed for the bf16 kernel where asked and possible (``linear`` dispatches on it)
+        w = lambda t: nn.Parameter(kernels.pack(t.detach()), requires_grad=False) if packed and kernels.packable(t) else p(t)
         layers = hf.model.layers
-        self.embed = w(hf.model.embed_tokens.weight)
+        self.embed = p(hf.model.embed_tokens.weight)
         self.wqkv = nn.ParameterList([w(torch.cat([L.self_attn.q_proj.weight, L.self_attn.k_proj.weight,
                                                    L.self_attn.v_proj.weight])) for L in layers])
         self.wo = nn.ParameterList([w(L.self_attn.o_proj.weight) for L in layers])
         self.w13 = nn.ParameterList([w(torch.cat([L.mlp.gate_proj.weight, L.mlp.up_proj.weight])) for L in layers])
         self.w2 = nn.ParameterList([w(L.mlp.down_proj.weight) for L in layers])
-        self.ln1 = nn.ParameterList([w(L.input_layernorm.weight) for L in layers])
-        self.ln2 = nn.ParameterList([w(L.post_attention_layernorm.weight) for L in layers])
-        self.norm = w(hf.model.norm.weight)
+        self.ln1 = nn.ParameterList([p(L.input_layernorm.weight) for L in layers])
+        self.ln2 = nn.ParameterList([p(L.post_attention_layernorm.weight) for L in layers])
+        self.norm = p(hf.model.norm.weight)
         self.head = w(hf.lm_head.weight)
         self.cache = nn.ModuleList([KVCache(self.KV, max_len, self.hd, dtype, dev) for _ in layers])
         inv = 1.0 / (_rope_theta(c) ** (torch.arange(0, self.hd, 2, dtype=torch.float32, device=dev) / self.hd))
@@ -180,12 +190,15 @@ class StaticRunner:
     The cache has ``max_len`` slots (default: the model's context) plus ``tree_slots`` for the draft tree
     that sits in the cache during a verification beyond the committed tokens."""
 
-    def __init__(self, hf, max_len: int | None = None, compile: bool = False, tree_slots: int = 320):
+    def __init__(self, hf, max_len: int | None = None, compile: bool = False, tree_slots: int = 320,
+                 kernel: bool | None = None):
         self.model = hf
         self.max_len = (max_len or context_limit(hf) or 2048) + tree_slots
-        self.net = StaticLlama(hf, self.max_len, gemv=compile).eval()
+        if kernel is None:  # the bf16 kernel wherever it runs (bf16 weights, a CPU with AVX512-BF16)
+            kernel = hf.dtype == torch.bfloat16 and next(hf.parameters()).device.type == "cpu" and kernels.available()
+        self.net = StaticLlama(hf, self.max_len, gemv=compile, packed=kernel).eval()
         self.length = 0
-        self.engine = "static+compile" if compile else "static"
+        self.engine = ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
         self._neg = torch.finfo(hf.dtype).min
         self._step = self.net
         if compile:

@@ -1,0 +1,67 @@
+"""A bf16 matrix multiply for a few rows at memory speed on CPUs with AVX512-BF16 (``csrc/linear_bf16.cpp``).
+
+Decoding a token reads every weight once, so verifying a tree of k <= 16 tokens should cost about what one
+token costs. On the cpu profile's machines it did not: oneDNN's bf16 matmul re-lays a plain weight out on
+every call, and inductor's matrix-vector loops serve one row only. ``pack`` lays each weight out once
+([n/16, d/2, 32]: two input features for 16 outputs per 64 bytes) and ``linear`` multiplies by it with
+VDPBF16PS, fp32 sums in a fixed order: a row's result is the same bits whatever rows come with it.
+Measured on the cpu profile's target (SmolLM2-135M, 2 cores): see ``fastpath`` and ``results/cpu/costs.json``.
+
+The kernel is built with torch's C++ extension loader on first use (about 20 s; cached in
+``~/.cache/torch_extensions``). Where the CPU lacks AVX512-BF16, the build fails, or ``DYNATREE_KERNELS=0``
+is set, ``available()`` is False and the fast path keeps its plain matmuls (the engine name says which ran).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("csrc") / "linear_bf16.cpp"
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
+
+
+def cpu_has_avx512_bf16() -> bool:
+    """Whether this CPU advertises AVX512-BF16 (Linux ``/proc/cpuinfo``; False elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(line.startswith("flags") and " avx512_bf16" in line for line in text.splitlines())
+
+
+@functools.cache
+def available() -> bool:
+    """Whether ``linear`` can run here (built once per process; a failed build warns and returns False)."""
+    if os.environ.get("DYNATREE_KERNELS", "1") == "0" or not cpu_has_avx512_bf16():
+        return False
+    try:
+        from torch.utils.cpp_extension import load
+
+        load("dynatree_linear_bf16", [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False, verbose=False)
+    except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16, ...
+        warnings.warn(f"the bf16 linear kernel did not build ({type(e).__name__}: {str(e)[:200]}); "
+                      "the fast path uses plain matmuls")
+        return False
+    return True
+
+
+def packable(w: Tensor) -> bool:
+    """A weight [n, d] the kernel takes: bf16 on the CPU, n a multiple of 16, d even."""
+    return (w.dim() == 2 and w.dtype == torch.bfloat16 and w.device.type == "cpu"
+            and w.shape[0] % 16 == 0 and w.shape[1] % 2 == 0)
+
+
+def pack(w: Tensor) -> Tensor:
+    """[n, d] weight -> [n/16, d/2, 32] for ``linear`` (element [b, c, 2i + e] is w[16b + i, 2c + e])."""
+    n, d = w.shape
+    return w.reshape(n // 16, 16, d // 2, 2).transpose(1, 2).contiguous().reshape(n // 16, d // 2, 32)
+
+
+def linear(x: Tensor, w_packed: Tensor) -> Tensor:
+    """``x @ w.T`` for bf16 ``x`` [k, d] and ``w_packed = pack(w)``; [k, n] in bf16."""
+    return torch.ops.dynatree.linear_bf16(x, w_packed)
