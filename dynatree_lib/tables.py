@@ -270,11 +270,13 @@ def agreement_table(pair: dict) -> pd.DataFrame:
 
 
 def forward_cost_table(costs: dict) -> pd.DataFrame:
-    """fwd(k) in ms for target and draft in each precision, with the bandwidth bound of one token."""
+    """fwd(k) in ms for target and draft (back to back, and the draft right after a target forward) in each
+    precision, with the bandwidth bound of one token."""
     cols = {}
     for dtype, c in costs["curves"].items():
-        for role in ("target", "draft"):
-            cols[(dtype, role)] = {int(k): f"{v:.2f}" for k, v in c[role].items()}
+        for role in ("target", "draft", "draft_after_target"):
+            if role in c:
+                cols[(dtype, role.replace("_", " "))] = {int(k): f"{v:.2f}" for k, v in c[role].items()}
         cols[(dtype, "draft / target")] = {int(k): f"{c['draft'][k] / c['target'][k]:.3f}" for k in c["target"]}
     t = pd.DataFrame(cols)
     t.index.name = "k tokens"
@@ -294,16 +296,36 @@ def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
-    """Predicted (cost model) vs measured milliseconds per generated token, prefill excluded."""
-    from .costmodel import predict_ms_per_token
+    """Predicted (cost model) vs measured milliseconds per generated token, prefill excluded; for the
+    speculative rows also one iteration's drafting and verification, predicted and measured (ms)."""
+    from .costmodel import predict_iteration, predict_ms_per_token
 
     rows = []
     for _, r in order(df).iterrows():
         prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
         if prec not in costs["curves"] or r.method == "hf_assisted":
             continue
-        pred = predict_ms_per_token(costs["curves"][prec], r.method, r.draft_nodes_per_iter, r.depth_per_iter,
-                                    r.draft_forwards_per_iter, r.L_bar)
-        rows.append({"Dataset": DATASET_LABELS[r.dataset], "Method": r.label, "precision": prec,
-                     "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1})
+        c = costs["curves"][prec]
+        stats = (r.draft_nodes_per_iter, r.depth_per_iter, r.draft_forwards_per_iter, r.L_bar)
+        pred = predict_ms_per_token(c, r.method, *stats)
+        row = {"Dataset": DATASET_LABELS[r.dataset], "Method": r.label, "precision": prec,
+               "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}
+        if r.method != "ar":
+            d, v = predict_iteration(c, *stats)
+            row |= {"draft/iter pred.": d, "draft/iter meas.": 1e3 * r.draft_s / r.iterations,
+                    "verify/iter pred.": v, "verify/iter meas.": 1e3 * r.verify_s / r.iterations}
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def ceiling_table(costs: dict, precision: str, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(1, 9)) -> pd.DataFrame:
+    """Best predicted chain speedup over AR (and its K) per per-token acceptance, from one precision's
+    forward-cost curves: what acceptance a drafter needs on this hardware (``costmodel.chain_speedup``)."""
+    from .costmodel import chain_speedup
+
+    curves = costs["curves"][precision]
+    rows = []
+    for a in alphas:
+        best = max(Ks, key=lambda K: chain_speedup(curves, a, K))
+        rows.append({"acceptance per token": a, "best K": best, "predicted speedup": chain_speedup(curves, a, best)})
+    return pd.DataFrame(rows).set_index("acceptance per token")

@@ -1,0 +1,53 @@
+"""The cost model: its curves (measured back to back and draft-after-target), the per-iteration
+prediction, the acceptance ceiling, and the costs.json upgrade that adds a curve without re-measuring."""
+import json
+
+import pytest
+
+from dynatree_lib import costmodel
+from dynatree_lib.costmodel import COLD, chain_speedup, forward_costs, predict_iteration, predict_ms_per_token
+from dynatree_lib.profiles import get_profile
+from dynatree_lib.runners import HFRunner
+
+FLAT = {"target": {"1": 10.0, "2": 10.0, "64": 10.0}, "draft": {"1": 1.0, "64": 1.0}}
+
+
+def test_prediction_and_ceiling_on_flat_curves():
+    assert predict_ms_per_token(FLAT, "ar", 0, 0, 0, 1) == 10.0
+    # 3 drafted nodes in a chain, 3 draft forwards, 2 tokens per iteration: (10 + 1 + 2 * 1) / 2
+    assert predict_iteration(FLAT, 3, 3, 3, 2.0) == (3.0, 10.0)
+    assert predict_ms_per_token(FLAT, "linear", 3, 3, 3, 2.0) == 6.5
+    cold = dict(FLAT, **{COLD: {"1": 4.0, "8": 4.0}})  # the first draft forward of an iteration is priced cold
+    assert predict_iteration(cold, 3, 3, 3, 2.0) == (6.0, 10.0)
+    # a chain of K accepted with probability a: (1 - a^(K+1)) / (1 - a) tokens for fwd_t + K draft forwards
+    a, K = 0.5, 2
+    assert chain_speedup(FLAT, a, K) == pytest.approx(10.0 / ((10.0 + K * 1.0) / 1.75))
+    assert chain_speedup(FLAT, 0.9, 4) > chain_speedup(FLAT, 0.5, 4)
+    assert chain_speedup(cold, 0.5, 2) < chain_speedup(FLAT, 0.5, 2)
+
+
+def test_forward_costs_between_runs_the_other_model(target, draft):
+    t, d = HFRunner(target), HFRunner(draft)
+    calls = []
+    fwd = t.forward
+    t.forward = lambda *a, **k: calls.append(a[0].numel()) or fwd(*a, **k)
+    out = forward_costs(d, 12, ks=(1, 2), reps=2, vocab=50, between=t)
+    assert set(out) == {1, 2} and all(v > 0 for v in out.values())
+    assert calls == [12] + [1] * 8 and t.length == 12 and d.length == 12  # prefill, then one per timed forward
+
+
+def test_run_costs_adds_the_missing_curve_and_keeps_the_others(tmp_path):
+    prof = get_profile("smoke")
+    path = tmp_path / "smoke" / "costs.json"
+    path.parent.mkdir()
+    curve = {"1": 1.0, "2": 1.5}
+    old = {"profile": "smoke", "context": 24, "ks": [1, 2], "environment": {"date": "then"},
+           "curves": {d: {"target": curve, "draft": curve, "bound": {}, "engine": "eager"} for d in ("bfloat16", "float32")}}
+    path.write_text(json.dumps(old))
+    assert costmodel.run_costs(prof, root=tmp_path, render_only=True) == path  # render-only never measures
+    assert COLD not in json.loads(path.read_text())["curves"]["bfloat16"]
+    costmodel.run_costs(prof, root=tmp_path)
+    new = json.loads(path.read_text())
+    for d, c in new["curves"].items():
+        assert c["target"] == curve and c["draft"] == curve and set(c[COLD]) == {"1", "2", "4", "8"}
+    assert new["environment"] == {"date": "then"} and COLD in new["added"]
