@@ -21,7 +21,7 @@ SECTIONS = [
     ("02 · Latency and where the time goes", "02_latency", ["table2_latency", "fig_time_breakdown", "table_ar_vs_bound"]),
     ("03 · Verification efficiency and the cost model", "03_verification_efficiency",
      ["table3_verification", "fig_draft_efficiency", "table_cost_model", "fig_cost_model",
-      "table_speedup_ceiling_bfloat16", "table_speedup_ceiling_float32", "table_speedup_ceiling_float16"]),
+      "table_speedup_ceiling"]),
     ("04 · Ablation", "04_ablation", ["table4_ablation", "fig5_ablation"]),
     ("05 · Length scaling", "05_length_scaling", ["table_length_scaling_speedup", "fig6_length_scaling"]),
     ("06 · Sweeps", "06_sweeps", ["table_fixed_sweep_top5", "fig7_fixed_sweep", "table_dynatree_sweep",

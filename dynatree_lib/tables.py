@@ -318,14 +318,17 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ceiling_table(costs: dict, precision: str, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(1, 9)) -> pd.DataFrame:
-    """Best predicted chain speedup over AR (and its K) per per-token acceptance, from one precision's
-    forward-cost curves: what acceptance a drafter needs on this hardware (``costmodel.chain_speedup``)."""
+def ceiling_table(costs: dict, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(1, 9)) -> pd.DataFrame:
+    """Per per-token acceptance and precision: the best chain length K and its predicted speedup over AR
+    from that precision's forward-cost curves (``costmodel.chain_speedup``): what acceptance a drafter
+    needs on this hardware."""
     from .costmodel import chain_speedup
 
-    curves = costs["curves"][precision]
-    rows = []
-    for a in alphas:
-        best = max(Ks, key=lambda K: chain_speedup(curves, a, K))
-        rows.append({"acceptance per token": a, "best K": best, "predicted speedup": chain_speedup(curves, a, best)})
-    return pd.DataFrame(rows).set_index("acceptance per token")
+    cols = {}
+    for prec, curves in costs["curves"].items():
+        best = {a: max(Ks, key=lambda K: chain_speedup(curves, a, K)) for a in alphas}
+        cols[(prec, "best K")] = {a: str(best[a]) for a in alphas}
+        cols[(prec, "predicted speedup")] = {a: f"{chain_speedup(curves, a, best[a]):.2f}x" for a in alphas}
+    t = pd.DataFrame(cols)
+    t.index.name = "acceptance per token"
+    return t

@@ -92,6 +92,4 @@ show_fig(plots.cost_model(cm), "fig_cost_model", prof)
 # `table_draft_agreement`); on a GPU fwd_target(k) is nearly flat in k and the same α goes much further.
 
 # %%
-for prec in costs["curves"]:
-    show_table(tables.ceiling_table(costs, prec).map(lambda x: f"{x:.2f}" if isinstance(x, float) else x),
-               f"table_speedup_ceiling_{prec}", prof)
+show_table(tables.ceiling_table(costs), "table_speedup_ceiling", prof)

@@ -51,3 +51,11 @@ def test_run_costs_adds_the_missing_curve_and_keeps_the_others(tmp_path):
     for d, c in new["curves"].items():
         assert c["target"] == curve and c["draft"] == curve and set(c[COLD]) == {"1", "2", "4", "8"}
     assert new["environment"] == {"date": "then"} and COLD in new["added"]
+
+
+def test_ceiling_table_has_one_column_pair_per_precision():
+    from dynatree_lib.tables import ceiling_table
+
+    t = ceiling_table({"curves": {"bfloat16": FLAT, "float32": FLAT}}, alphas=(0.5, 0.9))
+    assert list(t.index) == [0.5, 0.9] and len(t.columns) == 4
+    assert t.loc[0.9, ("bfloat16", "predicted speedup")] > t.loc[0.5, ("bfloat16", "predicted speedup")]
