@@ -67,8 +67,10 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # within 10%. For the speculative rows the table also splits one iteration into drafting and verification,
 # predicted and measured: what lies above the band shows there. Drafting misses the loop's own work per level
 # (top-k, tree growth, masks: small tensor operations that a GPU overlaps with its kernels and a CPU runs in
-# line), and the verification forward costs more inside the loop than the same forward timed back to back;
-# commits (in the time breakdown of notebook 02) are not modelled.
+# line). Verification lands above its curve by more than its mask and argmax explain: on a shared CPU the
+# speed of a multi-token forward drifts by about ten percent within minutes, and the curves are one
+# measurement while the runs interleave the methods prompt by prompt over half an hour. Commits (in the time
+# breakdown of notebook 02) are not modelled.
 
 # %%
 from dynatree_lib import costmodel
