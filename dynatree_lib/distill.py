@@ -435,8 +435,9 @@ on the human-written prompts. Agreement: the draft's argmax equals the target's.
 Bits per byte (held out): target {bpb['target']['wikitext2']:.2f} / draft {bpb['draft']['wikitext2']:.2f} on
 WikiText-2 test, target {bpb['target']['pg19']:.2f} / draft {bpb['draft']['pg19']:.2f} on the PG-19 test books.
 
-One-token cached forward, draft / target, same process (`results/cpu/costs.json`):
-{', '.join(f'{d} {r:.3f} ({cur[d]["draft"]["1"]:.1f} / {cur[d]["target"]["1"]:.1f} ms)' for d, r in ratio.items())}.
+One-token cached forward, draft / target, same process, back to back, on the profile's engine
+(`results/cpu/costs.json`): {', '.join(f'{d} {r:.3f} ({cur[d]["draft"]["1"]:.2f} / {cur[d]["target"]["1"]:.2f} ms, '
+                                       f'`{cur[d].get("engine", "?")}`)' for d, r in ratio.items())}.
 
 Licence: Apache-2.0, as SmolLM2 (whose outputs it is trained on).
 """
