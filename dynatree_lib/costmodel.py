@@ -129,7 +129,6 @@ def chain_speedup(curves: dict, alpha: float, K: int) -> float:
     with probability ``alpha``: (1 - alpha^(K+1)) / (1 - alpha) tokens per iteration (bonus included) for
     fwd_target(K + 1) + fwd_draft(tokens) (after a target forward) + (K - 1) fwd_draft(1). The loop's own
     work is left out, so this is a ceiling for what a drafter of that acceptance can reach on these costs."""
-    ft, fd = curves["target"], curves["draft"]
     tokens = (1 - alpha ** (K + 1)) / (1 - alpha) if alpha < 1 else K + 1.0
-    per_iter = interp(ft, K + 1) + interp(curves.get(COLD, fd), tokens) + (K - 1) * interp(fd, 1)
-    return interp(ft, 1) / (per_iter / tokens)
+    # a chain is a tree of K nodes, K levels deep, drafted in K forwards
+    return interp(curves["target"], 1) / predict_ms_per_token(curves, "linear", K, K, K, tokens)

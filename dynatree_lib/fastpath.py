@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import kernels
-from .runners import context_limit, rerotate
+from .runners import additive_mask, context_limit, rerotate
 
 # inductor settings of the compiled fast path (scoped to its graphs through torch.compile's options).
 # No freezing: it would prepack the multi-token matmuls (no faster here, measured) but its packed weights
@@ -199,7 +199,6 @@ class StaticRunner:
         self.net = StaticLlama(hf, self.max_len, gemv=compile, packed=kernel).eval()
         self.length = 0
         self.engine = ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
-        self._neg = torch.finfo(hf.dtype).min
         self._step = self.net
         if compile:
             import torch._dynamo.config as dynamo_config
@@ -212,15 +211,9 @@ class StaticRunner:
 
     def _mask(self, q: int, visible: Tensor | None, tree_start: int | None) -> Tensor:
         """[q, length + q] additive mask: the committed prefix, then causal or ``visible`` new slots."""
-        n = self.length + q
         if visible is None:
-            allowed = torch.ones(q, q, dtype=torch.bool, device=self.net.cos.device).tril()
-            start = self.length
-        else:
-            allowed, start = visible, tree_start
-        mask = torch.zeros(q, n, dtype=self.net.cos.dtype, device=self.net.cos.device)
-        mask[:, start:start + allowed.shape[1]].masked_fill_(~allowed, self._neg)
-        return mask
+            visible, tree_start = torch.ones(q, q, dtype=torch.bool, device=self.net.cos.device).tril(), self.length
+        return additive_mask(visible, tree_start, self.length + q, self.net.cos.dtype)
 
     @torch.no_grad()
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,

@@ -272,9 +272,11 @@ def agreement_table(pair: dict) -> pd.DataFrame:
 def forward_cost_table(costs: dict) -> pd.DataFrame:
     """fwd(k) in ms for target and draft (back to back, and the draft right after a target forward) in each
     precision, with the bandwidth bound of one token."""
+    from .costmodel import COLD
+
     cols = {}
     for dtype, c in costs["curves"].items():
-        for role in ("target", "draft", "draft_after_target"):
+        for role in ("target", "draft", COLD):
             if role in c:
                 cols[(dtype, role.replace("_", " "))] = {int(k): f"{v:.2f}" for k, v in c[role].items()}
         cols[(dtype, "draft / target")] = {int(k): f"{c['draft'][k] / c['target'][k]:.3f}" for k in c["target"]}
