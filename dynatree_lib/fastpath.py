@@ -39,7 +39,10 @@ from .runners import additive_mask, context_limit, rerotate
 # inductor settings of the compiled fast path (scoped to its graphs through torch.compile's options).
 # No freezing: it would prepack the multi-token matmuls (no faster here, measured) but its packed weights
 # keep the graphs out of inductor's on-disk cache, so every process would compile again.
-COMPILE_OPTIONS = {"cpp_wrapper": True}
+# emulate_precision_casts: a fused kernel rounds its bf16 intermediates as eager would, so the one-token
+# graph and the tree graph (fused differently) give a token the same bits; with the kernels' batch-invariant
+# matmuls and attention, bf16 speculative decoding then reproduces bf16 AR (tested).
+COMPILE_OPTIONS = {"cpp_wrapper": True, "emulate_precision_casts": True}
 
 
 def check_fast_supported(model) -> None:
@@ -115,6 +118,9 @@ class StaticLlama(nn.Module):
         self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
         self.hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps, self.inter = c.rms_norm_eps, c.intermediate_size
+        # attention by the bf16 kernel too, where it takes the head size
+        self.fused_attention = (packed and hf.dtype == torch.bfloat16 and next(hf.parameters()).device.type == "cpu"
+                                and kernels.attention_takes(self.hd))
         self.gemv = gemv  # one-token forwards as fused reductions: for compiled graphs only
         dtype, dev = hf.dtype, next(hf.parameters()).device
         p = lambda t: nn.Parameter(t.detach().clone(), requires_grad=False)
@@ -161,8 +167,11 @@ class StaticLlama(nn.Module):
             q = self._rope(q.view(q_len, H, hd).transpose(0, 1), cos, sin)
             c.k.index_copy_(1, slots, self._rope(k.view(q_len, KV, hd).transpose(0, 1), cos, sin))
             c.v.index_copy_(1, slots, v.view(q_len, KV, hd).transpose(0, 1))
-            o = gqa_attention(q, c.k[:, :kv], c.v[:, :kv], mask, r)
-            x = x + linear(o.transpose(0, 1).reshape(q_len, H * hd), self.wo[i], r)
+            if self.fused_attention:  # the cache read in place; a row's bits are the same alone or in a tree
+                o = kernels.attention(q, c.k[:, :kv], c.v[:, :kv], mask)
+            else:
+                o = gqa_attention(q, c.k[:, :kv], c.v[:, :kv], mask, r).transpose(0, 1).reshape(q_len, H * hd)
+            x = x + linear(o, self.wo[i], r)
             gate, up = linear(self._rms(x, self.ln2[i]), self.w13[i], r).split([self.inter, self.inter], -1)
             x = x + linear(F.silu(gate) * up, self.w2[i], r)
         return x

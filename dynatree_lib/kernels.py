@@ -65,3 +65,16 @@ def pack(w: Tensor) -> Tensor:
 def linear(x: Tensor, w_packed: Tensor) -> Tensor:
     """``x @ w.T`` for bf16 ``x`` [k, d] and ``w_packed = pack(w)``; [k, n] in bf16."""
     return torch.ops.dynatree.linear_bf16(x, w_packed)
+
+
+def attention_takes(head_dim: int) -> bool:
+    """Whether ``attention`` serves this head size (a multiple of 32, at most 256)."""
+    return head_dim % 32 == 0 and 0 < head_dim <= 256
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Grouped-query attention in bf16: ``q`` [H, n, hd] over ``k``, ``v`` [KV, kv, hd] (strided views of a
+    cache are read in place) with an additive ``mask`` [n, kv] (entries <= -1e30 hide a slot; query head h
+    reads KV head h // (H / KV)); returns [n, H * hd]. Scores, softmax and sums in fp32; a row's bits do not
+    depend on the other rows or on hidden slots."""
+    return torch.ops.dynatree.attention_bf16(q, k, v, mask)

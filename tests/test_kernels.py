@@ -1,11 +1,15 @@
-"""The bf16 linear kernel: its packing, its products against fp32 references, its batch invariance, and
-the fast path with it (compiled and eager agree; dynamic shapes: tests/test_fastpath.py)."""
+"""The bf16 kernels (linear, attention): packing, results against fp32 references, batch invariance, and
+the fast path with them: compiled and eager agree, and bf16 speculative decoding reproduces bf16 AR
+(dynamic shapes: tests/test_fastpath.py)."""
+import math
+
 import pytest
 import torch
 
 from dynatree_lib import kernels
 from dynatree_lib.fastpath import StaticRunner
 from dynatree_lib.models import tiny_llama
+from dynatree_lib.runners import additive_mask
 
 needs_kernel = pytest.mark.skipif(not kernels.available(), reason="no AVX512-BF16 CPU or no C++ toolchain")
 
@@ -64,3 +68,67 @@ def test_fast_path_with_the_kernel():
     cfg = DynaTreeConfig(n_max=6, D_max=3, D0=2, B_max=2)
     assert generate(eager[0], p, 12, draft=eager[1], method=cfg).tokens == \
         generate(comp[0], p, 12, draft=comp[1], method=cfg).tokens
+
+
+def _attention_fp32(q, k, v, mask):
+    g = q.shape[0] // k.shape[0]
+    kk, vv = k.float().repeat_interleave(g, 0), v.float().repeat_interleave(g, 0)
+    s = q.float() @ kk.transpose(1, 2) / math.sqrt(q.shape[-1]) + mask.float()
+    return (s.softmax(-1) @ vv).transpose(0, 1).reshape(q.shape[1], -1)
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [1, 3, 16, 40])
+def test_attention_matches_fp32_and_a_node_gets_the_bits_of_its_sequence(n):
+    """A tree row over strided cache slices equals fp32 attention, and its bits are those of the same
+    query over its visible slots laid out as a plain sequence (what AR computes for that token)."""
+    g = torch.Generator().manual_seed(n)
+    H, KV, hd, L, slots = 6, 2, 64, 37, 128
+    K = torch.randn(KV, slots, hd, generator=g).to(torch.bfloat16)
+    V = torch.randn(KV, slots, hd, generator=g).to(torch.bfloat16)
+    q = torch.randn(n, H, hd, generator=g).to(torch.bfloat16).transpose(0, 1)  # [H, n, hd], strided
+    parent = [-1] + [int(torch.randint(i, (1,), generator=g)) for i in range(1, n)]
+    vis = torch.eye(n, dtype=torch.bool)
+    for i in range(1, n):
+        vis[i] |= vis[parent[i]]
+    mask = additive_mask(vis, L, L + n, torch.bfloat16)
+    out = kernels.attention(q, K[:, :L + n], V[:, :L + n], mask)
+    assert out.shape == (n, H * hd) and out.dtype == torch.bfloat16
+    ref = _attention_fp32(q, K[:, :L + n], V[:, :L + n], mask)
+    assert (out.float() - ref).abs().max() < 1e-2
+    for i in range(n):
+        seq = torch.cat([torch.arange(L), L + vis[i].nonzero()[:, 0]])
+        alone = kernels.attention(q[:, i:i + 1], K[:, seq], V[:, seq], torch.zeros(1, seq.numel(), dtype=torch.bfloat16))
+        assert torch.equal(alone, out[i:i + 1])
+
+
+@needs_kernel
+def test_attention_bad_operands_are_refused():
+    q, k = torch.zeros(4, 2, 64, dtype=torch.bfloat16), torch.zeros(2, 10, 64, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="mask must be"):
+        kernels.attention(q, k, k, torch.zeros(2, 9, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="head dim"):
+        kernels.attention(q[..., :48], k[..., :48], k[..., :48], torch.zeros(2, 10, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="bf16"):
+        kernels.attention(q.float(), k, k, torch.zeros(2, 10, dtype=torch.bfloat16))
+    assert kernels.attention_takes(64) and not kernels.attention_takes(16)
+
+
+@needs_kernel
+def test_bf16_speculative_decoding_reproduces_bf16_ar():
+    """With the kernels (matmuls and attention batch-invariant) and a compiled graph that rounds as eager,
+    every exact decoder's bf16 tokens are bf16 AR's, trees included."""
+    from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
+
+    m = tiny_llama(seed=1, hidden_size=128, heads=4, kv_heads=2, vocab_size=96, max_positions=160).to(torch.bfloat16)
+    d = tiny_llama(seed=2, hidden_size=64, heads=2, kv_heads=1, layers=1, vocab_size=96, max_positions=160)
+    d = d.to(torch.bfloat16)
+    tgt, drf = StaticRunner(m, compile=True, kernel=True), StaticRunner(d, compile=True, kernel=True)
+    assert tgt.net.fused_attention and tgt.engine == "static+compile+dpbf16"
+    configs = [LinearConfig(K=4), FixedTreeConfig(D=3, B=2, tau=0.0, n_max=12),
+               DynaTreeConfig(n_max=10, D_max=4, D0=3, B_max=3), TalonConfig(mu=0.01, N=10, K=3)]
+    for seed in range(3):
+        p = torch.randint(1, 96, (20 + 7 * seed,), generator=torch.Generator().manual_seed(seed))
+        ar = generate(tgt, p, 40).tokens
+        for cfg in configs:
+            assert generate(tgt, p, 40, draft=drf, method=cfg).tokens == ar, (seed, cfg)
