@@ -9,16 +9,18 @@ With ``compile=True`` the forward is ``torch.compile``d with dynamic shapes (a g
 new token, one for any other count, one for prompts that need only the last logits: a tree of any size
 or a prompt of any length needs no padding) and a C++ wrapper (no Python between kernels).
 Matmuls: in bf16 on a CPU with AVX512-BF16, every weight is packed once for ``kernels.linear`` (one pass
-over the weight for up to 16 rows, the same bits for a row whatever rows come with it); otherwise, in
-the one-token graph, every matmul is written as a broadcast multiply-and-sum, which inductor turns into a
-fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M, bf16, 2 cores; median of
-15, ``results/cpu/costs.json``): one-token forward ~32 ms eager, ~11 ms compiled, ~8 ms compiled with
-the kernel; eight tokens 24 ms compiled, 14-15 ms with the kernel (from 4-8 rows the kernel is bound
-by the CPU's bf16 dot-product rate, not by memory).
+over the weight for up to 16 rows, the same bits for a row whatever rows come with it) and attention is
+``kernels.attention`` (the cache read in place, a row's bits independent of the tree around it); otherwise,
+in the one-token graph, every matmul is written as a broadcast multiply-and-sum, which inductor turns into
+a fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M, bf16, 2 cores;
+``results/cpu/costs.json``): one-token forward ~32 ms eager, ~11 ms compiled, ~8 ms compiled with the
+kernels; a tree of 16 tokens 1.3-1.7x one token with them (2.6x with the linear kernel alone).
 Why each piece: one cache buffer per layer, because a mutation of one layer's slice of a shared buffer
 makes the compiled graph copy the whole buffer; attention written out (transformers' eager order, fp32
-softmax), because the CPU SDPA kernel costs ~150 us per call for one query; the kernel and the
-matrix-vector loops, because oneDNN's bf16 matmul on plain weights reads at ~20 GB/s where they reach ~38.
+softmax) where the kernel does not run, because the CPU SDPA kernel costs ~150 us per call for one query;
+the kernels and the matrix-vector loops, because oneDNN's bf16 matmul on plain weights reads at ~20 GB/s
+where they reach ~38, and ATen's batched matmul copies each layer's non-contiguous cache slice first.
+With the kernels and ``emulate_precision_casts`` (below), bf16 speculative decoding reproduces bf16 AR.
 
 Numerics follow transformers' Llama (fp32 RMSNorm statistics, rotate-half RoPE with fp32 tables cast to
 the model dtype, fp32 softmax), so in fp32 the fast path's greedy tokens equal transformers' (tested).

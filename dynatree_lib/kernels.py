@@ -1,15 +1,19 @@
-"""A bf16 matrix multiply for a few rows at memory speed on CPUs with AVX512-BF16 (``csrc/linear_bf16.cpp``).
+"""bf16 matmul and attention for a few rows at memory speed on CPUs with AVX512-BF16 (``csrc/linear_bf16.cpp``).
 
 Decoding a token reads every weight once, so verifying a tree of k <= 16 tokens should cost about what one
 token costs. On the cpu profile's machines it did not: oneDNN's bf16 matmul re-lays a plain weight out on
 every call, and inductor's matrix-vector loops serve one row only. ``pack`` lays each weight out once
 ([n/16, d/2, 32]: two input features for 16 outputs per 64 bytes) and ``linear`` multiplies by it with
 VDPBF16PS, fp32 sums in a fixed order: a row's result is the same bits whatever rows come with it.
+``attention`` reads a layer's cache slices in place (ATen's batched matmul copies them first) and keeps the
+same property for a tree: a node's row is computed from its query and its visible slots only, in slot order,
+so it gets the bits the same token gets in a plain sequence.
 Measured on the cpu profile's target (SmolLM2-135M, 2 cores): see ``fastpath`` and ``results/cpu/costs.json``.
 
 The kernel is built with torch's C++ extension loader on first use (about 20 s; cached in
 ``~/.cache/torch_extensions``). Where the CPU lacks AVX512-BF16, the build fails, or ``DYNATREE_KERNELS=0``
-is set, ``available()`` is False and the fast path keeps its plain matmuls (the engine name says which ran).
+is set, ``available()`` is False and the fast path keeps its plain matmuls and attention (the engine name
+says which ran).
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ def available() -> bool:
 
         load("dynatree_linear_bf16", [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False, verbose=False)
     except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16, ...
-        warnings.warn(f"the bf16 linear kernel did not build ({type(e).__name__}: {str(e)[:200]}); "
+        warnings.warn(f"the bf16 kernels did not build ({type(e).__name__}: {str(e)[:200]}); "
                       "the fast path uses plain matmuls")
         return False
     return True
