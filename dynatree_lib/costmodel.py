@@ -47,9 +47,11 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
     pos = {k: torch.arange(context, context + k, device=dev) for k in ks}
     ts: dict = {k: [] for k in ks}
     # In rounds (every k once per round, two warm-up rounds): a slow spell of a shared machine then hits
-    # every k alike instead of bending the curve at whichever k it fell on.
+    # every k alike instead of bending the curve at whichever k it fell on. Largest k first, so that each
+    # forward follows one of about its size (a one-token forward after a 64-token one would find the
+    # draft's weights pushed out of the CPU caches by 64 rows of logits: not back to back any more).
     for _ in range(reps + 2):
-        for k in ks:
+        for k in sorted(ks, reverse=True):
             if between is not None:
                 greedy(between.forward(ids[context:context + 1], one)).tolist()
                 between.truncate(context)

@@ -67,9 +67,11 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # within 10%. For the speculative rows the table also splits one iteration into drafting and verification,
 # predicted and measured: what lies above the band shows there. Drafting misses the loop's own work per level
 # (top-k, tree growth, masks: small tensor operations that a GPU overlaps with its kernels and a CPU runs in
-# line). Verification lands above its curve by more than its mask and argmax explain: on a shared CPU the
-# speed of a multi-token forward drifts by about ten percent within minutes, and the curves are one
-# measurement while the runs interleave the methods prompt by prompt over half an hour. Commits (in the time
+# line). Verification per iteration lands near its curve in bf16 (the kernels' attention reads the cache in
+# place; before it, each layer's cache slice was copied twice per multi-token forward). The curves are one
+# measurement (each k once per round, so drift hits every k alike) while the runs interleave the methods
+# prompt by prompt over a quarter of an hour: on a shared CPU a forward's speed drifts by ten to twenty
+# percent within minutes, which is how AR can land below fwd_target(1). Commits (in the time
 # breakdown of notebook 02) are not modelled.
 
 # %%
@@ -77,7 +79,8 @@ from dynatree_lib import costmodel
 
 costs = json.loads(costmodel.run_costs(prof, render_only=render_only).read_text())
 cm = tables.cost_model_table(df, costs)
-show_table(cm.set_index(["Dataset", "Method", "precision"]).map(lambda x: f"{x:+.1%}" if abs(x) < 5 else f"{x:.2f}"),
+fmt = {c: (lambda x: f"{x:+.1%}") if c == "gap" else (lambda x: f"{x:.2f}") for c in cm.columns}
+show_table(cm.set_index(["Dataset", "Method", "precision"]).apply(lambda col: col.map(fmt[col.name])),
            "table_cost_model", prof)
 
 # %% tags=["nbval-ignore-output"]
