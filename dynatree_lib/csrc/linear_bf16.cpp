@@ -99,7 +99,8 @@ at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
 // of a [KV, slots, hd] buffer is not contiguous), ~30 us per product, two per layer: ~1.8 ms of a
 // multi-token forward of the cpu profile's target. Here each query row reads its KV head's rows in place.
 // Each output row is computed from its query, the visible cache rows and its mask row alone, in a fixed
-// order (hidden slots are skipped, not added as zeros), so it gets the same bits alone or inside a tree.
+// order: a hidden slot's weight is exactly 0 (skipped, or +0 that leaves a sum unchanged) and the softmax sum
+// runs over visible slots by rank, so a row gets the same bits alone or inside a tree.
 
 // exp(x) for x <= 0 (Cephes' expf polynomial, ~1 ulp); lanes with x < -87 give exactly 0.
 inline __m512 exp_nonpos(__m512 x) {
