@@ -50,8 +50,9 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
     # every k alike instead of bending the curve at whichever k it fell on. Largest k first, so that each
     # forward follows one of about its size (a one-token forward after a 64-token one would find the
     # draft's weights pushed out of the CPU caches by 64 rows of logits: not back to back any more).
+    order = sorted(ks, reverse=True)
     for _ in range(reps + 2):
-        for k in sorted(ks, reverse=True):
+        for k in order:
             if between is not None:
                 greedy(between.forward(ids[context:context + 1], one)).tolist()
                 between.truncate(context)

@@ -120,11 +120,10 @@ class StaticLlama(nn.Module):
         self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
         self.hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps, self.inter = c.rms_norm_eps, c.intermediate_size
-        # attention by the bf16 kernel too, where it takes the head size
-        self.fused_attention = (packed and hf.dtype == torch.bfloat16 and next(hf.parameters()).device.type == "cpu"
-                                and kernels.attention_takes(self.hd))
         self.gemv = gemv  # one-token forwards as fused reductions: for compiled graphs only
         dtype, dev = hf.dtype, next(hf.parameters()).device
+        # attention by the bf16 kernel too, where it takes the head size
+        self.fused_attention = packed and dtype == torch.bfloat16 and dev.type == "cpu" and kernels.attention_takes(self.hd)
         p = lambda t: nn.Parameter(t.detach().clone(), requires_grad=False)
         # matmul weights: packed for the bf16 kernel where asked and possible (``linear`` dispatches on it)
         w = lambda t: nn.Parameter(kernels.pack(t.detach()), requires_grad=False) if packed and kernels.packable(t) else p(t)

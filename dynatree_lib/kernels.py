@@ -40,7 +40,8 @@ def cpu_has_avx512_bf16() -> bool:
 
 @functools.cache
 def available() -> bool:
-    """Whether ``linear`` can run here (built once per process; a failed build warns and returns False)."""
+    """Whether ``linear`` and ``attention`` can run here (built once per process; a failed build warns and
+    returns False)."""
     if os.environ.get("DYNATREE_KERNELS", "1") == "0" or not cpu_has_avx512_bf16():
         return False
     try:
@@ -49,7 +50,7 @@ def available() -> bool:
         load("dynatree_linear_bf16", [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False, verbose=False)
     except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16, ...
         warnings.warn(f"the bf16 kernels did not build ({type(e).__name__}: {str(e)[:200]}); "
-                      "the fast path uses plain matmuls")
+                      "the fast path uses plain matmuls and attention")
         return False
     return True
 

@@ -1,8 +1,6 @@
 """The bf16 kernels (linear, attention): packing, results against fp32 references, batch invariance, and
 the fast path with them: compiled and eager agree, and bf16 speculative decoding reproduces bf16 AR
 (dynamic shapes: tests/test_fastpath.py)."""
-import math
-
 import pytest
 import torch
 
@@ -71,10 +69,11 @@ def test_fast_path_with_the_kernel():
 
 
 def _attention_fp32(q, k, v, mask):
+    """SDPA in fp32 with repeated KV heads (the reference of tests/test_fastpath.py), as [n, H * hd]."""
     g = q.shape[0] // k.shape[0]
-    kk, vv = k.float().repeat_interleave(g, 0), v.float().repeat_interleave(g, 0)
-    s = q.float() @ kk.transpose(1, 2) / math.sqrt(q.shape[-1]) + mask.float()
-    return (s.softmax(-1) @ vv).transpose(0, 1).reshape(q.shape[1], -1)
+    o = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 0),
+                                                         v.float().repeat_interleave(g, 0), attn_mask=mask.float())
+    return o.transpose(0, 1).reshape(q.shape[1], -1)
 
 
 @needs_kernel
