@@ -271,7 +271,8 @@ def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], device
     return {"key": key, "dataset": cell.dataset, "method": cell.method, "label": cell.label,
             "config": config_dict(cell.config), "T": cell.T, "L_max": cell.L_max, "dtype": cell.dtype,
             "tags": cell.tags, "kv_mode": kv_mode, "profile": profile.name, "engine": profile.engine,
-            "target": profile.target, "draft": profile.draft, "context_override": profile.context_override,
+            "target": profile.target, "draft": profile.draft, "draft_vocab": profile.draft_vocab,
+            "context_override": profile.context_override,
             "warmup": profile.warmup, "prompt_ids": [p.id for p in prompts], "rows": rows,
             "aggregate": aggregate(rows), "environment": environment(device), **extra,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}

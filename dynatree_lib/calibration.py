@@ -20,11 +20,13 @@ from torch import Tensor
 
 
 @torch.no_grad()
-def teacher_forced(model, ids: Tensor, chunk: int = 1024) -> Tensor:
-    """Log-probabilities [n, V] of the next token after every position of ``ids`` (fp32)."""
+def teacher_forced(model, ids: Tensor, chunk: int = 1024, vocab: Tensor | None = None) -> Tensor:
+    """Log-probabilities [n, V] of the next token after every position of ``ids`` (fp32); with ``vocab``,
+    [n, len(vocab)] over those tokens only (a draft head over a token subset)."""
     out = []
     for s in range(0, ids.numel(), chunk):  # long texts: independent windows (bits/byte is a lower bound)
-        out.append(torch.log_softmax(model(input_ids=ids[None, s:s + chunk]).logits[0].float(), -1))
+        logits = model(input_ids=ids[None, s:s + chunk]).logits[0].float()
+        out.append(torch.log_softmax(logits if vocab is None else logits[:, vocab], -1))
     return torch.cat(out)
 
 
@@ -59,14 +61,16 @@ def chain_acceptance(agree: list[Tensor], depth: int = 8) -> list[float]:
     return out
 
 
-def pair_agreement(target, draft, texts: list[Tensor], starts: list[int]) -> dict:
-    """Teacher-forced agreement and calibration of ``draft`` against ``target`` on the positions
-    ``start..end`` of each token sequence (predictions of the tokens after them)."""
+def pair_agreement(target, draft, texts: list[Tensor], starts: list[int], vocab: Tensor | None = None) -> dict:
+    """Teacher-forced agreement and calibration of ``draft`` (scoring only ``vocab``, if given) against
+    ``target`` on the positions ``start..end`` of each token sequence (predictions of the tokens after them)."""
     conf, correct, agree = [], [], []
     for ids, s in zip(texts, starts):
         t_top = teacher_forced(target, ids)[s:-1].argmax(-1)
-        d_lp = teacher_forced(draft, ids)[s:-1]
+        d_lp = teacher_forced(draft, ids, vocab=vocab)[s:-1]
         d_conf, d_top = d_lp.max(-1)
+        if vocab is not None:
+            d_top = vocab[d_top]
         ok = d_top == t_top
         conf.append(d_conf.exp())
         correct.append(ok)
@@ -89,20 +93,24 @@ def bits_per_byte(model, tokenizer, text: str, max_tokens: int = 8192) -> float:
 def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False):
     """Notebook 00's facts about the profile's pair, measured once into ``results/<profile>/pair.json``:
     held-out bits/byte of both models, a greedy sample, teacher-forced agreement and calibration on the
-    target's greedy continuations of the test prompts and on the prompts themselves."""
+    target's greedy continuations of the test prompts and on the prompts themselves. With a ``draft_vocab``
+    profile the agreement is the draft's as drafting uses it (its head over the frequent tokens), and
+    ``agreement_full_vocab`` the same draft scoring every token; bits/byte always score every token."""
     import json
 
     from .bench import RESULTS, environment, needs_run
     from .data import load_prompts, load_texts
     from .methods import generate
-    from .models import load_pair, weights_info
+    from .models import frequent_tokens, load_pair, weights_info
 
     path = (root or RESULTS) / profile.name / "pair.json"
     if not needs_run(path, rerun, render_only, profile.threads):
         return path
     target, draft, tok = load_pair(profile.target, profile.draft, profile.device, "float32", profile.context_override)
     T, n = profile.pair_T or profile.T, profile.pair_n_prompts or profile.n_prompts
-    report = {"profile": profile.name, "T": T, "n_prompts": n, "models": {}, "bits_per_byte": {}, "agreement": {}}
+    vocab = None if profile.draft_vocab is None else frequent_tokens(profile.draft, profile.draft_vocab)
+    report = {"profile": profile.name, "T": T, "n_prompts": n, "draft_vocab": profile.draft_vocab, "models": {},
+              "bits_per_byte": {}, "agreement": {}}
     for role, m, ref in (("target", target, profile.target), ("draft", draft, profile.draft)):
         report["models"][role] = {"ref": ref, "params": sum(p.numel() for p in m.parameters()),
                                   "layers": m.config.num_hidden_layers, "hidden": m.config.hidden_size,
@@ -122,11 +130,13 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
             if not report.get("sample"):
                 report["sample"] = {"prompt_id": p.id, "prompt_tail": tok.decode(p.ids[-40:]),
                                     "continuation": tok.decode(out[:64])}
-    for ds in profile.datasets + ("all",):
-        sel = [s for s in seqs if ds in ("all", s[0])]
-        report["agreement"][ds] = pair_agreement(target, draft, [s[1] for s in sel], [s[2] for s in sel])
-        report["agreement"][f"{ds}_human"] = pair_agreement(target, draft, [s[1][:s[2] + 1] for s in sel],
-                                                            [0] * len(sel))
+    for key, v in (("agreement", vocab),) + ((("agreement_full_vocab", None),) if vocab is not None else ()):
+        report[key] = {}
+        for ds in profile.datasets + ("all",):
+            sel = [s for s in seqs if ds in ("all", s[0])]
+            report[key][ds] = pair_agreement(target, draft, [s[1] for s in sel], [s[2] for s in sel], v)
+            report[key][f"{ds}_human"] = pair_agreement(target, draft, [s[1][:s[2] + 1] for s in sel],
+                                                        [0] * len(sel), v)
     report["environment"] = environment(profile.device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))

@@ -5,7 +5,7 @@
   python -m dynatree_lib show-tree --method dynatree -T 24 --text "The capital of France is"
   python -m dynatree_lib bench --experiment main --set T=128 --set n_prompts=4
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
-  python -m dynatree_lib build-draft                         # rebuild the cpu draft (hours on 2 cores)
+  python -m dynatree_lib build-draft [--vocab-only]          # rebuild the cpu draft (hours on 2 cores)
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _load(prof, dtype=None):
     if prof.threads:
         torch.set_num_threads(prof.threads)
     return load_pair(prof.target, prof.draft, prof.device, dtype or prof.dtype, prof.context_override, prof.engine,
-                     prof.max_len)
+                     prof.max_len, prof.draft_vocab)
 
 
 def _prompt(args, prof, tok):
@@ -73,13 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--experiment", default="main")
     b.add_argument("--rerun", action="store_true", help="archive the existing JSON and start over")
     sub.choices["plan"].add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK}, no sweeps")
-    sub.add_parser("build-draft", help="rebuild weights/smollm2-draft (teacher data, distillation, calibration)")
+    bd = sub.add_parser("build-draft", help="rebuild weights/smollm2-draft (teacher data, distillation, calibration)")
+    bd.add_argument("--vocab-only", action="store_true", help="only the token ranking of the draft head's subset")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build-draft":
-            from .distill import build_all
+            from .distill import build_all, count_tokens
 
-            print(build_all())
+            print(count_tokens() if args.vocab_only else build_all())
             return 0
         prof = get_profile(args.profile, **{**(QUICK if getattr(args, "quick", False) else {}), **_overrides(args.set)})
         if args.cmd == "bench":

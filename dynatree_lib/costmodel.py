@@ -68,10 +68,12 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
 
     Per precision: ``target`` and ``draft`` (back-to-back forwards of one model), ``draft_after_target``
     (each draft forward right after a target forward: the first draft forward of every iteration), the
-    bandwidth bound and the engine. A file from before ``draft_after_target`` existed gets that curve
+    bandwidth bound and the engine; with a ``draft_vocab`` profile also ``draft_full_vocab`` (the same
+    draft scoring every token: what the subset head saves). A file from before ``draft_after_target`` existed gets that curve
     added (its other curves kept, the addition's environment logged under ``added``)."""
+    from .fastpath import StaticRunner
     from .models import load_pair
-    from .runners import as_runner
+    from .runners import HFRunner, as_runner
 
     path = (root or RESULTS) / profile.name / "costs.json"
     old = None if needs_run(path, rerun, render_only, profile.threads) else json.loads(path.read_text())
@@ -81,11 +83,16 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     curves = {} if old is None else old["curves"]
     for dtype in dict.fromkeys(d for d in (profile.dtype, profile.exact_dtype) if d):
         target, draft, _ = load_pair(profile.target, profile.draft, profile.device, dtype, profile.context_override,
-                                     profile.engine, profile.max_len)
+                                     profile.engine, profile.max_len, profile.draft_vocab)
         t, d = as_runner(target), as_runner(draft)
         if old is None:
             curves[dtype] = {"target": forward_costs(t, context), "draft": forward_costs(d, context),
-                             "bound": bound(t.model, profile.device), "engine": t.engine}
+                             "bound": bound(t.model, profile.device), "engine": t.engine,
+                             "draft_vocab": profile.draft_vocab}
+            if profile.draft_vocab is not None:
+                full = HFRunner(d.model) if profile.engine == "eager" else \
+                    StaticRunner(d.model, profile.max_len, profile.engine == "static+compile")
+                curves[dtype]["draft_full_vocab"] = forward_costs(full, context)
         curves[dtype][COLD] = forward_costs(d, context, ks=(1, 2, 4, 8), between=t)
     path.parent.mkdir(parents=True, exist_ok=True)
     if old is None:

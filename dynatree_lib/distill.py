@@ -1,7 +1,7 @@
 """Builds the ``cpu`` profile's draft for SmolLM2-135M-Instruct: ``python -m dynatree_lib build-draft``.
 
 Four resumable phases, each writing under ``models/draft-build/`` (git-ignored) and skipped when its
-output exists:
+output exists, and a fifth, quick one (``count_tokens``: seconds, ``build-draft --vocab-only``):
 
 1. ``teacher``: prompts cut from text no experiment uses (the 36 PG-19 books outside the test split and
    the WikiText-2 *validation* split), the target's greedy continuation of each, and the target's top-k
@@ -13,6 +13,9 @@ output exists:
    predicts agreement with the target's greedy token; baked into the final norm (a plain Llama again).
 4. ``export``: evaluation on the target's greedy continuations of the experiment prompts (held out from
    every phase above), then ``weights/smollm2-draft/`` with the model card.
+5. ``count_tokens``: token frequencies of the same training text, ranked, in
+   ``weights/smollm2-draft/token_counts.json``: the draft head's token subset (FR-Spec, the ``cpu``
+   profile's ``draft_vocab``) is the top of this ranking.
 """
 from __future__ import annotations
 
@@ -82,6 +85,29 @@ def _corpora(tok) -> dict[str, list[list[int]]]:
     enc = lambda texts: [ids for ids in tok(texts, add_special_tokens=False)["input_ids"] if len(ids) > 300]
     return {"wiki_valid": enc(wiki_valid_articles()), "wiki_valid_raw": enc(wiki_valid_articles(raw=True)),
             "pg19_train": enc(training_text())}
+
+
+def count_tokens(out: Path = DRAFT_DIR / "token_counts.json", keep: int = 16384) -> Path:
+    """Phase 5: how often each token occurs in the training text (the draft's, no experiment's: PG-19
+    books outside the test split, WikiText-2 validation raw and detokenized); the ``keep`` most frequent
+    ids, ranked (ties by id), with their counts."""
+    from transformers import AutoTokenizer
+
+    from .data import training_text
+
+    tok = AutoTokenizer.from_pretrained(smollm2_folder())
+    texts = training_text() + wiki_valid_articles() + wiki_valid_articles(raw=True)
+    counts = torch.zeros(len(tok), dtype=torch.long)
+    for i in range(0, len(texts), 16):
+        for ids in tok(texts[i:i + 16], add_special_tokens=False)["input_ids"]:
+            counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=counts.numel())
+    order = sorted(range(counts.numel()), key=lambda t: (-int(counts[t]), t))[:keep]
+    out.write_text(json.dumps({
+        "source": "PG-19 books outside the test split + WikiText-2 validation (raw and detokenized), "
+                  "tokenized with SmolLM2's tokenizer; the draft's training text, no experiment's",
+        "rebuild": "python -m dynatree_lib build-draft --vocab-only", "vocab_size": counts.numel(),
+        "total_tokens": int(counts.sum()), "ids": order, "counts": [int(counts[t]) for t in order]}) + "\n")
+    return out
 
 
 def _load_target():
@@ -395,8 +421,19 @@ def model_card(training: dict, pair: dict, costs: dict) -> str:
            f" detokenized WikiText, {ts['wiki_share']:.0%}).")
     cur = costs["curves"]
     ratio = {d: c["draft"]["1"] / c["target"]["1"] for d, c in cur.items()}
-    rows = "\n".join(f"| {k} | {v['positions']} | {v['agreement']:.3f} | {v['mean_confidence']:.3f} | {v['ece']:.3f} |"
-                     for k, v in a.items())
+    n_sub = pair.get("draft_vocab")
+    heads = [(f"top {n_sub}" if n_sub else "full", a)] + ([("full", pair["agreement_full_vocab"])] if n_sub else [])
+    rows = "\n".join(f"| {k} | {h} | {v['positions']} | {v['agreement']:.3f} | {v['mean_confidence']:.3f} | "
+                     f"{v['ece']:.3f} |" for h, agr in heads for k, v in agr.items())
+    subset = "" if not n_sub else f"""
+## Draft head over the frequent tokens (FR-Spec)
+The `cpu` profile drafts with a head over the {n_sub} most frequent tokens of the training text only
+(`draft_vocab={n_sub}`; ranking and counts in `token_counts.json`, rebuilt by
+`python -m dynatree_lib build-draft --vocab-only`): the head reads {n_sub} of the 49152 rows of the tied
+embedding. The target still verifies every token, so decoding stays exact; a token outside the subset is simply
+never drafted. One-token draft forward, subset head / full head (`results/cpu/costs.json`):
+{', '.join(f'{d} {c["draft"]["1"]:.2f} / {c["draft_full_vocab"]["1"]:.2f} ms' for d, c in cur.items() if "draft_full_vocab" in c)}.
+"""
     bpb = pair["bits_per_byte"]
     return f"""---
 license: apache-2.0
@@ -427,9 +464,10 @@ The `cpu` profile's draft model (`embedded:draft`) for the DynaTree reproduction
 On the `cpu` profile's test prompts (WikiText-2 test, PG-19 test books; never trained on), teacher-forced on
 SmolLM2's own greedy continuations ({pair['T']} tokens; the text a speculative decoder drafts) and, as `*_human`,
 on the human-written prompts. Agreement: the draft's argmax equals the target's. ECE: 10 equal-width bins.
+Head: the draft as drafting uses it{f" (its {n_sub} most frequent tokens)" if n_sub else ""}{", and with its full head" if n_sub else ""}.
 
-| text | positions | agreement | mean top-1 prob | ECE |
-|---|---|---|---|---|
+| text | head | positions | agreement | mean top-1 prob | ECE |
+|---|---|---|---|---|---|
 {rows}
 
 Bits per byte (held out): target {bpb['target']['wikitext2']:.2f} / draft {bpb['draft']['wikitext2']:.2f} on
@@ -438,7 +476,7 @@ WikiText-2 test, target {bpb['target']['pg19']:.2f} / draft {bpb['draft']['pg19'
 One-token cached forward, draft / target, same process, back to back, on the profile's engine
 (`results/cpu/costs.json`): {', '.join(f'{d} {r:.3f} ({cur[d]["draft"]["1"]:.2f} / {cur[d]["target"]["1"]:.2f} ms, '
                                        f'`{cur[d].get("engine", "?")}`)' for d, r in ratio.items())}.
-
+{subset}
 Licence: Apache-2.0, as SmolLM2 (whose outputs it is trained on).
 """
 
@@ -447,4 +485,5 @@ def build_all(teacher_spec: TeacherSpec = TeacherSpec(), draft_spec: DraftSpec =
     """``python -m dynatree_lib build-draft``: the four phases, each resumed or skipped when done."""
     build_teacher(teacher_spec)
     final = train_draft(draft_spec)
+    count_tokens()
     return export(calibrate(final))

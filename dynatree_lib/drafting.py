@@ -41,9 +41,12 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     frontier = torch.zeros(1, dtype=torch.long, device=device)  # tree indices whose next-token logits we hold
     processed: Tensor = frontier[:0]                              # drafted nodes in the draft cache, in cache order
     breadth = min(policy.max_breadth, logits.shape[-1])
+    vocab = getattr(draft, "vocab", None)  # a head over a token subset scores columns, not token ids
     while True:
         logp = torch.log_softmax(logits.float(), dim=-1)
         top_lp, top_tok = logp.topk(breadth, dim=-1)               # [f, breadth], sorted
+        if vocab is not None:
+            top_tok = vocab[top_tok]
         if n_fwd == 1:
             tree.root_conf = float(top_lp[0, 0].exp())
         child_cum = tree.cum_logp[frontier, None] + top_lp

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import kernels
-from .runners import additive_mask, context_limit, rerotate
+from .runners import additive_mask, check_vocab, context_limit, rerotate, vocab_rows
 
 # inductor settings of the compiled fast path (scoped to its graphs through torch.compile's options).
 # No freezing: it would prepack the multi-token matmuls (no faster here, measured) but its packed weights
@@ -111,9 +111,10 @@ class KVCache(nn.Module):
 
 
 class StaticLlama(nn.Module):
-    """A Llama forward over a static cache (see module docstring). Built from a transformers model."""
+    """A Llama forward over a static cache (see module docstring). Built from a transformers model;
+    ``head_rows``: keep only these rows of the output layer (a draft head over a token subset)."""
 
-    def __init__(self, hf, max_len: int, gemv: bool = False, packed: bool = False):
+    def __init__(self, hf, max_len: int, gemv: bool = False, packed: bool = False, head_rows: Tensor | None = None):
         super().__init__()
         check_fast_supported(hf)
         c = hf.config
@@ -137,7 +138,8 @@ class StaticLlama(nn.Module):
         self.ln1 = nn.ParameterList([p(L.input_layernorm.weight) for L in layers])
         self.ln2 = nn.ParameterList([p(L.post_attention_layernorm.weight) for L in layers])
         self.norm = p(hf.model.norm.weight)
-        self.head = w(hf.lm_head.weight)
+        head = hf.lm_head.weight
+        self.head = w(head if head_rows is None else head.index_select(0, head_rows.to(head.device)))
         self.cache = nn.ModuleList([KVCache(self.KV, max_len, self.hd, dtype, dev) for _ in layers])
         inv = 1.0 / (_rope_theta(c) ** (torch.arange(0, self.hd, 2, dtype=torch.float32, device=dev) / self.hd))
         f = torch.outer(torch.arange(max_len, dtype=torch.float32, device=dev), inv)
@@ -198,15 +200,17 @@ class StaticRunner:
     (its config is what checks read); the runner owns a ``StaticLlama`` copy of its weights.
 
     The cache has ``max_len`` slots (default: the model's context) plus ``tree_slots`` for the draft tree
-    that sits in the cache during a verification beyond the committed tokens."""
+    that sits in the cache during a verification beyond the committed tokens. ``vocab``: score only
+    these token ids (a draft head over a subset of the vocabulary; see ``runners``)."""
 
     def __init__(self, hf, max_len: int | None = None, compile: bool = False, tree_slots: int = 320,
-                 kernel: bool | None = None):
+                 kernel: bool | None = None, vocab=None):
         self.model = hf
+        self.vocab = check_vocab(vocab, vocab_rows(hf), next(hf.parameters()).device)
         self.max_len = (max_len or context_limit(hf) or 2048) + tree_slots
         if kernel is None:  # the bf16 kernel wherever it runs (bf16 weights, a CPU with AVX512-BF16)
             kernel = hf.dtype == torch.bfloat16 and next(hf.parameters()).device.type == "cpu" and kernels.available()
-        self.net = StaticLlama(hf, self.max_len, gemv=compile, packed=kernel).eval()
+        self.net = StaticLlama(hf, self.max_len, gemv=compile, packed=kernel, head_rows=self.vocab).eval()
         self.length = 0
         self.engine = ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
         self._step = self.net
@@ -215,6 +219,19 @@ class StaticRunner:
 
             dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)
             self._step = torch.compile(self.net, dynamic=True, options=COMPILE_OPTIONS)
+            self.warm()
+
+    def warm(self) -> None:
+        """Compile now every graph the decoders can ask for, so that no later call compiles (a graph first
+        met inside a timed generation would add seconds of tracing to it). Shapes that guards tell apart:
+        one new token or several, last logits only or all, and a cache of exactly one slot."""
+        dev = self.net.cos.device
+        for length, q, last_only in ((0, 1, False), (4, 1, False), (4, 3, False), (4, 3, True), (0, 3, True),
+                                     (0, 3, False)):
+            self.truncate(length)
+            self.forward(torch.zeros(q, dtype=torch.long, device=dev), torch.arange(length, length + q, device=dev),
+                         last_only=last_only)
+        self.reset()
 
     def reset(self) -> None:
         self.length = 0

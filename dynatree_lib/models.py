@@ -81,9 +81,26 @@ def weights_info(ref: str) -> dict:
     if ref == "embedded:target":
         return json.loads((smollm2_folder() / "provenance.json").read_text())
     if ref == "embedded:draft":
-        f = DRAFT_DIR / "model.safetensors"
-        return {"file": str(f.relative_to(REPO)), "sha256": sha256_file(f)}
+        f, ranking = DRAFT_DIR / "model.safetensors", DRAFT_DIR / "token_counts.json"
+        return {"file": str(f.relative_to(REPO)), "sha256": sha256_file(f),
+                **({"token_counts_sha256": sha256_file(ranking)} if ranking.exists() else {})}
     return {"ref": ref}
+
+
+def frequent_tokens(ref: str, n: int) -> torch.Tensor:
+    """The ``n`` most frequent token ids of a draft's training text (a draft head over them: FR-Spec),
+    from the ranking shipped beside the weights (``token_counts.json``; for ``embedded:draft`` built by
+    ``python -m dynatree_lib build-draft --vocab-only``)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"draft_vocab must be None or an integer >= 1, got {n!r}")
+    f = Path(resolve(ref)) / "token_counts.json"
+    if not f.exists():
+        raise ValueError(f"draft_vocab needs a token ranking beside the draft's weights ({f} is missing); "
+                         "set draft_vocab=None, or rank the draft's training text with build-draft --vocab-only")
+    ranked = json.loads(f.read_text())
+    if n > len(ranked["ids"]):
+        raise ValueError(f"draft_vocab={n} exceeds the {len(ranked['ids'])} ranked tokens of {f}")
+    return torch.tensor(ranked["ids"][:n], dtype=torch.long)
 
 
 def tiny_gpt_neox(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, layers: int = 2,
@@ -203,18 +220,22 @@ def load_tokenizer(ref: str):
 
 
 def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str = "float32",
-              context_override: int | None = None, engine: str = "eager", max_len: int = 2048):
+              context_override: int | None = None, engine: str = "eager", max_len: int = 2048,
+              draft_vocab: int | None = None):
     """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ.
 
     ``engine``: "eager" returns the transformers models; "static" and "static+compile" return fast-path
     runners (``fastpath.StaticRunner`` with a ``max_len``-slot cache) over them, for Llama models.
     ``context_override`` raises both models' declared context (``max_position_embeddings``), for
     rotary-position models run past it on purpose (the paper's PG-19 setting); it is logged by the caller.
+    ``draft_vocab``: the draft scores only its ``draft_vocab`` most frequent tokens (``frequent_tokens``);
+    the draft is then a runner (an ``HFRunner`` on the eager engine) whose ``vocab`` says which.
     """
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available; use the 'cpu' profile")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    vocab = None if draft_vocab is None else frequent_tokens(draft_ref, draft_vocab)
     target, tt = load_model(target_ref, device, dtype)
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
@@ -225,5 +246,9 @@ def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str =
         from .fastpath import StaticRunner
 
         compile_ = engine == "static+compile"
-        target, draft = StaticRunner(target, max_len, compile_), StaticRunner(draft, max_len, compile_)
+        target, draft = StaticRunner(target, max_len, compile_), StaticRunner(draft, max_len, compile_, vocab=vocab)
+    elif vocab is not None:
+        from .runners import HFRunner
+
+        draft = HFRunner(draft, vocab)
     return target, draft, tt

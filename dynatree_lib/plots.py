@@ -210,10 +210,12 @@ def cost_curves(costs: dict):
     """fwd(k) of target and draft in each precision, with the bandwidth bound of one token."""
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     for (dtype, c), ls in zip(costs["curves"].items(), ("-", "--")):
-        for role, col in (("target", "#d62728"), ("draft", "#1f77b4")):
+        for role, col in (("target", "#d62728"), ("draft", "#1f77b4"), ("draft_full_vocab", "#9ecae1")):
+            if role not in c:
+                continue
             ks = sorted(int(k) for k in c[role])
             ax.plot(ks, [c[role][str(k)] if str(k) in c[role] else c[role][k] for k in ks], "o" + ls, color=col, ms=3,
-                    label=f"{role} {dtype}")
+                    label=f"{role.replace('_', ' ')} {dtype}")
         ax.axhline(c["bound"]["ms_per_token"], color="gray", ls=ls, lw=0.8, label=f"target bound {dtype}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens per forward (k)")

@@ -72,6 +72,10 @@ class Profile:
     trees_per_prompt: int = 64            # iterations recorded per prompt
     pair_T: int = 0                       # notebook 00's agreement: greedy continuation length (0: T)
     pair_n_prompts: int = 0               # ... and prompts per dataset (0: n_prompts)
+    # the draft scores only its draft_vocab most frequent tokens (FR-Spec: its head reads a fraction of the
+    # output embedding; the target still verifies over the whole vocabulary, so exactness is untouched).
+    # Every method drafting with our loop gets it; HF assisted runs transformers' own (full-vocabulary) drafting.
+    draft_vocab: int | None = None
     # the main table adds the cost-aware extension (``dynatree_cost``: the tuned DynaTree's trees cut by
     # this profile's measured forward costs, results/<profile>/costs.json), beside DynaTree, never for it
     cost_aware: bool = True
@@ -144,7 +148,7 @@ PROFILES: dict[str, Profile] = {
         n_exact=2, L_max={"wikitext2": 200, "pg19": 250}, T=128, n_prompts=4, warmup=1, threads=2,
         linear_K={"wikitext2": 8, "pg19": 5}, streaming_cache=256, tuning=_cpu_tuning(), tuning_n=2, tuning_T=96,
         T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), sweep_n_prompts=2, trees_n_prompts=1,
-        pair_T=256, pair_n_prompts=10,
+        pair_T=256, pair_n_prompts=10, draft_vocab=8192,
         fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
         threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
         breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),

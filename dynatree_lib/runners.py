@@ -11,6 +11,10 @@ from ``tree_start`` on (tree nodes cached earlier in this draft, then the new to
 ``visible[i, j]`` says whether new token ``i`` sees slot ``tree_start + j``. ``visible=None`` means plain
 causal attention among the new tokens.
 
+Draft vocabulary. A draft runner may score only a subset of the vocabulary (``vocab``: the token ids of
+its logits' columns; FR-Spec's frequency-ranked draft head): its head reads a fraction of the output
+embedding, and exactness is untouched because the target verifies every token over the full vocabulary.
+
 We never call ``DynamicCache.crop``: its argument changed meaning in transformers 5.17 (an absolute
 length before, a negative count after), and our operations are plain tensor slicing anyway.
 """
@@ -32,6 +36,7 @@ class Runner(Protocol):
     model: torch.nn.Module  # the transformers model (config, generation config)
     length: int             # cached positions
     engine: str             # "eager", "static" or "static+compile" (logged with every result)
+    vocab: Tensor | None    # token ids of the logits' columns (a draft head over a subset), None: all
 
     def reset(self) -> None: ...
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
@@ -113,6 +118,23 @@ def check_pair(target, draft, target_tokenizer=None, draft_tokenizer=None) -> No
                              "Use a draft trained with the target's tokenizer.")
 
 
+def check_vocab(vocab, n_vocab: int, device=None) -> Tensor | None:
+    """A draft head's token subset as a long tensor (None passes through): distinct ids in [0, n_vocab)."""
+    if vocab is None:
+        return None
+    v = torch.as_tensor(vocab)
+    if v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool:
+        raise TypeError(f"vocab must hold integer token ids, got dtype {v.dtype}")
+    if v.dim() != 1 or v.numel() == 0:
+        raise ValueError(f"vocab must be a non-empty 1-D list of token ids, got shape {tuple(v.shape)}")
+    if int(v.min()) < 0 or int(v.max()) >= n_vocab:
+        raise ValueError(f"vocab holds token id {int(v.min()) if int(v.min()) < 0 else int(v.max())}, "
+                         f"outside the model's vocabulary [0, {n_vocab})")
+    if v.unique().numel() != v.numel():
+        raise ValueError("vocab lists a token id more than once")
+    return v.to(device=device, dtype=torch.long)
+
+
 def rerotate(keys: Tensor, delta: int, inv_freq: Tensor) -> Tensor:
     """Keys cached with RoPE at position p, moved to p + delta (rotate-half convention on the first
     2*len(inv_freq) dims, as GPT-NeoX and Llama cache them)."""
@@ -139,14 +161,16 @@ def additive_mask(visible: Tensor | None, tree_start: int, total: int, dtype: to
 
 
 class HFRunner:
-    """A transformers causal LM over a ``DynamicCache`` (eager; the tests' reference path)."""
+    """A transformers causal LM over a ``DynamicCache`` (eager; the tests' reference path). With ``vocab``
+    its logits are the model's columns ``vocab`` (the same numbers a subset head computes)."""
 
     engine = "eager"
 
-    def __init__(self, model):
+    def __init__(self, model, vocab=None):
         from transformers import DynamicCache
 
         self.model = model
+        self.vocab = check_vocab(vocab, vocab_rows(model), next(model.parameters()).device)
         self._new = DynamicCache
         self.cache = DynamicCache()
         self.length = 0
@@ -166,7 +190,8 @@ class HFRunner:
         out = self.model(input_ids=tokens[None], attention_mask=mask, position_ids=positions[None],
                          past_key_values=self.cache, use_cache=True, **kw)
         self.length += q
-        return out.logits[0, -1:] if last_only else out.logits[0]
+        logits = out.logits[0, -1:] if last_only else out.logits[0]
+        return logits if self.vocab is None else logits.index_select(-1, self.vocab)
 
     def _map(self, fn) -> None:
         for layer in self.cache.layers:

@@ -256,27 +256,31 @@ def pair_table(pair: dict) -> pd.DataFrame:
 
 def agreement_table(pair: dict) -> pd.DataFrame:
     """Teacher-forced draft/target agreement, mean confidence and ECE, on the target's greedy continuations
-    and on the human-written prompts."""
+    and on the human-written prompts; with a draft head over a token subset, also with the full head."""
     rows = {}
-    for key, a in pair["agreement"].items():
-        text = "human text (prompts)" if key.endswith("_human") else "target's greedy continuations"
-        ds = key.replace("_human", "")
-        rows[(DATASET_LABELS.get(ds, "all"), text)] = {"positions": a["positions"], "agreement": f"{a['agreement']:.3f}",
-                                                        "mean top-1 prob": f"{a['mean_confidence']:.3f}",
-                                                        "ECE": f"{a['ece']:.3f}"}
+    heads = [("agreement", "")] + ([("agreement_full_vocab", ", full-vocabulary head")]
+                                   if "agreement_full_vocab" in pair else [])
+    for field_, head in heads:
+        for key, a in pair[field_].items():
+            text = ("human text (prompts)" if key.endswith("_human") else "target's greedy continuations") + head
+            ds = key.replace("_human", "")
+            rows[(DATASET_LABELS.get(ds, "all"), text)] = {
+                "positions": a["positions"], "agreement": f"{a['agreement']:.3f}",
+                "mean top-1 prob": f"{a['mean_confidence']:.3f}", "ECE": f"{a['ece']:.3f}"}
     t = pd.DataFrame(rows).T
     t.index.names = ["dataset", "text"]
     return t
 
 
 def forward_cost_table(costs: dict) -> pd.DataFrame:
-    """fwd(k) in ms for target and draft (back to back, and the draft right after a target forward) in each
-    precision, with the bandwidth bound of one token."""
+    """fwd(k) in ms for target and draft (back to back, and the draft right after a target forward; with a
+    draft head over a token subset also the same draft scoring every token) in each precision, with the
+    bandwidth bound of one token."""
     from .costmodel import COLD
 
     cols = {}
     for dtype, c in costs["curves"].items():
-        for role in ("target", "draft", COLD):
+        for role in ("target", "draft", "draft_full_vocab", COLD):
             if role in c:
                 cols[(dtype, role.replace("_", " "))] = {int(k): f"{v:.2f}" for k, v in c[role].items()}
         cols[(dtype, "draft / target")] = {int(k): f"{c['draft'][k] / c['target'][k]:.3f}" for k in c["target"]}

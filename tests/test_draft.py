@@ -51,7 +51,8 @@ def test_draft_costs_about_an_eighth_live():
     from dynatree_lib.profiles import get_profile
 
     prof = get_profile("cpu")
-    target, draft, _ = load_pair(prof.target, prof.draft, dtype=prof.dtype, engine=prof.engine, max_len=prof.max_len)
+    target, draft, _ = load_pair(prof.target, prof.draft, dtype=prof.dtype, engine=prof.engine, max_len=prof.max_len,
+                                 draft_vocab=prof.draft_vocab)
     torch.set_num_threads(2)
     t = forward_costs(target, 200, ks=(1,), reps=9)[1]
     d = forward_costs(draft, 200, ks=(1,), reps=9)[1]

@@ -76,19 +76,22 @@ def test_written_out_attention_and_matvec_match_the_references():
 @pytest.mark.parametrize("kernel", [False, pytest.param(True, marks=pytest.mark.skipif(
     not kernels.available(), reason="no AVX512-BF16 CPU or no C++ toolchain"))], ids=["plain", "bf16-kernel"])
 def test_compiled_graphs_serve_every_tree_size(kernel):
-    """Dynamic shapes: after one prompt, one token and one small tree, trees of other sizes and longer
-    caches reuse the compiled graphs (no recompilation inside a timed run); with the bf16 kernel too (its
-    shape function keeps the row count symbolic)."""
+    """Dynamic shapes: the runner compiles its graphs when built (``warm``); then prompts of any length,
+    one token on an empty cache, trees of any size, last-logits calls after a prefix and longer caches
+    all reuse them (no compilation inside a timed run); with the bf16 kernel too (its shape function keeps
+    the row count symbolic)."""
     from torch._dynamo.utils import counters
 
     m = tiny_llama(layers=1, vocab_size=96, max_positions=96)
     r = StaticRunner(m.to(torch.bfloat16) if kernel else m, compile=True, kernel=kernel)
+    before = counters["stats"]["unique_graphs"]
+    r.forward(torch.tensor([3]), torch.tensor([0]))
+    r.reset()
     r.forward(torch.arange(1, 9), torch.arange(8), last_only=True)
     r.forward(torch.tensor([3]), torch.tensor([8]))
-    r.forward(torch.tensor([4, 5]), torch.tensor([9, 10]))
-    before = counters["stats"]["unique_graphs"]
-    for q in (3, 5, 9, 17, 20):
+    r.forward(torch.tensor([4, 5]), torch.tensor([9, 10]), last_only=True)
+    for q in (2, 3, 5, 9, 17, 20):
         vis = torch.ones(q, q, dtype=torch.bool).tril()
         r.forward(torch.arange(1, q + 1), torch.arange(r.length, r.length + q), vis, r.length)
-        r.forward(torch.tensor([7]), torch.tensor([r.length]))
+        r.forward(torch.tensor([7]), torch.tensor([r.length]), torch.ones(1, 1, dtype=torch.bool), r.length)
     assert counters["stats"]["unique_graphs"] == before
