@@ -422,6 +422,9 @@ def model_card(training: dict, pair: dict, costs: dict) -> str:
     cur = costs["curves"]
     ratio = {d: c["draft"]["1"] / c["target"]["1"] for d, c in cur.items()}
     n_sub = pair.get("draft_vocab")
+    ranked = DRAFT_DIR / "token_counts.json"
+    cover = (lambda r: sum(r["counts"][:n_sub]) / r["total_tokens"])(json.loads(ranked.read_text())) \
+        if n_sub and ranked.exists() else float("nan")
     heads = [(f"top {n_sub}" if n_sub else "full", a)] + ([("full", pair["agreement_full_vocab"])] if n_sub else [])
     rows = "\n".join(f"| {k} | {h} | {v['positions']} | {v['agreement']:.3f} | {v['mean_confidence']:.3f} | "
                      f"{v['ece']:.3f} |" for h, agr in heads for k, v in agr.items())
@@ -429,8 +432,8 @@ def model_card(training: dict, pair: dict, costs: dict) -> str:
 ## Draft head over the frequent tokens (FR-Spec)
 The `cpu` profile drafts with a head over the {n_sub} most frequent tokens of the training text only
 (`draft_vocab={n_sub}`; ranking and counts in `token_counts.json`, rebuilt by
-`python -m dynatree_lib build-draft --vocab-only`): the head reads {n_sub} of the 49152 rows of the tied
-embedding. The target still verifies every token, so decoding stays exact; a token outside the subset is simply
+`python -m dynatree_lib build-draft --vocab-only`; they cover {cover:.1%} of that text's tokens): the head
+reads {n_sub} of the 49152 rows of the tied embedding. The target still verifies every token, so decoding stays exact; a token outside the subset is simply
 never drafted. One-token draft forward, subset head / full head (`results/cpu/costs.json`):
 {', '.join(f'{d} {c["draft"]["1"]:.2f} / {c["draft_full_vocab"]["1"]:.2f} ms' for d, c in cur.items() if "draft_full_vocab" in c)}.
 """

@@ -67,7 +67,9 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # within 10%. For the speculative rows the table also splits one iteration into drafting and verification,
 # predicted and measured: what lies above the band shows there. Drafting misses the loop's own work per level
 # (top-k, tree growth, masks: small tensor operations that a GPU overlaps with its kernels and a CPU runs in
-# line). Verification per iteration lands near its curve in bf16 (the kernels' attention reads the cache in
+# line): about a millisecond per iteration here, which, with the cpu profile's draft head over its 8192 most
+# frequent tokens (a one-token draft forward of ~0.5 ms instead of ~1 ms), is now as large as the draft
+# forwards themselves and puts the bf16 speculative rows 10-25% above their prediction. Verification per iteration lands near its curve in bf16 (the kernels' attention reads the cache in
 # place; before it, each layer's cache slice was copied twice per multi-token forward). The curves are one
 # measurement (each k once per round, so drift hits every k alike) while the runs interleave the methods
 # prompt by prompt over a quarter of an hour: on a shared CPU a forward's speed drifts by ten to twenty

@@ -64,7 +64,8 @@ def test_held_out_requirements_logged():
     pair = json.loads((REPO / "results" / "cpu" / "pair.json").read_text())
     served = pair["agreement"]["all"]
     # Issue 9 asks for agreement >= 0.6; the committed draft (1700 steps, 60 teacher shards, about 1M tokens)
-    # measures 0.530, so this guards what it does reach; the gap is in the model card and issue 9 stays open.
+    # measures 0.521 with the 8192-token head it drafts with (0.530 with the full head), so this guards what it
+    # does reach; the gap is in the model card and issue 9 stays open.
     assert served["agreement"] >= 0.5, served["agreement"]
     assert served["ece"] <= 0.05, served["ece"]
     assert pair["agreement"]["all_human"]["agreement"] < served["agreement"]  # human text is harder
