@@ -67,9 +67,11 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # within 10%. For the speculative rows the table also splits one iteration into drafting and verification,
 # predicted and measured: what lies above the band shows there. Drafting misses the loop's own work per level
 # (top-k, tree growth, masks: small tensor operations that a GPU overlaps with its kernels and a CPU runs in
-# line): about a millisecond per iteration here, which, with the cpu profile's draft head over its 8192 most
-# frequent tokens (a one-token draft forward of ~0.5 ms instead of ~1 ms), is now as large as the draft
-# forwards themselves and puts the bf16 speculative rows 10-25% above their prediction. Verification per iteration lands near its curve in bf16 (the kernels' attention reads the cache in
+# line; ~0.5 ms per iteration in a profiled PG-19 generation), and draft forwards inside the loop run slower
+# than their back-to-back curve (the target's forward between iterations evicts the draft's weights; only
+# each iteration's first draft forward is priced cold). With the cpu profile's draft head over its 8192 most
+# frequent tokens a draft forward is so cheap (~0.5 ms back to back instead of ~1 ms) that these misses put
+# the bf16 speculative rows 10-25% above their prediction. Verification per iteration lands near its curve in bf16 (the kernels' attention reads the cache in
 # place; before it, each layer's cache slice was copied twice per multi-token forward). The curves are one
 # measurement (each k once per round, so drift hits every k alike) while the runs interleave the methods
 # prompt by prompt over a quarter of an hour: on a shared CPU a forward's speed drifts by ten to twenty
