@@ -9,10 +9,14 @@ curves and a row's logged tree statistics into a predicted time per generated to
                   + fwd_draft_after_target(L)                      draft reads the tokens committed last time
                                                                    (its weights just evicted by the target's)
                   + (draft_forwards - 1) * fwd_draft(nodes / depth)  one draft forward per further level
+                  + draft_forwards * level                         the drafter's own work per level
+                  + commit                                         path selection and the KV gather
     per token:      iterations * that / tokens                     (prefill excluded; AR: fwd_target(1))
 
-What it leaves out is the loop's own work (tree bookkeeping, top-k, masks, commits): the gap between
-prediction and measurement, which notebook 03 shows.
+``level`` and ``commit`` (``loop_costs``) time the loop's own code without model forwards: a drafting
+level with the real draft's logits replayed (log-softmax, top-k, selection, tree growth, masks) and a
+commit of a verified tree. What the model still leaves out (the gap notebook 03 shows) is mostly the
+draft's forwards running slower inside the loop than back to back, beyond the first one of each iteration.
 """
 from __future__ import annotations
 
@@ -23,7 +27,9 @@ from pathlib import Path
 import torch
 
 from .bench import RESULTS, bound, environment, needs_run
-from .decoders import greedy
+from .decoders import greedy, verify
+from .drafting import DraftState, draft_tree
+from .tree import select_path
 
 KS = (1, 2, 4, 8, 16, 32, 64)
 COLD = "draft_after_target"  # the curve of a draft forward that follows a target forward
@@ -63,24 +69,82 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
     return {k: 1e3 * sorted(t[2:])[len(t[2:]) // 2] for k, t in ts.items()}
 
 
+class _Replay:
+    """A draft stand-in answering every forward at once with rows of logits recorded from the real draft
+    (the ``Runner`` calls the drafter makes): drafting's own work, timed without its forwards."""
+
+    engine = "replay"
+
+    def __init__(self, logits: torch.Tensor, vocab):
+        self.logits, self.vocab, self.length = logits, vocab, 0
+
+    def forward(self, tokens, positions, visible=None, tree_start=None, last_only=False):
+        q = tokens.numel()
+        self.length += q
+        i = self.length % (self.logits.shape[0] - 64)  # vary the rows, hence the trees
+        return self.logits[i:i + (1 if last_only else q)]
+
+    def truncate(self, length: int) -> None:
+        self.length = length
+
+
+@torch.no_grad()
+def loop_costs(target, draft, policy, context: int, reps: int = 30, vocab: int = 1000, seed: int = 0) -> dict:
+    """Median milliseconds of the speculative loop's own work: ``level``, one drafting level without its
+    forward (the real draft's logits over ``context`` tokens replayed; ``policy`` shapes the trees), and
+    ``commit``, selecting the accepted path of such a tree (the first child at every level accepted, the
+    tree verified into the target's cache untimed) and gathering its KV entries there."""
+    g = torch.Generator().manual_seed(seed)
+    dev = next(target.model.parameters()).device
+    ids = torch.randint(min(vocab, target.model.config.vocab_size), (context + 1,), generator=g).to(dev)
+    pos = torch.arange(context, device=dev)
+    draft.reset()
+    replay = _Replay(draft.forward(ids[:context], pos), getattr(draft, "vocab", None))
+    draft.reset()
+    target.reset()
+    target.forward(ids[:context], pos, last_only=True)
+    level, commit = [], []
+    for _ in range(reps + 2):
+        replay.length = context
+        t0 = time.perf_counter()
+        tree, n_fwd = draft_tree(replay, DraftState(context), ids, policy, 64)
+        level.append((time.perf_counter() - t0) / n_fwd)
+        parents = tree.parents[:tree.size].tolist()
+        nxt = torch.zeros(tree.size, dtype=torch.long, device=dev)
+        for i, par in reversed(list(enumerate(parents))):  # each node's first child is the target's choice
+            if par >= 0:
+                nxt[par] = tree.tokens[i]
+        verify(target, tree)  # untimed: puts the tree in the target's cache, as the loop has it here
+        t0 = time.perf_counter()
+        path = select_path(tree, nxt)
+        torch.cat([tree.tokens[path[1:]], nxt[path[-1:]]]).tolist()
+        target.commit(context, path)
+        commit.append(time.perf_counter() - t0)
+        target.truncate(context)
+    med = lambda t: 1e3 * sorted(t[2:])[len(t[2:]) // 2]
+    return {"level": med(level), "commit": med(commit)}
+
+
 def run_costs(profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
     """Measure (or reuse) the forward-cost curves of the profile's pair; returns the JSON path.
 
     Per precision: ``target`` and ``draft`` (back-to-back forwards of one model), ``draft_after_target``
-    (each draft forward right after a target forward: the first draft forward of every iteration), the
-    bandwidth bound and the engine; with a ``draft_vocab`` profile also ``draft_full_vocab`` (the same
-    draft scoring every token: what the subset head saves). A file from before ``draft_after_target`` existed gets that curve
-    added (its other curves kept, the addition's environment logged under ``added``)."""
+    (each draft forward right after a target forward: the first draft forward of every iteration), with a
+    ``draft_vocab`` profile ``draft_full_vocab`` (the same draft scoring every token: what the subset head
+    saves), ``loop`` (the loop's own work, ``loop_costs``), the bandwidth bound and the engine. A file from
+    before ``draft_after_target`` or ``loop`` existed gets them added (its other curves kept, each
+    addition's environment logged under ``added``)."""
     from .fastpath import StaticRunner
     from .models import load_pair
     from .runners import HFRunner, as_runner
 
     path = (root or RESULTS) / profile.name / "costs.json"
     old = None if needs_run(path, rerun, render_only, profile.threads) else json.loads(path.read_text())
-    if old is not None and (render_only or all(COLD in c for c in old["curves"].values())):
+    if old is not None and (render_only or all(COLD in c and "loop" in c for c in old["curves"].values())):
         return path
     context = max(profile.L_max.values())
     curves = {} if old is None else old["curves"]
+    added: set = set()  # what an older file gets added (its other curves kept)
     for dtype in dict.fromkeys(d for d in (profile.dtype, profile.exact_dtype) if d):
         target, draft, _ = load_pair(profile.target, profile.draft, profile.device, dtype, profile.context_override,
                                      profile.engine, profile.max_len, profile.draft_vocab)
@@ -93,13 +157,19 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
                 full = HFRunner(d.model) if profile.engine == "eager" else \
                     StaticRunner(d.model, profile.max_len, profile.engine == "static+compile")
                 curves[dtype]["draft_full_vocab"] = forward_costs(full, context)
-        curves[dtype][COLD] = forward_costs(d, context, ks=(1, 2, 4, 8), between=t)
+        if COLD not in curves[dtype]:
+            curves[dtype][COLD] = forward_costs(d, context, ks=(1, 2, 4, 8), between=t)
+            added.add(COLD)
+        if "loop" not in curves[dtype]:
+            curves[dtype]["loop"] = loop_costs(t, d, profile.method("dynatree", profile.datasets[0]).policy(), context)
+            added.add("loop")
     path.parent.mkdir(parents=True, exist_ok=True)
     if old is None:
         out = {"profile": profile.name, "context": context, "ks": list(KS), "curves": curves,
                "environment": environment(profile.device)}
     else:
-        out = dict(old, curves=curves, added={COLD: environment(profile.device)})
+        env = environment(profile.device)
+        out = dict(old, curves=curves, added={**old.get("added", {}), **{k: env for k in sorted(added)}})
     path.write_text(json.dumps(out, indent=1))
     return path
 
@@ -125,20 +195,23 @@ def predict_ms_per_token(curves: dict, method: str, nodes: float, depth: float, 
     return sum(predict_iteration(curves, nodes, depth, draft_forwards, L_bar)) / L_bar
 
 
-def predict_iteration(curves: dict, nodes: float, depth: float, draft_forwards: float, L_bar: float) -> tuple[float, float]:
-    """Predicted milliseconds of one iteration's drafting and verification (see module docstring)."""
-    fd = curves["draft"]
-    draft = interp(curves.get(COLD, fd), L_bar)
+def predict_iteration(curves: dict, nodes: float, depth: float, draft_forwards: float,
+                      L_bar: float) -> tuple[float, float, float]:
+    """Predicted milliseconds of one iteration's drafting, verification and commit (see module docstring;
+    curves without ``loop``, from before it was measured, price the loop's own work at zero)."""
+    fd, loop = curves["draft"], curves.get("loop", {"level": 0.0, "commit": 0.0})
+    draft = interp(curves.get(COLD, fd), L_bar) + draft_forwards * loop["level"]
     if draft_forwards > 1:
         draft += (draft_forwards - 1) * interp(fd, nodes / max(depth, 1))
-    return draft, interp(curves["target"], nodes + 1)
+    return draft, interp(curves["target"], nodes + 1), loop["commit"]
 
 
 def chain_speedup(curves: dict, alpha: float, K: int) -> float:
     """Predicted speedup over AR of a K-token draft chain whose tokens the target accepts independently
     with probability ``alpha``: (1 - alpha^(K+1)) / (1 - alpha) tokens per iteration (bonus included) for
-    fwd_target(K + 1) + fwd_draft(tokens) (after a target forward) + (K - 1) fwd_draft(1). The loop's own
-    work is left out, so this is a ceiling for what a drafter of that acceptance can reach on these costs."""
+    fwd_target(K + 1) + fwd_draft(tokens) (after a target forward) + (K - 1) fwd_draft(1), plus the loop's
+    measured work where the curves have it; a ceiling for what a drafter of that acceptance can reach on
+    these costs (draft forwards priced back to back)."""
     tokens = (1 - alpha ** (K + 1)) / (1 - alpha) if alpha < 1 else K + 1.0
     # a chain is a tree of K nodes, K levels deep, drafted in K forwards
     return interp(curves["target"], 1) / predict_ms_per_token(curves, "linear", K, K, K, tokens)

@@ -317,9 +317,10 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
         row = {"Dataset": DATASET_LABELS[r.dataset], "Method": r.label, "precision": prec,
                "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}
         if r.method != "ar":
-            d, v = predict_iteration(c, *stats)
+            d, v, cm = predict_iteration(c, *stats)
             row |= {"draft/iter pred.": d, "draft/iter meas.": 1e3 * r.draft_s / r.iterations,
-                    "verify/iter pred.": v, "verify/iter meas.": 1e3 * r.verify_s / r.iterations}
+                    "verify/iter pred.": v, "verify/iter meas.": 1e3 * r.verify_s / r.iterations,
+                    "commit/iter pred.": cm, "commit/iter meas.": 1e3 * r.commit_s / r.iterations}
         rows.append(row)
     return pd.DataFrame(rows)
 

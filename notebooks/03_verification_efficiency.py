@@ -60,23 +60,20 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 
 # %% [markdown]
 # ## Cost model: predicted against measured
-# From fwd_target(k) and fwd_draft(k) (notebook 00) and each row's mean tree size, depth, draft forwards and
-# L̄, the model predicts milliseconds per generated token (prefill excluded); HF assisted is left out (its loop
-# logs no tree statistics). Each iteration's first draft forward is priced with the draft-after-target curve
-# (the target's forward has just pushed the draft's weights out of the CPU caches). Points inside the band are
-# within 10%. For the speculative rows the table also splits one iteration into drafting and verification,
-# predicted and measured: what lies above the band shows there. Drafting misses the loop's own work per level
-# (top-k, tree growth, masks: small tensor operations that a GPU overlaps with its kernels and a CPU runs in
-# line; ~0.5 ms per iteration in a profiled PG-19 generation), and draft forwards inside the loop run slower
-# than their back-to-back curve (the target's forward between iterations evicts the draft's weights; only
-# each iteration's first draft forward is priced cold). With the cpu profile's draft head over its 8192 most
-# frequent tokens a draft forward is so cheap (~0.5 ms back to back instead of ~1 ms) that these misses put
-# the bf16 speculative rows 10-25% above their prediction. Verification per iteration lands near its curve in bf16 (the kernels' attention reads the cache in
-# place; before it, each layer's cache slice was copied twice per multi-token forward). The curves are one
+# From fwd_target(k) and fwd_draft(k) (notebook 00), the loop's own work timed without forwards (one drafting
+# level with the draft's logits replayed: log-softmax, top-k, selection, tree growth; one commit: path
+# selection and the KV gather) and each row's mean tree size, depth, draft forwards and L̄, the model predicts
+# milliseconds per generated token (prefill excluded); HF assisted is left out (its loop logs no tree
+# statistics). Each iteration's first draft forward is priced with the draft-after-target curve (the
+# target's forward has just pushed the draft's weights out of the CPU caches). Points inside the band are
+# within 10%. For the speculative rows the table also splits one iteration into drafting, verification and
+# commit, predicted and measured: what lies above the band shows there. Drafting is still measured above
+# its prediction: draft forwards after the first of an iteration run slower inside the loop than back to
+# back (priced warm, they also find caches the target has just swept). StreamingLLM's commits include its
+# cache eviction (re-rotating every kept key), which the model does not price. The curves are one
 # measurement (each k once per round, so drift hits every k alike) while the runs interleave the methods
 # prompt by prompt over a quarter of an hour: on a shared CPU a forward's speed drifts by ten to twenty
-# percent within minutes, which is how AR can land below fwd_target(1). Commits (in the time
-# breakdown of notebook 02) are not modelled.
+# percent within minutes, which is how AR can land below fwd_target(1).
 
 # %%
 from dynatree_lib import costmodel
@@ -94,9 +91,9 @@ show_fig(plots.cost_model(cm), "fig_cost_model", prof)
 # ## What acceptance would it take? (a ceiling from the same curves)
 # A chain of K drafted tokens, each accepted with probability α independently of the others, commits
 # (1 − α^(K+1)) / (1 − α) tokens per iteration for fwd_target(K + 1) plus its draft forwards. The table gives,
-# per α, the best K and its predicted speedup over AR with the loop's own work left out and draft forwards
-# priced as measured back to back (in the loop a draft forward follows a target forward that evicted its
-# weights from cache, and costs more): a ceiling for a drafter of that acceptance on these forward costs.
+# per α, the best K and its predicted speedup over AR, priced as the cost model above prices an iteration
+# (the loop's own work included; draft forwards after the first back to back, which in the loop cost more):
+# a ceiling for a drafter of that acceptance on these costs.
 # Compare α with the draft's agreement on the target's own continuations (notebook 00,
 # `table_draft_agreement`); on a GPU fwd_target(k) is nearly flat in k and the same α goes much further.
 

@@ -15,10 +15,15 @@ FLAT = {"target": {"1": 10.0, "2": 10.0, "64": 10.0}, "draft": {"1": 1.0, "64": 
 def test_prediction_and_ceiling_on_flat_curves():
     assert predict_ms_per_token(FLAT, "ar", 0, 0, 0, 1) == 10.0
     # 3 drafted nodes in a chain, 3 draft forwards, 2 tokens per iteration: (10 + 1 + 2 * 1) / 2
-    assert predict_iteration(FLAT, 3, 3, 3, 2.0) == (3.0, 10.0)
+    assert predict_iteration(FLAT, 3, 3, 3, 2.0) == (3.0, 10.0, 0.0)
     assert predict_ms_per_token(FLAT, "linear", 3, 3, 3, 2.0) == 6.5
     cold = dict(FLAT, **{COLD: {"1": 4.0, "8": 4.0}})  # the first draft forward of an iteration is priced cold
-    assert predict_iteration(cold, 3, 3, 3, 2.0) == (6.0, 10.0)
+    assert predict_iteration(cold, 3, 3, 3, 2.0) == (6.0, 10.0, 0.0)
+    # the loop's own work: per drafting level (one per draft forward) and per commit
+    looped = dict(FLAT, loop={"level": 0.5, "commit": 1.0})
+    assert predict_iteration(looped, 3, 3, 3, 2.0) == (4.5, 10.0, 1.0)
+    assert predict_ms_per_token(looped, "linear", 3, 3, 3, 2.0) == 7.75
+    assert predict_ms_per_token(looped, "ar", 0, 0, 0, 1) == 10.0
     # a chain of K accepted with probability a: (1 - a^(K+1)) / (1 - a) tokens for fwd_t + K draft forwards
     a, K = 0.5, 2
     assert chain_speedup(FLAT, a, K) == pytest.approx(10.0 / ((10.0 + K * 1.0) / 1.75))
@@ -50,7 +55,8 @@ def test_run_costs_adds_the_missing_curve_and_keeps_the_others(tmp_path):
     new = json.loads(path.read_text())
     for d, c in new["curves"].items():
         assert c["target"] == curve and c["draft"] == curve and set(c[COLD]) == {"1", "2", "4", "8"}
-    assert new["environment"] == {"date": "then"} and COLD in new["added"]
+        assert c["loop"]["level"] > 0 and c["loop"]["commit"] > 0
+    assert new["environment"] == {"date": "then"} and set(new["added"]) == {COLD, "loop"}
 
 
 def test_ceiling_table_has_one_column_pair_per_precision():
@@ -59,3 +65,18 @@ def test_ceiling_table_has_one_column_pair_per_precision():
     t = ceiling_table({"curves": {"bfloat16": FLAT, "float32": FLAT}}, alphas=(0.5, 0.9))
     assert list(t.index) == [0.5, 0.9] and len(t.columns) == 4
     assert t.loc[0.9, ("bfloat16", "predicted speedup")] > t.loc[0.5, ("bfloat16", "predicted speedup")]
+
+
+def test_loop_costs_time_the_loop_without_forwards(target, draft):
+    """A drafting level with the draft's logits replayed, and a commit: both positive, and the runners
+    are left as they were found apart from their caches (the draft's emptied)."""
+    from dynatree_lib import DynaTreeConfig
+    from dynatree_lib.costmodel import loop_costs
+
+    t, d = HFRunner(target), HFRunner(draft, list(range(0, 96, 2)))
+    calls = []
+    fwd = d.forward
+    d.forward = lambda *a, **k: calls.append(a[0].numel()) or fwd(*a, **k)
+    out = loop_costs(t, d, DynaTreeConfig().policy(), 80, reps=3, vocab=50)
+    assert set(out) == {"level", "commit"} and all(v > 0 for v in out.values())
+    assert calls == [80] and t.length == 80  # one real draft forward: its logits are replayed
