@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import kernels
-from .runners import additive_mask, check_vocab, context_limit, rerotate, vocab_rows
+from .runners import additive_mask, check_vocab, context_limit, first_moved, rerotate, vocab_rows
 
 # inductor settings of the compiled fast path (scoped to its graphs through torch.compile's options).
 # No freezing: it would prepack the multi-token matmuls (no faster here, measured) but its packed weights
@@ -258,11 +258,12 @@ class StaticRunner:
         self.length = length
 
     def commit(self, start: int, keep: Tensor) -> None:
-        n = keep.numel()
-        src = keep + start
-        for c in self.net.cache:
-            for buf in (c.k, c.v):
-                buf[:, start:start + n] = buf.index_select(1, src)
+        n, m = keep.numel(), first_moved(keep)
+        if m < n:  # slots already in place stay (no copy at all when only the root is kept)
+            src = keep[m:] + start
+            for c in self.net.cache:
+                for buf in (c.k, c.v):
+                    buf[:, start + m:start + n] = buf.index_select(1, src)
         self.length = start + n
 
     def evict(self, n_sink: int, n_drop: int) -> None:

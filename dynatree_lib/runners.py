@@ -135,6 +135,16 @@ def check_vocab(vocab, n_vocab: int, device=None) -> Tensor | None:
     return v.to(device=device, dtype=torch.long)
 
 
+def first_moved(keep: Tensor) -> int:
+    """Index of the first kept slot not already in place (``keep[i] != i``; ``len(keep)`` if none), so that
+    a commit copies only what moves: an iteration that accepts no draft token keeps just the root, in
+    place. Read only from a CPU tensor (on a GPU it would cost a host sync; there everything is copied)."""
+    if keep.device.type != "cpu":
+        return 0
+    moved = (keep != torch.arange(keep.numel())).nonzero()
+    return int(moved[0]) if moved.numel() else keep.numel()
+
+
 def rerotate(keys: Tensor, delta: int, inv_freq: Tensor) -> Tensor:
     """Keys cached with RoPE at position p, moved to p + delta (rotate-half convention on the first
     2*len(inv_freq) dims, as GPT-NeoX and Llama cache them)."""
@@ -207,11 +217,12 @@ class HFRunner:
     def commit(self, start: int, keep: Tensor) -> None:
         """Move slots ``start + keep`` to ``start, start+1, ...`` and truncate after them. ``keep`` is
         ascending from 0, so every source is at or after its destination: the copy is safe in place."""
-        n = keep.numel()
-        src = keep + start
+        n, m = keep.numel(), first_moved(keep)
+        src = keep[m:] + start
 
         def fn(x: Tensor, _) -> Tensor:
-            x[..., start:start + n, :] = x.index_select(-2, src)
+            if m < n:
+                x[..., start + m:start + n, :] = x.index_select(-2, src)
             return x[..., :start + n, :]
 
         self._map(fn)

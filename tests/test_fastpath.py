@@ -95,3 +95,25 @@ def test_compiled_graphs_serve_every_tree_size(kernel):
         r.forward(torch.arange(1, q + 1), torch.arange(r.length, r.length + q), vis, r.length)
         r.forward(torch.tensor([7]), torch.tensor([r.length]), torch.ones(1, 1, dtype=torch.bool), r.length)
     assert counters["stats"]["unique_graphs"] == before
+
+
+@pytest.mark.parametrize("keep", [[0], [0, 1, 2], [0, 1, 4, 6], [0, 3]])
+def test_commit_copies_only_what_moves(llama_target, keep):
+    """A commit leaves slots already in place alone (none at all when only the root is kept) and gives the
+    same cache as moving every kept slot: on both runners."""
+    from dynatree_lib.runners import HFRunner, first_moved
+
+    keep = torch.tensor(keep)
+    assert first_moved(keep) == next((i for i, k in enumerate(keep.tolist()) if k != i), len(keep))
+    ids = torch.arange(1, 13)
+    for r in (StaticRunner(llama_target), HFRunner(llama_target)):
+        r.forward(ids, torch.arange(12))
+        kv = ([(c.k[:, :12].clone(), c.v[:, :12].clone()) for c in r.net.cache] if isinstance(r, StaticRunner)
+              else [(layer.keys[0].clone(), layer.values[0].clone()) for layer in r.cache.layers])
+        r.commit(5, keep)
+        assert r.length == 5 + len(keep)
+        src = torch.cat([torch.arange(5), keep + 5])
+        after = ([(c.k[:, :r.length], c.v[:, :r.length]) for c in r.net.cache] if isinstance(r, StaticRunner)
+                 else [(layer.keys[0], layer.values[0]) for layer in r.cache.layers])
+        for (k0, v0), (k1, v1) in zip(kv, after):
+            assert torch.equal(k1, k0[:, src]) and torch.equal(v1, v0[:, src])
