@@ -61,24 +61,20 @@ def chain_acceptance(agree: list[Tensor], depth: int = 8) -> list[float]:
     return out
 
 
-def pair_agreement(target, draft, texts: list[Tensor], starts: list[int], vocab: Tensor | None = None) -> dict:
-    """Teacher-forced agreement and calibration of ``draft`` (scoring only ``vocab``, if given) against
-    ``target`` on the positions ``start..end`` of each token sequence (predictions of the tokens after them)."""
-    conf, correct, agree = [], [], []
-    for ids, s in zip(texts, starts):
-        t_top = teacher_forced(target, ids)[s:-1].argmax(-1)
-        d_lp = teacher_forced(draft, ids, vocab=vocab)[s:-1]
-        d_conf, d_top = d_lp.max(-1)
-        if vocab is not None:
-            d_top = vocab[d_top]
-        ok = d_top == t_top
-        conf.append(d_conf.exp())
-        correct.append(ok)
-        agree.append(ok)
-    conf, correct = torch.cat(conf), torch.cat(correct)
-    bins, ece = calibration_bins(conf, correct)
-    return {"positions": int(conf.numel()), "agreement": float(correct.float().mean()),
-            "mean_confidence": float(conf.mean()), "ece": ece, "bins": bins, "chain_acceptance": chain_acceptance(agree)}
+def top1(lp: Tensor, vocab: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Top-1 probability and token id at every row of log-probabilities whose columns are ``vocab``'s
+    tokens (all tokens if None)."""
+    conf, top = lp.max(-1)
+    return conf.exp(), top if vocab is None else vocab[top]
+
+
+def agreement_stats(conf: list[Tensor], agree: list[Tensor]) -> dict:
+    """Agreement, calibration and chain acceptance from per-sequence draft confidences and agreement flags
+    (the draft's argmax equals the target's) at the same positions."""
+    c, ok = torch.cat(conf), torch.cat(agree)
+    bins, ece = calibration_bins(c, ok)
+    return {"positions": int(c.numel()), "agreement": float(ok.float().mean()),
+            "mean_confidence": float(c.mean()), "ece": ece, "bins": bins, "chain_acceptance": chain_acceptance(agree)}
 
 
 @torch.no_grad()
@@ -110,7 +106,7 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
     T, n = profile.pair_T or profile.T, profile.pair_n_prompts or profile.n_prompts
     vocab = None if profile.draft_vocab is None else frequent_tokens(profile.draft, profile.draft_vocab)
     report = {"profile": profile.name, "T": T, "n_prompts": n, "draft_vocab": profile.draft_vocab, "models": {},
-              "bits_per_byte": {}, "agreement": {}}
+              "bits_per_byte": {}}
     for role, m, ref in (("target", target, profile.target), ("draft", draft, profile.draft)):
         report["models"][role] = {"ref": ref, "params": sum(p.numel() for p in m.parameters()),
                                   "layers": m.config.num_hidden_layers, "hidden": m.config.hidden_size,
@@ -122,7 +118,7 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
         for role, m in (("target", target), ("draft", draft)):
             bpb = [bits_per_byte(m, tok, t, n_tok) for t in texts]
             report["bits_per_byte"].setdefault(role, {})[ds] = sum(bpb) / len(bpb)
-    seqs, human = [], []
+    seqs = []
     for ds in profile.datasets:
         for p in load_prompts(ds, tok, n, profile.L_max[ds], profile.seed, profile.data_source):
             out = generate(target, p.ids, T).tokens
@@ -130,13 +126,22 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
             if not report.get("sample"):
                 report["sample"] = {"prompt_id": p.id, "prompt_tail": tok.decode(p.ids[-40:]),
                                     "continuation": tok.decode(out[:64])}
-    for key, v in (("agreement", vocab),) + ((("agreement_full_vocab", None),) if vocab is not None else ()):
+    # Teacher-forced once per sequence and text (its continuation, its human prompt): every dataset group
+    # and draft head below reads these.
+    heads = {"agreement": vocab} | ({"agreement_full_vocab": None} if vocab is not None else {})
+    flags = {key: [] for key in heads}  # (dataset, text, draft confidences, agreement with the target)
+    for ds, ids, s in seqs:
+        for text, x, lo in (("", ids, s), ("_human", ids[:s + 1], 0)):
+            t_top = teacher_forced(target, x)[lo:-1].argmax(-1)
+            for key, v in heads.items():
+                conf, top = top1(teacher_forced(draft, x, vocab=v)[lo:-1], v)
+                flags[key].append((ds, text, conf, top == t_top))
+    for key in heads:
         report[key] = {}
         for ds in profile.datasets + ("all",):
-            sel = [s for s in seqs if ds in ("all", s[0])]
-            report[key][ds] = pair_agreement(target, draft, [s[1] for s in sel], [s[2] for s in sel], v)
-            report[key][f"{ds}_human"] = pair_agreement(target, draft, [s[1][:s[2] + 1] for s in sel],
-                                                        [0] * len(sel), v)
+            for text in ("", "_human"):
+                sel = [f for f in flags[key] if f[1] == text and ds in ("all", f[0])]
+                report[key][ds + text] = agreement_stats([f[2] for f in sel], [f[3] for f in sel])
     report["environment"] = environment(profile.device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))

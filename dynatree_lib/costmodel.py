@@ -66,7 +66,13 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
             greedy(runner.forward(ids[context:context + k], pos[k])).tolist()  # argmax and host sync, as the loops do
             ts[k].append(time.perf_counter() - t0)
             runner.truncate(context)
-    return {k: 1e3 * sorted(t[2:])[len(t[2:]) // 2] for k, t in ts.items()}
+    return {k: _warm_median_ms(t) for k, t in ts.items()}
+
+
+def _warm_median_ms(seconds: list[float]) -> float:
+    """Median in milliseconds of timed repetitions, the first two (warm-up) dropped."""
+    t = sorted(seconds[2:])
+    return 1e3 * t[len(t) // 2]
 
 
 class _Replay:
@@ -121,8 +127,7 @@ def loop_costs(target, draft, policy, context: int, reps: int = 30, vocab: int =
         target.commit(context, path)
         commit.append(time.perf_counter() - t0)
         target.truncate(context)
-    med = lambda t: 1e3 * sorted(t[2:])[len(t[2:]) // 2]
-    return {"level": med(level), "commit": med(commit)}
+    return {"level": _warm_median_ms(level), "commit": _warm_median_ms(commit)}
 
 
 def run_costs(profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
@@ -134,9 +139,8 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     saves), ``loop`` (the loop's own work, ``loop_costs``), the bandwidth bound and the engine. A file from
     before ``draft_after_target`` or ``loop`` existed gets them added (its other curves kept, each
     addition's environment logged under ``added``)."""
-    from .fastpath import StaticRunner
-    from .models import load_pair
-    from .runners import HFRunner, as_runner
+    from .models import load_pair, on_engine
+    from .runners import as_runner
 
     path = (root or RESULTS) / profile.name / "costs.json"
     old = None if needs_run(path, rerun, render_only, profile.threads) else json.loads(path.read_text())
@@ -154,8 +158,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
                              "bound": bound(t.model, profile.device), "engine": t.engine,
                              "draft_vocab": profile.draft_vocab}
             if profile.draft_vocab is not None:
-                full = HFRunner(d.model) if profile.engine == "eager" else \
-                    StaticRunner(d.model, profile.max_len, profile.engine == "static+compile")
+                full = as_runner(on_engine(d.model, profile.engine, profile.max_len))
                 curves[dtype]["draft_full_vocab"] = forward_costs(full, context)
         if COLD not in curves[dtype]:
             curves[dtype][COLD] = forward_costs(d, context, ks=(1, 2, 4, 8), between=t)

@@ -90,8 +90,9 @@ def greedy(logits: Tensor) -> Tensor:
 def check_inputs(target, draft, prompt, T, kv_mode: str, eos_token_id=None, window: Window | None = None) -> Tensor:
     """Validate every argument of a decoder with a message naming it; returns the prompt as a 1-D long
     tensor on the target's device (a list or tuple of ints is accepted)."""
-    model = as_runner(target).model
-    if getattr(as_runner(target), "vocab", None) is not None:
+    runner = as_runner(target)
+    model = runner.model
+    if getattr(runner, "vocab", None) is not None:
         raise ValueError("the target runner scores only a subset of the vocabulary (vocab=...): a subset head is "
                          "for drafts; the target must score every token to verify exactly")
     device = next(model.parameters()).device

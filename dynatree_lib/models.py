@@ -242,13 +242,18 @@ def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str =
     if context_override is not None:
         for m in (target, draft):
             m.config.max_position_embeddings = max(context_override, context_limit(m) or 0)
-    if engine != "eager":
-        from .fastpath import StaticRunner
+    return on_engine(target, engine, max_len), on_engine(draft, engine, max_len, vocab), tt
 
-        compile_ = engine == "static+compile"
-        target, draft = StaticRunner(target, max_len, compile_), StaticRunner(draft, max_len, compile_, vocab=vocab)
-    elif vocab is not None:
+
+def on_engine(model, engine: str, max_len: int, vocab=None):
+    """``model`` as ``engine`` serves it: the transformers model itself ("eager"; an ``HFRunner`` over it
+    when ``vocab`` limits its logits) or a fast-path runner with a ``max_len``-slot cache."""
+    if engine == "eager":
+        if vocab is None:
+            return model
         from .runners import HFRunner
 
-        draft = HFRunner(draft, vocab)
-    return target, draft, tt
+        return HFRunner(model, vocab)
+    from .fastpath import StaticRunner
+
+    return StaticRunner(model, max_len, engine == "static+compile", vocab=vocab)
