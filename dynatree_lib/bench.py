@@ -62,9 +62,12 @@ def environment(device: str) -> dict:
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def read_bandwidth_gbs(device: str = "cpu", mib: int = 1024) -> float:
-    """Memory read bandwidth: best of 5 sums over a ``mib`` MiB tensor (larger than any cache)."""
-    x = torch.ones(mib * 2**18, device=device)
+def read_bandwidth_gbs(device: str = "cpu", mib: int = 512) -> float:
+    """Memory read bandwidth: best of 5 sums over a ``mib`` MiB tensor of random values (larger than any
+    cache; random, so that no page can be shared or compressed behind our back). On the cpu profile's VMs
+    it drifts with the host's load (44 to 82 GB/s within minutes, same probe), so the harness probes it
+    after every AR generation (``measure``) and the bound uses the probes of the same run."""
+    x = torch.rand(mib * 2**18, device=device)
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
@@ -259,6 +262,8 @@ def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, ar_tokens: 
            "tokens_sha": tokens_hash(res.tokens), **agreement(ref, res.tokens)}
     if cell.config is None:
         row["output_ids"] = res.tokens
+        dev = next(getattr(target, "model", target).parameters()).device
+        row["read_bandwidth_gbs"] = round(read_bandwidth_gbs(str(dev)), 2)  # AR's bound, probed next to it
     elif row["equals_ar"] is False:
         row["divergence_gap"] = divergence_gap(target, prompt.ids, ref, row["first_divergence"])
     if res.trees:

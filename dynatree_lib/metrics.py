@@ -15,6 +15,8 @@ Per prompt (one generation of T new tokens):
   were committed (1/branching-ish for trees).
 - ``draft_forwards_per_iter``: draft-model forwards per verification (TALON's draft-efficiency axis).
 - ``draft_nodes_per_iter``: drafted nodes sent to verification per iteration.
+- ``read_bandwidth_gbs`` (AR rows): memory read bandwidth probed right after the generation
+  (``bench.read_bandwidth_gbs``); AR's bandwidth bound is weight bytes over the mean of these probes.
 - ``peak_mem_mb``: CUDA max allocated during the run on GPU; on CPU the peak process RSS sampled during
   the run (includes the models; relative change vs AR is the comparable number).
 - ``equals_ar`` / ``ar_agreement``: output identical to greedy AR for the prompt / fraction of positions
@@ -76,7 +78,7 @@ TIE_GAP = 1e-3
 
 AGG_KEYS = ("tps", "ttft_ms", "tpot_ms", "iterations", "L_bar", "ell_bar", "accept_rate", "node_efficiency",
             "draft_forwards_per_iter", "draft_nodes_per_iter", "depth_per_iter", "peak_mem_mb", "wall_s", "ar_agreement",
-            "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token")
+            "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token", "read_bandwidth_gbs")
 
 
 def aggregate(rows: list[dict]) -> dict:

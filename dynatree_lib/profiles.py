@@ -145,7 +145,7 @@ PROFILES: dict[str, Profile] = {
         breadth_list=((1, 1, 2), (2, 3, 4)), depth_list=((3, 6), (8, 12)), trees_n_prompts=1, trees_per_prompt=8),
     "cpu": Profile(  # sized to finish within an hour on 2 cores (./run_all.sh --plan; scale with --set)
         "cpu", "embedded:target", "embedded:draft", dtype="bfloat16", engine="static+compile", exact_dtype="float32",
-        n_exact=2, L_max={"wikitext2": 200, "pg19": 250}, T=128, n_prompts=4, warmup=1, threads=2,
+        n_exact=2, L_max={"wikitext2": 200, "pg19": 250}, T=128, n_prompts=8, warmup=1, threads=2,
         linear_K={"wikitext2": 8, "pg19": 5}, streaming_cache=256, tuning=_cpu_tuning(), tuning_n=2, tuning_T=96,
         T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), sweep_n_prompts=2, trees_n_prompts=1,
         pair_T=256, pair_n_prompts=10, draft_vocab=8192,

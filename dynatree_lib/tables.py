@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from .data import REPO_DATA
 from .experiments import EXPERIMENTS, LABELS, PAPER_DYNATREE, cell_key
@@ -42,7 +43,7 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
                "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
                "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
                "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
-               "bound_ms": r.get("bound", {}).get("ms_per_token"),
+               "bound_ms": bound_ms(r), "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"]},
                **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in r.get("tags", {}).items()}}
         for k, v in r["aggregate"].items():
             if isinstance(v, dict):
@@ -51,14 +52,65 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
     return add_speedup(pd.DataFrame(rows))
 
 
+def bound_ms(record: dict) -> float | None:
+    """A record's bandwidth bound (ms per token): weight bytes over the read bandwidth probed after each of
+    its generations (AR records), else over the probe taken when the models were loaded."""
+    b = record.get("bound") or {}
+    bw = record["aggregate"].get("read_bandwidth_gbs", {}).get("mean")
+    if bw is None or "weight_bytes" not in b:
+        return b.get("ms_per_token")
+    return b["weight_bytes"] / bw / 1e6
+
+
+BOOTSTRAP = 2000  # resamples of the prompts for a confidence interval (seeded: tables are deterministic)
+
+
+def ratio_ci(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(a) / mean(b) over the prompts both measured (``{prompt id:
+    tps}``), resampling prompts in pairs: a prompt that is slow for one method is slow for the other, so the
+    pairing keeps the prompts' spread out of the ratio. (nan, nan) with fewer than 2 common prompts."""
+    ids = sorted(set(a) & set(b))
+    if len(ids) < 2:
+        return float("nan"), float("nan")
+    x, y = torch.tensor([a[i] for i in ids]), torch.tensor([b[i] for i in ids])
+    pick = torch.randint(len(ids), (BOOTSTRAP, len(ids)), generator=torch.Generator().manual_seed(seed))
+    r = x[pick].mean(1) / y[pick].mean(1)
+    lo, hi = r.quantile(torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=r.dtype)).tolist()
+    return lo, hi
+
+
 def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
     """speedup = TPS / TPS_AR of the same dataset, T, L_max and precision in the same file (never taken
-    from a log)."""
+    from a log), with its 95% paired bootstrap interval over prompts (``speedup_lo``, ``speedup_hi``)."""
     df = df.copy()
     key = ["dataset", "T", "L_max", "dtype"]
-    ar = df[df.method == "ar"].set_index(key)["tps"]
-    df["speedup"] = [t / ar.get(k, float("nan")) for t, k in zip(df.tps, df[key].itertuples(index=False, name=None))]
+    ar = df[df.method == "ar"].set_index(key)
+    keys = list(df[key].itertuples(index=False, name=None))
+    df["speedup"] = [t / ar.tps.get(k, float("nan")) for t, k in zip(df.tps, keys)]
+    ci = [ratio_ci(m, ar.tps_by_prompt[k]) if k in ar.index else (float("nan"),) * 2
+          for m, k in zip(df.tps_by_prompt, keys)]
+    df["speedup_lo"], df["speedup_hi"] = [c[0] for c in ci], [c[1] for c in ci]
     return df
+
+
+def paired_vs_best(df: pd.DataFrame, methods=("dynatree", "dynatree_cost")) -> pd.DataFrame:
+    """Each DynaTree row of the timed run against the fastest method outside the DynaTree family on the same
+    dataset: the ratio of their throughputs with its 95% paired bootstrap interval over prompts (an interval
+    that contains 1 is no measured difference)."""
+    rows = []
+    timed = role(df)
+    for ds in [d for d in DATASET_LABELS if d in set(timed.dataset)]:
+        sub = timed[timed.dataset == ds]
+        others = sub[~sub.method.isin(("ar", "dynatree", "dynatree_cost"))]
+        if others.empty:
+            continue
+        best = others.loc[others.tps.idxmax()]
+        for _, r in order(sub[sub.method.isin(methods)]).iterrows():
+            lo, hi = ratio_ci(r.tps_by_prompt, best.tps_by_prompt)
+            rows.append({"Dataset": DATASET_LABELS[ds], "Method": r.label, "vs": best.label,
+                         "throughput ratio": f"{r.tps / best.tps:.3f}", "95% CI": f"[{lo:.3f}, {hi:.3f}]",
+                         "prompts": len(set(r.tps_by_prompt) & set(best.tps_by_prompt))})
+    return pd.DataFrame(rows).set_index(["Dataset", "Method"]) if rows else pd.DataFrame()
 
 
 def pm(mean: float, std: float, fmt: str = "{:.1f}") -> str:
@@ -113,7 +165,11 @@ def _agree(r) -> str:
 def table1(df):
     """Throughput and speedup (timed precision), with agreement with AR at that precision."""
     return _per_dataset(role(df), {"Throughput (tok/s)": lambda r: pm(r.tps, r.tps_std),
-                                   "Speedup": lambda r: f"{r.speedup:.2f}×", "= AR": _agree})
+                                   "Speedup": lambda r: f"{r.speedup:.2f}×", "95% CI": _ci, "= AR": _agree})
+
+
+def _ci(r) -> str:
+    return "–" if r.method == "ar" or pd.isna(r.speedup_lo) else f"{r.speedup_lo:.2f}–{r.speedup_hi:.2f}"
 
 
 def table1_exact(df):
@@ -292,10 +348,12 @@ def forward_cost_table(costs: dict) -> pd.DataFrame:
 
 
 def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
-    """AR's time per token (TPOT) beside the bandwidth bound logged with the same record."""
+    """AR's time per token (TPOT) beside the bandwidth bound of the same record (``bound_ms``)."""
     ar = df[df.method == "ar"]
+    bw = ar.read_bandwidth_gbs if "read_bandwidth_gbs" in ar else pd.Series(float("nan"), index=ar.index)
     out = pd.DataFrame({"dataset": ar.dataset.map(DATASET_LABELS), "precision": ar.dtype,
                         "AR TPOT (ms)": ar.tpot_ms.map(lambda x: f"{x:.2f}"),
+                        "read bandwidth (GB/s)": bw.map(lambda x: "–" if pd.isna(x) else f"{x:.1f}"),
                         "bound (ms)": ar.bound_ms.map(lambda x: f"{x:.2f}"),
                         "TPOT / bound": (ar.tpot_ms / ar.bound_ms).map(lambda x: f"{x:.2f}×")})
     return out.set_index(["dataset", "precision"])

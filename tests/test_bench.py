@@ -94,8 +94,13 @@ def test_main_json_schema(smoke_main):
             assert row["tokens"] == prof.T and 0 <= row["ar_agreement"] <= 1
             if exact and r["method"] != "streaming_spec":  # fp32: asserted; bf16: measured
                 assert row["equals_ar"] and row["first_divergence"] == prof.T, r["label"]
+            assert (row.get("read_bandwidth_gbs", 0) > 0) == (r["method"] == "ar")  # AR's bound, probed per row
         assert r["aggregate"]["tps"]["mean"] > 0
     assert (root / "smoke" / "tuning.json").exists()  # main ran the tuning it depends on
+    for r in recs:  # AR's bound comes from its rows' probes
+        bws = [row["read_bandwidth_gbs"] for row in r["rows"]] if r["method"] == "ar" else None
+        want = r["bound"]["weight_bytes"] / (sum(bws) / len(bws)) / 1e6 if bws else r["bound"]["ms_per_token"]
+        assert tables.bound_ms(r) == pytest.approx(want)
 
 
 def test_tuned_settings_come_from_the_tuning_json(smoke_main):
