@@ -14,12 +14,13 @@ over the weight for up to 16 rows, the same bits for a row whatever rows come wi
 in the one-token graph, every matmul is written as a broadcast multiply-and-sum, which inductor turns into
 a fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M, bf16, 2 cores;
 ``results/cpu/costs.json``): one-token forward ~32 ms eager, ~11 ms compiled, ~8 ms compiled with the
-kernels; a tree of 16 tokens about 1.3x one token with them (2.6x with the linear kernel alone).
+kernels; a tree of 8 tokens about 1.2x one token with them, 16 tokens 1.5x (2.6x with the linear kernel alone).
 Why each piece: one cache buffer per layer, because a mutation of one layer's slice of a shared buffer
 makes the compiled graph copy the whole buffer; attention written out (transformers' eager order, fp32
 softmax) where the kernel does not run, because the CPU SDPA kernel costs ~150 us per call for one query;
 the kernels and the matrix-vector loops, because oneDNN's bf16 matmul on plain weights reads at ~20 GB/s
-where they reach ~38, and ATen's batched matmul copies each layer's non-contiguous cache slice first.
+where the kernel reads at about the machine's measured bandwidth (see ``csrc/linear_bf16.cpp``), and ATen's
+batched matmul copies each layer's non-contiguous cache slice first.
 With the kernels and ``emulate_precision_casts`` (below), bf16 speculative decoding reproduces bf16 AR.
 
 Numerics follow transformers' Llama (fp32 RMSNorm statistics, rotate-half RoPE with fp32 tables cast to
