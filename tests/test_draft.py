@@ -85,6 +85,30 @@ def test_distill_loss_is_cross_entropy_with_a_rest_bucket():
     assert torch.allclose(distill_loss(logits, lp5, ids5), manual, atol=1e-5)
 
 
+def test_distill_loss_over_a_token_subset_moves_outside_mass_to_the_rest():
+    from dynatree_lib.distill import columns
+
+    torch.manual_seed(0)
+    teacher = torch.log_softmax(torch.randn(2, 3, 50) * 3, -1)
+    lp5, ids5 = teacher.topk(5, -1)
+    full = torch.randn(2, 3, 50)
+    everything = torch.arange(50).flip(0)  # a subset may list tokens in any order
+    assert torch.allclose(distill_loss(full[..., everything], lp5, ids5, columns(everything, 50)),
+                          distill_loss(full, lp5, ids5), atol=1e-6)
+    sub = torch.tensor([3, 7, 11, 19, 23, 29, 31, 37, 41, 43])
+    logits = torch.randn(2, 3, sub.numel())
+    q = torch.log_softmax(logits, -1)
+    cols = columns(sub, 50)
+    total = 0.0
+    for i in range(2):
+        for j in range(3):
+            inside = [(lp.exp(), int(cols[t])) for lp, t in zip(lp5[i, j], ids5[i, j]) if cols[t] >= 0]
+            p_in = sum(float(p) for p, _ in inside)
+            q_in = sum(float(q[i, j, c].exp()) for _, c in inside)
+            total += sum(float(p * q[i, j, c]) for p, c in inside) + (1 - p_in) * math.log1p(-q_in)
+    assert math.isclose(float(distill_loss(logits, lp5, ids5, cols)), -total / 6, rel_tol=1e-5)
+
+
 def test_temperature_baked_into_the_final_norm_divides_the_logits():
     m = tiny_llama(seed=0, vocab_size=64, hidden_size=32, layers=1, max_positions=32)
     x = torch.randint(64, (1, 7))
