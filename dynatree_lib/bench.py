@@ -277,6 +277,7 @@ def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], device
             "config": config_dict(cell.config), "T": cell.T, "L_max": cell.L_max, "dtype": cell.dtype,
             "tags": cell.tags, "kv_mode": kv_mode, "profile": profile.name, "engine": profile.engine,
             "target": profile.target, "draft": profile.draft, "draft_vocab": profile.draft_vocab,
+            "draft_lookup": profile.draft_lookup,
             "context_override": profile.context_override,
             "warmup": profile.warmup, "prompt_ids": [p.id for p in prompts], "rows": rows,
             "aggregate": aggregate(rows), "environment": environment(device), **extra,

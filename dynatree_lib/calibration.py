@@ -91,13 +91,16 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
     held-out bits/byte of both models, a greedy sample, teacher-forced agreement and calibration on the
     target's greedy continuations of the test prompts and on the prompts themselves. With a ``draft_vocab``
     profile the agreement is the draft's as drafting uses it (its head over the frequent tokens), and
-    ``agreement_full_vocab`` the same draft scoring every token; bits/byte always score every token."""
+    ``agreement_full_vocab`` the same draft scoring every token; with ``draft_lookup`` the draft's
+    distribution carries its context lookup (``lookup.mix``) and ``agreement_no_lookup`` is the network
+    alone; bits/byte always score the network alone, over every token."""
     import json
 
     from .bench import RESULTS, environment, needs_run
     from .data import load_prompts, load_texts
     from .methods import generate
-    from .models import frequent_tokens, load_pair, weights_info
+    from .lookup import mix
+    from .models import frequent_tokens, load_pair, lookup_config, weights_info
 
     path = (root or RESULTS) / profile.name / "pair.json"
     if not needs_run(path, rerun, render_only, profile.threads):
@@ -105,7 +108,8 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
     target, draft, tok = load_pair(profile.target, profile.draft, profile.device, "float32", profile.context_override)
     T, n = profile.pair_T or profile.T, profile.pair_n_prompts or profile.n_prompts
     vocab = None if profile.draft_vocab is None else frequent_tokens(profile.draft, profile.draft_vocab)
-    report = {"profile": profile.name, "T": T, "n_prompts": n, "draft_vocab": profile.draft_vocab, "models": {},
+    report = {"profile": profile.name, "T": T, "n_prompts": n, "draft_vocab": profile.draft_vocab,
+              "draft_lookup": profile.draft_lookup, "models": {},
               "bits_per_byte": {}}
     for role, m, ref in (("target", target, profile.target), ("draft", draft, profile.draft)):
         report["models"][role] = {"ref": ref, "params": sum(p.numel() for p in m.parameters()),
@@ -128,13 +132,16 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
                                     "continuation": tok.decode(out[:64])}
     # Teacher-forced once per sequence and text (its continuation, its human prompt): every dataset group
     # and draft head below reads these.
-    heads = {"agreement": vocab} | ({"agreement_full_vocab": None} if vocab is not None else {})
+    lookup = lookup_config(profile.draft) if profile.draft_lookup else None
+    heads = ({"agreement": (vocab, lookup)} | ({"agreement_full_vocab": (None, lookup)} if vocab is not None else {})
+             | ({"agreement_no_lookup": (vocab, None)} if lookup is not None else {}))
     flags = {key: [] for key in heads}  # (dataset, text, draft confidences, agreement with the target)
     for ds, ids, s in seqs:
         for text, x, lo in (("", ids, s), ("_human", ids[:s + 1], 0)):
             t_top = teacher_forced(target, x)[lo:-1].argmax(-1)
-            for key, v in heads.items():
-                conf, top = top1(teacher_forced(draft, x, vocab=v)[lo:-1], v)
+            for key, (v, lk) in heads.items():
+                lp = teacher_forced(draft, x, vocab=v)[:-1]
+                conf, top = top1(lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v), v)
                 flags[key].append((ds, text, conf, top == t_top))
     for key in heads:
         report[key] = {}

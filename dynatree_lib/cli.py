@@ -5,7 +5,7 @@
   python -m dynatree_lib show-tree --method dynatree -T 24 --text "The capital of France is"
   python -m dynatree_lib bench --experiment main --set T=128 --set n_prompts=4
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
-  python -m dynatree_lib build-draft [--vocab-only]          # rebuild the cpu draft (hours on 2 cores)
+  python -m dynatree_lib build-draft [--vocab-only | --lookup-only]  # rebuild the cpu draft (hours on 2 cores)
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _load(prof, dtype=None):
     if prof.threads:
         torch.set_num_threads(prof.threads)
     return load_pair(prof.target, prof.draft, prof.device, dtype or prof.dtype, prof.context_override, prof.engine,
-                     prof.max_len, prof.draft_vocab)
+                     prof.max_len, prof.draft_vocab, prof.draft_lookup)
 
 
 def _prompt(args, prof, tok):
@@ -75,12 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.choices["plan"].add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK}, no sweeps")
     bd = sub.add_parser("build-draft", help="rebuild weights/smollm2-draft (teacher data, distillation, calibration)")
     bd.add_argument("--vocab-only", action="store_true", help="only the token ranking of the draft head's subset")
+    bd.add_argument("--lookup-only", action="store_true", help="only the context lookup's weights (minutes)")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build-draft":
-            from .distill import build_all, count_tokens
+            from .distill import build_all, count_tokens, fit_lookup
 
-            print(count_tokens() if args.vocab_only else build_all())
+            print(count_tokens() if args.vocab_only else fit_lookup() if args.lookup_only else build_all())
             return 0
         prof = get_profile(args.profile, **{**(QUICK if getattr(args, "quick", False) else {}), **_overrides(args.set)})
         if args.cmd == "bench":

@@ -1,7 +1,8 @@
 """Builds the ``cpu`` profile's draft for SmolLM2-135M-Instruct: ``python -m dynatree_lib build-draft``.
 
 Four resumable phases, each writing under ``models/draft-build/`` (git-ignored) and skipped when its
-output exists, and a fifth, quick one (``count_tokens``: seconds, ``build-draft --vocab-only``):
+output exists, and two quick ones (``count_tokens``: seconds, ``build-draft --vocab-only``; ``fit_lookup``:
+minutes, ``build-draft --lookup-only``):
 
 1. ``teacher``: prompts cut from text no experiment uses (the 36 PG-19 books outside the test split and
    the WikiText-2 *validation* split), the target's greedy continuation of each, and the target's top-k
@@ -16,6 +17,8 @@ output exists, and a fifth, quick one (``count_tokens``: seconds, ``build-draft 
 5. ``count_tokens``: token frequencies of the same training text, ranked, in
    ``weights/smollm2-draft/token_counts.json``: the draft head's token subset (FR-Spec, the ``cpu``
    profile's ``draft_vocab``) is the top of this ranking.
+6. ``fit_lookup``: the weights of the draft's context lookup (``lookup.py``) on the target's greedy
+   continuations of non-experiment prompts, in ``weights/smollm2-draft/lookup.json``.
 """
 from __future__ import annotations
 
@@ -424,7 +427,7 @@ def calibrate(final: Path = BUILD / "train" / "final.pt", teacher: Path = BUILD 
 
 def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train" / "final.pt") -> Path:
     """Phase 4: ``weights/smollm2-draft/`` (bf16 safetensors, the target's tokenizer, training.json, the
-    model card), then the held-out evaluation on the ``cpu`` profile's test prompts (notebook 00's
+    model card; the context lookup, ``fit_lookup``), then the held-out evaluation on the ``cpu`` profile's test prompts (notebook 00's
     ``results/cpu/pair.json`` and ``costs.json``), whose figures the model card quotes."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
@@ -445,6 +448,7 @@ def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train
                 "calibration": cal, "params": sum(p.numel() for p in model.parameters()),
                 "rebuild": "python -m dynatree_lib build-draft"}
     (DRAFT_DIR / "training.json").write_text(json.dumps(training, indent=1))
+    fit_lookup()
     prof = get_profile("cpu")
     pair = json.loads(run_pair(prof, rerun=True).read_text())
     costs = json.loads(run_costs(prof, rerun=True).read_text())
@@ -523,6 +527,88 @@ One-token cached forward, draft / target, same process, back to back, on the pro
 {subset}
 Licence: Apache-2.0, as SmolLM2 (whose outputs it is trained on).
 """
+
+
+LOOKUP_WEIGHTS = tuple(round(0.05 * i, 2) for i in range(20)) + (0.97, 0.99)  # candidates for each w[n]
+
+
+@torch.no_grad()
+def fit_lookup(out: Path = DRAFT_DIR / "lookup.json", max_n: int = 12, n_seq: int = 12, cont: int = 256,
+               draft_vocab: int = 8192, seed: int = 7) -> Path:
+    """Phase 6 (minutes, ``build-draft --lookup-only``): the context lookup's weights (``lookup.py``).
+
+    Text no experiment uses: ``n_seq`` prompts from the PG-19 books outside the test split (250 tokens) and
+    ``n_seq`` from the raw WikiText-2 validation text (200 tokens, the experiment prompts' lengths), the
+    target's greedy continuation of each (``cont`` tokens, fp32, batched), and the draft's teacher-forced
+    log-probabilities over its ``draft_vocab`` head. For every match length n, w[n] maximises the
+    likelihood of the target's greedy token under ``(1 - w) p_draft + w [copy]`` (a proper score, so the
+    mixture's probabilities stay calibrated)."""
+    from transformers import AutoModelForCausalLM
+
+    from .calibration import teacher_forced, top1
+    from .lookup import LookupConfig, NGramIndex, column_of, mix
+    from .models import frequent_tokens
+
+    torch.manual_seed(seed)
+    target, tok = _load_target()
+    draft = AutoModelForCausalLM.from_pretrained(DRAFT_DIR, dtype=torch.float32).eval()
+    corpora = _corpora(tok)
+    vocab = frequent_tokens("embedded:draft", draft_vocab)
+    col_of = column_of(vocab, len(tok))
+    rng = random.Random(seed)
+    seqs = []
+    for src, P in (("pg19_train", 250), ("wiki_valid_raw", 200)):
+        docs = [d for d in corpora[src] if len(d) >= P]
+        rows = []
+        for _ in range(n_seq):
+            d = docs[rng.randrange(len(docs))]
+            off = rng.randrange(len(d) - P + 1)
+            rows.append(d[off:off + P])
+        x = torch.tensor(rows)
+        y = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=cont, do_sample=False,
+                            min_new_tokens=cont, pad_token_id=tok.eos_token_id or 0)
+        seqs += [(src, r.tolist(), P - 1) for r in y]
+    # per position: match length, p_draft(copy token), p_draft(target token), copy == target token
+    by_n: dict[int, list[tuple[float, float, bool]]] = {n: [] for n in range(1, max_n + 1)}
+    for _, ids, s in seqs:
+        x = torch.tensor(ids)
+        t_top = teacher_forced(target, x)[s:-1].argmax(-1).tolist()
+        lp = teacher_forced(draft, x, vocab=vocab)[:-1]
+        idx = NGramIndex(max_n)
+        idx.extend(ids[:s])
+        for t in range(s, len(ids) - 1):
+            idx.extend([ids[t]])
+            n, c = idx.match(ids[max(0, t + 1 - max_n):t + 1])
+            if not n:
+                continue
+            tt = t_top[t - s]
+            pc = float(lp[t, col_of[c]].exp()) if col_of[c] >= 0 else 0.0
+            pt = float(lp[t, col_of[tt]].exp()) if col_of[tt] >= 0 else 0.0
+            by_n[n].append((pc, pt, c == tt))
+    weights, fit = [], {}
+    for n in range(1, max_n + 1):
+        obs = by_n[n]
+        ll = {w: sum(math.log(max((1 - w) * pt + w * ok, 1e-9)) for _, pt, ok in obs) for w in LOOKUP_WEIGHTS}
+        best = max(ll, key=ll.get) if obs else 0.0
+        weights.append(best)
+        fit[str(n)] = {"positions": len(obs), "copy_agreement": sum(o[2] for o in obs) / max(1, len(obs)), "w": best}
+    cfg = LookupConfig(tuple(weights))
+    agree = []
+    for _, ids, s in seqs:
+        x = torch.tensor(ids)
+        t_top = teacher_forced(target, x)[s:-1].argmax(-1)
+        lp = teacher_forced(draft, x, vocab=vocab)[:-1]
+        for rows in (lp[s:], mix(lp, ids, s, cfg, vocab)):
+            agree.append((top1(rows, vocab)[1] == t_top).float().mean())
+    out.write_text(json.dumps({
+        "weights": weights, "max_n": max_n,
+        "data": f"{n_seq} PG-19 non-test-book prompts (250 tokens) + {n_seq} raw WikiText-2 validation prompts "
+                f"(200 tokens), seed {seed}; SmolLM2's fp32 greedy continuations ({cont} tokens); the draft over its "
+                f"{draft_vocab} most frequent tokens",
+        "fit": fit, "agreement_draft": float(torch.stack(agree[0::2]).mean()),
+        "agreement_with_lookup": float(torch.stack(agree[1::2]).mean()),
+        "rebuild": "python -m dynatree_lib build-draft --lookup-only"}, indent=1) + "\n")
+    return out
 
 
 def build_all(teacher_spec: TeacherSpec = TeacherSpec(), draft_spec: DraftSpec = DraftSpec()) -> Path:

@@ -198,7 +198,8 @@ def cell_key(name: str, p: Profile, c: Cell) -> str:
     return bench.record_key(profile=p.name, target=p.target, draft=p.draft, dtype=c.dtype, engine=p.engine,
                             kv=p.kv_mode, seed=seed, n=n_prompts(name, p, c), warmup=p.warmup, ds=c.dataset,
                             method=c.method, label=c.label, config=bench.config_dict(c.config), T=c.T, L=c.L_max,
-                            tags=c.tags, **({"draft_vocab": p.draft_vocab} if p.draft_vocab else {}))
+                            tags=c.tags, **({"draft_vocab": p.draft_vocab} if p.draft_vocab else {}),
+                            **({"draft_lookup": True} if p.draft_lookup else {}))
 
 
 def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
@@ -235,7 +236,7 @@ def _measure_cells(name: str, p: Profile, todo: list, store: ResultStore, dtype:
     if p.threads:
         torch.set_num_threads(p.threads)
     target, draft, tok = load_pair(p.target, p.draft, p.device, dtype, p.context_override, p.engine, p.max_len,
-                                   p.draft_vocab)
+                                   p.draft_vocab, p.draft_lookup)
     hf_target = getattr(target, "model", target)
     extra = {"weights": {"target": weights_info(p.target), "draft": weights_info(p.draft)},
              "bound": bench.bound(hf_target, p.device)}

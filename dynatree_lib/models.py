@@ -81,9 +81,10 @@ def weights_info(ref: str) -> dict:
     if ref == "embedded:target":
         return json.loads((smollm2_folder() / "provenance.json").read_text())
     if ref == "embedded:draft":
-        f, ranking = DRAFT_DIR / "model.safetensors", DRAFT_DIR / "token_counts.json"
+        f, ranking, lookup = DRAFT_DIR / "model.safetensors", DRAFT_DIR / "token_counts.json", DRAFT_DIR / "lookup.json"
         return {"file": str(f.relative_to(REPO)), "sha256": sha256_file(f),
-                **({"token_counts_sha256": sha256_file(ranking)} if ranking.exists() else {})}
+                **({"token_counts_sha256": sha256_file(ranking)} if ranking.exists() else {}),
+                **({"lookup_sha256": sha256_file(lookup)} if lookup.exists() else {})}
     return {"ref": ref}
 
 
@@ -221,7 +222,7 @@ def load_tokenizer(ref: str):
 
 def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str = "float32",
               context_override: int | None = None, engine: str = "eager", max_len: int = 2048,
-              draft_vocab: int | None = None):
+              draft_vocab: int | None = None, draft_lookup: bool = False):
     """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ.
 
     ``engine``: "eager" returns the transformers models; "static" and "static+compile" return fast-path
@@ -230,6 +231,8 @@ def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str =
     rotary-position models run past it on purpose (the paper's PG-19 setting); it is logged by the caller.
     ``draft_vocab``: the draft scores only its ``draft_vocab`` most frequent tokens (``frequent_tokens``);
     the draft is then a runner (an ``HFRunner`` on the eager engine) whose ``vocab`` says which.
+    ``draft_lookup``: the draft runner mixes in its context lookup (``lookup.LookupRunner``, weights from
+    ``lookup.json`` beside the draft's, ``lookup_config``).
     """
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available; use the 'cpu' profile")
@@ -242,7 +245,24 @@ def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str =
     if context_override is not None:
         for m in (target, draft):
             m.config.max_position_embeddings = max(context_override, context_limit(m) or 0)
-    return on_engine(target, engine, max_len), on_engine(draft, engine, max_len, vocab), tt
+    cfg = lookup_config(draft_ref) if draft_lookup else None
+    draft = on_engine(draft, engine, max_len, vocab)
+    if cfg is not None:
+        from .lookup import LookupRunner
+        from .runners import as_runner
+
+        draft = LookupRunner(as_runner(draft), cfg)
+    return on_engine(target, engine, max_len), draft, tt
+
+
+def lookup_config(ref: str):
+    """The context lookup shipped beside a draft's weights (``lookup.json``; for ``embedded:draft`` fitted by
+    ``python -m dynatree_lib build-draft --lookup-only``)."""
+    from .lookup import LookupConfig
+
+    if not Path(resolve(ref)).is_dir():
+        raise ValueError(f"draft_lookup needs a draft folder holding lookup.json; {ref!r} is not one")
+    return LookupConfig.load(Path(resolve(ref)) / "lookup.json")
 
 
 def on_engine(model, engine: str, max_len: int, vocab=None):

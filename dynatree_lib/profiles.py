@@ -76,6 +76,10 @@ class Profile:
     # output embedding; the target still verifies over the whole vocabulary, so exactness is untouched).
     # Every method drafting with our loop gets it; HF assisted runs transformers' own (full-vocabulary) drafting.
     draft_vocab: int | None = None
+    # the draft mixes in a context lookup (lookup.py: the token after the longest earlier match of the
+    # suffix, weighted by match length; fitted on non-experiment text, lookup.json beside the draft): every
+    # method drafting with our loop gets it; HF assisted does not (transformers' own drafting)
+    draft_lookup: bool = False
     # the main table adds the cost-aware extension (``dynatree_cost``: the tuned DynaTree's trees cut by
     # this profile's measured forward costs, results/<profile>/costs.json), beside DynaTree, never for it
     cost_aware: bool = True
@@ -148,7 +152,7 @@ PROFILES: dict[str, Profile] = {
         n_exact=2, L_max={"wikitext2": 200, "pg19": 250}, T=128, n_prompts=8, warmup=1, threads=2,
         linear_K={"wikitext2": 8, "pg19": 5}, streaming_cache=256, tuning=_cpu_tuning(), tuning_n=2, tuning_T=96,
         T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), sweep_n_prompts=2, trees_n_prompts=1,
-        pair_T=256, pair_n_prompts=10, draft_vocab=8192,
+        pair_T=256, pair_n_prompts=10, draft_vocab=8192, draft_lookup=True,
         fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
         threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
         breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),

@@ -1,0 +1,186 @@
+"""Context lookup for a draft: the token that followed the longest earlier match of the current suffix.
+
+Why: a small target's greedy continuations fall into loops (on the ``cpu`` profile's tuning prompts,
+52% of the positions of a 256-token continuation end a 12-gram already seen in the prompt or the
+continuation), and a 17M draft copies poorly: there its argmax agrees with the target's 54% of the time
+while "the token that followed the last occurrence" agrees 96%. So the draft's distribution is mixed
+with a point mass on that token (prompt lookup decoding, as in REST or SAM-Decoding's suffix matching):
+
+    p(x) = (1 - w[n]) * p_draft(x) + w[n] * [x == copy]
+
+where ``n`` (capped at ``max_n``) is the length of the longest suffix of the row's context that occurred
+earlier in the committed tokens, and ``w[n]`` is fitted on text no experiment uses (maximum likelihood of
+the target's greedy token; ``distill.fit_lookup``). Verification is untouched, so every decoder stays
+exact; only what gets drafted changes.
+
+``LookupRunner`` wraps a draft runner: it mirrors the tokens of the inner cache's slots, indexes the
+committed ones (forwards without a ``tree_start``: the draft's level-0 feed and prefill) and mixes the copy
+mass into the logits it returns (as log-probabilities). ``mix`` is the same rule on a whole teacher-forced
+sequence (agreement and calibration).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .runners import Runner
+
+
+@dataclass(frozen=True)
+class LookupConfig:
+    """``weights[n - 1]``: the copy token's share of the mixture after a match of ``n`` tokens
+    (n = 1..len(weights); longer matches use the last weight). Each weight lies in [0, 1)."""
+
+    weights: tuple
+
+    def __post_init__(self) -> None:
+        w = self.weights
+        if not isinstance(w, tuple) or not w:
+            raise ValueError(f"lookup weights must be a non-empty tuple of floats, got {w!r}")
+        for x in w:
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 <= x < 1.0 or math.isnan(x):
+                raise ValueError(f"every lookup weight must be a number in [0, 1), got {x!r}")
+
+    @property
+    def max_n(self) -> int:
+        return len(self.weights)
+
+    @staticmethod
+    def load(path: Path) -> "LookupConfig":
+        """From a ``lookup.json`` beside a draft's weights (``{"weights": [...]}``)."""
+        if not Path(path).exists():
+            raise ValueError(f"the draft has no context lookup ({path} is missing); set draft_lookup=False, or "
+                             "fit one with python -m dynatree_lib build-draft --lookup-only")
+        return LookupConfig(tuple(float(x) for x in json.loads(Path(path).read_text())["weights"]))
+
+
+class NGramIndex:
+    """For n = 1..max_n, the token that followed the latest occurrence of every n-gram of a token stream."""
+
+    def __init__(self, max_n: int):
+        self.max_n = max_n
+        self.tokens: list[int] = []
+        self.next: list[dict] = [dict() for _ in range(max_n + 1)]  # [n]: n-gram tuple -> next token
+
+    def extend(self, tokens: list[int]) -> None:
+        s = self.tokens
+        for x in tokens:
+            t = len(s)
+            for n in range(1, min(self.max_n, t) + 1):
+                self.next[n][tuple(s[t - n:])] = x
+            s.append(x)
+
+    def match(self, context: list[int]) -> tuple[int, int]:
+        """(n, token) for the longest suffix of ``context`` (n <= max_n) seen in the stream; (0, -1) if none."""
+        for n in range(min(self.max_n, len(context)), 0, -1):
+            x = self.next[n].get(tuple(context[-n:]))
+            if x is not None:
+                return n, x
+        return 0, -1
+
+
+def mix_rows(logits: Tensor, cols: Tensor, weights: Tensor) -> Tensor:
+    """Log-probabilities [r, V] of ``(1 - w) * softmax(logits) + w * onehot(col)`` for every row (fp32);
+    rows with weight 0 are the draft's own log-softmax."""
+    p = torch.softmax(logits.float(), dim=-1) * (1.0 - weights)[:, None]
+    p[torch.arange(p.shape[0]), cols] += weights
+    return p.log()
+
+
+def column_of(vocab: Tensor | None, n_vocab: int) -> Tensor:
+    """Map token id -> logit column (-1 for a token the head does not score)."""
+    if vocab is None:
+        return torch.arange(n_vocab)
+    col = torch.full((n_vocab,), -1, dtype=torch.long)
+    col[vocab.cpu()] = torch.arange(vocab.numel())
+    return col
+
+
+def mix(logp: Tensor, ids: list[int], start: int, cfg: LookupConfig, vocab: Tensor | None = None) -> Tensor:
+    """Teacher-forced: the mixture's log-probabilities at rows ``start..`` of ``logp`` ([n, V'] over the
+    columns ``vocab``), row t predicting ``ids[t + 1]`` from ``ids[:t + 1]``; the index holds ``ids[:t + 1]``
+    as the loop's would at a tree's root (there, drafted tokens deeper in the tree are not indexed)."""
+    n_vocab = logp.shape[1] if vocab is None else int(vocab.max()) + 1
+    idx, col_of = NGramIndex(cfg.max_n), column_of(vocab, n_vocab)
+    idx.extend(ids[:start])
+    w = torch.tensor(cfg.weights)
+    rows, cols, ws = [], [], []
+    for t in range(start, logp.shape[0]):
+        idx.extend([ids[t]])  # the loop's index holds the tree's root (its last committed token) too
+        n, x = idx.match(ids[max(0, t + 1 - cfg.max_n):t + 1])
+        if n and x < col_of.numel() and col_of[x] >= 0:
+            rows.append(t), cols.append(int(col_of[x])), ws.append(float(w[min(n, cfg.max_n) - 1]))
+    out = logp[start:].clone()
+    if rows:
+        r = torch.tensor(rows) - start
+        out[r] = mix_rows(logp[rows], torch.tensor(cols), torch.tensor(ws))
+    return out
+
+
+class LookupRunner:
+    """A draft ``Runner`` whose logits carry the context lookup's copy mass (see module docstring)."""
+
+    def __init__(self, inner: Runner, cfg: LookupConfig):
+        self.inner, self.cfg = inner, cfg
+        self.slots: list[int] = []  # token in each cache slot of the inner runner
+        self.index = NGramIndex(cfg.max_n)
+        vocab = getattr(inner, "vocab", None)
+        n_vocab = inner.model.get_output_embeddings().weight.shape[0]
+        self._col = column_of(vocab, n_vocab).tolist()
+        self._w = list(cfg.weights)
+
+    model = property(lambda self: self.inner.model)
+    length = property(lambda self: self.inner.length)
+    engine = property(lambda self: self.inner.engine)
+    vocab = property(lambda self: getattr(self.inner, "vocab", None))
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.slots = []
+        self.index = NGramIndex(self.cfg.max_n)
+
+    def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+                tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        logits = self.inner.forward(tokens, positions, visible, tree_start, last_only)
+        new, base = tokens.tolist(), len(self.slots)
+        self.slots += new
+        if tree_start is None:  # committed tokens (the draft's catch-up feed, prefill): index them
+            self.index.extend(new)
+        q = len(new)
+        rows = range(q - 1, q) if last_only else range(q)
+        vis = None if visible is None else visible.tolist()
+        out_rows, cols, ws = [], [], []
+        for r, i in enumerate(rows):
+            if vis is None:
+                ctx = self.slots[max(0, base + i + 1 - self.cfg.max_n):base + i + 1]
+            else:
+                tail = [self.slots[tree_start + j] for j, v in enumerate(vis[i]) if v]
+                ctx = self.slots[max(0, tree_start - self.cfg.max_n):tree_start] + tail
+            n, x = self.index.match(ctx)
+            if n and self._col[x] >= 0:
+                out_rows.append(r), cols.append(self._col[x]), ws.append(self._w[min(n, self.cfg.max_n) - 1])
+        if not out_rows:
+            return logits
+        out = logits.to(torch.float32, copy=True)
+        r = torch.tensor(out_rows)
+        out[r] = torch.log_softmax(out[r], -1)  # rows without a match keep raw logits: the drafter normalizes
+        out[r] = mix_rows(out[r], torch.tensor(cols), torch.tensor(ws))
+        return out
+
+    def truncate(self, length: int) -> None:
+        self.inner.truncate(length)
+        del self.slots[length:]
+
+    def commit(self, start: int, keep: Tensor) -> None:
+        self.inner.commit(start, keep)
+        self.slots = self.slots[:start] + [self.slots[start + k] for k in keep.tolist()]
+
+    def evict(self, n_sink: int, n_drop: int) -> None:
+        """The slots go; the index keeps their n-grams (history a lookup may still copy from)."""
+        self.inner.evict(n_sink, n_drop)
+        del self.slots[n_sink:n_sink + n_drop]

@@ -1,0 +1,108 @@
+"""The draft's context lookup (lookup.py): only what gets drafted changes, so every decoder still equals
+greedy AR (fp32) with it, on the eager and the fast path, with and without a subset head; the runner's
+mixture is the teacher-forced one; bad weights and a missing lookup file are refused."""
+import json
+
+import pytest
+import torch
+
+from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
+from dynatree_lib.decoders import KV_MODES
+from dynatree_lib.fastpath import StaticRunner
+from dynatree_lib.lookup import LookupConfig, LookupRunner, NGramIndex, mix, mix_rows
+from dynatree_lib.models import DRAFT_DIR, lookup_config
+from dynatree_lib.runners import HFRunner
+
+from .conftest import VOCAB, prompts
+
+METHODS = {"linear_k4": LinearConfig(K=4), "fixed": FixedTreeConfig(D=5, B=3, tau=0.0, n_max=40),
+           "dynatree": DynaTreeConfig(), "talon": TalonConfig(mu=0.2, N=8, K=3),
+           "streaming": StreamingConfig(K=4, cache_size=128, n_sink=4)}
+STRONG = LookupConfig((0.5, 0.9, 0.95, 0.99))
+
+
+def looping(n: int, seed: int) -> list[torch.Tensor]:
+    """Prompts that repeat a short random phrase (the lookup has matches to copy from) and random ones."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        phrase = torch.randint(0, VOCAB, (3 + i,), generator=g)
+        out.append(torch.cat([torch.randint(0, VOCAB, (2,), generator=g), phrase.repeat(4)]))
+    return out + prompts(n, seed=seed)
+
+
+CASES = list(zip(looping(2, 5), [1, 12, 40, 48]))
+
+
+def test_index_finds_the_longest_latest_match():
+    idx = NGramIndex(4)
+    idx.extend([1, 2, 3, 9, 1, 2, 3, 7, 5, 2, 3])
+    assert idx.match([0, 1, 2, 3]) == (3, 7)      # (1, 2, 3) last followed by 7
+    assert idx.match([5, 2, 3]) == (2, 7)         # (5, 2, 3) unseen with a successor; (2, 3) -> 7 (latest)
+    assert idx.match([4, 4]) == (0, -1)
+    assert idx.match([]) == (0, -1)
+
+
+def test_mixture_rows_are_distributions():
+    logits = torch.randn(3, 10)
+    out = mix_rows(logits, torch.tensor([2, 5, 0]), torch.tensor([0.0, 0.5, 0.99]))
+    assert torch.allclose(out.exp().sum(-1), torch.ones(3), atol=1e-5)
+    assert torch.allclose(out[0], torch.log_softmax(logits[0], -1), atol=1e-6)
+    assert out[2].argmax() == 0 and out[1, 5].exp() >= 0.5
+
+
+@pytest.mark.parametrize("bad", [(), (1.0,), (-0.1,), (float("nan"),), (True,), [0.5]])
+def test_bad_weights_are_refused(bad):
+    with pytest.raises(ValueError, match="lookup weight"):
+        LookupConfig(bad)
+
+
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+@pytest.mark.parametrize("subset", [False, True])
+@pytest.mark.parametrize("name", list(METHODS))
+def test_lookup_draft_equals_ar_eager(target, draft, name, subset, kv_mode):
+    v = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(1))[: VOCAB // 2] if subset else None
+    for p, T in CASES:
+        drf = LookupRunner(HFRunner(draft, v), STRONG)
+        res = generate(target, p, T, draft=drf, method=METHODS[name], kv_mode=kv_mode)
+        assert res.tokens == generate(target, p, T).tokens, f"{name}/{subset}/{kv_mode}"
+        assert drf.slots == drf.index.tokens or name == "streaming"
+
+
+@pytest.mark.parametrize("name", ["linear_k4", "dynatree", "talon", "streaming"])
+def test_lookup_draft_equals_ar_fast_path(llama_target, llama_draft, name):
+    tgt = StaticRunner(llama_target)
+    for p, T in CASES:
+        drf = LookupRunner(StaticRunner(llama_draft), STRONG)
+        assert generate(tgt, p, T, draft=drf, method=METHODS[name]).tokens == generate(tgt, p, T).tokens
+
+
+def test_lookup_changes_what_is_drafted(target, draft):
+    """On a looping prompt the lookup drafts the loop: more accepted tokens per iteration."""
+    p = looping(1, 9)[0]
+    plain = generate(target, p, 24, draft=draft, method=LinearConfig(K=4))
+    hyb = generate(target, p, 24, draft=LookupRunner(HFRunner(draft), STRONG), method=LinearConfig(K=4))
+    assert hyb.tokens == plain.tokens
+    assert hyb.accepted != plain.accepted or hyb.drafted_nodes != plain.drafted_nodes
+
+
+def test_runner_mixture_is_the_teacher_forced_one(draft):
+    """At a tree's root (the draft's catch-up feed), the runner's log-probs equal ``mix``'s row."""
+    for p in looping(2, 3):
+        ids = p.tolist()
+        drf = LookupRunner(HFRunner(draft), STRONG)
+        root = drf.forward(p, torch.arange(p.numel()), last_only=True)
+        lp = torch.log_softmax(draft(input_ids=p[None]).logits[0].float(), -1)
+        ref = mix(lp, ids, 0, STRONG)[-1]
+        assert torch.allclose(torch.log_softmax(root.float(), -1)[0], ref, atol=1e-5)
+
+
+def test_committed_lookup_loads_and_missing_file_is_refused(tmp_path):
+    cfg = lookup_config("embedded:draft")
+    assert 1 <= cfg.max_n <= 32 and all(0.0 <= w < 1.0 for w in cfg.weights)
+    fit = json.loads((DRAFT_DIR / "lookup.json").read_text())
+    assert fit["agreement_with_lookup"] > fit["agreement_draft"]
+    with pytest.raises(ValueError, match="lookup.json"):
+        LookupConfig.load(tmp_path / "lookup.json")
+    with pytest.raises(ValueError, match="draft folder"):
+        lookup_config("tiny:draft")
