@@ -312,10 +312,12 @@ def pair_table(pair: dict) -> pd.DataFrame:
 
 def agreement_table(pair: dict) -> pd.DataFrame:
     """Teacher-forced draft/target agreement, mean confidence and ECE, on the target's greedy continuations
-    and on the human-written prompts; with a draft head over a token subset, also with the full head."""
+    and on the human-written prompts; with a draft head over a token subset, also with the full head; with a
+    context lookup, also the network alone."""
     rows = {}
     heads = [("agreement", "")] + ([("agreement_full_vocab", ", full-vocabulary head")]
-                                   if "agreement_full_vocab" in pair else [])
+                                   if "agreement_full_vocab" in pair else []) + \
+        ([("agreement_no_lookup", ", network alone (no lookup)")] if "agreement_no_lookup" in pair else [])
     for field_, head in heads:
         for key, a in pair[field_].items():
             text = ("human text (prompts)" if key.endswith("_human") else "target's greedy continuations") + head

@@ -73,7 +73,11 @@ if not render_only:
 # for contrast, on the human-written prompts. Where the profile sets `draft_vocab` (cpu: 8192), the draft drafts
 # with a head over its most frequent tokens only (FR-Spec; the target still verifies every token, so decoding
 # stays exact): the agreement rows are that head's, and the rows marked "full-vocabulary head" the same draft
-# scoring all 49152 tokens.
+# scoring all 49152 tokens. Where it sets `draft_lookup` (cpu), the draft drafts with its context lookup
+# (`dynatree_lib/lookup.py`: the token that followed the longest earlier match of the text's suffix, mixed in
+# with a weight fitted per match length on non-test text), and the agreement rows are the mixture's; the rows
+# marked "network alone" are the draft without it. The target's greedy continuations loop, which a 17M network
+# copies poorly and a lookup copies well: compare the two.
 
 # %%
 from dynatree_lib import calibration, costmodel

@@ -63,12 +63,13 @@ def test_held_out_requirements_logged():
     """From the committed evaluation (results/cpu/pair.json, written by the build's export phase)."""
     pair = json.loads((REPO / "results" / "cpu" / "pair.json").read_text())
     served = pair["agreement"]["all"]
-    # Issue 9 asks for agreement >= 0.6; the committed draft (1700 steps, 60 teacher shards, about 1M tokens)
-    # measures 0.521 with the 8192-token head it drafts with (0.530 with the full head), so this guards what it
-    # does reach; the gap is in the model card and issue 9 stays open.
-    assert served["agreement"] >= 0.5, served["agreement"]
+    # Issue 9: agreement >= 0.6 and ECE <= 0.05 on the target's greedy continuations of the test prompts, for
+    # the draft as it drafts (its 8192-token head and its context lookup); the network alone is logged beside.
+    assert served["agreement"] >= 0.6, served["agreement"]
     assert served["ece"] <= 0.05, served["ece"]
     assert pair["agreement"]["all_human"]["agreement"] < served["agreement"]  # human text is harder
+    alone = pair["agreement_no_lookup"]["all"]
+    assert alone["positions"] == served["positions"] and alone["agreement"] < served["agreement"]
 
 
 def test_distill_loss_is_cross_entropy_with_a_rest_bucket():
