@@ -139,8 +139,11 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
     for ds, ids, s in seqs:
         for text, x, lo in (("", ids, s), ("_human", ids[:s + 1], 0)):
             t_top = teacher_forced(target, x)[lo:-1].argmax(-1)
+            lps = {}  # one draft forward per head: the rows with and without the lookup share it
             for key, (v, lk) in heads.items():
-                lp = teacher_forced(draft, x, vocab=v)[:-1]
+                if (v is None) not in lps:
+                    lps[v is None] = teacher_forced(draft, x, vocab=v)[:-1]
+                lp = lps[v is None]
                 conf, top = top1(lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v), v)
                 flags[key].append((ds, text, conf, top == t_top))
     for key in heads:

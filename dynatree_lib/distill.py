@@ -572,7 +572,7 @@ def fit_lookup(out: Path = DRAFT_DIR / "lookup.json", max_n: int = 12, n_seq: in
     from transformers import AutoModelForCausalLM
 
     from .calibration import teacher_forced, top1
-    from .lookup import LookupConfig, NGramIndex, column_of, mix
+    from .lookup import LookupConfig, column_of, matches, mix
     from .models import frequent_tokens
 
     torch.manual_seed(seed)
@@ -593,21 +593,15 @@ def fit_lookup(out: Path = DRAFT_DIR / "lookup.json", max_n: int = 12, n_seq: in
         x = torch.tensor(rows)
         y = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=cont, do_sample=False,
                             min_new_tokens=cont, pad_token_id=tok.eos_token_id or 0)
-        seqs += [(src, r.tolist(), P - 1) for r in y]
-    # per position: match length, p_draft(copy token), p_draft(target token), copy == target token
+        seqs += [(r.tolist(), P - 1) for r in y]
+    # per sequence: the target's greedy tokens and the draft's log-probs, teacher-forced once
+    forced = [(ids, s, teacher_forced(target, torch.tensor(ids))[s:-1].argmax(-1),
+               teacher_forced(draft, torch.tensor(ids), vocab=vocab)[:-1]) for ids, s in seqs]
+    # per matched position: p_draft(copy token), p_draft(target token), copy == target token
     by_n: dict[int, list[tuple[float, float, bool]]] = {n: [] for n in range(1, max_n + 1)}
-    for _, ids, s in seqs:
-        x = torch.tensor(ids)
-        t_top = teacher_forced(target, x)[s:-1].argmax(-1).tolist()
-        lp = teacher_forced(draft, x, vocab=vocab)[:-1]
-        idx = NGramIndex(max_n)
-        idx.extend(ids[:s])
-        for t in range(s, len(ids) - 1):
-            idx.extend([ids[t]])
-            n, c = idx.match(ids[max(0, t + 1 - max_n):t + 1])
-            if not n:
-                continue
-            tt = t_top[t - s]
+    for ids, s, t_top, lp in forced:
+        for t, n, c in matches(ids, s, len(ids) - 1, max_n):
+            tt = int(t_top[t - s])
             pc = float(lp[t, col_of[c]].exp()) if col_of[c] >= 0 else 0.0
             pt = float(lp[t, col_of[tt]].exp()) if col_of[tt] >= 0 else 0.0
             by_n[n].append((pc, pt, c == tt))
@@ -620,10 +614,7 @@ def fit_lookup(out: Path = DRAFT_DIR / "lookup.json", max_n: int = 12, n_seq: in
         fit[str(n)] = {"positions": len(obs), "copy_agreement": sum(o[2] for o in obs) / max(1, len(obs)), "w": best}
     cfg = LookupConfig(tuple(weights))
     agree = []
-    for _, ids, s in seqs:
-        x = torch.tensor(ids)
-        t_top = teacher_forced(target, x)[s:-1].argmax(-1)
-        lp = teacher_forced(draft, x, vocab=vocab)[:-1]
+    for ids, s, t_top, lp in forced:
         for rows in (lp[s:], mix(lp, ids, s, cfg, vocab)):
             agree.append((top1(rows, vocab)[1] == t_top).float().mean())
     out.write_text(json.dumps({

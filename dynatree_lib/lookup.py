@@ -28,13 +28,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .runners import Runner
+from .runners import Runner, vocab_rows
 
 
 @dataclass(frozen=True)
 class LookupConfig:
     """``weights[n - 1]``: the copy token's share of the mixture after a match of ``n`` tokens
-    (n = 1..len(weights); longer matches use the last weight). Each weight lies in [0, 1)."""
+    (n = 1..len(weights): matches are searched up to that length). Each weight lies in [0, 1)."""
 
     weights: tuple
 
@@ -101,20 +101,29 @@ def column_of(vocab: Tensor | None, n_vocab: int) -> Tensor:
     return col
 
 
+def matches(ids: list[int], start: int, end: int, max_n: int):
+    """Teacher-forced matches: ``(t, n, token)`` for every row t in ``start..end - 1`` whose context
+    ``ids[:t + 1]`` ends with an n-gram seen before (n the longest, up to ``max_n``). The index holds
+    ``ids[:t + 1]`` as the loop's does at a tree's root (there, drafted tokens deeper in the tree are not
+    indexed)."""
+    idx = NGramIndex(max_n)
+    idx.extend(ids[:start])
+    for t in range(start, end):
+        idx.extend([ids[t]])  # the loop's index holds the tree's root (its last committed token) too
+        n, x = idx.match(ids[max(0, t + 1 - max_n):t + 1])
+        if n:
+            yield t, n, x
+
+
 def mix(logp: Tensor, ids: list[int], start: int, cfg: LookupConfig, vocab: Tensor | None = None) -> Tensor:
     """Teacher-forced: the mixture's log-probabilities at rows ``start..`` of ``logp`` ([n, V'] over the
-    columns ``vocab``), row t predicting ``ids[t + 1]`` from ``ids[:t + 1]``; the index holds ``ids[:t + 1]``
-    as the loop's would at a tree's root (there, drafted tokens deeper in the tree are not indexed)."""
-    n_vocab = logp.shape[1] if vocab is None else int(vocab.max()) + 1
-    idx, col_of = NGramIndex(cfg.max_n), column_of(vocab, n_vocab)
-    idx.extend(ids[:start])
-    w = torch.tensor(cfg.weights)
+    columns ``vocab``), row t predicting ``ids[t + 1]`` from ``ids[:t + 1]`` (``matches``)."""
+    n_vocab = max(ids) + 1 if vocab is None else max(int(vocab.max()), max(ids)) + 1
+    col_of = column_of(vocab, n_vocab)
     rows, cols, ws = [], [], []
-    for t in range(start, logp.shape[0]):
-        idx.extend([ids[t]])  # the loop's index holds the tree's root (its last committed token) too
-        n, x = idx.match(ids[max(0, t + 1 - cfg.max_n):t + 1])
-        if n and x < col_of.numel() and col_of[x] >= 0:
-            rows.append(t), cols.append(int(col_of[x])), ws.append(float(w[min(n, cfg.max_n) - 1]))
+    for t, n, x in matches(ids, start, logp.shape[0], cfg.max_n):
+        if col_of[x] >= 0:
+            rows.append(t), cols.append(int(col_of[x])), ws.append(cfg.weights[n - 1])
     out = logp[start:].clone()
     if rows:
         r = torch.tensor(rows) - start
@@ -130,8 +139,7 @@ class LookupRunner:
         self.slots: list[int] = []  # token in each cache slot of the inner runner
         self.index = NGramIndex(cfg.max_n)
         vocab = getattr(inner, "vocab", None)
-        n_vocab = inner.model.get_output_embeddings().weight.shape[0]
-        self._col = column_of(vocab, n_vocab).tolist()
+        self._col = column_of(vocab, vocab_rows(inner.model)).tolist()
         self._w = list(cfg.weights)
 
     model = property(lambda self: self.inner.model)
@@ -163,12 +171,11 @@ class LookupRunner:
                 ctx = self.slots[max(0, tree_start - self.cfg.max_n):tree_start] + tail
             n, x = self.index.match(ctx)
             if n and self._col[x] >= 0:
-                out_rows.append(r), cols.append(self._col[x]), ws.append(self._w[min(n, self.cfg.max_n) - 1])
+                out_rows.append(r), cols.append(self._col[x]), ws.append(self._w[n - 1])
         if not out_rows:
             return logits
-        out = logits.to(torch.float32, copy=True)
+        out = logits.to(torch.float32, copy=True)  # rows without a match keep raw logits: the drafter normalizes
         r = torch.tensor(out_rows)
-        out[r] = torch.log_softmax(out[r], -1)  # rows without a match keep raw logits: the drafter normalizes
         out[r] = mix_rows(out[r], torch.tensor(cols), torch.tensor(ws))
         return out
 
