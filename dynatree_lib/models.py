@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from .runners import check_pair, context_limit
+from .lookup import LookupConfig, LookupRunner
+from .runners import as_runner, check_pair, context_limit
 
 REPO = Path(__file__).resolve().parents[1]
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -248,9 +249,6 @@ def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str =
     cfg = lookup_config(draft_ref) if draft_lookup else None
     draft = on_engine(draft, engine, max_len, vocab)
     if cfg is not None:
-        from .lookup import LookupRunner
-        from .runners import as_runner
-
         draft = LookupRunner(as_runner(draft), cfg)
     return on_engine(target, engine, max_len), draft, tt
 
@@ -258,11 +256,10 @@ def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str =
 def lookup_config(ref: str):
     """The context lookup shipped beside a draft's weights (``lookup.json``; for ``embedded:draft`` fitted by
     ``python -m dynatree_lib build-draft --lookup-only``)."""
-    from .lookup import LookupConfig
-
-    if not Path(resolve(ref)).is_dir():
+    folder = Path(resolve(ref))
+    if not folder.is_dir():
         raise ValueError(f"draft_lookup needs a draft folder holding lookup.json; {ref!r} is not one")
-    return LookupConfig.load(Path(resolve(ref)) / "lookup.json")
+    return LookupConfig.load(folder / "lookup.json")
 
 
 def on_engine(model, engine: str, max_len: int, vocab=None):
