@@ -93,7 +93,8 @@ def bound(model, device: str) -> dict:
 
 
 def config_dict(method) -> dict:
-    return {} if method is None else {"type": type(method).__name__, **dataclasses.asdict(method)}
+    """A method's configuration as logged (JSON types: tuples become lists, so it equals a record's)."""
+    return {} if method is None else json.loads(json.dumps({"type": type(method).__name__, **dataclasses.asdict(method)}))
 
 
 def record_key(**parts) -> str:

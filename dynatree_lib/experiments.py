@@ -40,6 +40,11 @@ def tuned(p: Profile, family: str, dataset: str, root: Path | None = None):
             K = tuned(p, "linear", dataset, root).K
             return dataclasses.replace(p.method(family, dataset), K=K)
         return p.method(family, dataset)
+    return _fastest(p, family, dataset, p.tuning[family], root)
+
+
+def _fastest(p: Profile, family: str, dataset: str, candidates, root: Path | None):
+    """The candidate with the highest mean throughput among ``family``'s tuning records on ``dataset``."""
     path = results_path("tuning", p, root)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
@@ -48,19 +53,37 @@ def tuned(p: Profile, family: str, dataset: str, root: Path | None = None):
     if not recs:
         raise ValueError(f"{path} holds no tuning records for {family} on {dataset} at {p.dtype}")
     best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
-    return next(c for c in p.tuning[family] if bench.config_dict(c) == best["config"])
+    return next(c for c in candidates if bench.config_dict(c) == best["config"])
 
 
-def cost_aware(p: Profile, dataset: str, dtype: str, root: Path | None = None) -> CostAwareConfig:
-    """The named extension for ``dataset``: the tuned DynaTree, its trees cut by the forward-cost curves
-    this profile measured in ``dtype`` (notebook 00's costs.json, which ``run`` measures first if missing)."""
+def _cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float]:
+    """(fwd_target(k) as (k, ms) pairs, fwd_draft(1) ms) that this profile measured in ``dtype``."""
     path = results_path("costs", p, root)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: the cost-aware extension needs the measured forward costs "
                                 "(notebook 00, or costmodel.run_costs)")
     curves = json.loads(path.read_text())["curves"][dtype]
     verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
-    return CostAwareConfig(tuned(p, "dynatree", dataset, root), verify, round(curves["draft"]["1"], 3))
+    return verify, round(curves["draft"]["1"], 3)
+
+
+def cost_candidates(p: Profile, root: Path | None = None) -> tuple[CostAwareConfig, ...]:
+    """The extension's tuning candidates: DynaTree's candidates, each with its trees cut by the curves of the
+    timed precision (the same number as every family's)."""
+    verify, draft = _cost_curve(p, p.dtype, root)
+    return tuple(CostAwareConfig(base, verify, draft) for base in p.tuning["dynatree"])
+
+
+def cost_aware(p: Profile, dataset: str, dtype: str, root: Path | None = None) -> CostAwareConfig:
+    """The named extension for ``dataset`` in ``dtype``: DynaTree's trees cut by the forward-cost curves this
+    profile measured in ``dtype`` (notebook 00's costs.json, which ``run`` measures first if missing). Its
+    DynaTree settings are, where the profile tunes, the fastest of ``cost_candidates`` (tuned with the cut on,
+    as the extension runs), else the paper's."""
+    verify, draft = _cost_curve(p, dtype, root)
+    if p.tuning is None:
+        return CostAwareConfig(p.method("dynatree", dataset), verify, draft)
+    best = _fastest(p, "dynatree_cost", dataset, cost_candidates(p, root), root)
+    return dataclasses.replace(best, verify_ms=verify, draft_ms=draft)
 
 
 def _cell(p: Profile, ds: str, family: str, T: int, L: int, tags: dict | None = None, dtype: str | None = None,
@@ -85,6 +108,10 @@ def tuning_cells(p: Profile, root=None) -> list[Cell]:
             for i, cfg in enumerate(p.tuning[fam]):
                 cells.append(Cell(ds, fam, f"{LABELS[fam]} #{i}: {_short(cfg)}", cfg, T, p.L_max[ds], p.dtype,
                                   {"candidate": i}))
+        if p.cost_aware:
+            for i, cfg in enumerate(cost_candidates(p, root)):
+                cells.append(Cell(ds, "dynatree_cost", f"{LABELS['dynatree_cost']} #{i}: {_short(cfg.base)}", cfg, T,
+                                  p.L_max[ds], p.dtype, {"candidate": i}))
     return cells
 
 
@@ -210,12 +237,12 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     store = ResultStore(path)
     if rerun and not render_only and (old := store.archive()):
         print(f"rerun: previous results kept at {old}")
-    if profile.tuning is not None and name != "tuning":
-        run("tuning", profile, root=root, render_only=render_only)
-    if name == "main" and profile.cost_aware:
+    if profile.cost_aware and name in ("tuning", "main"):  # the extension's cells are built from the costs
         from .costmodel import run_costs
 
         run_costs(profile, root=root, render_only=render_only)
+    if profile.tuning is not None and name != "tuning":
+        run("tuning", profile, root=root, render_only=render_only)
     cells = EXPERIMENTS[name](profile, root)
     todo = [(c, k) for c in cells if store.get(k := cell_key(name, profile, c)) is None]
     if not todo:

@@ -80,8 +80,9 @@ class Profile:
     # suffix, weighted by match length; fitted on non-experiment text, lookup.json beside the draft): every
     # method drafting with our loop gets it; HF assisted does not (transformers' own drafting)
     draft_lookup: bool = False
-    # the main table adds the cost-aware extension (``dynatree_cost``: the tuned DynaTree's trees cut by
-    # this profile's measured forward costs, results/<profile>/costs.json), beside DynaTree, never for it
+    # the main table adds the cost-aware extension (``dynatree_cost``: DynaTree's trees cut by this profile's
+    # measured forward costs, results/<profile>/costs.json; where the profile tunes, tuned over DynaTree's
+    # candidates with the cut on), beside DynaTree, never for it
     cost_aware: bool = True
 
     def method(self, name: str, dataset: str):

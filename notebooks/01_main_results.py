@@ -22,7 +22,8 @@
 # profile has `cost_aware`) drafts the tuned DynaTree's tree and then verifies only its best-rate subtree: the
 # j most probable nodes that maximize (1 + their summed draft path probabilities) / (draft time + fwd_target(j+1)),
 # with fwd_target the forward-cost curve notebook 00 measured for this pair (as Sequoia and OPT-Tree size trees for
-# their hardware). It gets no tuning budget of its own and never replaces DynaTree's rows.
+# their hardware). Its tuning budget is DynaTree's five candidates with the cut on (the same number as every
+# family, on the same tuning prompts); it never replaces DynaTree's rows.
 
 # %% tags=["parameters"]
 profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"

@@ -113,6 +113,11 @@ def test_tuned_settings_come_from_the_tuning_json(smoke_main):
             best = max(cands, key=lambda r: r["aggregate"]["tps"]["mean"])
             assert bench_config(experiments.tuned(prof, fam, ds, root)) == best["config"]
             assert all(r["prompt_ids"] == cands[0]["prompt_ids"] for r in cands)
+        # the extension: DynaTree's candidates with the cut on, the same budget; main runs the fastest
+        cands = [r for r in recs if r["dataset"] == ds and r["method"] == "dynatree_cost"]
+        assert len(cands) == len(prof.tuning["dynatree"])
+        best = max(cands, key=lambda r: r["aggregate"]["tps"]["mean"])
+        assert bench_config(experiments.cost_aware(prof, ds, prof.dtype, root)) == best["config"]
     main = json.loads((root / "smoke" / "main.json").read_text())["records"]
     tuning_prompts = {p for r in recs for p in r["prompt_ids"]}
     assert not tuning_prompts & {p for r in main for p in r["prompt_ids"]}  # disjoint from the test prompts
@@ -121,8 +126,9 @@ def test_tuned_settings_come_from_the_tuning_json(smoke_main):
 def test_tuning_labels_say_what_they_run():
     """(The paper profile once labelled an n_max=64 tree "paper".) Labels are made from the configs."""
     for c in experiments.tuning_cells(get_profile("cpu")):
-        for k, v in bench_config(c.config).items():
-            if k not in ("type", "dynamic_breadth", "dynamic_depth", "history", "W", "a_star", "eta_D", "eta_h") and c.config:
+        cfg = c.config.base if c.method == "dynatree_cost" else c.config  # the extension: its DynaTree settings
+        for k, v in bench_config(cfg).items():
+            if k not in ("type", "dynamic_breadth", "dynamic_depth", "history", "W", "a_star", "eta_D", "eta_h") and cfg:
                 assert f"{k}={v}" in c.label, (c.label, k)
 
 
