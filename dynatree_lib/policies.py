@@ -318,8 +318,8 @@ class TalonPolicy:
 
 
 # fwd_target(k) / fwd_target(1) and fwd_draft(1) / fwd_target(1) of the cpu pair in bf16 (results/cpu/costs.json)
-CPU_BF16_VERIFY = ((1, 1.0), (2, 1.13), (4, 1.33), (8, 1.68), (16, 2.25), (32, 3.36), (64, 5.49))
-CPU_BF16_DRAFT = 0.109
+CPU_BF16_VERIFY = ((1, 1.0), (2, 1.02), (4, 1.14), (8, 1.52), (16, 2.33), (32, 3.99), (64, 7.33))
+CPU_BF16_DRAFT = 0.129
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ PROFILES: dict[str, Profile] = {
         fixed_grid={"D": (3, 8), "B": (2, 4), "tau": (0.01, 0.1)}, threshold_pairs=((0.95, 0.5), (0.6, 0.1)),
         breadth_list=((1, 1, 2), (2, 3, 4)), depth_list=((3, 6), (8, 12)), trees_n_prompts=1, trees_per_prompt=8),
     # cpu: T=256 (the paper decodes 1500): at T=128 a 200-token prompt's prefill is an eighth of AR's wall time
-    # and its greedy loops have barely begun; a --rerun took 57 minutes on 2 cores (3416 s; ./run_all.sh --plan)
+    # and its greedy loops have barely begun; a --rerun took 48 minutes on 2 cores (2899 s; ./run_all.sh --plan)
     "cpu": Profile(
         "cpu", "embedded:target", "embedded:draft", dtype="bfloat16", engine="static+compile", exact_dtype="float32",
         n_exact=2, L_max={"wikitext2": 200, "pg19": 250}, T=256, n_prompts=8, warmup=1, threads=2,

@@ -214,10 +214,9 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
     inv[r] = 1.0f / _mm512_reduce_add_ps(sum);
   }
   // weighted sums of V rows, NB rows at a time with their C-vector sums in registers; each V row is
-  // converted once per block. A slot's term is added even where a block mate's weight is 0: p * v is then
-  // +-0, and adding +-0 leaves any sum that is not -0 unchanged (these sums start at +0 and no rounding of a
-  // nonzero product and a sum gives -0 here but an underflow, which bf16 cache values times a weight >= e^-87
-  // cannot reach). Tiles that no row of the block sees are skipped.
+  // converted once per block. A slot's term is added even where this row's weight is 0 (a block mate sees the
+  // slot): p * v is then +-0, which leaves the sum's bits unchanged unless the sum is itself a zero (every
+  // earlier term underflowed), and then at most its sign flips. Tiles that no row of the block sees are skipped.
   constexpr int NB = C <= 4 ? 4 : 16 / C;
   for (int64_t b0 = 0; b0 < R; b0 += NB) {
     const int nb = (int)std::min<int64_t>(NB, R - b0);
