@@ -57,3 +57,14 @@ def test_docs_name_only_produced_files(doc):
     assert named <= produced, f"{doc} names files no notebook produces: {named - produced}"
     for name in named:
         assert list((REPO / "figures" / "smoke").glob(f"{name}.*")), f"{name} not produced in figures/smoke"
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
+def test_smoke_regression_copy_renders_only(src):
+    """nbval re-executes the injected parameters: a copy run with ``--rerun`` would measure results/smoke again
+    (and fail against its own stored tables) instead of rendering the committed JSON."""
+    copy = REPO / "executed" / "smoke" / src.with_suffix(".ipynb").name
+    injected = [c.source for c in nbformat.read(copy, as_version=4).cells
+                if "injected-parameters" in c.metadata.get("tags", [])]
+    assert not any(re.search(r"^rerun\s*=\s*True", s, re.M) for s in injected), \
+        f"{copy} was executed with --rerun: re-render it with ./run_all.sh smoke"
