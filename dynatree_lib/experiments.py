@@ -79,11 +79,9 @@ def cost_aware(p: Profile, dataset: str, dtype: str, root: Path | None = None) -
     profile measured in ``dtype`` (notebook 00's costs.json, which ``run`` measures first if missing). Its
     DynaTree settings are, where the profile tunes, the fastest of ``cost_candidates`` (tuned with the cut on,
     as the extension runs), else the paper's."""
-    verify, draft = _cost_curve(p, dtype, root)
-    if p.tuning is None:
-        return CostAwareConfig(p.method("dynatree", dataset), verify, draft)
-    best = _fastest(p, "dynatree_cost", dataset, cost_candidates(p, root), root)
-    return dataclasses.replace(best, verify_ms=verify, draft_ms=draft)
+    base = (p.method("dynatree", dataset) if p.tuning is None
+            else _fastest(p, "dynatree_cost", dataset, cost_candidates(p, root), root).base)
+    return CostAwareConfig(base, *_cost_curve(p, dtype, root))
 
 
 def _cell(p: Profile, ds: str, family: str, T: int, L: int, tags: dict | None = None, dtype: str | None = None,
@@ -101,6 +99,7 @@ def tuning_cells(p: Profile, root=None) -> list[Cell]:
     if p.tuning is None:
         return []
     T = p.tuning_T or p.T
+    cost = cost_candidates(p, root) if p.cost_aware else ()
     cells = []
     for ds in p.datasets:
         cells.append(Cell(ds, "ar", "AR", None, T, p.L_max[ds], p.dtype))
@@ -108,10 +107,9 @@ def tuning_cells(p: Profile, root=None) -> list[Cell]:
             for i, cfg in enumerate(p.tuning[fam]):
                 cells.append(Cell(ds, fam, f"{LABELS[fam]} #{i}: {_short(cfg)}", cfg, T, p.L_max[ds], p.dtype,
                                   {"candidate": i}))
-        if p.cost_aware:
-            for i, cfg in enumerate(cost_candidates(p, root)):
-                cells.append(Cell(ds, "dynatree_cost", f"{LABELS['dynatree_cost']} #{i}: {_short(cfg.base)}", cfg, T,
-                                  p.L_max[ds], p.dtype, {"candidate": i}))
+        for i, cfg in enumerate(cost):
+            cells.append(Cell(ds, "dynatree_cost", f"{LABELS['dynatree_cost']} #{i}: {_short(cfg.base)}", cfg, T,
+                              p.L_max[ds], p.dtype, {"candidate": i}))
     return cells
 
 

@@ -136,8 +136,10 @@ inline void transpose16(__m512i* r) {
   }
 }
 
-// Rows [r0, r1) of the g * n rows (head-major: row = head_in_group * n + token) that share KV head kh; C is the
-// head size in 16-lane vectors. Every (row, slot) score, weight and (row, feature) sum is computed by the same
+constexpr int kChunk = 16;  // rows per attention task: the per-task arrays below are sized by it
+
+// Rows [r0, r1) (at most kChunk) of the g * n rows (head-major: row = head_in_group * n + token) that share KV
+// head kh; C is the head size in 16-lane vectors. Every (row, slot) score, weight and (row, feature) sum is computed by the same
 // operations in the same order whatever the rows around it, so the layout of the loops below is free: it is
 // chosen for throughput on a 2-core Zen 4. Per layer (9 query / 3 KV heads, hd 64), 1 thread, this kernel against
 // the first one (one row's dot-product chain at a time, a compress straight to memory, the value sums in memory),
@@ -148,8 +150,8 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
             int64_t h0, int64_t n, int64_t kv, int64_t r0, int64_t r1, float scale, float* S, float* dense) {
   constexpr int P = 8 * C, hd = 16 * C;  // feature pairs, features
   const int64_t R = r1 - r0, kvp = (kv + 15) / 16 * 16;
-  alignas(64) uint32_t qpairs[16][P];
-  int64_t tok[16];  // each row's token (its mask row)
+  alignas(64) uint32_t qpairs[kChunk][P];
+  int64_t tok[kChunk];  // each row's token (its mask row)
   for (int64_t r = 0; r < R; ++r) {
     const int64_t h = h0 + (r0 + r) / n;
     tok[r] = (r0 + r) % n;
@@ -158,7 +160,7 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
   // scores, 16 slots at a time: the K tile is transposed once into [pair][slot] and serves every row; rows go
   // 4 at a time so that 4 independent dot-product chains overlap (one row's chain is latency-bound)
   alignas(64) __m512i T[P];
-  __m512 mx[16];
+  __m512 mx[kChunk];
   for (int64_t r = 0; r < R; ++r) mx[r] = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < kvp; j += 16) {
     const int64_t m = std::min<int64_t>(16, kv - j);
@@ -195,7 +197,7 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
   // slot: in a tree a node's ancestors sit at other slots than the same tokens in a plain sequence, but
   // their ranks among visible slots are the same). The nonzero weights are packed in a register and stored
   // whole (a compress straight to memory is microcoded on Zen 4: ~3x slower softmax).
-  float inv[16];
+  float inv[kChunk];
   for (int64_t r = 0; r < R; ++r) {
     float* s = S + r * kvp;
     const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx[r]));
@@ -235,7 +237,7 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
         __m512 vf[C];
         for (int c = 0; c < C; ++c)
           vf[c] = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)(vr + 16 * c)));
-        for (int b = 0; b < NB; ++b) {
+        for (int b = 0; b < NB; ++b) {  // a constant bound: unrolled, so the sums stay in registers
           if (b >= nb) break;
           const __m512 p = _mm512_set1_ps(sb[b * kvp + l]);
           for (int c = 0; c < C; ++c) o[b][c] = _mm512_fmadd_ps(p, vf[c], o[b][c]);
@@ -273,15 +275,16 @@ at::Tensor attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Te
   const int64_t g = H / KV, rows = g * n;
   auto out = at::empty({n, H * hd}, q.options());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // tasks: (KV head, chunk of up to 16 of its rows); threads only when there is work enough to wake them
-  // (SmolLM2's 3 KV heads, 2 cores, us per layer, one thread below 32768 / below 2048 row-slot-heads: 8 rows
-  // over 200 slots 63 / 41, over 400 124 / 75; 16 rows over 200 120 / 73; 1 row over 400 28 / 23)
-  const int64_t chunk = 16, per = (rows + chunk - 1) / chunk, tasks = KV * per;
+  // tasks: (KV head, chunk of up to kChunk of its rows); threads only when there is work enough to wake them
+  // (measured with the first kernel: SmolLM2's 3 KV heads, 2 cores, us per layer, one thread below 32768 /
+  // below 2048 row-slot-heads: 8 rows over 200 slots 63 / 41, over 400 124 / 75; 16 rows over 200 120 / 73;
+  // 1 row over 400 28 / 23)
+  const int64_t chunk = kChunk, per = (rows + chunk - 1) / chunk, tasks = KV * per;
   const int64_t grain = rows * kv * KV < 2048 ? tasks : 1;
   const int64_t kvp = (kv + 15) / 16 * 16;
   const AttendFn fn = kAttend[hd / 16];
   at::parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
-    // per thread: the chunk's scores [16, kvp] and the packed weights of one row
+    // per thread: the chunk's scores [kChunk, kvp] and the packed weights of one row
     std::vector<float> S(chunk * kvp), dense(kvp + 16);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t kh = t / per, r0 = (t % per) * chunk;
