@@ -1,9 +1,10 @@
 """The fast path: a gpt-fast-style Llama over a preallocated static KV cache, optionally compiled.
 
 ``StaticLlama`` holds a transformers Llama's weights with the attention projections fused (one q/k/v
-matmul) and the MLP's gate and up projections fused (one matmul), and one ``KVCache`` per layer written in
-place. ``StaticRunner`` serves it to the decoding loops (the ``Runner`` role): no per-step allocation of
-cache tensors, no transformers call overhead, attention over the used part of the cache only.
+matmul) and the MLP's gate and up projections fused (one matmul), each kind of weight stacked over the
+layers, and a KV cache written in place. ``StaticRunner`` serves it to the decoding loops (the ``Runner``
+role): no per-step allocation of cache tensors, no transformers call overhead, attention over the used part
+of the cache only.
 
 With ``compile=True`` the forward is ``torch.compile``d with dynamic shapes (a graph specialised to one
 new token, one for any other count, one for prompts that need only the last logits: a tree of any size
@@ -15,9 +16,10 @@ in the one-token graph, every matmul is written as a broadcast multiply-and-sum,
 a fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M, bf16, 2 cores;
 ``results/cpu/costs.json``): one-token forward ~32 ms eager, ~11 ms compiled, ~8 ms compiled with the
 kernels; a tree of 8 tokens about 1.2x one token with them, 16 tokens 1.5x (2.6x with the linear kernel alone).
-Why each piece: one cache buffer per layer, because a mutation of one layer's slice of a shared buffer
-makes the compiled graph copy the whole buffer; attention written out (transformers' eager order, fp32
-softmax) where the kernel does not run, because the CPU SDPA kernel costs ~150 us per call for one query;
+Why each piece: a flat cache buffer written by row indices, because a mutation of one layer's slice of a
+shared buffer makes the compiled graph copy the whole buffer; stacked weights and one cache buffer, because
+a compiled call checks every input tensor (~0.4 ms a call with tensors per layer on the target); attention
+written out (transformers' eager order, fp32 softmax) where the kernel does not run, because the CPU SDPA kernel costs ~150 us per call for one query;
 the kernels and the matrix-vector loops, because oneDNN's bf16 matmul on plain weights reads at ~20 GB/s
 where the kernel reads at about the machine's measured bandwidth (see ``csrc/linear_bf16.cpp``), and ATen's
 batched matmul copies each layer's non-contiguous cache slice first.
@@ -102,15 +104,6 @@ def linear(x: Tensor, w: Tensor, reduce: bool = False) -> Tensor:
     return x @ w.t()
 
 
-class KVCache(nn.Module):
-    """One layer's keys and values, [KV heads, slots, head dim], written in place."""
-
-    def __init__(self, kv_heads: int, slots: int, head_dim: int, dtype: torch.dtype, device):
-        super().__init__()
-        self.register_buffer("k", torch.zeros(kv_heads, slots, head_dim, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(kv_heads, slots, head_dim, dtype=dtype, device=device), persistent=False)
-
-
 class StaticLlama(nn.Module):
     """A Llama forward over a static cache (see module docstring). Built from a transformers model;
     ``head_rows``: keep only these rows of the output layer (a draft head over a token subset)."""
@@ -128,25 +121,39 @@ class StaticLlama(nn.Module):
         self.fused_attention = packed and dtype == torch.bfloat16 and dev.type == "cpu" and kernels.attention_takes(self.hd)
         p = lambda t: nn.Parameter(t.detach().clone(), requires_grad=False)
         # matmul weights: packed for the bf16 kernel where asked and possible (``linear`` dispatches on it)
-        w = lambda t: nn.Parameter(kernels.pack(t.detach()), requires_grad=False) if packed and kernels.packable(t) else p(t)
-        layers = hf.model.layers
+        w = lambda t: kernels.pack(t.detach()) if packed and kernels.packable(t) else t.detach().clone()
+        # Each kind of weight is one tensor over all layers ([layers, ...]; layer i reads a view): a compiled
+        # call checks and passes every input tensor, which cost ~0.4 ms a call with one tensor per layer.
+        stack = lambda f: nn.Parameter(torch.stack([f(L) for L in hf.model.layers]), requires_grad=False)
         self.embed = p(hf.model.embed_tokens.weight)
-        self.wqkv = nn.ParameterList([w(torch.cat([L.self_attn.q_proj.weight, L.self_attn.k_proj.weight,
-                                                   L.self_attn.v_proj.weight])) for L in layers])
-        self.wo = nn.ParameterList([w(L.self_attn.o_proj.weight) for L in layers])
-        self.w13 = nn.ParameterList([w(torch.cat([L.mlp.gate_proj.weight, L.mlp.up_proj.weight])) for L in layers])
-        self.w2 = nn.ParameterList([w(L.mlp.down_proj.weight) for L in layers])
-        self.ln1 = nn.ParameterList([p(L.input_layernorm.weight) for L in layers])
-        self.ln2 = nn.ParameterList([p(L.post_attention_layernorm.weight) for L in layers])
+        self.wqkv = stack(lambda L: w(torch.cat([L.self_attn.q_proj.weight, L.self_attn.k_proj.weight,
+                                                 L.self_attn.v_proj.weight])))
+        self.wo = stack(lambda L: w(L.self_attn.o_proj.weight))
+        self.w13 = stack(lambda L: w(torch.cat([L.mlp.gate_proj.weight, L.mlp.up_proj.weight])))
+        self.w2 = stack(lambda L: w(L.mlp.down_proj.weight))
+        self.ln1 = stack(lambda L: L.input_layernorm.weight.detach())
+        self.ln2 = stack(lambda L: L.post_attention_layernorm.weight.detach())
         self.norm = p(hf.model.norm.weight)
         head = hf.lm_head.weight
-        self.head = w(head if head_rows is None else head.index_select(0, head_rows.to(head.device)))
-        self.cache = nn.ModuleList([KVCache(self.KV, max_len, self.hd, dtype, dev) for _ in layers])
+        self.head = nn.Parameter(w(head if head_rows is None else head.index_select(0, head_rows.to(head.device))),
+                                 requires_grad=False)
+        # The KV cache, written in place: one flat buffer each for keys and values, [layer, KV head, slot] rows
+        # of head_dim (``cache`` gives the 4-D view). Flat, because a graph that writes a view of an input (a
+        # layer's slice) copies the whole input, and one tensor per layer cost ~15 us a call per layer in
+        # input checks; writing rows of the whole buffer (``index_copy_``) is done in place.
+        self.cache_shape = (len(hf.model.layers), self.KV, max_len, self.hd)
+        self.register_buffer("k", torch.zeros(math.prod(self.cache_shape[:3]), self.hd, dtype=dtype, device=dev), persistent=False)
+        self.register_buffer("v", torch.zeros_like(self.k), persistent=False)
+        self.register_buffer("head_row", torch.arange(self.KV, device=dev) * max_len, persistent=False)
         inv = 1.0 / (_rope_theta(c) ** (torch.arange(0, self.hd, 2, dtype=torch.float32, device=dev) / self.hd))
         f = torch.outer(torch.arange(max_len, dtype=torch.float32, device=dev), inv)
         self.register_buffer("inv_freq", inv, persistent=False)
         self.register_buffer("cos", torch.cat([f, f], -1).cos().to(dtype), persistent=False)
         self.register_buffer("sin", torch.cat([f, f], -1).sin().to(dtype), persistent=False)
+
+    def cache(self) -> tuple[Tensor, Tensor]:
+        """Keys and values as [layers, KV heads, slots, head dim] views."""
+        return self.k.view(self.cache_shape), self.v.view(self.cache_shape)
 
     def _rms(self, x: Tensor, w: Tensor) -> Tensor:
         xf = x.float()
@@ -165,16 +172,19 @@ class StaticLlama(nn.Module):
         r = self._reduce(q_len)
         x = F.embedding(tokens, self.embed)
         cos, sin = self.cos[positions][None], self.sin[positions][None]
-        for i, c in enumerate(self.cache):
+        layer_rows = KV * self.cache_shape[2]
+        for i in range(self.cache_shape[0]):
+            rows = (self.head_row[:, None] + (i * layer_rows) + slots[None, :]).reshape(-1)  # [KV * q]
             qkv = linear(self._rms(x, self.ln1[i]), self.wqkv[i], r)
             q, k, v = qkv.split([H * hd, KV * hd, KV * hd], -1)
             q = self._rope(q.view(q_len, H, hd).transpose(0, 1), cos, sin)
-            c.k.index_copy_(1, slots, self._rope(k.view(q_len, KV, hd).transpose(0, 1), cos, sin))
-            c.v.index_copy_(1, slots, v.view(q_len, KV, hd).transpose(0, 1))
+            self.k.index_copy_(0, rows, self._rope(k.view(q_len, KV, hd).transpose(0, 1), cos, sin).reshape(-1, hd))
+            self.v.index_copy_(0, rows, v.view(q_len, KV, hd).transpose(0, 1).reshape(-1, hd))
+            ck, cv = self.k.view(self.cache_shape)[i], self.v.view(self.cache_shape)[i]
             if self.fused_attention:  # the cache read in place; a row's bits are the same alone or in a tree
-                o = kernels.attention(q, c.k[:, :kv], c.v[:, :kv], mask)
+                o = kernels.attention(q, ck[:, :kv], cv[:, :kv], mask)
             else:
-                o = gqa_attention(q, c.k[:, :kv], c.v[:, :kv], mask, r).transpose(0, 1).reshape(q_len, H * hd)
+                o = gqa_attention(q, ck[:, :kv], cv[:, :kv], mask, r).transpose(0, 1).reshape(q_len, H * hd)
             x = x + linear(o, self.wo[i], r)
             gate, up = linear(self._rms(x, self.ln2[i]), self.w13[i], r).split([self.inter, self.inter], -1)
             x = x + linear(F.silu(gate) * up, self.w2[i], r)
@@ -262,14 +272,13 @@ class StaticRunner:
         n, m = keep.numel(), first_moved(keep)
         if m < n:  # slots already in place stay (no copy at all when only the root is kept)
             src = keep[m:] + start
-            for c in self.net.cache:
-                for buf in (c.k, c.v):
-                    buf[:, start + m:start + n] = buf.index_select(1, src)
+            for buf in self.net.cache():
+                buf[:, :, start + m:start + n] = buf.index_select(2, src)
         self.length = start + n
 
     def evict(self, n_sink: int, n_drop: int) -> None:
         end = self.length
-        for c in self.net.cache:
-            c.k[:, n_sink:end - n_drop] = rerotate(c.k[:, n_sink + n_drop:end], -n_drop, self.net.inv_freq)
-            c.v[:, n_sink:end - n_drop] = c.v[:, n_sink + n_drop:end].clone()
+        k, v = self.net.cache()
+        k[:, :, n_sink:end - n_drop] = rerotate(k[:, :, n_sink + n_drop:end], -n_drop, self.net.inv_freq)
+        v[:, :, n_sink:end - n_drop] = v[:, :, n_sink + n_drop:end].clone()
         self.length = end - n_drop

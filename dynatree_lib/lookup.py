@@ -87,9 +87,10 @@ class NGramIndex:
 def mix_rows(logits: Tensor, cols: Tensor, weights: Tensor) -> Tensor:
     """Log-probabilities [r, V] of ``(1 - w) * softmax(logits) + w * onehot(col)`` for every row (fp32);
     rows with weight 0 are the draft's own log-softmax."""
-    p = torch.softmax(logits.float(), dim=-1) * (1.0 - weights)[:, None]
-    p[torch.arange(p.shape[0]), cols] += weights
-    return p.log()
+    out = torch.log_softmax(logits.float(), dim=-1) + torch.log1p(-weights)[:, None]  # two passes over a row
+    r = torch.arange(out.shape[0])
+    out[r, cols] = torch.logaddexp(out[r, cols], weights.log())
+    return out
 
 
 def column_of(vocab: Tensor | None, n_vocab: int) -> Tensor:

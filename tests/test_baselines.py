@@ -62,8 +62,8 @@ def test_evict_keeps_sinks_and_recent_window(target, llama_target, fast):
     r = StaticRunner(model) if fast else HFRunner(model)
     x = prompts(1, seed=3, lo=30, hi=31)[0]
     r.forward(x, torch.arange(30))
-    keys = (lambda: r.net.cache[0].k[..., :r.length, :]) if fast else (lambda: r.cache.layers[0].keys[0])
-    vals = (lambda: r.net.cache[0].v[..., :r.length, :]) if fast else (lambda: r.cache.layers[0].values[0])
+    keys = (lambda: r.net.cache()[0][0, ..., :r.length, :]) if fast else (lambda: r.cache.layers[0].keys[0])
+    vals = (lambda: r.net.cache()[1][0, ..., :r.length, :]) if fast else (lambda: r.cache.layers[0].values[0])
     k0, v0 = keys().clone(), vals().clone()
     Window(cache_size=20, n_sink=4).evict(r)
     assert r.length == 20

@@ -108,12 +108,12 @@ def test_commit_copies_only_what_moves(llama_target, keep):
     ids = torch.arange(1, 13)
     for r in (StaticRunner(llama_target), HFRunner(llama_target)):
         r.forward(ids, torch.arange(12))
-        kv = ([(c.k[:, :12].clone(), c.v[:, :12].clone()) for c in r.net.cache] if isinstance(r, StaticRunner)
+        kv = ([(k[:, :12].clone(), v[:, :12].clone()) for k, v in zip(*r.net.cache())] if isinstance(r, StaticRunner)
               else [(layer.keys[0].clone(), layer.values[0].clone()) for layer in r.cache.layers])
         r.commit(5, keep)
         assert r.length == 5 + len(keep)
         src = torch.cat([torch.arange(5), keep + 5])
-        after = ([(c.k[:, :r.length], c.v[:, :r.length]) for c in r.net.cache] if isinstance(r, StaticRunner)
+        after = ([(k[:, :r.length], v[:, :r.length]) for k, v in zip(*r.net.cache())] if isinstance(r, StaticRunner)
                  else [(layer.keys[0], layer.values[0]) for layer in r.cache.layers])
         for (k0, v0), (k1, v1) in zip(kv, after):
             assert torch.equal(k1, k0[:, src]) and torch.equal(v1, v0[:, src])
