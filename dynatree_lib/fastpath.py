@@ -19,7 +19,8 @@ kernels; a tree of 8 tokens about 1.2x one token with them, 16 tokens 1.5x (2.6x
 Why each piece: a flat cache buffer written by row indices, because a mutation of one layer's slice of a
 shared buffer makes the compiled graph copy the whole buffer; stacked weights and one cache buffer, because
 a compiled call checks every input tensor (~0.4 ms a call with tensors per layer on the target); attention
-written out (transformers' eager order, fp32 softmax) where the kernel does not run, because the CPU SDPA kernel costs ~150 us per call for one query;
+written out (transformers' eager order, fp32 softmax) where the kernel does not run, because the CPU SDPA
+kernel costs ~150 us per call for one query;
 the kernels and the matrix-vector loops, because oneDNN's bf16 matmul on plain weights reads at ~20 GB/s
 where the kernel reads at about the machine's measured bandwidth (see ``csrc/linear_bf16.cpp``), and ATen's
 batched matmul copies each layer's non-contiguous cache slice first.
@@ -142,9 +143,9 @@ class StaticLlama(nn.Module):
         # layer's slice) copies the whole input, and one tensor per layer cost ~15 us a call per layer in
         # input checks; writing rows of the whole buffer (``index_copy_``) is done in place.
         self.cache_shape = (len(hf.model.layers), self.KV, max_len, self.hd)
-        self.register_buffer("k", torch.zeros(math.prod(self.cache_shape[:3]), self.hd, dtype=dtype, device=dev), persistent=False)
+        rows = math.prod(self.cache_shape[:3])
+        self.register_buffer("k", torch.zeros(rows, self.hd, dtype=dtype, device=dev), persistent=False)
         self.register_buffer("v", torch.zeros_like(self.k), persistent=False)
-        self.register_buffer("head_row", torch.arange(self.KV, device=dev) * max_len, persistent=False)
         inv = 1.0 / (_rope_theta(c) ** (torch.arange(0, self.hd, 2, dtype=torch.float32, device=dev) / self.hd))
         f = torch.outer(torch.arange(max_len, dtype=torch.float32, device=dev), inv)
         self.register_buffer("inv_freq", inv, persistent=False)
@@ -172,15 +173,17 @@ class StaticLlama(nn.Module):
         r = self._reduce(q_len)
         x = F.embedding(tokens, self.embed)
         cos, sin = self.cos[positions][None], self.sin[positions][None]
-        layer_rows = KV * self.cache_shape[2]
-        for i in range(self.cache_shape[0]):
-            rows = (self.head_row[:, None] + (i * layer_rows) + slots[None, :]).reshape(-1)  # [KV * q]
+        n_layers, _, n_slots, _ = self.cache_shape
+        # cache rows of layer 0's KV heads at ``slots`` ([KV * q]); layer i's are KV * n_slots further on
+        rows0 = (torch.arange(KV, device=slots.device)[:, None] * n_slots + slots[None, :]).reshape(-1)
+        for i in range(n_layers):
+            rows = rows0 + i * KV * n_slots
             qkv = linear(self._rms(x, self.ln1[i]), self.wqkv[i], r)
             q, k, v = qkv.split([H * hd, KV * hd, KV * hd], -1)
             q = self._rope(q.view(q_len, H, hd).transpose(0, 1), cos, sin)
             self.k.index_copy_(0, rows, self._rope(k.view(q_len, KV, hd).transpose(0, 1), cos, sin).reshape(-1, hd))
             self.v.index_copy_(0, rows, v.view(q_len, KV, hd).transpose(0, 1).reshape(-1, hd))
-            ck, cv = self.k.view(self.cache_shape)[i], self.v.view(self.cache_shape)[i]
+            ck, cv = [c[i] for c in self.cache()]
             if self.fused_attention:  # the cache read in place; a row's bits are the same alone or in a tree
                 o = kernels.attention(q, ck[:, :kv], cv[:, :kv], mask)
             else:
