@@ -175,9 +175,12 @@ class LookupRunner:
                 out_rows.append(r), cols.append(self._col[x]), ws.append(self._w[n - 1])
         if not out_rows:
             return logits
+        cols, ws = torch.tensor(cols), torch.tensor(ws)
+        if len(out_rows) == len(rows):  # every row matched (the usual case): no copy, gather or scatter
+            return mix_rows(logits, cols, ws)
         out = logits.to(torch.float32, copy=True)  # rows without a match keep raw logits: the drafter normalizes
         r = torch.tensor(out_rows)
-        out[r] = mix_rows(out[r], torch.tensor(cols), torch.tensor(ws))
+        out[r] = mix_rows(out[r], cols, ws)
         return out
 
     def truncate(self, length: int) -> None:

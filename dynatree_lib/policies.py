@@ -2,8 +2,9 @@
 
 Every tree method (linear chain, fixed tree, DynaTree, TALON) is a frozen configuration dataclass whose
 ``policy()`` returns a fresh ``DraftPolicy`` for one generation. The drafter (``drafting.draft_tree``)
-asks the policy, for a whole level at once (tensors in, tensors out), which candidate children to keep
-and which kept nodes to expand further; after each verification it tells the policy what was accepted.
+asks the policy, for a whole level at once, which candidate children to keep and, node by node, which
+kept nodes to expand further; after each verification it tells the policy what was accepted. A level has
+a few nodes, so the policy sees plain Python lists and numbers (tensor ops cost more than the rule here).
 Adding a policy means writing one small class with these three methods. A policy may also have
 ``trim(tree, draft_forwards) -> Tree``, which cuts the drafted tree before verification (the cost-aware
 extension below does).
@@ -17,7 +18,6 @@ from numbers import Integral, Real
 from typing import ClassVar, Protocol
 
 import torch
-from torch import Tensor
 
 from .tree import Tree
 
@@ -33,14 +33,14 @@ class DraftPolicy(Protocol):
     max_depth: int
     max_breadth: int
 
-    def select(self, top_logp: Tensor, child_cum_logp: Tensor, depth: Tensor) -> Tensor:
-        """Which candidate children to keep: ``top_logp`` [f, max_breadth] are the draft's sorted top-k
-        log-probs under each of the f frontier nodes (at ``depth`` [f]), ``child_cum_logp`` the children's
-        path log-probs. Returns a bool mask [f, max_breadth]."""
+    def select(self, top_logp: list[list[float]], child_cum_logp: list[list[float]], depth: list[int]) -> list[list[bool]]:
+        """Which candidate children to keep: ``top_logp[r]`` are the draft's sorted top-k log-probs under the
+        r-th frontier node (at ``depth[r]``), ``child_cum_logp[r]`` those children's path log-probs. Returns
+        one list of booleans per frontier node, parallel to its candidates."""
         ...
 
-    def expandable(self, depth: Tensor, cum_logp: Tensor) -> Tensor:
-        """Which newly added nodes (at ``depth``, path log-prob ``cum_logp``) get children next level."""
+    def expandable(self, depth: int, cum_logp: float) -> bool:
+        """Whether a newly added node (at ``depth``, path log-prob ``cum_logp``) gets children next level."""
         ...
 
     def observe(self, accepted: int, tree_depth: int) -> None:
@@ -186,10 +186,10 @@ class StaticPolicy:
     def max_depth(self) -> int:
         return self.depth
 
-    def select(self, top_lp: Tensor, child_cum: Tensor, depth: Tensor) -> Tensor:
-        return _keep_top(torch.full_like(depth, self.breadth), self.tau, top_lp, child_cum)
+    def select(self, top_lp: list[list[float]], child_cum: list[list[float]], depth: list[int]) -> list[list[bool]]:
+        return [_keep_top(self.breadth, self.tau, cc) for cc in child_cum]
 
-    def expandable(self, depth: Tensor, cum_logp: Tensor) -> Tensor:
+    def expandable(self, depth: int, cum_logp: float) -> bool:
         return depth < self.depth
 
     def observe(self, accepted: int, tree_depth: int) -> None:
@@ -221,23 +221,22 @@ class DynaTreePolicy:
     def max_depth(self) -> int:
         return self.cfg.D_max if self.cfg.dynamic_depth else math.ceil(self.D0)
 
-    def breadth(self, conf: Tensor) -> Tensor:
-        """B(u) from the confidence (top-1 draft probability) at each node: Eq. (dynamic breadth)."""
+    def breadth(self, conf: float) -> int:
+        """B(u) from the confidence (top-1 draft probability) at a node: Eq. (dynamic breadth)."""
         c = self.cfg
-        mid = torch.full(conf.shape, c.B_mid, dtype=torch.long, device=conf.device)
         if not c.dynamic_breadth:
-            return mid
-        return torch.where(conf >= self.tau_h, c.B_min, torch.where(conf < c.tau_l, c.B_max, mid))
+            return c.B_mid
+        return c.B_min if conf >= self.tau_h else c.B_max if conf < c.tau_l else c.B_mid
 
-    def select(self, top_lp: Tensor, child_cum: Tensor, depth: Tensor) -> Tensor:
-        return _keep_top(self.breadth(top_lp[:, 0].exp()), self.cfg.tau, top_lp, child_cum)
+    def select(self, top_lp: list[list[float]], child_cum: list[list[float]], depth: list[int]) -> list[list[bool]]:
+        return [_keep_top(self.breadth(math.exp(lp[0])), self.cfg.tau, cc) for lp, cc in zip(top_lp, child_cum)]
 
-    def expandable(self, depth: Tensor, cum_logp: Tensor) -> Tensor:
+    def expandable(self, depth: int, cum_logp: float) -> bool:
         c = self.cfg
         if not c.dynamic_depth:
             return depth < self.D0
-        p = cum_logp.exp()
-        return (depth < c.D_max) & (p >= c.rho_stop) & ((depth < self.D0) | (p > c.rho_deep))
+        p = math.exp(cum_logp)
+        return depth < c.D_max and p >= c.rho_stop and (depth < self.D0 or p > c.rho_deep)
 
     def observe(self, accepted: int, tree_depth: int) -> None:
         """History Adaptation: a_r = accepted path length / tree depth, proportional control around a*.
@@ -255,11 +254,10 @@ class DynaTreePolicy:
         self.tau_h = min(max(self.tau_h - c.eta_h * err, c.tau_l + 1e-6), 1.0 - 1e-6)
 
 
-def _keep_top(k: Tensor, tau: float, top_lp: Tensor, child_cum: Tensor) -> Tensor:
-    """Keep each parent's top-k[parent] children whose cumulative probability is at least tau."""
+def _keep_top(k: int, tau: float, child_cum: list[float]) -> list[bool]:
+    """Keep a parent's top-k children (``child_cum`` sorted) whose cumulative probability is at least tau."""
     log_tau = math.log(tau) if tau > 0 else -math.inf
-    rank = torch.arange(top_lp.shape[1], device=top_lp.device)[None, :]
-    return (rank < k[:, None]) & (child_cum >= log_tau)
+    return [j < k and c >= log_tau for j, c in enumerate(child_cum)]
 
 
 @dataclass(frozen=True)
@@ -304,14 +302,14 @@ class TalonPolicy:
     def max_depth(self) -> int:
         return self.cfg.N
 
-    def select(self, top_lp: Tensor, child_cum: Tensor, depth: Tensor) -> Tensor:
-        rank = torch.arange(top_lp.shape[1], device=top_lp.device)[None, :]
-        if bool(depth[0] == 0):  # robust top-K initialization at the root
-            return rank < self.cfg.K
-        return child_cum >= child_cum.max() + math.log(self.cfg.mu)
+    def select(self, top_lp: list[list[float]], child_cum: list[list[float]], depth: list[int]) -> list[list[bool]]:
+        if depth[0] == 0:  # robust top-K initialization at the root
+            return [[j < self.cfg.K for j in range(len(cc))] for cc in child_cum]
+        gate = max(map(max, child_cum)) + math.log(self.cfg.mu)
+        return [[c >= gate for c in cc] for cc in child_cum]
 
-    def expandable(self, depth: Tensor, cum_logp: Tensor) -> Tensor:
-        return torch.ones_like(depth, dtype=torch.bool)
+    def expandable(self, depth: int, cum_logp: float) -> bool:
+        return True
 
     def observe(self, accepted: int, tree_depth: int) -> None:
         pass

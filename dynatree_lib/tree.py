@@ -36,6 +36,20 @@ class Tree:
         t.anc[0, 0] = True
         return t
 
+    @staticmethod
+    def build(tokens: list[int], parents: list[int], logp: list[float], cum_logp: list[float],
+              device: torch.device | str = "cpu", root_conf: float = float("nan")) -> "Tree":
+        """The tree of the given nodes (BFS order, node 0 the root with parent -1), built in one go: the
+        drafter grows a tree of a few nodes in Python lists and makes its tensors once."""
+        n = len(tokens)
+        depth, masks = [0] * n, [1] + [0] * (n - 1)
+        for i in range(1, n):
+            depth[i], masks[i] = depth[parents[i]] + 1, masks[parents[i]] | 1 << i
+        chain = all(parents[i] == i - 1 for i in range(1, n))
+        t = lambda xs, dt: torch.tensor(xs, dtype=dt, device=device)
+        return Tree(t(tokens, torch.long), t(parents, torch.long), t(depth, torch.long), t(logp, torch.float32),
+                    t(cum_logp, torch.float32), bit_matrix(masks, n, device), n, chain, max(depth), root_conf)
+
     @property
     def n_drafted(self) -> int:
         return self.size - 1
@@ -93,6 +107,15 @@ class Tree:
         return {"position": position, "root_conf": round(self.root_conf, 4), "parents": t.parents.tolist(),
                 "tokens": t.tokens.tolist(), "depth": t.depth.tolist(),
                 "prob": [round(x, 4) for x in t.logp.exp().tolist()], "accepted": path.tolist()}
+
+
+def bit_matrix(masks: list[int], n: int, device: torch.device | str = "cpu") -> Tensor:
+    """[len(masks), n] bool: entry [i, j] is bit j of the Python int ``masks[i]`` (a few tensor ops for any n,
+    where a nested list of n * n bools would cost Python time quadratic in the tree)."""
+    words = -(-n // 62)
+    w = torch.tensor([[m >> 62 * k & (1 << 62) - 1 for k in range(words)] for m in masks], dtype=torch.long)
+    bits = (w[:, :, None] >> torch.arange(62)) & 1
+    return bits.reshape(len(masks), words * 62)[:, :n].bool().to(device)
 
 
 def _alloc(capacity: int, device) -> tuple[Tensor, ...]:

@@ -75,3 +75,19 @@ def test_descendant_of_rejected_node_is_not_accepted():
     nxt = torch.full((6,), 99, dtype=torch.long)
     nxt[0], nxt[3] = 8, 11  # e's parent chain a->c is wrong at a, even though e matches c's prediction
     assert select_path(t, nxt).tolist() == [0, 2]
+
+
+def test_build_equals_growing_level_by_level():
+    """``Tree.build`` (the drafter's one-shot constructor) gives the tree ``add`` grows, and its ancestor
+    bits stay right past one 62-bit word."""
+    t = Tree.new(5, capacity=8)
+    a, b = t.add(torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3]))).tolist()
+    t.add(torch.tensor([a, a, b]), torch.tensor([9, 10, 11]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
+    v = t.view()
+    u = Tree.build(v.tokens.tolist(), v.parents.tolist(), v.logp.tolist(), v.cum_logp.tolist())
+    for f in ("tokens", "parents", "depth", "logp", "cum_logp", "anc"):
+        assert torch.equal(getattr(u, f), getattr(v, f)), f
+    assert (u.size, u.is_chain, u.levels) == (v.size, v.is_chain, v.levels)
+    n = 130
+    chain = Tree.build(list(range(n)), list(range(-1, n - 1)), [0.0] * n, [0.0] * n)
+    assert chain.is_chain and chain.levels == n - 1 and torch.equal(chain.anc, torch.ones(n, n, dtype=torch.bool).tril())
