@@ -192,10 +192,9 @@ def verify(target: Runner, tree: Tree) -> Tensor:
     """Target argmax after every tree node, [n+1], from one forward over the BFS-serialized tree: node i
     sits at position ``length + depth(i)`` and sees the cache plus its ancestors and itself (a chain is
     plain causal attention: no mask)."""
-    t = tree.view()
     start = target.length
-    visible = None if t.is_chain else t.anc
-    return greedy(target.forward(t.tokens, start + t.depth, visible, start))
+    visible = None if tree.is_chain else tree.anc
+    return greedy(target.forward(tree.tokens, start + tree.depth, visible, start))
 
 
 @torch.no_grad()

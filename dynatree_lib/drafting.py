@@ -35,7 +35,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     device = ids.device
     max_depth = min(max_depth, policy.max_depth)
     if max_depth <= 0:
-        return Tree.new(ids[-1], 2, device), 0
+        return Tree.new(ids[-1], device), 0
 
     new = ids[state.consumed:]
     logits = draft.forward(new, draft.length + torch.arange(new.numel(), device=device), last_only=True)

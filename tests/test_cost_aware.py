@@ -15,7 +15,7 @@ def test_subset_keeps_a_valid_tree():
     #        0
     #      1   2
     #     3 4   5
-    t = Tree.new(7, 8)
+    t = Tree.new(7)
     t.add(torch.tensor([0, 0]), torch.tensor([11, 12]), torch.log(torch.tensor([0.6, 0.3])))
     t.add(torch.tensor([1, 1, 2]), torch.tensor([13, 14, 15]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
     s = t.subset(torch.tensor([0, 1, 2, 5]))
@@ -38,7 +38,7 @@ def _best_j(p, verify, draft_total):
                                             (((1, 1.0), (64, 1.0)), 0.0)])
 def test_trim_keeps_the_best_rate_prefix(curve, draft_ms):
     torch.manual_seed(0)
-    t = Tree.new(0, 4)
+    t = Tree.new(0)
     frontier = torch.tensor([0])
     for _ in range(3):  # three levels, two children each, random probabilities
         lp = torch.log(torch.rand(frontier.numel(), 2) * 0.5 + 0.45)
@@ -46,7 +46,7 @@ def test_trim_keeps_the_best_rate_prefix(curve, draft_ms):
     pol = CostAwareConfig(DynaTreeConfig(n_max=64), curve, draft_ms).policy()
     verify = lambda k: interp({str(k): ms for k, ms in curve}, k)
     p = t.cum_logp[1:t.size].exp().tolist()
-    cut = pol.trim(t, 3).view()
+    cut = pol.trim(t, 3)
     assert cut.n_drafted == _best_j(p, verify, 3 * draft_ms)
     kept = cut.cum_logp[1:].exp()
     dropped = sorted(set(round(x, 6) for x in p) - set(round(x, 6) for x in kept.tolist()))

@@ -8,7 +8,7 @@ MIN = torch.finfo(torch.float32).min
 
 def example_tree() -> Tree:
     """root(5) -> a(7), b(8);  a -> c(9), d(10);  c -> e(11)"""
-    t = Tree.new(5, capacity=8)
+    t = Tree.new(5)
     a, b = t.add(torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3]))).tolist()
     c, d = t.add(torch.tensor([a, a]), torch.tensor([9, 10]), torch.log(torch.tensor([0.5, 0.4]))).tolist()
     t.add(torch.tensor([c]), torch.tensor([11]), torch.log(torch.tensor([0.9])))
@@ -16,7 +16,7 @@ def example_tree() -> Tree:
 
 
 def test_bfs_layout_and_ancestors():
-    t = example_tree().view()
+    t = example_tree()
     assert t.tokens.tolist() == [5, 7, 8, 9, 10, 11]
     assert t.parents.tolist() == [-1, 0, 0, 1, 1, 3]
     assert t.depth.tolist() == [0, 1, 1, 2, 2, 3]
@@ -28,17 +28,17 @@ def test_bfs_layout_and_ancestors():
 
 
 def test_chain_flag():
-    t = Tree.new(1, capacity=4)
+    t = Tree.new(1)
     for i in range(3):
         t.add(torch.tensor([i]), torch.tensor([i + 2]), torch.zeros(1))
     assert t.is_chain
-    t2 = Tree.new(1, capacity=4)
+    t2 = Tree.new(1)
     t2.add(torch.tensor([0, 0]), torch.tensor([2, 3]), torch.zeros(2))
     assert not t2.is_chain
 
 
 def test_attention_mask_prefix_and_ancestors():
-    t = example_tree().view()
+    t = example_tree()
     m = additive_mask(t.anc, tree_start=3, total=9, dtype=torch.float32)
     assert m.shape == (6, 9) and m.dtype == torch.float32
     assert (m[:, :3] == 0).all()                      # everyone sees the prefix
@@ -80,10 +80,10 @@ def test_descendant_of_rejected_node_is_not_accepted():
 def test_build_equals_growing_level_by_level():
     """``Tree.build`` (the drafter's one-shot constructor) gives the tree ``add`` grows, and its ancestor
     bits stay right past one 62-bit word."""
-    t = Tree.new(5, capacity=8)
+    t = Tree.new(5)
     a, b = t.add(torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3]))).tolist()
     t.add(torch.tensor([a, a, b]), torch.tensor([9, 10, 11]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
-    v = t.view()
+    v = t
     u = Tree.build(v.tokens.tolist(), v.parents.tolist(), v.logp.tolist(), v.cum_logp.tolist())
     for f in ("tokens", "parents", "depth", "logp", "cum_logp", "anc"):
         assert torch.equal(getattr(u, f), getattr(v, f)), f
