@@ -9,8 +9,8 @@ of the cache only.
 With ``compile=True`` the forward is ``torch.compile``d with dynamic shapes (a graph specialised to one
 new token, one for any other count, one for prompts that need only the last logits: a tree of any size
 or a prompt of any length needs no padding) and a C++ wrapper (no Python between kernels).
-Matmuls: in bf16 on a CPU with AVX512-BF16, every weight is packed once for ``kernels.linear`` (one pass
-over the weight for up to 16 rows, the same bits for a row whatever rows come with it) and attention is
+Matmuls: in bf16 on a CPU with AVX512-BF16, every weight is packed once for ``kernels.linear`` (the weight read
+from memory once a call, the same bits for a row whatever rows come with it) and attention is
 ``kernels.attention`` (the cache read in place, a row's bits independent of the tree around it); otherwise,
 in the one-token graph, every matmul is written as a broadcast multiply-and-sum, which inductor turns into
 a fused matrix-vector loop. Measured on the cpu profile's target (SmolLM2-135M, bf16, 2 cores;

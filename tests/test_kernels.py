@@ -22,11 +22,12 @@ def test_pack_layout():
 
 
 @needs_kernel
-@pytest.mark.parametrize("k", [1, 2, 3, 8, 9, 16, 17, 40])
-def test_linear_matches_fp32_and_is_batch_invariant(k):
+@pytest.mark.parametrize("k,d", [(1, 576), (2, 576), (3, 576), (8, 576), (9, 576), (16, 576), (17, 576), (40, 576),
+                                 (1, 18), (11, 18)])  # d = 18: an odd number of feature pairs
+def test_linear_matches_fp32_and_is_batch_invariant(k, d):
     g = torch.Generator().manual_seed(k)
-    w = torch.randn(96, 576, generator=g).to(torch.bfloat16)
-    x = torch.randn(k, 576, generator=g).to(torch.bfloat16)
+    w = torch.randn(96, d, generator=g).to(torch.bfloat16)
+    x = torch.randn(k, d, generator=g).to(torch.bfloat16)
     out = kernels.linear(x, kernels.pack(w))
     ref = x.float() @ w.float().t()
     assert out.dtype == torch.bfloat16 and out.shape == (k, 96)

@@ -6,11 +6,11 @@
 // of bandwidth); its prepacked form needs inductor's freezing, which keeps graphs out of the on-disk cache.
 // Here the weight is packed once, as an ordinary tensor, into [n/16, d/2, 16, 2]: one 64-byte load holds
 // two input features for 16 outputs, which VDPBF16PS multiplies by two broadcast features of a row of x
-// and adds into 16 fp32 sums. No horizontal sums; the weight streams once per 16 rows of x.
+// and adds into 16 fp32 sums. No horizontal sums; the weight streams from memory once per call.
 //
-// Every output element accumulates in the same order (feature pairs ascending) whatever k is, so a row's
-// result does not depend on how many rows came with it (batch invariance: a token verified inside a tree
-// gets the bits it gets alone).
+// Every output element accumulates in the same order (even and odd feature pairs, each ascending, then their
+// sum) whatever k is, so a row's result does not depend on how many rows came with it (batch invariance: a
+// token verified inside a tree gets the bits it gets alone).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -33,28 +33,43 @@ constexpr int64_t kPrefetch = 64;
 // as one sequential stream. Interleaving 2 or 4 blocks (more independent sums per row, as this kernel first
 // did) read slower: 1 GB of the target's weight shapes, 2 cores, GB/s for 1 / 2 / 4 / 8 / 16 rows: interleaved
 // 39 / 40 / 39 / 37 / 34, one block 43 / 46 / 44 / 44 / 37, torch's fp32 sum over 1 GB 44-46 in the same runs.
-// The sums' order (feature pairs ascending) is the same either way: the same bits.
+// Each row keeps two sums, over even and over odd feature pairs, added at the end: with one sum a row is one
+// chain of dependent VDPBF16PS (6-cycle latency), which capped one row at ~70 GB/s from cache and so at the
+// memory's speed whenever the VM's memory ran fast (measured, weights in L2/L3, 2 cores, GB/s for 1 / 2 / 4
+// rows: one sum 68-78 / 66-75 / 64-65, two sums 113-126 / 106-114 / 85-98; 8 and 16 rows compute-bound either
+// way). Hence at most 8 rows a pass (16 sums in registers); more rows take more passes over a block that
+// sits in L1/L2. Every output adds its products in one order whatever the rows: the same bits alone or batched.
 template <int K>
 void rows(const uint32_t* x, int64_t d2, const __m512i* w, c10::BFloat16* out, int64_t ostride, int64_t b0,
           int64_t b1) {
   for (int64_t b = b0; b < b1; ++b) {
-    __m512 acc[K];
-    for (int j = 0; j < K; ++j) acc[j] = _mm512_setzero_ps();
+    __m512 even[K], odd[K];
+    for (int j = 0; j < K; ++j) even[j] = odd[j] = _mm512_setzero_ps();
     const __m512i* p = w + b * d2;
-    for (int64_t c = 0; c < d2; ++c) {
+    int64_t c = 0;
+    for (; c + 1 < d2; c += 2) {
       _mm_prefetch((const char*)(p + c + kPrefetch), _MM_HINT_T0);
-      const __m512bh v = (__m512bh)_mm512_loadu_si512(p + c);
+      _mm_prefetch((const char*)(p + c + 1 + kPrefetch), _MM_HINT_T0);
+      const __m512bh v0 = (__m512bh)_mm512_loadu_si512(p + c), v1 = (__m512bh)_mm512_loadu_si512(p + c + 1);
+      for (int j = 0; j < K; ++j) {
+        even[j] = _mm512_dpbf16_ps(even[j], v0, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c]));
+        odd[j] = _mm512_dpbf16_ps(odd[j], v1, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c + 1]));
+      }
+    }
+    if (c < d2) {  // an odd number of feature pairs: the last one goes to the even sum
+      const __m512bh v0 = (__m512bh)_mm512_loadu_si512(p + c);
       for (int j = 0; j < K; ++j)
-        acc[j] = _mm512_dpbf16_ps(acc[j], v, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c]));
+        even[j] = _mm512_dpbf16_ps(even[j], v0, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c]));
     }
     for (int j = 0; j < K; ++j)
-      _mm256_storeu_si256((__m256i*)(out + j * ostride + b * 16), (__m256i)_mm512_cvtneps_pbh(acc[j]));
+      _mm256_storeu_si256((__m256i*)(out + j * ostride + b * 16),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_add_ps(even[j], odd[j])));
   }
 }
 
+constexpr int kPass = 8;  // rows per pass over a block
 using RowsFn = void (*)(const uint32_t*, int64_t, const __m512i*, c10::BFloat16*, int64_t, int64_t, int64_t);
-constexpr RowsFn kRows[17] = {nullptr,  rows<1>,  rows<2>,  rows<3>,  rows<4>,  rows<5>,  rows<6>,  rows<7>, rows<8>,
-                              rows<9>, rows<10>, rows<11>, rows<12>, rows<13>, rows<14>, rows<15>, rows<16>};
+constexpr RowsFn kRows[kPass + 1] = {nullptr, rows<1>, rows<2>, rows<3>, rows<4>, rows<5>, rows<6>, rows<7>, rows<8>};
 
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
@@ -68,13 +83,13 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w) {
   const auto* xp = reinterpret_cast<const uint32_t*>(xc.data_ptr<c10::BFloat16>());
   const auto* wp = reinterpret_cast<const __m512i*>(w.data_ptr<c10::BFloat16>());
   auto* op = out.data_ptr<c10::BFloat16>();
-  // Blocks of outputs split between threads; for more than 16 rows (a prompt) each stretch of 8 blocks is
-  // used by every 16-row group while it sits in cache, so the weight still streams from memory once.
+  // Blocks of outputs split between threads; for more than 8 rows (a tree, a prompt) each stretch of 8 blocks
+  // is used by every 8-row pass while it sits in cache, so the weight still streams from memory once.
   at::parallel_for(0, nblk, 8, [&](int64_t b0, int64_t b1) {
     for (int64_t s = b0; s < b1; s += 8) {
       const int64_t e = std::min<int64_t>(s + 8, b1);
-      for (int64_t j = 0; j < k; j += 16)
-        kRows[std::min<int64_t>(16, k - j)](xp + j * d2, d2, wp, op + j * os, os, s, e);
+      for (int64_t j = 0; j < k; j += kPass)
+        kRows[std::min<int64_t>(kPass, k - j)](xp + j * d2, d2, wp, op + j * os, os, s, e);
     }
   });
   return out;
