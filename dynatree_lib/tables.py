@@ -5,6 +5,7 @@ Also the "reported (paper) vs reproduced (ours)" tables, from the repository's `
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -43,7 +44,7 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
                "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
                "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
                "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
-               "bound_ms": bound_ms(r), "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"]},
+               "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r), "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"]},
                **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in r.get("tags", {}).items()}}
         for k, v in r["aggregate"].items():
             if isinstance(v, dict):
@@ -60,6 +61,17 @@ def bound_ms(record: dict) -> float | None:
     if bw is None or "weight_bytes" not in b:
         return b.get("ms_per_token")
     return b["weight_bytes"] / bw / 1e6
+
+
+def bound_ratios(record: dict) -> list[float] | None:
+    """Each AR generation's TPOT over the bound from the probe taken right after it (None where the rows carry
+    no probes). This VM's read bandwidth flips between two phases within seconds, so a record's mean probe
+    can describe no moment of the run; a generation and its own probe are the closer pair."""
+    wb = (record.get("bound") or {}).get("weight_bytes")
+    rows = record["rows"]
+    if not wb or not rows or any(not r.get("read_bandwidth_gbs") for r in rows):
+        return None
+    return [r["tpot_ms"] / (wb / r["read_bandwidth_gbs"] / 1e6) for r in rows]
 
 
 BOOTSTRAP = 2000  # resamples of the prompts for a confidence interval (seeded: tables are deterministic)
@@ -350,23 +362,33 @@ def forward_cost_table(costs: dict) -> pd.DataFrame:
 
 
 def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
-    """AR's time per token (TPOT) beside the bandwidth bound of the same record (``bound_ms``)."""
+    """AR's time per token (TPOT) beside the bandwidth bound of the same record (``bound_ms``: record means),
+    and each generation against its own probe (``bound_ratios``: median [min, max])."""
     ar = df[df.method == "ar"]
     bw = ar.read_bandwidth_gbs if "read_bandwidth_gbs" in ar else pd.Series(float("nan"), index=ar.index)
+    per = ar.bound_ratios if "bound_ratios" in ar else pd.Series(None, index=ar.index, dtype=object)
     out = pd.DataFrame({"dataset": ar.dataset.map(DATASET_LABELS), "precision": ar.dtype,
                         "AR TPOT (ms)": ar.tpot_ms.map(lambda x: f"{x:.2f}"),
                         "read bandwidth (GB/s)": bw.map(lambda x: "–" if pd.isna(x) else f"{x:.1f}"),
                         "bound (ms)": ar.bound_ms.map(lambda x: f"{x:.2f}"),
-                        "TPOT / bound": (ar.tpot_ms / ar.bound_ms).map(lambda x: f"{x:.2f}×")})
+                        "TPOT / bound": (ar.tpot_ms / ar.bound_ms).map(lambda x: f"{x:.2f}×"),
+                        "each generation / its probe": per.map(
+                            lambda xs: "–" if not isinstance(xs, list) or not xs
+                            else f"{statistics.median(xs):.2f}× [{min(xs):.2f}, {max(xs):.2f}]")})
     return out.set_index(["dataset", "precision"])
 
 
 def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
     """Predicted (cost model) vs measured milliseconds per generated token, prefill excluded; for the
-    speculative rows also one iteration's drafting and verification, predicted and measured (ms)."""
+    speculative rows also one iteration's drafting and verification, predicted and measured (ms).
+
+    ``gap``: measured / predicted - 1. ``gap, AR-scaled``: the same with the prediction multiplied by AR's
+    measured / predicted on the same dataset and precision (0 for AR by construction): the curves are timed in
+    notebook 00, minutes before or after the main run, and this VM's overall speed drifts by up to 40%
+    between the two; this gap is what remains once that common factor is taken out."""
     from .costmodel import predict_iteration, predict_ms_per_token
 
-    rows = []
+    rows, ar_rows = [], []
     for _, r in order(df).iterrows():
         prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
         if prec not in costs["curves"] or r.method == "hf_assisted":
@@ -382,7 +404,14 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
                     "verify/iter pred.": v, "verify/iter meas.": 1e3 * r.verify_s / r.iterations,
                     "commit/iter pred.": cm, "commit/iter meas.": 1e3 * r.commit_s / r.iterations}
         rows.append(row)
-    return pd.DataFrame(rows)
+        ar_rows.append(r.method == "ar")
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    ar = {(d, p): m / q for d, p, m, q, is_ar in zip(t.Dataset, t.precision, t.measured, t.predicted, ar_rows) if is_ar}
+    scale = pd.Series([ar.get((d, p), float("nan")) for d, p in zip(t.Dataset, t.precision)], index=t.index)
+    t.insert(t.columns.get_loc("gap") + 1, "gap, AR-scaled", t.measured / (t.predicted * scale) - 1)
+    return t
 
 
 def ceiling_table(costs: dict, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(1, 9)) -> pd.DataFrame:

@@ -60,8 +60,10 @@ show_fig(plots.time_breakdown(tables.role(df)), "fig_time_breakdown", prof)
 # ## AR against the bandwidth bound
 # One-token decoding must read every weight once; the bound is weight bytes / read bandwidth. The bandwidth is
 # probed right after every AR generation (a sum over 512 MiB of random values, best of 5) and averaged over
-# the record's prompts: on the `cpu` profile's VMs it drifts with the host's load (44 to 82 GB/s within
-# minutes), so a probe taken once when the models load says little about the minutes AR ran in.
+# the record's prompts: on the `cpu` profile's VMs it drifts with the host's load (it flips between about 31-37
+# and 48-66 GB/s within seconds), so a probe taken once when the models load says little about the minutes AR
+# ran in. The last column pairs each generation with its own probe (median and range over the prompts): where
+# the probes of one record fall in both phases, their mean describes no moment of the run.
 
 # %% tags=["nbval-ignore-output"]
 show_table(tables.ar_vs_bound(df), "table_ar_vs_bound", prof)

@@ -101,6 +101,11 @@ def test_main_json_schema(smoke_main):
         bws = [row["read_bandwidth_gbs"] for row in r["rows"]] if r["method"] == "ar" else None
         want = r["bound"]["weight_bytes"] / (sum(bws) / len(bws)) / 1e6 if bws else r["bound"]["ms_per_token"]
         assert tables.bound_ms(r) == pytest.approx(want)
+        per = tables.bound_ratios(r)  # each AR generation against its own probe; None for the others
+        assert (per is None) == (bws is None)
+        if bws:
+            wb = r["bound"]["weight_bytes"]
+            assert per == pytest.approx([row["tpot_ms"] / (wb / row["read_bandwidth_gbs"] / 1e6) for row in r["rows"]])
 
 
 def test_tuned_settings_come_from_the_tuning_json(smoke_main):

@@ -1,6 +1,7 @@
 """The cost model: its curves (measured back to back and draft-after-target), the per-iteration
 prediction, the acceptance ceiling, and the costs.json upgrade that adds a curve without re-measuring."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,18 @@ def test_loop_costs_time_the_loop_without_forwards(target, draft):
     out = loop_costs(t, d, DynaTreeConfig().policy(), 80, reps=3, vocab=50)
     assert set(out) == {"level", "commit"} and all(v > 0 for v in out.values())
     assert calls == [80] and t.length == 80  # one real draft forward: its logits are replayed
+
+
+def test_cost_model_table_scales_by_the_same_runs_ar():
+    """On the committed cpu run: the AR-scaled gap takes out AR's measured / predicted of the same dataset and
+    precision (the curves and the main run are timed minutes apart), so AR's own is 0 and every other row's
+    equals (1 + gap) / (1 + AR's gap) - 1."""
+    from dynatree_lib import tables
+
+    root = Path(__file__).resolve().parents[1] / "results" / "cpu"
+    t = tables.cost_model_table(tables.load(root / "main.json", get_profile("cpu")),
+                                json.loads((root / "costs.json").read_text()))
+    ar = t[t.Method == "AR"].set_index(["Dataset", "precision"]).gap
+    assert len(ar) == 4 and (t[t.Method == "AR"]["gap, AR-scaled"].abs() < 1e-12).all()
+    for _, r in t.iterrows():
+        assert r["gap, AR-scaled"] == pytest.approx((1 + r.gap) / (1 + ar[(r.Dataset, r.precision)]) - 1)
