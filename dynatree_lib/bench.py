@@ -10,6 +10,7 @@ atomically after every row, and no finished record is ever overwritten (a rerun 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -157,8 +158,9 @@ class ResultStore:
 
 
 class PeakMemory:
-    """Peak memory during a block: CUDA max allocated, or the process's peak RSS growth on CPU (read from
-    /proc at the end, no sampling thread: the memory experiment's runs are never the timed ones)."""
+    """Peak memory during a block: CUDA max allocated, or on CPU the process's peak RSS within the block (its
+    high-water mark reset at entry and read from /proc at the end, no sampling thread: the memory
+    experiment's runs are never the timed ones). Weights and caches held before the block count too."""
 
     def __init__(self, device: str):
         self.device, self.peak_mb = device, 0.0
@@ -254,16 +256,22 @@ def divergence_gap(target, prompt_ids: torch.Tensor, ref: list[int], at: int) ->
 
 
 def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, ar_tokens: list[int] | None,
-            record_trees: int = 0) -> dict:
+            record_trees: int = 0, memory: bool = False) -> dict:
     """One measured generation -> one row: metrics and agreement with AR's tokens. AR rows keep their
-    tokens (``output_ids``) so later or resumed cells can be compared with them."""
-    res = run_cell(cell, target, draft, prompt, kv_mode, record_trees)
+    tokens (``output_ids``) so later or resumed cells can be compared with them. ``memory``: the row also
+    gets the generation's peak memory (``peak_mem_mb``), measured around the generation alone: AR's
+    bandwidth probe (a 512 MiB tensor) and the divergence check (an uncached forward) come after it."""
+    dev = next(getattr(target, "model", target).parameters()).device
+    mem = PeakMemory(str(dev)) if memory else contextlib.nullcontext()
+    with mem:
+        res = run_cell(cell, target, draft, prompt, kv_mode, record_trees)
     ref = res.tokens if cell.config is None else ar_tokens
     row = {"prompt_id": prompt.id, "prompt_len": int(prompt.ids.numel()), **prompt_metrics(res),
            "tokens_sha": tokens_hash(res.tokens), **agreement(ref, res.tokens)}
+    if memory:
+        row["peak_mem_mb"] = mem.peak_mb
     if cell.config is None:
         row["output_ids"] = res.tokens
-        dev = next(getattr(target, "model", target).parameters()).device
         row["read_bandwidth_gbs"] = round(read_bandwidth_gbs(str(dev)), 2)  # AR's bound, probed next to it
     elif row["equals_ar"] is False:
         row["divergence_gap"] = divergence_gap(target, prompt.ids, ref, row["first_divergence"])

@@ -295,13 +295,8 @@ def _measure_cells(name: str, p: Profile, todo: list, store: ResultStore, dtype:
             if not rows[k]:
                 bench.warm_up(c, target, draft, ps, p.warmup, p.kv_mode)
             ref = ar_ref.setdefault((c.dataset, c.T, c.L_max), {})
-            if c.tags.get("role") == "memory":
-                with bench.PeakMemory(p.device) as mem:
-                    row = bench.measure(c, target, draft, ps[i], p.kv_mode, ref.get(ps[i].id))
-                row["peak_mem_mb"] = mem.peak_mb
-            else:
-                row = bench.measure(c, target, draft, ps[i], p.kv_mode, ref.get(ps[i].id),
-                                    c.tags.get("record_trees", 0))
+            row = bench.measure(c, target, draft, ps[i], p.kv_mode, ref.get(ps[i].id),
+                                c.tags.get("record_trees", 0), memory=c.tags.get("role") == "memory")
             if c.config is None:
                 ref[ps[i].id] = row["output_ids"]
             rows[k].append(row)

@@ -219,3 +219,21 @@ def test_profiles_and_bad_names():
     assert get_profile("paper").tuning is None and get_profile("cpu").tuning is not None
     for fam, cands in get_profile("cpu").tuning.items():  # equal tuning budget for every family
         assert len(cands) == len(get_profile("cpu").tuning["dynatree"]), fam
+
+
+def test_peak_memory_covers_the_generation_alone(target, draft):
+    """AR's row probes the read bandwidth with a 512 MiB tensor after its generation; a memory row must not
+    count it (it once made AR look ~500 MB heavier than every speculative method in Table 5)."""
+    import torch
+
+    from dynatree_lib.bench import Cell, measure
+    from dynatree_lib.data import Prompt
+
+    import psutil
+
+    prompt = Prompt("p0", torch.arange(1, 9))
+    cell = Cell("wikitext2", "ar", "AR", None, 8, 8, "float32")
+    measure(cell, target, None, prompt, "gather", None)  # warm: first-call allocations are not the point here
+    before = psutil.Process().memory_info().rss / 2**20
+    row = measure(cell, target, None, prompt, "gather", None, memory=True)
+    assert row["read_bandwidth_gbs"] > 0 and before - 64 < row["peak_mem_mb"] < before + 256
