@@ -44,7 +44,8 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
                "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
                "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
                "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
-               "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r), "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"]},
+               "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r),
+               "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"]},
                **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in r.get("tags", {}).items()}}
         for k, v in r["aggregate"].items():
             if isinstance(v, dict):
@@ -373,7 +374,7 @@ def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
                         "bound (ms)": ar.bound_ms.map(lambda x: f"{x:.2f}"),
                         "TPOT / bound": (ar.tpot_ms / ar.bound_ms).map(lambda x: f"{x:.2f}×"),
                         "each generation / its probe": per.map(
-                            lambda xs: "–" if not isinstance(xs, list) or not xs
+                            lambda xs: "–" if not isinstance(xs, list)
                             else f"{statistics.median(xs):.2f}× [{min(xs):.2f}, {max(xs):.2f}]")})
     return out.set_index(["dataset", "precision"])
 
@@ -388,7 +389,7 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
     between the two; this gap is what remains once that common factor is taken out."""
     from .costmodel import predict_iteration, predict_ms_per_token
 
-    rows, ar_rows = [], []
+    rows, ar_scale = [], {}  # (dataset, precision) -> AR's measured / predicted
     for _, r in order(df).iterrows():
         prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
         if prec not in costs["curves"] or r.method == "hf_assisted":
@@ -403,13 +404,13 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
             row |= {"draft/iter pred.": d, "draft/iter meas.": 1e3 * r.draft_s / r.iterations,
                     "verify/iter pred.": v, "verify/iter meas.": 1e3 * r.verify_s / r.iterations,
                     "commit/iter pred.": cm, "commit/iter meas.": 1e3 * r.commit_s / r.iterations}
+        if r.method == "ar":
+            ar_scale[(row["Dataset"], prec)] = r.ms_per_token / pred
         rows.append(row)
-        ar_rows.append(r.method == "ar")
     t = pd.DataFrame(rows)
     if t.empty:
         return t
-    ar = {(d, p): m / q for d, p, m, q, is_ar in zip(t.Dataset, t.precision, t.measured, t.predicted, ar_rows) if is_ar}
-    scale = pd.Series([ar.get((d, p), float("nan")) for d, p in zip(t.Dataset, t.precision)], index=t.index)
+    scale = pd.Series([ar_scale.get(k, float("nan")) for k in zip(t.Dataset, t.precision)], index=t.index)
     t.insert(t.columns.get_loc("gap") + 1, "gap, AR-scaled", t.measured / (t.predicted * scale) - 1)
     return t
 

@@ -224,12 +224,11 @@ def test_profiles_and_bad_names():
 def test_peak_memory_covers_the_generation_alone(target, draft):
     """AR's row probes the read bandwidth with a 512 MiB tensor after its generation; a memory row must not
     count it (it once made AR look ~500 MB heavier than every speculative method in Table 5)."""
+    import psutil
     import torch
 
     from dynatree_lib.bench import Cell, measure
     from dynatree_lib.data import Prompt
-
-    import psutil
 
     prompt = Prompt("p0", torch.arange(1, 9))
     cell = Cell("wikitext2", "ar", "AR", None, 8, 8, "float32")

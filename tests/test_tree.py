@@ -83,11 +83,10 @@ def test_build_equals_growing_level_by_level():
     t = Tree.new(5)
     a, b = t.add(torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3]))).tolist()
     t.add(torch.tensor([a, a, b]), torch.tensor([9, 10, 11]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
-    v = t
-    u = Tree.build(v.tokens.tolist(), v.parents.tolist(), v.logp.tolist(), v.cum_logp.tolist())
+    u = Tree.build(t.tokens.tolist(), t.parents.tolist(), t.logp.tolist(), t.cum_logp.tolist())
     for f in ("tokens", "parents", "depth", "logp", "cum_logp", "anc"):
-        assert torch.equal(getattr(u, f), getattr(v, f)), f
-    assert (u.size, u.is_chain, u.levels) == (v.size, v.is_chain, v.levels)
+        assert torch.equal(getattr(u, f), getattr(t, f)), f
+    assert (u.size, u.is_chain, u.levels) == (t.size, t.is_chain, t.levels)
     n = 130
     chain = Tree.build(list(range(n)), list(range(-1, n - 1)), [0.0] * n, [0.0] * n)
     assert chain.is_chain and chain.levels == n - 1 and torch.equal(chain.anc, torch.ones(n, n, dtype=torch.bool).tril())

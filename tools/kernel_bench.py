@@ -3,7 +3,8 @@
     python tools/kernel_bench.py            # GB/s per row count, weights in cache and streamed from memory
 
 "In cache": one layer's weight, called again and again (it stays in L2/L3): the kernel's own speed.
-"Streamed": the same shape over 128 MB of distinct weights, in turn (out of cache, as decoding reads them). torch's fp32 ``sum`` over 512 MiB is printed beside it: the machine's read bandwidth now.
+"Streamed": the same shape over 128 MB of distinct weights, in turn (out of cache, as decoding reads them).
+torch's fp32 ``sum`` over 512 MiB is printed beside it: the machine's read bandwidth now.
 Medians of 200 (in cache) or 10 (streamed) passes; nothing else should run meanwhile.
 """
 from __future__ import annotations
