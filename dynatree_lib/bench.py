@@ -63,18 +63,31 @@ def environment(device: str) -> dict:
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
+_PROBE: dict = {}  # device -> the bandwidth probe's tensor, kept for the process (see read_bandwidth_gbs)
+
+
 def read_bandwidth_gbs(device: str = "cpu", mib: int = 512) -> float:
     """Memory read bandwidth: best of 5 sums over a ``mib`` MiB tensor of random values (larger than any
     cache; random, so that no page can be shared or compressed behind our back). On the cpu profile's VMs
-    it drifts with the host's load (44 to 82 GB/s within minutes, same probe), so the harness probes it
-    after every AR generation (``measure``) and the bound uses the probes of the same run."""
-    x = torch.rand(mib * 2**18, device=device)
+    it drifts with the host's load (31 to 66 GB/s within minutes, same probe), so the harness probes it
+    after every AR generation (``measure``) and the bound uses the probes of the same run. The tensor is
+    allocated once per device and kept: a fresh 512 MiB per probe (page faults, then reclaim) appeared to
+    slow the generation that followed it (8 alternating rounds, noisy: +1.1 vs +0.2 ms per token)."""
+    x = _PROBE.get(device)
+    if x is None or x.numel() != mib * 2**18:
+        _PROBE.pop(device, None)
+        x = _PROBE[device] = torch.rand(mib * 2**18, device=device)
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
         x.sum().item()
         best = min(best, time.perf_counter() - t0)
     return x.numel() * 4 / best / 1e9
+
+
+def release_probe() -> None:
+    """Free the bandwidth probe's tensors (a memory measurement must not count them)."""
+    _PROBE.clear()
 
 
 def weight_bytes(model) -> int:
@@ -160,7 +173,8 @@ class ResultStore:
 class PeakMemory:
     """Peak memory during a block: CUDA max allocated, or on CPU the process's peak RSS within the block (its
     high-water mark reset at entry and read from /proc at the end, no sampling thread: the memory
-    experiment's runs are never the timed ones). Weights and caches held before the block count too."""
+    experiment's runs are never the timed ones). Weights and caches held before the block count too; the
+    harness's bandwidth probe does not (released on entry)."""
 
     def __init__(self, device: str):
         self.device, self.peak_mb = device, 0.0
@@ -172,6 +186,7 @@ class PeakMemory:
         else:
             import psutil
 
+            release_probe()  # 512 MiB of the harness's own, not the generation's
             self._proc = psutil.Process()
             self._reset_hwm()
         return self

@@ -18,6 +18,7 @@ import torch
 
 from . import bench
 from .bench import Cell, ResultStore
+from .costmodel import COLD, run_costs
 from .data import load_prompts
 from .policies import CostAwareConfig, FixedTreeConfig
 from .profiles import EXTRA_METHODS, METHODS, TUNED, Profile
@@ -56,22 +57,26 @@ def _fastest(p: Profile, family: str, dataset: str, candidates, root: Path | Non
     return next(c for c in candidates if bench.config_dict(c) == best["config"])
 
 
-def _cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float]:
-    """(fwd_target(k) as (k, ms) pairs, fwd_draft(1) ms) that this profile measured in ``dtype``."""
+def _cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:
+    """What this profile measured in ``dtype`` (costs.json), as ``CostAwareConfig`` takes it: fwd_target(k)
+    as (k, ms) pairs, one further drafting level, and the rest of an iteration (``costmodel``'s terms)."""
     path = results_path("costs", p, root)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: the cost-aware extension needs the measured forward costs "
                                 "(notebook 00, or costmodel.run_costs)")
     curves = json.loads(path.read_text())["curves"][dtype]
     verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
-    return verify, round(curves["draft"]["1"], 3)
+    loop = curves.get("loop", {"level": 0.0, "commit": 0.0})
+    first = curves.get(COLD, curves["draft"])["1"]
+    return (verify, round(curves["draft"]["1"] + loop["level"], 3),
+            round(first + loop["level"] + loop["commit"], 3))
 
 
 def cost_candidates(p: Profile, root: Path | None = None) -> tuple[CostAwareConfig, ...]:
     """The extension's tuning candidates: DynaTree's candidates, each with its trees cut by the curves of the
     timed precision (the same number as every family's)."""
-    verify, draft = _cost_curve(p, p.dtype, root)
-    return tuple(CostAwareConfig(base, verify, draft) for base in p.tuning["dynatree"])
+    curve = _cost_curve(p, p.dtype, root)
+    return tuple(CostAwareConfig(base, *curve) for base in p.tuning["dynatree"])
 
 
 def cost_aware(p: Profile, dataset: str, dtype: str, root: Path | None = None) -> CostAwareConfig:
@@ -236,8 +241,6 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     if rerun and not render_only and (old := store.archive()):
         print(f"rerun: previous results kept at {old}")
     if profile.cost_aware and name in ("tuning", "main"):  # the extension's cells are built from the costs
-        from .costmodel import run_costs
-
         run_costs(profile, root=root, render_only=render_only)
     if profile.tuning is not None and name != "tuning":
         run("tuning", profile, root=root, render_only=render_only)

@@ -315,9 +315,12 @@ class TalonPolicy:
         pass
 
 
-# fwd_target(k) / fwd_target(1) and fwd_draft(1) / fwd_target(1) of the cpu pair in bf16 (results/cpu/costs.json)
-CPU_BF16_VERIFY = ((1, 1.0), (2, 1.02), (4, 1.14), (8, 1.52), (16, 2.33), (32, 3.99), (64, 7.33))
-CPU_BF16_DRAFT = 0.129
+# The cpu pair in bf16 (results/cpu/costs.json), in units of fwd_target(1): fwd_target(k); one further
+# drafting level (a back-to-back draft forward plus the drafter's own work); and the rest of an iteration
+# (the first draft forward, which follows a target forward and runs colder, its level's work, the commit)
+CPU_BF16_VERIFY = ((1, 1.0), (2, 1.06), (4, 1.18), (8, 1.54), (16, 2.52), (32, 4.35), (64, 8.17))
+CPU_BF16_DRAFT = 0.109
+CPU_BF16_FIXED = 0.247
 
 
 @dataclass(frozen=True)
@@ -326,15 +329,19 @@ class CostAwareConfig:
     count that maximizes expected committed tokens per unit of time (as Sequoia and OPT-Tree size trees
     for their hardware). With the draft's path probabilities p (calibrated: they estimate acceptance),
     keeping the j most probable nodes (always a subtree: a node is at most as probable as its parent)
-    commits 1 + sum of their p in expectation and costs ``draft_forwards * draft_ms + fwd_target(j + 1)``.
+    commits 1 + sum of their p in expectation and costs, drafted in f forwards,
+    ``fixed_ms + (f - 1) * draft_ms + fwd_target(j + 1)``: notebook 03's cost model of an iteration.
     ``verify_ms``: the measured curve fwd_target(k) as (k, ms) pairs, k ascending (linear in between,
-    extrapolated past the last); ``draft_ms``: one draft forward. Only ratios matter."""
+    extrapolated past the last); ``draft_ms``: one further drafting level (draft forward and the drafter's
+    work); ``fixed_ms``: the rest of an iteration (first draft forward after the target's, its level,
+    the commit). Only ratios matter."""
 
     method: ClassVar[str] = "dynatree_cost"
 
     base: DynaTreeConfig = DynaTreeConfig()
     verify_ms: tuple = CPU_BF16_VERIFY
     draft_ms: float = CPU_BF16_DRAFT
+    fixed_ms: float = CPU_BF16_FIXED
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -345,6 +352,7 @@ class CostAwareConfig:
         require(ok and self.verify_ms[0][0] == 1 and all(a[0] < b[0] for a, b in zip(self.verify_ms, self.verify_ms[1:])),
                 f"verify_ms must be (k, ms) pairs with k = 1, then ascending, ms > 0, got {self.verify_ms!r}")
         require(self.draft_ms >= 0, f"draft_ms must be >= 0, got {self.draft_ms!r}")
+        require(self.fixed_ms >= 0, f"fixed_ms must be >= 0, got {self.fixed_ms!r}")
 
     def policy(self) -> "CostAwarePolicy":
         return CostAwarePolicy(self)
@@ -361,7 +369,7 @@ class CostAwarePolicy(DynaTreePolicy):
         i = torch.searchsorted(ks, k).clamp(1, len(ks) - 1)             # the segment [ks[i-1], ks[i]] holding k
         w = (k - ks[i - 1]) / (ks[i] - ks[i - 1])
         self.verify = (ms[i - 1] + w * (ms[i] - ms[i - 1])).float()     # verify[j] = fwd_target(j + 1)
-        self.draft_ms = cfg.draft_ms
+        self.draft_ms, self.fixed_ms = cfg.draft_ms, cfg.fixed_ms
 
     def trim(self, tree: Tree, draft_forwards: int) -> Tree:
         n = tree.n_drafted
@@ -370,7 +378,8 @@ class CostAwarePolicy(DynaTreePolicy):
         p = tree.cum_logp[1:n + 1].exp()
         order = p.sort(descending=True, stable=True).indices  # ties: the ancestor (smaller index) first
         gain = torch.cat([p.new_ones(1), 1 + p[order].cumsum(0)])
-        j = int((gain / (draft_forwards * self.draft_ms + self.verify[:n + 1].to(p.device))).argmax())
+        spent = self.fixed_ms + max(draft_forwards - 1, 0) * self.draft_ms
+        j = int((gain / (spent + self.verify[:n + 1].to(p.device))).argmax())
         if j == n:
             return tree
         return tree.subset(torch.cat([order.new_zeros(1), order[:j].sort().values + 1]))

@@ -15,14 +15,14 @@
 # TALON. Speedup is recomputed from the logged JSON as TPS / TPS_AR of the same run and precision.
 #
 # **Settings.** Where the profile tunes, every method family got the same budget: five candidate settings
-# measured on tuning prompts disjoint from the test prompts; the fastest is used everywhere else. DynaTree is
+# measured on tuning prompts disjoint from the test prompts, at the test's T; the fastest is used everywhere else. DynaTree is
 # also run with the paper's own settings (Appendix A), as they are.
 #
 # **A named extension, not the paper's method.** *DynaTree + cost budget (ext.)* (`dynatree_cost`, where the
 # profile has `cost_aware`) drafts the tuned DynaTree's tree and then verifies only its best-rate subtree: the
-# j most probable nodes that maximize (1 + their summed draft path probabilities) / (draft time + fwd_target(j+1)),
-# with fwd_target the forward-cost curve notebook 00 measured for this pair (as Sequoia and OPT-Tree size trees for
-# their hardware). Its tuning budget is DynaTree's five candidates with the cut on (the same number as every
+# j most probable nodes that maximize (1 + their summed draft path probabilities) / (iteration time), the time
+# being notebook 03's cost model of an iteration (drafting levels, the commit and fwd_target(j+1), from the curves
+# notebook 00 measured for this pair; as Sequoia and OPT-Tree size trees for their hardware). Its tuning budget is DynaTree's five candidates with the cut on (the same number as every
 # family, on the same tuning prompts); it never replaces DynaTree's rows.
 
 # %% tags=["parameters"]

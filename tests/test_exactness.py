@@ -23,7 +23,7 @@ METHODS = {
     "talon_budget1": TalonConfig(N=1, K=1),
     "streaming_fits": StreamingConfig(K=4, cache_size=128, n_sink=4),  # exact while the text fits the window
     "dynatree_cost": CostAwareConfig(),
-    "dynatree_cost_steep": CostAwareConfig(DynaTreeConfig(B_max=4, n_max=40), ((1, 1.0), (2, 3.0)), 0.5),
+    "dynatree_cost_steep": CostAwareConfig(DynaTreeConfig(B_max=4, n_max=40), ((1, 1.0), (2, 3.0)), 0.5, 2.0),
 }
 # every on/off combination of the three DynaTree mechanisms
 for b in (False, True):
