@@ -64,20 +64,21 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # level with the draft's logits replayed: log-softmax, top-k, selection, tree growth; one commit: path
 # selection and the KV gather) and each row's mean tree size, depth, draft forwards and L̄, the model predicts
 # milliseconds per generated token (prefill excluded); HF assisted is left out (its loop logs no tree
-# statistics). Each iteration's first draft forward is priced with the draft-after-target curve (the
-# target's forward has just pushed the draft's weights out of the CPU caches). Points inside the band are
-# within 10%. For the speculative rows the table also splits one iteration into drafting, verification and
-# commit, predicted and measured: what lies above the band shows there. Drafting is measured above its
-# prediction: draft forwards after the first of an iteration run slower inside the loop than back to back
-# (priced warm, they also find caches the target has just swept, and each builds its tree mask, which the
-# replayed level does not). Tree commits measure above theirs too: the policy's update and the loop's
-# bookkeeping after the gather are not in the timed commit. StreamingLLM's commits include its
+# statistics). Each iteration's first draft forward is priced with the draft-after-target curve (a draft
+# forward right after the target's runs about twice as slow as back to back: interpreter, guards and kernels
+# come back cold). Points inside the band are within 10%. For the speculative rows the table also splits one
+# iteration into drafting, verification and commit, predicted and measured: what lies off the band shows
+# there. Tree commits measure above their prediction: the policy's update and the loop's bookkeeping after
+# the gather are not in the timed commit. StreamingLLM's commits include its
 # cache eviction (re-rotating every kept key), which the model does not price. The curves are one
 # measurement (each k once per round, so drift hits every k alike) while the runs interleave the methods
 # prompt by prompt over a quarter of an hour: on a shared CPU a forward's speed drifts by ten to forty
-# percent within minutes, which is how AR can land below or far above fwd_target(1). The column
+# percent within minutes (on the cpu profile's VM the memory speed flips between two phases, and the curve's
+# shape with it: memory binds a slow-phase forward of k tokens longer), which is how AR can land below or far
+# above fwd_target(1). The column
 # "gap, AR-scaled" takes that common factor out: each prediction times AR's measured / predicted on the same
-# dataset and precision (AR's own is 0 by construction), leaving what the model misses about the method.
+# dataset and precision (AR's own is 0 by construction), leaving what the model misses about the method as
+# long as the curves were timed in the runs' phase: it cannot undo a change of the curve's shape.
 
 # %%
 from dynatree_lib import costmodel
