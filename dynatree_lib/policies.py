@@ -315,9 +315,10 @@ class TalonPolicy:
         pass
 
 
-# The cpu pair in bf16 (results/cpu/costs.json), in units of fwd_target(1): fwd_target(k); one further
-# drafting level (a back-to-back draft forward plus the drafter's own work); and the rest of an iteration
-# (the first draft forward, which follows a target forward and runs colder, its level's work, the commit)
+# Defaults: the cpu pair in bf16 per fwd_target(1) (results/cpu/costs.json as measured on 914b460, in the
+# VM's fast memory phase): fwd_target(k); one further drafting level (a back-to-back draft forward plus the
+# drafter's own work); the rest of an iteration (the first draft forward, colder after the target's, its
+# level's work, the commit)
 CPU_BF16_VERIFY = ((1, 1.0), (2, 1.06), (4, 1.18), (8, 1.54), (16, 2.52), (32, 4.35), (64, 8.17))
 CPU_BF16_DRAFT = 0.109
 CPU_BF16_FIXED = 0.247
