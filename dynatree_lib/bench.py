@@ -180,13 +180,13 @@ class PeakMemory:
         self.device, self.peak_mb = device, 0.0
 
     def __enter__(self):
+        release_probe()  # 512 MiB of the harness's own, not the generation's (CUDA's peak counts it too)
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         else:
             import psutil
 
-            release_probe()  # 512 MiB of the harness's own, not the generation's
             self._proc = psutil.Process()
             self._reset_hwm()
         return self

@@ -18,7 +18,7 @@ import torch
 
 from . import bench
 from .bench import Cell, ResultStore
-from .costmodel import COLD, run_costs
+from .costmodel import predict_iteration, run_costs
 from .data import load_prompts
 from .policies import CostAwareConfig, FixedTreeConfig
 from .profiles import EXTRA_METHODS, METHODS, TUNED, Profile
@@ -66,10 +66,11 @@ def _cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float
                                 "(notebook 00, or costmodel.run_costs)")
     curves = json.loads(path.read_text())["curves"][dtype]
     verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
-    loop = curves.get("loop", {"level": 0.0, "commit": 0.0})
-    first = curves.get(COLD, curves["draft"])["1"]
-    return (verify, round(curves["draft"]["1"] + loop["level"], 3),
-            round(first + loop["level"] + loop["commit"], 3))
+    # notebook 03's iteration, one node a level: drafting one level (its first forward follows the target's),
+    # then two; the difference is a further level, the first level plus the commit the rest of an iteration
+    one, _, commit = predict_iteration(curves, 1, 1, 1, 1.0)
+    two = predict_iteration(curves, 2, 2, 2, 1.0)[0]
+    return verify, round(two - one, 3), round(one + commit, 3)
 
 
 def cost_candidates(p: Profile, root: Path | None = None) -> tuple[CostAwareConfig, ...]:
