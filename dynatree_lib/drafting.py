@@ -48,6 +48,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     frontier: list[int] = [0]   # nodes whose next-token logits we hold
     processed: list[int] = []   # drafted nodes in the draft cache, in cache order
     breadth = min(policy.max_breadth, logits.shape[-1])
+    more = getattr(policy, "more", None)  # optional: whether a further level is worth its draft forward
     vocab = getattr(draft, "vocab", None)  # a head over a token subset scores columns, not token ids
     while True:
         top_lp, top_tok = torch.log_softmax(logits.float(), dim=-1).topk(breadth, dim=-1)  # [f, breadth], sorted
@@ -74,7 +75,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
         if len(tokens) - 1 >= policy.n_max:
             break
         frontier = [i for i in added if depth[i] < max_depth and policy.expandable(depth[i], cum[i])]
-        if not frontier:
+        if not frontier or (more is not None and not more(cum, frontier, n_fwd)):
             break
         cols = processed + frontier
         # A chain is plain causal attention over the draft cache: no mask (the fast SDPA path).

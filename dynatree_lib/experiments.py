@@ -54,7 +54,11 @@ def _fastest(p: Profile, family: str, dataset: str, candidates, root: Path | Non
     if not recs:
         raise ValueError(f"{path} holds no tuning records for {family} on {dataset} at {p.dtype}")
     best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
-    return next(c for c in candidates if bench.config_dict(c) == best["config"])
+    pick = next((c for c in candidates if bench.config_dict(c) == best["config"]), None)
+    if pick is None:  # the candidates changed since tuning ran (a new field, another grid)
+        raise ValueError(f"{path}: the fastest {family} setting on {dataset} ({best['label']}) is not among this "
+                         "code's candidates; rerun the tuning experiment (--rerun)")
+    return pick
 
 
 def _cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:

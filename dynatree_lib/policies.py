@@ -6,8 +6,9 @@ asks the policy, for a whole level at once, which candidate children to keep and
 kept nodes to expand further; after each verification it tells the policy what was accepted. A level has
 a few nodes, so the policy sees plain Python lists and numbers (tensor ops cost more than the rule here).
 Adding a policy means writing one small class with these three methods. A policy may also have
+``more(cum_logp, frontier, draft_forwards) -> bool``, asked before every further level, and
 ``trim(tree, draft_forwards) -> Tree``, which cuts the drafted tree before verification (the cost-aware
-extension below does).
+extension below has both).
 """
 from __future__ import annotations
 
@@ -335,7 +336,12 @@ class CostAwareConfig:
     ``verify_ms``: the measured curve fwd_target(k) as (k, ms) pairs, k ascending (linear in between,
     extrapolated past the last); ``draft_ms``: one further drafting level (draft forward and the drafter's
     work); ``fixed_ms``: the rest of an iteration (first draft forward after the target's, its level,
-    the commit). Only ratios matter."""
+    the commit). Only ratios matter.
+    ``level_stop``: also stop drafting when one more level cannot pay for its draft forward. The next
+    level's nodes are at most as probable, together, as the frontier nodes they would hang under, so the
+    drafter stops when even that whole gain, bought for one draft level and one more verified node, would
+    not raise the best expected tokens per ms of the tree so far (one level of lookahead: a run of later
+    levels could only pay where probability does not fall with depth)."""
 
     method: ClassVar[str] = "dynatree_cost"
 
@@ -343,6 +349,7 @@ class CostAwareConfig:
     verify_ms: tuple = CPU_BF16_VERIFY
     draft_ms: float = CPU_BF16_DRAFT
     fixed_ms: float = CPU_BF16_FIXED
+    level_stop: bool = True
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -360,17 +367,38 @@ class CostAwareConfig:
 
 
 class CostAwarePolicy(DynaTreePolicy):
-    """DynaTree's policy plus ``trim``: the tree size chosen from the measured forward-cost curve."""
+    """DynaTree's policy plus ``more`` and ``trim``: depth and tree size chosen from the measured cost curves."""
 
     def __init__(self, cfg: CostAwareConfig):
         super().__init__(cfg.base)
         ks = torch.tensor([k for k, _ in cfg.verify_ms], dtype=torch.float64)
         ms = torch.tensor([m for _, m in cfg.verify_ms], dtype=torch.float64)
-        k = torch.arange(1, cfg.base.n_max + 2, dtype=torch.float64)   # verified tokens: root + j nodes
+        k = torch.arange(1, cfg.base.n_max + 3, dtype=torch.float64)   # verified tokens: root + j nodes (+ 1: ``more``)
         i = torch.searchsorted(ks, k).clamp(1, len(ks) - 1)             # the segment [ks[i-1], ks[i]] holding k
         w = (k - ks[i - 1]) / (ks[i] - ks[i - 1])
         self.verify = (ms[i - 1] + w * (ms[i] - ms[i - 1])).float()     # verify[j] = fwd_target(j + 1)
-        self.draft_ms, self.fixed_ms = cfg.draft_ms, cfg.fixed_ms
+        self.verify_list = self.verify.tolist()
+        self.draft_ms, self.fixed_ms, self.level_stop = cfg.draft_ms, cfg.fixed_ms, cfg.level_stop
+
+    def more(self, cum_logp: list[float], frontier: list[int], draft_forwards: int) -> bool:
+        """Whether to draft one more level (``CostAwareConfig.level_stop``): ``cum_logp`` of the tree's nodes
+        (root first), ``frontier`` the nodes the next level would expand, after ``draft_forwards``. Any tree
+        after that level keeps some j old nodes (at most the j most probable's mass) and some new ones (at
+        most the frontier's mass, and at least one node to verify if they add anything). Plain Python: a tree
+        has a few dozen nodes and this runs once a level."""
+        if not self.level_stop:
+            return True
+        p = sorted((math.exp(c) for c in cum_logp[1:]), reverse=True)
+        gain = sum(math.exp(cum_logp[u]) for u in frontier)
+        v = self.verify_list
+        spent = self.fixed_ms + (draft_forwards - 1) * self.draft_ms
+        now = nxt = 0.0
+        s = 1.0
+        for j in range(len(p) + 1):
+            s += p[j - 1] if j else 0.0
+            now = max(now, s / (spent + v[j]))
+            nxt = max(nxt, (s + gain) / (spent + self.draft_ms + v[j + 1]))
+        return nxt > now
 
     def trim(self, tree: Tree, draft_forwards: int) -> Tree:
         n = tree.n_drafted

@@ -128,6 +128,19 @@ def test_tuned_settings_come_from_the_tuning_json(smoke_main):
     assert not tuning_prompts & {p for r in main for p in r["prompt_ids"]}  # disjoint from the test prompts
 
 
+def test_a_tuning_json_from_other_candidates_is_refused(smoke_main, tmp_path):
+    """A tuning.json whose fastest setting is no longer a candidate (the grid or a config changed) says so."""
+    prof, root, _ = smoke_main
+    data = json.loads((root / "smoke" / "tuning.json").read_text())
+    for r in data["records"]:
+        if r["method"] == "linear":
+            r["config"]["K"] += 100
+    (tmp_path / "smoke").mkdir()
+    (tmp_path / "smoke" / "tuning.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="not among this code's candidates"):
+        experiments.tuned(prof, "linear", "wikitext2", tmp_path)
+
+
 def test_tuning_labels_say_what_they_run():
     """(The paper profile once labelled an n_max=64 tree "paper".) Labels are made from the configs."""
     for c in experiments.tuning_cells(get_profile("cpu")):

@@ -65,9 +65,52 @@ def test_a_flat_curve_keeps_the_whole_tree_and_a_steep_one_cuts_it(target, draft
     assert steep.tokens == dyn.tokens and steep.drafted_nodes <= steep.iterations  # at most one node a tree
 
 
+def test_level_stop_stops_only_when_no_next_level_could_pay():
+    """When ``more`` says stop, no next level (children at most as probable as their parents, at least one
+    node) raises the best expected rate of the tree; and it does not always say stop."""
+    import math
+    import random
+
+    rng = random.Random(0)
+    pol = CostAwareConfig(DynaTreeConfig(n_max=64), ((1, 1.0), (2, 1.08), (8, 1.4), (64, 6.0)), 0.3, 0.5).policy()
+    v = pol.verify_list
+    rate = lambda probs, spent: max((1 + sum(sorted(probs, reverse=True)[:j])) / (spent + v[j])
+                                    for j in range(len(probs) + 1))
+    answers = set()
+    for _ in range(300):
+        probs = sorted((rng.random() ** 3 for _ in range(rng.randint(1, 12))), reverse=True)
+        frontier = rng.sample(range(1, len(probs) + 1), rng.randint(1, len(probs)))
+        f = rng.randint(1, 4)
+        go = pol.more([0.0] + [math.log(x) for x in probs], frontier, f)
+        answers.add(go)
+        if go:
+            continue
+        spent = pol.fixed_ms + (f - 1) * pol.draft_ms
+        now = rate(probs, spent)
+        for _ in range(20):  # random next levels: each frontier node's children share at most its mass
+            kids = []
+            for u in frontier:
+                cut = sorted(rng.random() for _ in range(rng.randint(0, 3)))  # shares summing to at most 1
+                kids += [probs[u - 1] * (b - a) for a, b in zip([0.0] + cut, cut)]
+            if kids:
+                assert rate(probs + kids, spent + pol.draft_ms) <= now + 1e-9
+    assert answers == {True, False}
+
+
+def test_level_stop_drafts_fewer_levels_when_they_are_dear(target, draft):
+    p, T = prompts(1, seed=3)[0], 40
+    dyn = generate(target, p, T, draft=draft, method=DynaTreeConfig())
+    curve = ((1, 1.0), (2, 1.1), (64, 4.0))
+    dear = generate(target, p, T, draft=draft, method=CostAwareConfig(DynaTreeConfig(), curve, 5.0, 1.0))
+    free = generate(target, p, T, draft=draft, method=CostAwareConfig(DynaTreeConfig(), curve, 5.0, 1.0, level_stop=False))
+    assert dear.tokens == free.tokens == dyn.tokens
+    assert dear.draft_forwards <= dear.iterations < free.draft_forwards  # at most one level a tree when one costs 5x
+
+
 @pytest.mark.parametrize("bad", [dict(verify_ms=((2, 1.0), (4, 2.0))), dict(verify_ms=((1, 1.0),)),
                                  dict(verify_ms=((1, 1.0), (1, 2.0))), dict(verify_ms=((1, -1.0), (2, 1.0))),
-                                 dict(draft_ms=-0.1), dict(fixed_ms=-1.0), dict(base="dynatree"), dict(verify_ms=[(1, 1.0), (2, 1.0)])])
+                                 dict(draft_ms=-0.1), dict(fixed_ms=-1.0), dict(base="dynatree"), dict(verify_ms=[(1, 1.0), (2, 1.0)]),
+                                 dict(level_stop="yes")])
 def test_bad_cost_settings_are_refused(bad):
     with pytest.raises(ValueError):
         CostAwareConfig(**bad)
