@@ -339,9 +339,9 @@ class CostAwareConfig:
     the commit). Only ratios matter.
     ``level_stop``: also stop drafting when one more level cannot pay for its draft forward. The next
     level's nodes are at most as probable, together, as the frontier nodes they would hang under, so the
-    drafter stops when even that whole gain, bought for one draft level and one more verified node, would
-    not raise the best expected tokens per ms of the tree so far (one level of lookahead: a run of later
-    levels could only pay where probability does not fall with depth)."""
+    drafter stops when even that whole gain, bought for one draft level and the cheapest verification of
+    one node more or any number more, would not raise the best expected tokens per ms of the tree so far
+    (one level of lookahead: a run of later levels could only pay where probability does not fall with depth)."""
 
     method: ClassVar[str] = "dynatree_cost"
 
@@ -378,26 +378,30 @@ class CostAwarePolicy(DynaTreePolicy):
         w = (k - ks[i - 1]) / (ks[i] - ks[i - 1])
         self.verify = (ms[i - 1] + w * (ms[i] - ms[i - 1])).float()     # verify[j] = fwd_target(j + 1)
         self.verify_list = self.verify.tolist()
+        # cheapest verification of at least j + 1 tokens: a measured curve need not rise (fp32 MKL here: 2
+        # tokens cost more than 8), and ``more`` must not stop short of a cheaper, larger tree
+        self.verify_floor = self.verify.flip(0).cummin(0).values.flip(0).tolist()
         self.draft_ms, self.fixed_ms, self.level_stop = cfg.draft_ms, cfg.fixed_ms, cfg.level_stop
 
     def more(self, cum_logp: list[float], frontier: list[int], draft_forwards: int) -> bool:
         """Whether to draft one more level (``CostAwareConfig.level_stop``): ``cum_logp`` of the tree's nodes
         (root first), ``frontier`` the nodes the next level would expand, after ``draft_forwards``. Any tree
         after that level keeps some j old nodes (at most the j most probable's mass) and some new ones (at
-        most the frontier's mass, and at least one node to verify if they add anything). Plain Python: a tree
-        has a few dozen nodes and this runs once a level."""
+        most the frontier's mass, and at least one node to verify if they add anything, so at least the
+        cheapest verification of j + 2 tokens). Plain Python: a tree has a few dozen nodes and this runs
+        once a level."""
         if not self.level_stop:
             return True
         p = sorted((math.exp(c) for c in cum_logp[1:]), reverse=True)
         gain = sum(math.exp(cum_logp[u]) for u in frontier)
-        v = self.verify_list
+        v, floor = self.verify_list, self.verify_floor
         spent = self.fixed_ms + (draft_forwards - 1) * self.draft_ms
         now = nxt = 0.0
         s = 1.0
         for j in range(len(p) + 1):
             s += p[j - 1] if j else 0.0
             now = max(now, s / (spent + v[j]))
-            nxt = max(nxt, (s + gain) / (spent + self.draft_ms + v[j + 1]))
+            nxt = max(nxt, (s + gain) / (spent + self.draft_ms + floor[j + 1]))
         return nxt > now
 
     def trim(self, tree: Tree, draft_forwards: int) -> Tree:
