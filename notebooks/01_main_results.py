@@ -19,11 +19,14 @@
 # also run with the paper's own settings (Appendix A), as they are.
 #
 # **A named extension, not the paper's method.** *DynaTree + cost budget (ext.)* (`dynatree_cost`, where the
-# profile has `cost_aware`) drafts the tuned DynaTree's tree and then verifies only its best-rate subtree: the
-# j most probable nodes that maximize (1 + their summed draft path probabilities) / (iteration time), the time
-# being notebook 03's cost model of an iteration (drafting levels, the commit and fwd_target(j+1), from the curves
-# notebook 00 measured for this pair; as Sequoia and OPT-Tree size trees for their hardware). Its tuning budget is DynaTree's five candidates with the cut on (the same number as every
-# family, on the same tuning prompts); it never replaces DynaTree's rows.
+# profile has `cost_aware`) drafts with the tuned DynaTree's rules but prices every step with notebook 03's cost
+# model of an iteration (drafting levels, the commit and fwd_target(j+1), from the curves notebook 00 measured for
+# this pair; as Sequoia and OPT-Tree size trees for their hardware). Before each further level it stops drafting
+# when even the frontier's whole path probability, bought for one more draft forward and the cheapest verification
+# of one node more, would not raise the best expected tokens per ms; then it verifies only the best-rate subtree:
+# the j most probable nodes that maximize (1 + their summed draft path probabilities) / (iteration time). Its
+# tuning budget is DynaTree's five candidates with both on (the same number as every family, on the same tuning
+# prompts); it never replaces DynaTree's rows.
 
 # %% tags=["parameters"]
 profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
