@@ -44,9 +44,15 @@ def _environment(profile: str) -> str:
     r = next((x for x in recs if x.get("tags", {}).get("role") == "timed"), recs[-1])  # the timed run, not fp32's
     e = r["environment"]
     engine = r["rows"][0].get("engine", r["engine"]) if r["rows"] else r["engine"]  # as run: names the kernel too
+    others = {}  # records measured on another commit (a partial re-measurement), by dtype
+    for x in recs:
+        c = x["environment"]["git_commit"]
+        if c != e["git_commit"]:
+            others.setdefault(c, set()).add(x["dtype"])
+    also = "".join(f" {', '.join(sorted(d))} records of main.json on commit {c}." for c, d in sorted(others.items()))
     return (f"Measured on {e['device_name']} ({e['cpu_count']} cores, {e['torch_threads']} threads), torch "
             f"{e['torch']}, transformers {e['transformers']}, commit {e['git_commit']}, {e['date'][:10]}; "
-            f"target `{r['target']}`, draft `{r['draft']}`, engine `{engine}`, timed in {r['dtype']}.\n")
+            f"target `{r['target']}`, draft `{r['draft']}`, engine `{engine}`, timed in {r['dtype']}.{also}\n")
 
 
 def build(profile: str) -> Path:

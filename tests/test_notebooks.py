@@ -68,3 +68,21 @@ def test_smoke_regression_copy_renders_only(src):
                 if "injected-parameters" in c.metadata.get("tags", [])]
     assert not any(re.search(r"^rerun\s*=\s*True", s, re.M) for s in injected), \
         f"{copy} was executed with --rerun: re-render it with ./run_all.sh smoke"
+
+
+def test_results_page_names_every_commit_its_records_come_from(tmp_path, monkeypatch):
+    """A partial re-measurement (records on another commit) is said in the page's header, not hidden."""
+    import json
+
+    from dynatree_lib import results_md
+
+    env = lambda c: {"device_name": "cpu", "cpu_count": 2, "torch_threads": 2, "torch": "t", "transformers": "x",
+                     "git_commit": c, "date": "2026-11-25T00:00:00"}
+    rec = lambda dtype, role, c: {"dtype": dtype, "tags": {"role": role}, "environment": env(c), "rows": [],
+                                  "engine": "e", "target": "a", "draft": "b"}
+    (tmp_path / "results" / "p").mkdir(parents=True)
+    (tmp_path / "results" / "p" / "main.json").write_text(json.dumps(
+        {"records": [rec("bfloat16", "timed", "aaa"), rec("float32", "exact", "bbb")]}))
+    monkeypatch.setattr(results_md, "REPO", tmp_path)
+    head = results_md._environment("p")
+    assert "commit aaa" in head and "float32 records of main.json on commit bbb" in head
