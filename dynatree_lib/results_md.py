@@ -49,7 +49,8 @@ def _environment(profile: str) -> str:
         c = x["environment"]["git_commit"]
         if c != e["git_commit"]:
             others.setdefault(c, set()).add(x["dtype"])
-    also = "".join(f" {', '.join(sorted(d))} records of main.json on commit {c}." for c, d in sorted(others.items()))
+    also = "".join(f" {', '.join(sorted(d))} records of main.json on commit {c}."
+                   for c, d in sorted(others.items(), key=lambda cd: str(cd[0])))
     return (f"Measured on {e['device_name']} ({e['cpu_count']} cores, {e['torch_threads']} threads), torch "
             f"{e['torch']}, transformers {e['transformers']}, commit {e['git_commit']}, {e['date'][:10]}; "
             f"target `{r['target']}`, draft `{r['draft']}`, engine `{engine}`, timed in {r['dtype']}.{also}\n")
