@@ -31,6 +31,11 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     The tree grows in Python lists and becomes a ``Tree`` once, at the end: a level has a few nodes, and as
     tensors its bookkeeping was ~40 small tensor ops (the cpu profile's drafting level, ``costmodel.loop_costs``:
     0.26 ms with tensors, 0.16 with lists). Path log-probs are summed in fp32, as the tree stores them.
+
+    A policy with a ``lookup_skip`` weight, over a draft with a context lookup (``LookupRunner.copy``), skips
+    the draft forward of a level whose every frontier node has a copy token of at least that weight: each gets
+    that one child, scored log(weight) (a lower bound on its mixture probability), and waits unfed; the next
+    level that does run the draft feeds the waiting nodes with its frontier, in the same forward.
     """
     device = ids.device
     max_depth = min(max_depth, policy.max_depth)
@@ -50,13 +55,23 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     breadth = min(policy.max_breadth, logits.shape[-1])
     more = getattr(policy, "more", None)  # optional: whether a further level is worth its draft forward
     vocab = getattr(draft, "vocab", None)  # a head over a token subset scores columns, not token ids
+    skip = getattr(policy, "lookup_skip", None)  # optional: copy weight at which a level needs no draft forward
+    copy = getattr(draft, "copy", None) if skip is not None else None
+    context = ids[-64:].tolist() if copy is not None else []  # committed tail (lookup matches are short)
+    waiting: list[int] = []     # drafted nodes not fed to the draft yet (levels skipped by the lookup)
+    copies = None
     while True:
-        top_lp, top_tok = torch.log_softmax(logits.float(), dim=-1).topk(breadth, dim=-1)  # [f, breadth], sorted
-        if vocab is not None:
-            top_tok = vocab[top_tok]
-        child_cum = torch.tensor([cum[u] for u in frontier], device=top_lp.device)[:, None] + top_lp
-        lp, tok, cc = top_lp.tolist(), top_tok.tolist(), child_cum.tolist()
-        if n_fwd == 1:
+        if copies is not None:  # a skipped level: each frontier node's one child is its copy token
+            lp = [[math.log(w)] for _, w in copies]
+            tok = [[x] for x, _ in copies]
+            cc = [[cum[u] + math.log(w)] for u, (_, w) in zip(frontier, copies)]
+        else:
+            top_lp, top_tok = torch.log_softmax(logits.float(), dim=-1).topk(breadth, dim=-1)  # [f, breadth], sorted
+            if vocab is not None:
+                top_tok = vocab[top_tok]
+            child_cum = torch.tensor([cum[u] for u in frontier], device=top_lp.device)[:, None] + top_lp
+            lp, tok, cc = top_lp.tolist(), top_tok.tolist(), child_cum.tolist()
+        if n_fwd == 1 and not math.isfinite(root_conf):
             root_conf = math.exp(lp[0][0])
         keep = policy.select(lp, cc, [depth[u] for u in frontier])
         picked = [(r, j) for r, row in enumerate(keep) for j, k in enumerate(row) if k]
@@ -75,14 +90,33 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
         if len(tokens) - 1 >= policy.n_max:
             break
         frontier = [i for i in added if depth[i] < max_depth and policy.expandable(depth[i], cum[i])]
-        if not frontier or (more is not None and not more(cum, frontier, n_fwd)):
+        if not frontier:
             break
-        cols = processed + frontier
+        if copy is not None:
+            copies = [copy(context + _path(u, tokens, parents)) for u in frontier]
+            if all(c is not None and c[1] >= skip for c in copies):
+                waiting += frontier
+                continue
+            copies = None
+        if more is not None and not more(cum, frontier, n_fwd):
+            break
+        fed = waiting + frontier
+        cols = processed + fed
         # A chain is plain causal attention over the draft cache: no mask (the fast SDPA path).
-        visible = None if chain else bit_matrix([masks[u] for u in frontier], len(tokens), device)[:, cols]
-        logits = draft.forward(torch.tensor([tokens[u] for u in frontier], device=device),
-                               torch.tensor([prefix - 1 + depth[u] for u in frontier], device=device), visible, prefix)
-        processed = cols
+        visible = None if chain else bit_matrix([masks[u] for u in fed], len(tokens), device)[:, cols]
+        logits = draft.forward(torch.tensor([tokens[u] for u in fed], device=device),
+                               torch.tensor([prefix - 1 + depth[u] for u in fed], device=device), visible, prefix)
+        logits = logits[len(waiting):]
+        processed, waiting = cols, []
         n_fwd += 1
     draft.truncate(prefix)
     return Tree.build(tokens, parents, logp, cum, device, root_conf), n_fwd
+
+
+def _path(u: int, tokens: list[int], parents: list[int]) -> list[int]:
+    """Tokens of node ``u``'s ancestors below the root, then ``u``'s (the root is the last committed token)."""
+    out = []
+    while u > 0:
+        out.append(tokens[u])
+        u = parents[u]
+    return out[::-1]

@@ -183,6 +183,13 @@ class LookupRunner:
         out[r] = mix_rows(out[r], cols, ws)
         return out
 
+    def copy(self, context: list[int]) -> tuple[int, float] | None:
+        """The copy token after ``context`` (committed tokens, then drafted ones) and its mixture weight, or
+        None where the context matches nothing earlier or the head does not score the copy. The drafter
+        needs no draft forward for a node whose copy weight is high (``drafting.draft_tree``)."""
+        n, x = self.index.match(context[-self.cfg.max_n:])
+        return (x, self._w[n - 1]) if n and self._col[x] >= 0 else None
+
     def truncate(self, length: int) -> None:
         self.inner.truncate(length)
         del self.slots[length:]

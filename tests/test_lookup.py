@@ -1,13 +1,16 @@
 """The draft's context lookup (lookup.py): only what gets drafted changes, so every decoder still equals
 greedy AR (fp32) with it, on the eager and the fast path, with and without a subset head; the runner's
 mixture is the teacher-forced one; bad weights and a missing lookup file are refused."""
+import dataclasses
 import json
+import math
 
 import pytest
 import torch
 
-from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
+from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
 from dynatree_lib.decoders import KV_MODES
+from dynatree_lib.drafting import DraftState, draft_tree
 from dynatree_lib.fastpath import StaticRunner
 from dynatree_lib.lookup import LookupConfig, LookupRunner, NGramIndex, mix, mix_rows
 from dynatree_lib.models import DRAFT_DIR, lookup_config
@@ -75,6 +78,77 @@ def test_lookup_draft_equals_ar_fast_path(llama_target, llama_draft, name):
     for p, T in CASES:
         drf = LookupRunner(StaticRunner(llama_draft), STRONG)
         assert generate(tgt, p, T, draft=drf, method=METHODS[name]).tokens == generate(tgt, p, T).tokens
+
+
+SKIP = CostAwareConfig(DynaTreeConfig(B_max=3, D_max=8, n_max=40), ((1, 1.0), (2, 1.2), (64, 4.0)), 0.3, 1.0,
+                       lookup_skip=0.9)
+
+
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+@pytest.mark.parametrize("subset", [False, True])
+def test_lookup_skipped_levels_keep_the_tokens_eager(target, draft, subset, kv_mode):
+    """Levels drafted from the lookup alone (no draft forward; their nodes fed with a later level) change
+    what is drafted, never what is emitted; on looping prompts they occur (deeper trees than forwards)."""
+    v = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(1))[: VOCAB // 2] if subset else None
+    skipped = 0
+    for p, T in CASES:
+        res = generate(target, p, T, draft=LookupRunner(HFRunner(draft, v), STRONG), method=SKIP, kv_mode=kv_mode)
+        assert res.tokens == generate(target, p, T).tokens, f"{subset}/{kv_mode}"
+        skipped += res.drafted_depth > res.draft_forwards
+    assert skipped
+
+
+def test_lookup_skipped_levels_keep_the_tokens_fast_path(llama_target, llama_draft):
+    tgt = StaticRunner(llama_target)
+    never = dataclasses.replace(SKIP, lookup_skip=1.0)
+    for p, T in CASES:
+        ar = generate(tgt, p, T).tokens
+        res = generate(tgt, p, T, draft=LookupRunner(StaticRunner(llama_draft), STRONG), method=SKIP)
+        off = generate(tgt, p, T, draft=LookupRunner(StaticRunner(llama_draft), STRONG), method=never)
+        assert res.tokens == off.tokens == ar
+        assert res.draft_forwards <= off.draft_forwards and off.drafted_depth <= off.draft_forwards
+
+
+@pytest.mark.parametrize("skip", [0.9, 0.97])
+def test_skipped_nodes_are_fed_with_the_next_level(draft, skip):
+    """Every node of a tree drafted with skipped levels scores what it should on its own path: a copy child
+    log(weight) of its parent's copy token; any other node the lookup draft's mixture computed from scratch,
+    also below a copy child (its forward fed the nodes that waited, at their own positions and masks)."""
+    policy = dataclasses.replace(SKIP, base=DynaTreeConfig(B_max=3, D0=3, D_max=8, n_max=40), lookup_skip=skip).policy()
+    copied, after_wait = set(), 0
+    # the last prompt's copies run into its own end: "5 6 7" -> 8 -> 5 -> 6 -> 7, where the longest match is
+    # "5 6 7" again (weight 0.95): a level fed after three skipped ones when skipping takes 0.99
+    for k, p in enumerate(looping(3, 11)[:3] + [torch.tensor([5, 6, 7, 8, 5, 6, 7])]):
+        drf = LookupRunner(HFRunner(draft), STRONG)
+        tree, n_fwd = draft_tree(drf, DraftState(), p, policy, 8)
+        assert drf.length == p.numel()
+        for i in range(1, tree.size):
+            path = tree.anc[i].nonzero().squeeze(1).tolist()  # root .. i
+            ctx = p.tolist() + tree.tokens[path[1:-1]].tolist()
+            c, logp, token = drf.copy(ctx), float(tree.logp[i]), int(tree.tokens[i])
+            if c is not None and c[1] >= skip and token == c[0] and logp == pytest.approx(math.log(c[1]), abs=1e-6):
+                copied.add((k, i))
+                continue
+            ref = torch.log_softmax(HFRunner(draft).forward(torch.tensor(ctx), torch.arange(len(ctx)), last_only=True)
+                                    .float(), -1)
+            if c is not None:
+                ref = mix_rows(ref, torch.tensor([c[0]]), torch.tensor([c[1]]))
+            assert logp == pytest.approx(float(ref[0, token]), abs=1e-4), (k, i)
+            after_wait += (k, path[-2]) in copied
+    assert copied and (after_wait or skip < 0.95)
+
+
+def test_lookup_skip_without_a_lookup_is_plain_drafting(target, draft):
+    p, T = CASES[0]
+    a = generate(target, p, T, draft=draft, method=SKIP)
+    b = generate(target, p, T, draft=draft, method=dataclasses.replace(SKIP, lookup_skip=1.0))
+    assert (a.tokens, a.draft_forwards, a.drafted_nodes) == (b.tokens, b.draft_forwards, b.drafted_nodes)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "0.9", True])
+def test_bad_lookup_skip_is_refused(bad):
+    with pytest.raises(ValueError, match="lookup_skip"):
+        CostAwareConfig(lookup_skip=bad)
 
 
 def test_lookup_changes_what_is_drafted(target, draft):
