@@ -35,44 +35,42 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     A policy with a ``lookup_skip`` weight, over a draft with a context lookup (``LookupRunner.copy``), skips
     the draft forward of a level whose every frontier node has a copy token of at least that weight: each gets
     that one child, scored log(weight) (a lower bound on its mixture probability), and waits unfed; the next
-    level that does run the draft feeds the waiting nodes with its frontier, in the same forward.
+    level that does run the draft feeds the waiting nodes with its frontier, in the same forward. Level 0 too:
+    there the committed tokens' feed waits for the first level that runs the draft, or for the next tree.
     """
     device = ids.device
     max_depth = min(max_depth, policy.max_depth)
     if max_depth <= 0:
         return Tree.new(ids[-1], device), 0
 
-    new = ids[state.consumed:]
-    logits = draft.forward(new, draft.length + torch.arange(new.numel(), device=device), last_only=True)
-    state.consumed = ids.numel()
+    skip = getattr(policy, "lookup_skip", None)  # optional: copy weight at which a level needs no draft forward
+    copy = getattr(draft, "copy", None) if skip is not None else None
+    context = ids[-64:].tolist() if copy is not None else []  # committed tail (lookup matches are short)
+    copies = _copies(copy, [context], skip) if copy is not None else None  # the root's, if strong
+    logits, n_fwd = (None, 0) if copies is not None else (_catch_up(draft, state, ids), 1)
     prefix = draft.length
-    n_fwd = 1
     # the tree so far: node 0 is the root; masks[i] has bit j set when node j is node i or its ancestor
     tokens, parents, depth, logp, cum, masks = [int(ids[-1])], [-1], [0], [0.0], [0.0], [1]
     chain, root_conf = True, float("nan")
     frontier: list[int] = [0]   # nodes whose next-token logits we hold
     processed: list[int] = []   # drafted nodes in the draft cache, in cache order
-    breadth = min(policy.max_breadth, logits.shape[-1])
+    waiting: list[int] = []     # drafted nodes not fed to the draft yet (levels skipped by the lookup)
     more = getattr(policy, "more", None)  # optional: whether a further level is worth its draft forward
     vocab = getattr(draft, "vocab", None)  # a head over a token subset scores columns, not token ids
-    skip = getattr(policy, "lookup_skip", None)  # optional: copy weight at which a level needs no draft forward
-    copy = getattr(draft, "copy", None) if skip is not None else None
-    context = ids[-64:].tolist() if copy is not None else []  # committed tail (lookup matches are short)
-    waiting: list[int] = []     # drafted nodes not fed to the draft yet (levels skipped by the lookup)
-    copies = None
     while True:
         if copies is not None:  # a skipped level: each frontier node's one child is its copy token
             lp = [[math.log(w)] for _, w in copies]
             tok = [[x] for x, _ in copies]
             cc = [[cum[u] + math.log(w)] for u, (_, w) in zip(frontier, copies)]
         else:
+            breadth = min(policy.max_breadth, logits.shape[-1])
             top_lp, top_tok = torch.log_softmax(logits.float(), dim=-1).topk(breadth, dim=-1)  # [f, breadth], sorted
             if vocab is not None:
                 top_tok = vocab[top_tok]
             child_cum = torch.tensor([cum[u] for u in frontier], device=top_lp.device)[:, None] + top_lp
             lp, tok, cc = top_lp.tolist(), top_tok.tolist(), child_cum.tolist()
-        if n_fwd == 1 and not math.isfinite(root_conf):
-            root_conf = math.exp(lp[0][0])
+            if len(tokens) == 1:
+                root_conf = math.exp(lp[0][0])
         keep = policy.select(lp, cc, [depth[u] for u in frontier])
         picked = [(r, j) for r, row in enumerate(keep) for j, k in enumerate(row) if k]
         room = policy.n_max - (len(tokens) - 1)
@@ -93,13 +91,15 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
         if not frontier:
             break
         if copy is not None:
-            copies = [copy(context + _path(u, tokens, parents)) for u in frontier]
-            if all(c is not None and c[1] >= skip for c in copies):
+            copies = _copies(copy, [context + _path(u, tokens, parents) for u in frontier], skip)
+            if copies is not None:
                 waiting += frontier
                 continue
-            copies = None
         if more is not None and not more(cum, frontier, n_fwd):
             break
+        if state.consumed < ids.numel():  # level 0 came from the lookup: the committed tokens go in first
+            _catch_up(draft, state, ids)
+            prefix, n_fwd = draft.length, n_fwd + 1
         fed = waiting + frontier
         cols = processed + fed
         # A chain is plain causal attention over the draft cache: no mask (the fast SDPA path).
@@ -111,6 +111,20 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
         n_fwd += 1
     draft.truncate(prefix)
     return Tree.build(tokens, parents, logp, cum, device, root_conf), n_fwd
+
+
+def _catch_up(draft: Runner, state: DraftState, ids: Tensor) -> Tensor:
+    """Feed the draft the committed tokens it has not consumed (causal); logits [1, V] after the last."""
+    new = ids[state.consumed:]
+    logits = draft.forward(new, draft.length + torch.arange(new.numel(), device=ids.device), last_only=True)
+    state.consumed = ids.numel()
+    return logits
+
+
+def _copies(copy, contexts: list[list[int]], skip: float) -> list[tuple[int, float]] | None:
+    """The copy (token, weight) after every context, or None unless each has a weight of at least ``skip``."""
+    out = [copy(c) for c in contexts]
+    return out if all(c is not None and c[1] >= skip for c in out) else None
 
 
 def _path(u: int, tokens: list[int], parents: list[int]) -> list[int]:

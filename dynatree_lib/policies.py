@@ -345,9 +345,10 @@ class CostAwareConfig:
     ``lookup_skip``: with a draft that has a context lookup, a level whose every frontier node's copy token
     carries at least this mixture weight is drafted without a draft forward (one copy child per node; see
     ``drafting.draft_tree``): the forward would cost a drafting level for at most ``1 - weight`` of each
-    node's next-token mass. 1.0 never skips (weights are below 1); the default, 0.9, skips on the cpu
-    draft's longest matches only (12 tokens: weight 0.95, its copy the target's greedy token 97.5% of the
-    time on the lookup's fitting data)."""
+    node's next-token mass. At the root this leaves the committed tokens unfed until a level needs the draft
+    (or the next tree), so a tree may cost no draft forward at all. 1.0 never skips (weights are below 1);
+    the default, 0.9, skips on the cpu draft's longest matches only (12 tokens: weight 0.95, its copy the
+    target's greedy token 97.5% of the time on the lookup's fitting data)."""
 
     method: ClassVar[str] = "dynatree_cost"
 
@@ -404,7 +405,7 @@ class CostAwarePolicy(DynaTreePolicy):
         p = sorted((math.exp(c) for c in cum_logp[1:]), reverse=True)
         gain = sum(math.exp(cum_logp[u]) for u in frontier)
         v, floor = self.verify_list, self.verify_floor
-        spent = self.fixed_ms + (draft_forwards - 1) * self.draft_ms
+        spent = self.fixed_ms + max(draft_forwards - 1, 0) * self.draft_ms  # 0: level 0 came from the lookup
         now = nxt = 0.0
         s = 1.0
         for j in range(len(p) + 1):

@@ -1,6 +1,7 @@
 """The draft's context lookup (lookup.py): only what gets drafted changes, so every decoder still equals
 greedy AR (fp32) with it, on the eager and the fast path, with and without a subset head; the runner's
 mixture is the teacher-forced one; bad weights and a missing lookup file are refused."""
+import collections
 import dataclasses
 import json
 import math
@@ -87,15 +88,17 @@ SKIP = CostAwareConfig(DynaTreeConfig(B_max=3, D_max=8, n_max=40), ((1, 1.0), (2
 @pytest.mark.parametrize("kv_mode", KV_MODES)
 @pytest.mark.parametrize("subset", [False, True])
 def test_lookup_skipped_levels_keep_the_tokens_eager(target, draft, subset, kv_mode):
-    """Levels drafted from the lookup alone (no draft forward; their nodes fed with a later level) change
-    what is drafted, never what is emitted; on looping prompts they occur (deeper trees than forwards)."""
+    """Levels drafted from the lookup alone (no draft forward; their nodes fed with a later level, level 0's
+    committed tokens perhaps with the next tree) change what is drafted, never what is emitted; on looping
+    prompts they occur (deeper trees than forwards, trees without a forward)."""
     v = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(1))[: VOCAB // 2] if subset else None
-    skipped = 0
+    skipped = deferred = 0
     for p, T in CASES:
         res = generate(target, p, T, draft=LookupRunner(HFRunner(draft, v), STRONG), method=SKIP, kv_mode=kv_mode)
         assert res.tokens == generate(target, p, T).tokens, f"{subset}/{kv_mode}"
         skipped += res.drafted_depth > res.draft_forwards
-    assert skipped
+        deferred += 0 in res.log.draft_forwards  # a tree drafted without the draft at all
+    assert skipped and deferred
 
 
 def test_lookup_skipped_levels_keep_the_tokens_fast_path(llama_target, llama_draft):
@@ -113,29 +116,35 @@ def test_lookup_skipped_levels_keep_the_tokens_fast_path(llama_target, llama_dra
 def test_skipped_nodes_are_fed_with_the_next_level(draft, skip):
     """Every node of a tree drafted with skipped levels scores what it should on its own path: a copy child
     log(weight) of its parent's copy token; any other node the lookup draft's mixture computed from scratch,
-    also below a copy child (its forward fed the nodes that waited, at their own positions and masks)."""
+    also below a copy child (its forward fed the nodes that waited, at their own positions and masks) and
+    after a skipped level 0 (the committed tokens fed first, or left for the next tree)."""
     policy = dataclasses.replace(SKIP, base=DynaTreeConfig(B_max=3, D0=3, D_max=8, n_max=40), lookup_skip=skip).policy()
-    copied, after_wait = set(), 0
+    copied, seen = set(), collections.Counter()
     # the last prompt's copies run into its own end: "5 6 7" -> 8 -> 5 -> 6 -> 7, where the longest match is
     # "5 6 7" again (weight 0.95): a level fed after three skipped ones when skipping takes 0.99
     for k, p in enumerate(looping(3, 11)[:3] + [torch.tensor([5, 6, 7, 8, 5, 6, 7])]):
-        drf = LookupRunner(HFRunner(draft), STRONG)
-        tree, n_fwd = draft_tree(drf, DraftState(), p, policy, 8)
-        assert drf.length == p.numel()
-        for i in range(1, tree.size):
-            path = tree.anc[i].nonzero().squeeze(1).tolist()  # root .. i
-            ctx = p.tolist() + tree.tokens[path[1:-1]].tolist()
-            c, logp, token = drf.copy(ctx), float(tree.logp[i]), int(tree.tokens[i])
-            if c is not None and c[1] >= skip and token == c[0] and logp == pytest.approx(math.log(c[1]), abs=1e-6):
-                copied.add((k, i))
-                continue
-            ref = torch.log_softmax(HFRunner(draft).forward(torch.tensor(ctx), torch.arange(len(ctx)), last_only=True)
-                                    .float(), -1)
-            if c is not None:
-                ref = mix_rows(ref, torch.tensor([c[0]]), torch.tensor([c[1]]))
-            assert logp == pytest.approx(float(ref[0, token]), abs=1e-4), (k, i)
-            after_wait += (k, path[-2]) in copied
-    assert copied and (after_wait or skip < 0.95)
+        drf, state = LookupRunner(HFRunner(draft), STRONG), DraftState()
+        for r in range(4):  # four trees, each after committing the previous tree's first drafted token
+            tree, n_fwd = draft_tree(drf, state, p, policy, 8)
+            assert drf.length == state.consumed <= p.numel()
+            level0 = "drafted" if not math.isnan(tree.root_conf) else "deferred" if n_fwd == 0 else "copied"
+            seen[level0] += 1
+            for i in range(1, tree.size):
+                path = tree.anc[i].nonzero().squeeze(1).tolist()  # root .. i
+                ctx = p.tolist() + tree.tokens[path[1:-1]].tolist()
+                c, logp, token = drf.copy(ctx), float(tree.logp[i]), int(tree.tokens[i])
+                if c is not None and c[1] >= skip and token == c[0] and logp == pytest.approx(math.log(c[1]), abs=1e-6):
+                    copied.add((k, r, i))
+                    continue
+                ref = torch.log_softmax(HFRunner(draft).forward(torch.tensor(ctx), torch.arange(len(ctx)), last_only=True)
+                                        .float(), -1)
+                if c is not None:
+                    ref = mix_rows(ref, torch.tensor([c[0]]), torch.tensor([c[1]]))
+                assert logp == pytest.approx(float(ref[0, token]), abs=1e-4), (k, r, i)
+                seen["below a copy"] += (k, r, path[-2]) in copied
+            p = torch.cat([p, tree.tokens[1:2]])
+    assert copied and seen["drafted"] and seen["deferred"]
+    assert skip < 0.95 or (seen["below a copy"] and seen["copied"])  # 0.97: the last prompt's second tree
 
 
 def test_lookup_skip_without_a_lookup_is_plain_drafting(target, draft):
