@@ -26,6 +26,7 @@ from .profiles import EXTRA_METHODS, METHODS, TUNED, Profile
 LABELS = {"ar": "AR", "linear": "Linear Spec", "fixed_tree": "Fixed Tree", "dynatree": "DynaTree",
           "hf_assisted": "HF Assisted", "streaming_spec": "StreamingLLM + Spec", "talon": "TALON",
           "dynatree_cost": "DynaTree + cost budget (ext.)"}
+NO_SKIP = "DynaTree + cost budget, every level drafted (ext.)"  # the extension with lookup_skip off
 PAPER_DYNATREE = "DynaTree (paper settings)"
 
 
@@ -144,8 +145,12 @@ def main_cells(p: Profile, root=None) -> list[Cell]:
                 cells.append(Cell(ds, "dynatree", PAPER_DYNATREE, p.method("dynatree", ds), T, L, dtype,
                                   {"role": role, "paper_settings": True}))
             if p.cost_aware:
-                cells.append(Cell(ds, "dynatree_cost", LABELS["dynatree_cost"], cost_aware(p, ds, dtype, root), T, L,
-                                  dtype, {"role": role, "extension": True}))
+                ext = cost_aware(p, ds, dtype, root)
+                cells.append(Cell(ds, "dynatree_cost", LABELS["dynatree_cost"], ext, T, L, dtype,
+                                  {"role": role, "extension": True}))
+            if p.cost_aware and p.draft_lookup:  # and without its lookup skip: what the skipped forwards add
+                cells.append(Cell(ds, "dynatree_cost", NO_SKIP, dataclasses.replace(ext, lookup_skip=1.0), T, L, dtype,
+                                  {"role": role, "extension": True, "lookup_skip": False}))
     return cells
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 
@@ -148,6 +149,18 @@ def test_tuning_labels_say_what_they_run():
         for k, v in bench_config(cfg).items():
             if k not in ("type", "dynamic_breadth", "dynamic_depth", "history", "W", "a_star", "eta_D", "eta_h") and cfg:
                 assert f"{k}={v}" in c.label, (c.label, k)
+
+
+def test_main_runs_the_extension_also_without_its_lookup_skip():
+    """Where the draft has a context lookup, main has a second extension row per dataset and precision that
+    differs from the first in ``lookup_skip`` alone (what the skipped draft forwards are worth)."""
+    prof = get_profile("cpu")
+    cells = [c for c in experiments.main_cells(prof) if c.method == "dynatree_cost"]
+    assert prof.draft_lookup and len(cells) == 2 * len(prof.datasets) * 2
+    for ext, off in zip(cells[::2], cells[1::2]):
+        assert ext.config.lookup_skip < 1.0 and off.config == dataclasses.replace(ext.config, lookup_skip=1.0)
+        assert (ext.dataset, ext.dtype) == (off.dataset, off.dtype) and off.label == experiments.NO_SKIP
+    assert not get_profile("smoke").draft_lookup  # smoke's tiny draft has none: one extension row
 
 
 def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
