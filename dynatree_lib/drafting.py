@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .lookup import MAX_MATCH
 from .policies import DraftPolicy
 from .runners import Runner
 from .tree import Tree, bit_matrix
@@ -45,7 +46,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
 
     skip = getattr(policy, "lookup_skip", None)  # optional: copy weight at which a level needs no draft forward
     copy = getattr(draft, "copy", None) if skip is not None else None
-    context = ids[-64:].tolist() if copy is not None else []  # committed tail (lookup matches are short)
+    context = ids[-MAX_MATCH:].tolist() if copy is not None else []  # committed tail: the longest match there is
     copies = _copies(copy, [context], skip) if copy is not None else None  # the root's, if strong
     logits, n_fwd = (None, 0) if copies is not None else (_catch_up(draft, state, ids), 1)
     prefix = draft.length

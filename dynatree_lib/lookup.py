@@ -31,17 +31,20 @@ from torch import Tensor
 from .runners import Runner, vocab_rows
 
 
+MAX_MATCH = 64  # longest match a lookup searches (the drafter passes it that much committed context)
+
+
 @dataclass(frozen=True)
 class LookupConfig:
     """``weights[n - 1]``: the copy token's share of the mixture after a match of ``n`` tokens
-    (n = 1..len(weights): matches are searched up to that length). Each weight lies in [0, 1)."""
+    (n = 1..len(weights) <= ``MAX_MATCH``: matches are searched up to that length). Each weight lies in [0, 1)."""
 
     weights: tuple
 
     def __post_init__(self) -> None:
         w = self.weights
-        if not isinstance(w, tuple) or not w:
-            raise ValueError(f"lookup weights must be a non-empty tuple of floats, got {w!r}")
+        if not isinstance(w, tuple) or not w or len(w) > MAX_MATCH:
+            raise ValueError(f"lookup weights must be a non-empty tuple of at most {MAX_MATCH} floats, got {w!r}")
         for x in w:
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 <= x < 1.0 or math.isnan(x):
                 raise ValueError(f"every lookup weight must be a number in [0, 1), got {x!r}")

@@ -55,7 +55,7 @@ def test_mixture_rows_are_distributions():
     assert out[2].argmax() == 0 and out[1, 5].exp() >= 0.5
 
 
-@pytest.mark.parametrize("bad", [(), (1.0,), (-0.1,), (float("nan"),), (True,), [0.5]])
+@pytest.mark.parametrize("bad", [(), (1.0,), (-0.1,), (float("nan"),), (True,), [0.5], (0.5,) * 65])
 def test_bad_weights_are_refused(bad):
     with pytest.raises(ValueError, match="lookup weight"):
         LookupConfig(bad)
