@@ -30,9 +30,9 @@
 # on the lookup's fitting data), each gets that one child and waits to be fed with the next level that needs
 # the draft (at the root, the committed tokens wait too), so a tree in a copied passage may cost no draft
 # forward at all. The other methods draft every level with the network, as the paper's do: read the margin as
-# DynaTree's rules plus a cost-aware drafter, not as DynaTree's rules alone (its `lookup_skip=1.0` row in the
-# replicate of the closing note isolates it). Its tuning budget is DynaTree's five candidates with all of this on
-# (the same number as every family, on the same tuning prompts); it never replaces DynaTree's rows.
+# DynaTree's rules plus a cost-aware drafter, not as DynaTree's rules alone; the row *every level drafted* is
+# the same extension without the skip and isolates it. Its tuning budget is DynaTree's five candidates with all
+# of this on (the same number as every family, on the same tuning prompts); it never replaces DynaTree's rows.
 
 # %% tags=["parameters"]
 profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"

@@ -136,8 +136,9 @@ def test_skipped_nodes_are_fed_with_the_next_level(draft, skip):
                 if c is not None and c[1] >= skip and token == c[0] and logp == pytest.approx(math.log(c[1]), abs=1e-6):
                     copied.add((k, r, i))
                     continue
-                ref = torch.log_softmax(HFRunner(draft).forward(torch.tensor(ctx), torch.arange(len(ctx)), last_only=True)
-                                        .float(), -1)
+                with torch.no_grad():
+                    logits = HFRunner(draft).forward(torch.tensor(ctx), torch.arange(len(ctx)), last_only=True)
+                ref = torch.log_softmax(logits.float(), -1)
                 if c is not None:
                     ref = mix_rows(ref, torch.tensor([c[0]]), torch.tensor([c[1]]))
                 assert logp == pytest.approx(float(ref[0, token]), abs=1e-4), (k, r, i)
