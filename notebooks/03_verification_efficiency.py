@@ -70,7 +70,11 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # iteration into drafting, verification and commit, predicted and measured: what lies off the band shows
 # there. Tree commits measure above their prediction: the policy's update and the loop's bookkeeping after
 # the gather are not in the timed commit. StreamingLLM's commits include its
-# cache eviction (re-rotating every kept key), which the model does not price. The curves are one
+# cache eviction (re-rotating every kept key), which the model does not price. The extension's drafter skips
+# draft forwards where its context lookup decides (notebook 01): the model prices its logged mean forwards per
+# iteration, with one first-after-target forward in every iteration, though a tree inside a copied passage
+# pays none; and its prompts differ most in how much they copy, which a model of mean tree statistics
+# cannot see (a prompt's time per token is not its mean iteration over its mean tokens per iteration). The curves are one
 # measurement (each k once per round, so drift hits every k alike) while the runs interleave the methods
 # prompt by prompt over a quarter of an hour: on a shared CPU a forward's speed drifts by ten to forty
 # percent within minutes (on the cpu profile's VM the memory speed flips between two phases, and the curve's
