@@ -28,6 +28,9 @@ class DraftPolicy(Protocol):
 
     ``n_max``: drafted-node budget per tree (root excluded). ``max_depth``: no node deeper than this.
     ``max_breadth``: the most children any node can get (the drafter computes this many top-k candidates).
+    Optional, looked up by the drafter and the loop: ``more`` (draft one more level?), ``trim`` (cut the tree
+    before verification) and ``lookup_skip`` (a copy weight at which a level needs no draft forward); see
+    ``CostAwarePolicy``.
     """
 
     n_max: int
