@@ -148,9 +148,9 @@ def main_cells(p: Profile, root=None) -> list[Cell]:
                 ext = cost_aware(p, ds, dtype, root)
                 cells.append(Cell(ds, "dynatree_cost", LABELS["dynatree_cost"], ext, T, L, dtype,
                                   {"role": role, "extension": True}))
-            if p.cost_aware and p.draft_lookup:  # and without its lookup skip: what the skipped forwards add
-                cells.append(Cell(ds, "dynatree_cost", NO_SKIP, dataclasses.replace(ext, lookup_skip=1.0), T, L, dtype,
-                                  {"role": role, "extension": True, "lookup_skip": False}))
+                if p.draft_lookup:  # and without its lookup skip: what the skipped forwards add
+                    cells.append(Cell(ds, "dynatree_cost", NO_SKIP, dataclasses.replace(ext, lookup_skip=1.0), T, L,
+                                      dtype, {"role": role, "extension": True, "lookup_skip": False}))
     return cells
 
 

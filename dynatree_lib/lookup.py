@@ -173,9 +173,9 @@ class LookupRunner:
             else:
                 tail = [self.slots[tree_start + j] for j, v in enumerate(vis[i]) if v]
                 ctx = self.slots[max(0, tree_start - self.cfg.max_n):tree_start] + tail
-            n, x = self.index.match(ctx)
-            if n and self._col[x] >= 0:
-                out_rows.append(r), cols.append(self._col[x]), ws.append(self._w[n - 1])
+            c = self.copy(ctx)
+            if c is not None:
+                out_rows.append(r), cols.append(self._col[c[0]]), ws.append(c[1])
         if not out_rows:
             return logits
         cols, ws = torch.tensor(cols), torch.tensor(ws)

@@ -396,6 +396,11 @@ class CostAwarePolicy(DynaTreePolicy):
         self.draft_ms, self.fixed_ms, self.level_stop = cfg.draft_ms, cfg.fixed_ms, cfg.level_stop
         self.lookup_skip = cfg.lookup_skip if cfg.lookup_skip < 1.0 else None  # read by ``drafting.draft_tree``
 
+    def spent(self, draft_forwards: int) -> float:
+        """Modelled ms of an iteration before verification, after ``draft_forwards`` (0: level 0 came from the
+        lookup)."""
+        return self.fixed_ms + max(draft_forwards - 1, 0) * self.draft_ms
+
     def more(self, cum_logp: list[float], frontier: list[int], draft_forwards: int) -> bool:
         """Whether to draft one more level (``CostAwareConfig.level_stop``): ``cum_logp`` of the tree's nodes
         (root first), ``frontier`` the nodes the next level would expand, after ``draft_forwards``. Any tree
@@ -408,7 +413,7 @@ class CostAwarePolicy(DynaTreePolicy):
         p = sorted((math.exp(c) for c in cum_logp[1:]), reverse=True)
         gain = sum(math.exp(cum_logp[u]) for u in frontier)
         v, floor = self.verify_list, self.verify_floor
-        spent = self.fixed_ms + max(draft_forwards - 1, 0) * self.draft_ms  # 0: level 0 came from the lookup
+        spent = self.spent(draft_forwards)
         now = nxt = 0.0
         s = 1.0
         for j in range(len(p) + 1):
@@ -424,7 +429,7 @@ class CostAwarePolicy(DynaTreePolicy):
         p = tree.cum_logp[1:n + 1].exp()
         order = p.sort(descending=True, stable=True).indices  # ties: the ancestor (smaller index) first
         gain = torch.cat([p.new_ones(1), 1 + p[order].cumsum(0)])
-        spent = self.fixed_ms + max(draft_forwards - 1, 0) * self.draft_ms
+        spent = self.spent(draft_forwards)
         j = int((gain / (spent + self.verify[:n + 1].to(p.device))).argmax())
         if j == n:
             return tree
