@@ -144,6 +144,14 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
 
     path = (root or RESULTS) / profile.name / "costs.json"
     old = None if needs_run(path, rerun, render_only, profile.threads) else json.loads(path.read_text())
+    if old is not None and measured_engine(old, profile.dtype) != profile.engine:  # curves of another engine
+        if render_only:
+            raise ValueError(f"{path} was measured on engine {measured_engine(old, profile.dtype)!r}, the profile "
+                             f"runs {profile.engine!r}: run without --render to measure it again")
+        print(f"{path}: measured on engine {measured_engine(old, profile.dtype)!r}; measuring {profile.engine!r}")
+        path.rename(path.with_suffix(".bak.json"))
+        old = None
+        needs_run(path, True, False, profile.threads)
     if old is not None and (render_only or all(COLD in c and "loop" in c for c in old["curves"].values())):
         return path
     context = max(profile.L_max.values())
@@ -168,13 +176,22 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
             added.add("loop")
     path.parent.mkdir(parents=True, exist_ok=True)
     if old is None:
-        out = {"profile": profile.name, "context": context, "ks": list(KS), "curves": curves,
-               "environment": environment(profile.device)}
+        out = {"profile": profile.name, "engine": profile.engine, "context": context, "ks": list(KS),
+               "curves": curves, "environment": environment(profile.device)}
     else:
         env = environment(profile.device)
         out = dict(old, curves=curves, added={**old.get("added", {}), **{k: env for k in sorted(added)}})
     path.write_text(json.dumps(out, indent=1))
     return path
+
+
+def measured_engine(costs: dict, dtype: str) -> str:
+    """The profile engine a costs.json was measured on (files before it was logged: the one its ``dtype``
+    runner names, "static+compile+dpbf16" being "static+compile")."""
+    if "engine" in costs:
+        return costs["engine"]
+    ran = costs["curves"].get(dtype, {}).get("engine", "")
+    return "static+compile" if ran.startswith("static+compile") else ran.removesuffix("+dpbf16")
 
 
 def interp(curve: dict, k: float) -> float:

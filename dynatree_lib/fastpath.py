@@ -6,6 +6,15 @@ layers, and a KV cache written in place. ``StaticRunner`` serves it to the decod
 role): no per-step allocation of cache tensors, no transformers call overhead, attention over the used part
 of the cache only.
 
+With ``fused=True`` (the cpu profile's engine "static+fused") and the bf16 kernels available, the whole forward
+is one C++ call (``kernels.forward``): one parallel region per forward instead of ~12 kernels a layer, each
+its own region (~5-7 us to start on 2 cores, and a weight stream that restarts cold). It computes what the
+layered forward below computes with the kernels, bit for bit (tested). Measured on the cpu profile's target
+(SmolLM2-135M, bf16, 2 cores, 300 cached tokens, the two engines' forwards alternating): one token 7.0 ms
+against 8.3 ms compiled while the VM's memory read at ~57 GB/s, 8.9 against 10.0 at ~35 GB/s; the draft's
+one-token forward 0.24 against 0.51 ms (the curves the harness uses: ``results/cpu/costs.json``). Elsewhere (fp32, no AVX512-BF16) it falls back to the
+compiled graph, and the runner's ``engine`` says which ran.
+
 With ``compile=True`` the forward is ``torch.compile``d with dynamic shapes (a graph specialised to one
 new token, one for any other count, one for prompts that need only the last logits: a tree of any size
 or a prompt of any length needs no padding) and a C++ wrapper (no Python between kernels).
@@ -138,6 +147,9 @@ class StaticLlama(nn.Module):
         head = hf.lm_head.weight
         self.head = nn.Parameter(w(head if head_rows is None else head.index_select(0, head_rows.to(head.device))),
                                  requires_grad=False)
+        # the whole forward as one kernel call (``kernels.forward``) where every matmul weight was packed
+        self.one_call = (self.fused_attention and all(t.dim() == 4 for t in (self.wqkv, self.wo, self.w13, self.w2))
+                         and self.head.dim() == 3 and kernels.forward_takes(c.hidden_size, self.inter))
         # The KV cache, written in place: one flat buffer each for keys and values, [layer, KV head, slot] rows
         # of head_dim (``cache`` gives the 4-D view). Flat, because a graph that writes a view of an input (a
         # layer's slice) copies the whole input, and one tensor per layer cost ~15 us a call per layer in
@@ -205,6 +217,8 @@ class StaticLlama(nn.Module):
     def forward(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor,
                 last_only: bool = False) -> Tensor:
         """Logits [q, V] ([1, V] if ``last_only``) of ``tokens`` (see ``body``)."""
+        if self.one_call:
+            return kernels.forward(tokens, positions, slots, mask, self, last_only)
         x = self.body(tokens, positions, slots, mask)
         return self.logits(x[-1:] if last_only else x)
 
@@ -218,17 +232,20 @@ class StaticRunner:
     these token ids (a draft head over a subset of the vocabulary; see ``runners``)."""
 
     def __init__(self, hf, max_len: int | None = None, compile: bool = False, tree_slots: int = 320,
-                 kernel: bool | None = None, vocab=None):
+                 kernel: bool | None = None, vocab=None, fused: bool = False):
         self.model = hf
         self.vocab = check_vocab(vocab, vocab_rows(hf), next(hf.parameters()).device)
         self.max_len = (max_len or context_limit(hf) or 2048) + tree_slots
         if kernel is None:  # the bf16 kernel wherever it runs (bf16 weights, a CPU with AVX512-BF16)
             kernel = hf.dtype == torch.bfloat16 and next(hf.parameters()).device.type == "cpu" and kernels.available()
         self.net = StaticLlama(hf, self.max_len, gemv=compile, packed=kernel, head_rows=self.vocab).eval()
+        self.net.one_call &= fused
         self.length = 0
         self.engine = ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
         self._step = self.net
-        if compile:
+        if self.net.one_call:  # nothing left to compile
+            self.engine = "static+fused"
+        elif compile:
             import torch._dynamo.config as dynamo_config
 
             dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)

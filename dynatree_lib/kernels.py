@@ -1,4 +1,5 @@
-"""bf16 matmul and attention for a few rows at memory speed on CPUs with AVX512-BF16 (``csrc/linear_bf16.cpp``).
+"""bf16 matmul, attention and a whole Llama forward for a few rows at memory speed on CPUs with AVX512-BF16
+(``csrc/linear_bf16.cpp``).
 
 Decoding a token reads every weight once, so verifying a tree of k <= 16 tokens should cost about what one
 token costs. On the cpu profile's machines it did not: oneDNN's bf16 matmul re-lays a plain weight out on
@@ -8,6 +9,9 @@ VDPBF16PS, fp32 sums in a fixed order: a row's result is the same bits whatever 
 ``attention`` reads a layer's cache slices in place (ATen's batched matmul copies them first) and keeps the
 same property for a tree: a node's row is computed from its query and its visible slots only, in slot order,
 so it gets the bits the same token gets in a plain sequence.
+``forward`` runs a whole Llama forward (embedding, every layer, the head) in one call and one parallel region,
+with these matmuls and this attention: the per-kernel start-up a layered forward pays ~12 times a layer is paid
+once (see ``fastpath``).
 Measured on the cpu profile's target (SmolLM2-135M, 2 cores): see ``fastpath`` and ``results/cpu/costs.json``.
 
 The kernel is built with torch's C++ extension loader on first use (about 20 s; cached in
@@ -83,3 +87,17 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     reads KV head h // (H / KV)); returns [n, H * hd]. Scores, softmax and sums in fp32; a row's bits do not
     depend on the other rows or on hidden slots."""
     return torch.ops.dynatree.attention_bf16(q, k, v, mask)
+
+
+def forward_takes(hidden: int, intermediate: int) -> bool:
+    """Whether ``forward`` serves these sizes (multiples of 16; the head size as ``attention_takes``)."""
+    return hidden % 16 == 0 and intermediate % 16 == 0
+
+
+def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net, last_only: bool = False) -> Tensor:
+    """A whole Llama forward in one call (``fastpath.StaticLlama`` ``net`` with packed weights): logits [q, V]
+    ([1, V] if ``last_only``) of ``tokens`` at ``positions``, keys and values written to cache ``slots``,
+    attending through the additive bf16 ``mask`` [q, kv] to slots [0, kv)."""
+    return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, net.embed, net.wqkv, net.wo, net.w13,
+                                          net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
+                                          net.sin, net.H, net.KV, net.eps, last_only)

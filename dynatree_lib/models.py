@@ -16,7 +16,7 @@ from .runners import as_runner, check_pair, context_limit
 REPO = Path(__file__).resolve().parents[1]
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_DIR = REPO / "weights" / "smollm2-draft"
-ENGINES = ("eager", "static", "static+compile")
+ENGINES = ("eager", "static", "static+compile", "static+fused")
 
 
 def cache_dir() -> Path:
@@ -273,4 +273,5 @@ def on_engine(model, engine: str, max_len: int, vocab=None):
         return HFRunner(model, vocab)
     from .fastpath import StaticRunner
 
-    return StaticRunner(model, max_len, engine == "static+compile", vocab=vocab)
+    # "static+fused": one kernel call a forward where the bf16 kernels run, else the compiled graph
+    return StaticRunner(model, max_len, engine != "static", vocab=vocab, fused=engine == "static+fused")

@@ -32,7 +32,7 @@ class Profile:
     draft: str
     device: str = "cpu"
     dtype: str = "float32"                # precision of the timed runs
-    engine: str = "eager"                 # "eager" (transformers) or the fast path: "static", "static+compile"
+    engine: str = "eager"                 # "eager" (transformers) or the fast path: "static", "static+compile", "static+fused"
     exact_dtype: str | None = None        # an extra main-table run in this precision, asserted equal to AR
     n_exact: int = 0                      # prompts per dataset in that run
     data_source: str = "local"            # "hub" or "local"
@@ -153,7 +153,7 @@ PROFILES: dict[str, Profile] = {
     # Tuning decodes the test's T: acceptance grows along a generation (PG-19's tokens per iteration: 2.5 at
     # T=96, 4.7 at 256), so settings tuned on short runs were tuned for another regime.
     "cpu": Profile(
-        "cpu", "embedded:target", "embedded:draft", dtype="bfloat16", engine="static+compile", exact_dtype="float32",
+        "cpu", "embedded:target", "embedded:draft", dtype="bfloat16", engine="static+fused", exact_dtype="float32",
         n_exact=2, L_max={"wikitext2": 200, "pg19": 250}, T=256, n_prompts=8, warmup=1, threads=2,
         linear_K={"wikitext2": 8, "pg19": 5}, streaming_cache=256, tuning=_cpu_tuning(), tuning_n=3,
         T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), sweep_n_prompts=2, trees_n_prompts=1,

@@ -60,6 +60,26 @@ def test_run_costs_adds_the_missing_curve_and_keeps_the_others(tmp_path):
     assert new["environment"] == {"date": "then"} and set(new["added"]) == {COLD, "loop"}
 
 
+def test_run_costs_measures_again_when_the_engine_changed(tmp_path):
+    """Curves measured on another engine (the cpu profile's compiled graph before its one-call forward) are
+    not reused: render-only refuses, a run archives them and measures the profile's engine."""
+    prof = get_profile("smoke")
+    path = tmp_path / "smoke" / "costs.json"
+    path.parent.mkdir()
+    curve = {"1": 1.0, "2": 1.5}
+    old = {"profile": "smoke", "context": 24, "ks": [1, 2], "environment": {"date": "then"},
+           "curves": {d: {"target": curve, "draft": curve, "bound": {}, "engine": "static+compile+dpbf16"}
+                      for d in ("bfloat16", "float32")}}
+    path.write_text(json.dumps(old))
+    assert costmodel.measured_engine(old, "bfloat16") == "static+compile" != prof.engine
+    with pytest.raises(ValueError, match="measured on engine 'static\\+compile'"):
+        costmodel.run_costs(prof, root=tmp_path, render_only=True)
+    costmodel.run_costs(prof, root=tmp_path)
+    new = json.loads(path.read_text())
+    assert new["engine"] == prof.engine and new["curves"]["bfloat16"]["target"] != curve
+    assert json.loads(path.with_suffix(".bak.json").read_text()) == old
+
+
 def test_ceiling_table_has_one_column_pair_per_precision():
     from dynatree_lib.tables import ceiling_table
 

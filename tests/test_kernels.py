@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from dynatree_lib import kernels
+from dynatree_lib.decoders import KV_MODES
 from dynatree_lib.fastpath import StaticRunner
 from dynatree_lib.models import tiny_llama
 from dynatree_lib.runners import additive_mask
@@ -132,3 +133,85 @@ def test_bf16_speculative_decoding_reproduces_bf16_ar():
         ar = generate(tgt, p, 40).tokens
         for cfg in configs:
             assert generate(tgt, p, 40, draft=drf, method=cfg).tokens == ar, (seed, cfg)
+
+
+def _fused_pair():
+    """bf16 Llama pair whose sizes the one-call forward takes (head size 32), as fused and as layered runners."""
+    from dynatree_lib.models import perturb
+
+    m = tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160)
+    d = perturb(tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160),
+                0.03, 5)
+    m, d = m.to(torch.bfloat16), d.to(torch.bfloat16)
+    return (StaticRunner(m, fused=True), StaticRunner(d, fused=True)), (StaticRunner(m), StaticRunner(d))
+
+
+@needs_kernel
+def test_one_call_forward_computes_what_the_layered_forward_computes():
+    """``kernels.forward`` (the whole forward in one call) against the layer-by-layer fast path with the same
+    kernels: the same logits and cache bits for a prompt, a causal chunk and a tree."""
+    (f, _), (s, _) = _fused_pair()
+    assert f.engine == "static+fused" and s.engine == "static+dpbf16"
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(1, 96, (37,), generator=g)
+    for r in (f, s):
+        r.reset()
+    assert torch.equal(f.forward(x, torch.arange(37)), s.forward(x, torch.arange(37)))
+    assert torch.equal(f.forward(x[:1], torch.tensor([37])), s.forward(x[:1], torch.tensor([37])))
+    # a tree of 6 nodes: root, two children, grandchildren; positions by depth
+    visible = torch.tensor([[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0], [1, 1, 0, 1, 0, 0],
+                            [1, 1, 0, 0, 1, 0], [1, 0, 1, 0, 0, 1]], dtype=torch.bool)
+    pos = 38 + torch.tensor([0, 1, 1, 2, 2, 2])
+    a = f.forward(x[:6], pos, visible=visible, tree_start=38)
+    b = s.forward(x[:6], pos, visible=visible, tree_start=38)
+    assert torch.equal(a, b)
+    for cf, cs in zip(f.net.cache(), s.net.cache()):
+        assert torch.equal(cf[:, :, :44], cs[:, :, :44])
+    f.truncate(40)  # last-only logits of a prompt chunk
+    s.truncate(40)
+    assert torch.equal(f.forward(x[:5], torch.arange(40, 45), last_only=True),
+                       s.forward(x[:5], torch.arange(40, 45), last_only=True))
+
+
+@needs_kernel
+def test_one_call_forward_falls_back_where_it_cannot_run():
+    m = tiny_llama(layers=1, vocab_size=96)  # head size 16: the attention kernel does not take it
+    assert StaticRunner(m.to(torch.bfloat16), fused=True).engine == "static+dpbf16"
+    assert StaticRunner(tiny_llama(layers=1, hidden_size=128, vocab_size=96), fused=True).engine == "static"  # fp32
+    r, _ = _fused_pair()[0]
+    with pytest.raises(RuntimeError, match="token id 96 outside the vocabulary"):
+        r.forward(torch.tensor([96]), torch.tensor([0]))
+    with pytest.raises(RuntimeError, match="position 999 past the RoPE table"):
+        r.forward(torch.tensor([5]), torch.tensor([999]))
+
+
+@needs_kernel
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+def test_bf16_one_call_forward_speculative_decoding_reproduces_bf16_ar(kv_mode):
+    """On the one-call forward too, every decoder family's bf16 tokens are bf16 AR's: T=1, a one-token prompt,
+    a budget of one node, EOS inside a draft and the context limit included."""
+    from dynatree_lib import (CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig,
+                              TalonConfig, generate)
+    (tgt, drf), (layered, _) = _fused_pair()
+    configs = [LinearConfig(K=4), FixedTreeConfig(D=4, B=2, tau=0.0, n_max=12), FixedTreeConfig(D=5, B=3, n_max=1),
+               DynaTreeConfig(n_max=10, D_max=4, D0=3, B_max=3), DynaTreeConfig(n_max=1), TalonConfig(mu=0.01, N=10, K=3),
+               StreamingConfig(K=4, cache_size=128, n_sink=4), CostAwareConfig()]
+    g = torch.Generator().manual_seed(11)
+    cases = [(torch.randint(1, 96, (n,), generator=g), T) for n, T in ((1, 25), (9, 1), (30, 40), (150, 10))]
+    accepted = 0
+    for p, T in cases:
+        ar = generate(tgt, p, T).tokens
+        assert ar == generate(layered, p, T).tokens
+        for cfg in configs:
+            if isinstance(cfg, StreamingConfig) and p.numel() + T > 128:
+                continue
+            res = generate(tgt, p, T, draft=drf, method=cfg, kv_mode=kv_mode)
+            assert res.tokens == ar, (p.numel(), T, cfg)
+            accepted += res.accepted
+        if T >= 40:  # EOS inside a draft: every decoder stops right after it
+            eos = ar[12]
+            stop = ar[: ar.index(eos) + 1]
+            assert generate(tgt, p, T, eos_token_id=eos).tokens == stop
+            for cfg in configs[:4]:
+                assert generate(tgt, p, T, draft=drf, method=cfg, kv_mode=kv_mode, eos_token_id=eos).tokens == stop
+    assert accepted > 0

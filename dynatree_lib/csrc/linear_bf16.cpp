@@ -1,5 +1,6 @@
 // dynatree::linear_bf16(x, w_packed): x [k, d] @ w.T in bf16 for a few rows at memory speed (AVX512-BF16);
-// dynatree::attention_bf16(q, k, v, mask): grouped-query attention of a few new tokens over a bf16 cache.
+// dynatree::attention_bf16(q, k, v, mask): grouped-query attention of a few new tokens over a bf16 cache;
+// dynatree::forward_bf16(...): a whole Llama forward with both, in one parallel region (see "the whole forward").
 //
 // Why: decoding reads every weight once per forward, so a forward of k <= 16 tokens should cost about what
 // one token costs. oneDNN's bf16 matmul on plain weights re-lays the weight out on every call (about half
@@ -14,6 +15,7 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -39,7 +41,8 @@ constexpr int64_t kPrefetch = 64;
 // rows: one sum 68-78 / 66-75 / 64-65, two sums 113-126 / 106-114 / 85-98; 8 and 16 rows compute-bound either
 // way). Hence at most 8 rows a pass (16 sums in registers); more rows take more passes over a block that
 // sits in L1/L2. Every output adds its products in one order whatever the rows: the same bits alone or batched.
-template <int K>
+// Add: the output is a residual stream, out = bf16(out + bf16(x @ w.T)) (eager's rounding of `x + linear(..)`).
+template <int K, bool Add = false>
 void rows(const uint32_t* x, int64_t d2, const __m512i* w, c10::BFloat16* out, int64_t ostride, int64_t b0,
           int64_t b1) {
   for (int64_t b = b0; b < b1; ++b) {
@@ -61,15 +64,32 @@ void rows(const uint32_t* x, int64_t d2, const __m512i* w, c10::BFloat16* out, i
       for (int j = 0; j < K; ++j)
         even[j] = _mm512_dpbf16_ps(even[j], v0, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c]));
     }
-    for (int j = 0; j < K; ++j)
-      _mm256_storeu_si256((__m256i*)(out + j * ostride + b * 16),
-                          (__m256i)_mm512_cvtneps_pbh(_mm512_add_ps(even[j], odd[j])));
+    for (int j = 0; j < K; ++j) {
+      auto* o = (__m256i*)(out + j * ostride + b * 16);
+      __m512 y = _mm512_add_ps(even[j], odd[j]);
+      if (Add)
+        y = _mm512_add_ps(_mm512_cvtpbh_ps(_mm512_cvtneps_pbh(y)), _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256(o)));
+      _mm256_storeu_si256(o, (__m256i)_mm512_cvtneps_pbh(y));
+    }
   }
 }
 
 constexpr int kPass = 8;  // rows per pass over a block
 using RowsFn = void (*)(const uint32_t*, int64_t, const __m512i*, c10::BFloat16*, int64_t, int64_t, int64_t);
 constexpr RowsFn kRows[kPass + 1] = {nullptr, rows<1>, rows<2>, rows<3>, rows<4>, rows<5>, rows<6>, rows<7>, rows<8>};
+constexpr RowsFn kRowsAdd[kPass + 1] = {nullptr,           rows<1, true>, rows<2, true>, rows<3, true>, rows<4, true>,
+                                        rows<5, true>, rows<6, true>, rows<7, true>, rows<8, true>};
+
+// k rows of x [k, 2 * d2] against output blocks [b0, b1): each stretch of 8 blocks serves every 8-row pass while
+// it sits in cache, so the weight streams from memory once whatever k is.
+void linear_blocks(const uint32_t* x, int64_t k, int64_t d2, const __m512i* w, c10::BFloat16* out, int64_t os,
+                   int64_t b0, int64_t b1, bool add = false) {
+  const RowsFn* fns = add ? kRowsAdd : kRows;
+  for (int64_t s = b0; s < b1; s += 8) {
+    const int64_t e = std::min<int64_t>(s + 8, b1);
+    for (int64_t j = 0; j < k; j += kPass) fns[std::min<int64_t>(kPass, k - j)](x + j * d2, d2, w, out + j * os, os, s, e);
+  }
+}
 
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
@@ -85,13 +105,7 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w) {
   auto* op = out.data_ptr<c10::BFloat16>();
   // Blocks of outputs split between threads; for more than 8 rows (a tree, a prompt) each stretch of 8 blocks
   // is used by every 8-row pass while it sits in cache, so the weight still streams from memory once.
-  at::parallel_for(0, nblk, 8, [&](int64_t b0, int64_t b1) {
-    for (int64_t s = b0; s < b1; s += 8) {
-      const int64_t e = std::min<int64_t>(s + 8, b1);
-      for (int64_t j = 0; j < k; j += kPass)
-        kRows[std::min<int64_t>(kPass, k - j)](xp + j * d2, d2, wp, op + j * os, os, s, e);
-    }
-  });
+  at::parallel_for(0, nblk, 8, [&](int64_t b0, int64_t b1) { linear_blocks(xp, k, d2, wp, op, os, b0, b1); });
   return out;
 }
 
@@ -316,17 +330,210 @@ at::Tensor attention_bf16_meta(const at::Tensor& q, const at::Tensor& k, const a
   return at::empty_symint({q.sym_size(1), q.sym_size(0) * q.sym_size(2)}, q.options());
 }
 
+
+// ---- the whole forward ----
+// Why: a compiled graph of the same layers calls ~12 kernels a layer (matmuls, attention, norms, RoPE, the
+// cache writes, SiLU, residual adds), each its own parallel region: on 2 cores a region costs ~5-7 us to start
+// and its weight stream restarts cold, so the one-token forward of the cpu profile's target ran 1.6-1.9x its
+// bandwidth bound with its matmuls at memory speed. Here the whole forward is one parallel region: every thread
+// streams its share of each weight in turn and the threads meet at a barrier between the steps that need a
+// whole row. The arithmetic is the graph's, rounded where eager rounds (RMSNorm statistics in fp32, RoPE and
+// SiLU from bf16 operands, bf16 residual adds), and every row is computed from its own inputs in a fixed order:
+// a token's bits do not depend on the rows that come with it.
+
+inline float bf(float f) { return static_cast<float>(c10::BFloat16(f)); }  // round to bf16 (to nearest even)
+
+inline __m512 load16(const c10::BFloat16* p) { return _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)p)); }
+inline __m512 round16(__m512 v) { return _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(v)); }  // to bf16 and back
+inline void store16(c10::BFloat16* p, __m512 v) { _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh(v)); }
+
+// RMSNorm of a row (d a multiple of 16): bf16(w * bf16(x * rsqrt(mean(x^2) + eps))), as transformers' Llama.
+void rms_row(const c10::BFloat16* x, const c10::BFloat16* w, int64_t d, float eps, c10::BFloat16* out) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; i += 16) acc = _mm512_fmadd_ps(load16(x + i), load16(x + i), acc);
+  const __m512 r = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(acc) / static_cast<float>(d) + eps));
+  for (int64_t i = 0; i < d; i += 16) store16(out + i, _mm512_mul_ps(load16(w + i), round16(_mm512_mul_ps(load16(x + i), r))));
+}
+
+// RoPE of one head (rotate-half; hd a multiple of 32): bf16(bf16(x * cos) + bf16(rot(x) * sin)), written to out
+// (which may be x).
+void rope_head(const c10::BFloat16* x, const c10::BFloat16* cs, const c10::BFloat16* sn, int64_t hd,
+               c10::BFloat16* out) {
+  __m512 y[16];
+  const int64_t h = hd / 2;
+  for (int64_t i = 0; i < hd; i += 16) {
+    const __m512 v = load16(x + i), other = load16(x + (i < h ? i + h : i - h));
+    const __m512 rot = i < h ? _mm512_sub_ps(_mm512_setzero_ps(), other) : other;
+    y[i / 16] = _mm512_add_ps(round16(_mm512_mul_ps(v, load16(cs + i))), round16(_mm512_mul_ps(rot, load16(sn + i))));
+  }
+  for (int64_t i = 0; i < hd; i += 16) store16(out + i, y[i / 16]);
+}
+
+// bf16(bf16(silu(g)) * u) for columns [c0, c1) of a row (multiples of 16); silu(g) = g / (1 + exp(-g)) in fp32.
+void silu_mul(const c10::BFloat16* g, const c10::BFloat16* u, int64_t c0, int64_t c1, c10::BFloat16* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t c = c0; c < c1; c += 16) {
+    const __m512 gv = load16(g + c);
+    const __m512 e = exp_nonpos(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(gv)));  // exp(-|g|)
+    const __mmask16 neg = _mm512_cmp_ps_mask(gv, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 sig = _mm512_div_ps(_mm512_mask_mov_ps(one, neg, e), _mm512_add_ps(one, e));
+    store16(out + c, _mm512_mul_ps(round16(_mm512_mul_ps(gv, sig)), load16(u + c)));
+  }
+}
+
+// Logits of `tokens` at `positions`, their keys and values written to cache `slots` (rows of the flat caches,
+// [layer, KV head, slot]), attending through the additive `mask` [q, kv] to slots [0, kv). Weights packed by
+// kernels.pack and stacked over layers; `last_only`: logits of the last token only.
+at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
+                        const at::Tensor& mask, const at::Tensor& embed, const at::Tensor& wqkv, const at::Tensor& wo,
+                        const at::Tensor& w13, const at::Tensor& w2, const at::Tensor& ln1, const at::Tensor& ln2,
+                        const at::Tensor& norm, const at::Tensor& head, const at::Tensor& kc, const at::Tensor& vc,
+                        const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t KV, double eps,
+                        bool last_only) {
+  for (const auto* t : {&tokens, &positions, &slots})
+    TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->is_contiguous(),
+                "forward_bf16: tokens, positions, slots must be contiguous 1-D int64");
+  for (const auto* t : {&mask, &embed, &wqkv, &wo, &w13, &w2, &ln1, &ln2, &norm, &head, &kc, &vc, &cos, &sin})
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous(),
+                "forward_bf16: contiguous bf16 CPU tensors only");
+  const int64_t q = tokens.size(0), d = embed.size(1), L = wqkv.size(0), hd = kc.size(1), kv = mask.size(1);
+  TORCH_CHECK(q > 0 && positions.size(0) == q && slots.size(0) == q && mask.dim() == 2 && mask.size(0) == q,
+              "forward_bf16: ", q, " tokens need as many positions and slots and a [", q, ", kv] mask");
+  TORCH_CHECK(hd % 32 == 0 && hd <= 256 && KV > 0 && H % KV == 0 && d % 16 == 0, "forward_bf16: head dim ", hd,
+              ", hidden size ", d, ", ", H, " / ", KV, " heads");
+  const int64_t d2 = d / 2, ncol = (H + 2 * KV) * hd, inter = w13.size(1) * 8, n_slots = kc.size(0) / (L * KV);
+  TORCH_CHECK(inter % 16 == 0, "forward_bf16: intermediate size ", inter, " is not a multiple of 16");
+  TORCH_CHECK(wqkv.dim() == 4 && wqkv.size(1) * 16 == ncol && wqkv.size(2) == d2 && wo.size(1) * 16 == d &&
+                  wo.size(2) * 2 == H * hd && w13.size(2) == d2 && w2.size(1) * 16 == d && w2.size(2) * 2 == inter &&
+                  head.dim() == 3 && head.size(1) == d2 && ln1.size(1) == d && norm.size(0) == d,
+              "forward_bf16: weights must be packed by dynatree_lib.kernels.pack and stacked over layers");
+  TORCH_CHECK(kc.sizes() == vc.sizes() && kc.size(0) == L * KV * n_slots && cos.size(1) == hd,
+              "forward_bf16: caches must be [layers * KV heads * slots, head dim]");
+  const auto* tk = tokens.data_ptr<int64_t>();
+  const auto* ps = positions.data_ptr<int64_t>();
+  const auto* sl = slots.data_ptr<int64_t>();
+  for (int64_t r = 0; r < q; ++r) {
+    TORCH_CHECK(tk[r] >= 0 && tk[r] < embed.size(0), "forward_bf16: token id ", tk[r], " outside the vocabulary");
+    TORCH_CHECK(ps[r] >= 0 && ps[r] < cos.size(0), "forward_bf16: position ", ps[r], " past the RoPE table");
+    TORCH_CHECK(sl[r] >= 0 && sl[r] < kv && kv <= n_slots, "forward_bf16: slot ", sl[r], " outside the mask");
+  }
+  using bf16 = c10::BFloat16;
+  auto opt = embed.options();
+  const int64_t nout = last_only ? 1 : q, V = head.size(0) * 16;
+  auto x = at::empty({q, d}, opt), qkv = at::empty({q, ncol}, opt), att = at::empty({q, H * hd}, opt);
+  auto h13 = at::empty({q, 2 * inter}, opt), act = at::empty({q, inter}, opt), out = at::empty({nout, V}, opt);
+  const int nt = std::max(1, at::get_num_threads());
+  auto xn = at::empty({nt, q, d}, opt);  // each thread's normalised rows (computed by every thread: no barrier)
+  // attention tasks: (chunk of a KV head's rows, KV head), chunk-major so that threads taking every T-th task get
+  // equal shares; more, smaller chunks where that evens the count out and a chunk keeps >= 4 rows (a task's fixed
+  // cost is its pass over the keys: for one token, 3 KV heads on 2 threads, splitting rows did not pay, measured)
+  const int64_t g = H / KV, arows = g * q;
+  int64_t per = (arows + kChunk - 1) / kChunk;
+  while ((KV * per) % nt != 0 && (arows + per) / (per + 1) >= 4) ++per;
+  const int64_t chunk = (arows + per - 1) / per, tasks = KV * per;
+  const int64_t kvp = (kv + 15) / 16 * 16;
+  std::vector<float> scratch(static_cast<size_t>(nt) * (kChunk * kvp + kvp + 16));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const AttendFn attend_fn = kAttend[hd / 16];
+  bf16 *X = x.data_ptr<bf16>(), *QKV = qkv.data_ptr<bf16>(), *ATT = att.data_ptr<bf16>(), *H13 = h13.data_ptr<bf16>();
+  bf16 *ACT = act.data_ptr<bf16>(), *OUT = out.data_ptr<bf16>(), *KC = kc.data_ptr<bf16>(), *VC = vc.data_ptr<bf16>();
+  const bf16 *EMB = embed.data_ptr<bf16>(), *MASK = mask.data_ptr<bf16>(), *COS = cos.data_ptr<bf16>(),
+             *SIN = sin.data_ptr<bf16>(), *LN1 = ln1.data_ptr<bf16>(), *LN2 = ln2.data_ptr<bf16>();
+  const auto* WQKV = reinterpret_cast<const __m512i*>(wqkv.data_ptr<bf16>());
+  const auto* WO = reinterpret_cast<const __m512i*>(wo.data_ptr<bf16>());
+  const auto* W13 = reinterpret_cast<const __m512i*>(w13.data_ptr<bf16>());
+  const auto* W2 = reinterpret_cast<const __m512i*>(w2.data_ptr<bf16>());
+  const auto* HEAD = reinterpret_cast<const __m512i*>(head.data_ptr<bf16>());
+  const int64_t sqkv = wqkv[0].numel() / 32, so = wo[0].numel() / 32, s13 = w13[0].numel() / 32, s2 = w2[0].numel() / 32;
+  const float feps = static_cast<float>(eps);
+  const int64_t ms = mask.stride(0);
+
+#pragma omp parallel num_threads(nt)
+  {
+    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+    // this thread's share of n output blocks (contiguous: one stream per weight)
+    auto share = [&](int64_t n, int64_t& b0, int64_t& b1) { b0 = n * t / T, b1 = n * (t + 1) / T; };
+    bf16* XN = xn.data_ptr<bf16>() + t * q * d;
+    float* S = scratch.data() + t * (kChunk * kvp + kvp + 16);
+    const auto* XNu = reinterpret_cast<const uint32_t*>(XN);
+    int64_t b0, b1;
+    for (int64_t r = t; r < q; r += T) std::memcpy(X + r * d, EMB + tk[r] * d, d * sizeof(bf16));
+#pragma omp barrier
+    for (int64_t i = 0; i < L; ++i) {
+      for (int64_t r = 0; r < q; ++r) rms_row(X + r * d, LN1 + i * d, d, feps, XN + r * d);
+      share(ncol / 16, b0, b1);
+      linear_blocks(XNu, q, d2, WQKV + i * sqkv, QKV, ncol, b0, b1);
+#pragma omp barrier
+      // RoPE of the queries in place, the keys into the cache; the values copied there
+      for (int64_t it = t; it < q * (H + 2 * KV); it += T) {
+        const int64_t r = it / (H + 2 * KV), hh = it % (H + 2 * KV);
+        bf16* src = QKV + r * ncol + hh * hd;
+        const bf16 *cs = COS + ps[r] * hd, *sn = SIN + ps[r] * hd;
+        if (hh < H) {
+          rope_head(src, cs, sn, hd, src);
+        } else {
+          const int64_t kh = hh < H + KV ? hh - H : hh - H - KV;
+          bf16* dst = (hh < H + KV ? KC : VC) + ((i * KV + kh) * n_slots + sl[r]) * hd;
+          if (hh < H + KV) rope_head(src, cs, sn, hd, dst);
+          else std::memcpy(dst, src, hd * sizeof(bf16));
+        }
+      }
+#pragma omp barrier
+      for (int64_t task = t; task < tasks; task += T) {
+        const int64_t kh = task % KV, r0 = (task / KV) * chunk;
+        const int64_t base = (i * KV + kh) * n_slots * hd;
+        if (r0 < arows)
+          attend_fn(QKV, hd, ncol, KC + base, hd, VC + base, hd, MASK, ms, ATT, H * hd, kh * g, q, kv, r0,
+                    std::min(arows, r0 + chunk), scale, S, S + kChunk * kvp);
+      }
+#pragma omp barrier
+      share(d / 16, b0, b1);
+      linear_blocks(reinterpret_cast<const uint32_t*>(ATT), q, H * hd / 2, WO + i * so, X, d, b0, b1, true);
+#pragma omp barrier
+      for (int64_t r = 0; r < q; ++r) rms_row(X + r * d, LN2 + i * d, d, feps, XN + r * d);
+      share(2 * inter / 16, b0, b1);
+      linear_blocks(XNu, q, d2, W13 + i * s13, H13, 2 * inter, b0, b1);
+#pragma omp barrier
+      share(inter / 16, b0, b1);
+      for (int64_t r = 0; r < q; ++r)
+        silu_mul(H13 + r * 2 * inter, H13 + r * 2 * inter + inter, 16 * b0, 16 * b1, ACT + r * inter);
+#pragma omp barrier
+      share(d / 16, b0, b1);
+      linear_blocks(reinterpret_cast<const uint32_t*>(ACT), q, inter / 2, W2 + i * s2, X, d, b0, b1, true);
+#pragma omp barrier
+    }
+    for (int64_t r = q - nout; r < q; ++r) rms_row(X + r * d, norm.data_ptr<bf16>(), d, feps, XN + (r - q + nout) * d);
+    share(V / 16, b0, b1);
+    linear_blocks(XNu, nout, d2, HEAD, OUT, V, b0, b1);
+  }
+  return out;
+}
+
+at::Tensor forward_bf16_meta(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
+                             const at::Tensor& mask, const at::Tensor& embed, const at::Tensor& wqkv,
+                             const at::Tensor& wo, const at::Tensor& w13, const at::Tensor& w2, const at::Tensor& ln1,
+                             const at::Tensor& ln2, const at::Tensor& norm, const at::Tensor& head,
+                             const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& cos, const at::Tensor& sin,
+                             int64_t H, int64_t KV, double eps, bool last_only) {
+  return at::empty_symint({last_only ? c10::SymInt(1) : tokens.sym_size(0), head.sym_size(0) * 16}, embed.options());
+}
+
 }  // namespace
 
 TORCH_LIBRARY(dynatree, m) {
   m.def("linear_bf16(Tensor x, Tensor w) -> Tensor");
   m.def("attention_bf16(Tensor q, Tensor k, Tensor v, Tensor mask) -> Tensor");
+  m.def("forward_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor embed, Tensor wqkv, "
+        "Tensor wo, Tensor w13, Tensor w2, Tensor ln1, Tensor ln2, Tensor norm, Tensor head, Tensor(a!) kc, "
+        "Tensor(b!) vc, Tensor cos, Tensor sin, int H, int KV, float eps, bool last_only) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(dynatree, CPU, m) {
   m.impl("linear_bf16", linear_bf16);
   m.impl("attention_bf16", attention_bf16);
+  m.impl("forward_bf16", forward_bf16);
 }
 TORCH_LIBRARY_IMPL(dynatree, Meta, m) {
   m.impl("linear_bf16", linear_bf16_meta);
   m.impl("attention_bf16", attention_bf16_meta);
+  m.impl("forward_bf16", forward_bf16_meta);
 }
