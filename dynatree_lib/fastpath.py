@@ -12,8 +12,9 @@ its own region (~5-7 us to start on 2 cores, and a weight stream that restarts c
 layered forward below computes with the kernels, bit for bit (tested). Measured on the cpu profile's target
 (SmolLM2-135M, bf16, 2 cores, 300 cached tokens, the two engines' forwards alternating): one token 7.0 ms
 against 8.3 ms compiled while the VM's memory read at ~57 GB/s, 8.9 against 10.0 at ~35 GB/s; the draft's
-one-token forward 0.24 against 0.51 ms (the curves the harness uses: ``results/cpu/costs.json``). Elsewhere (fp32, no AVX512-BF16) it falls back to the
-compiled graph, and the runner's ``engine`` says which ran.
+one-token forward 0.24 against 0.51 ms (``tools/forward_bench.py``; the curves the harness uses:
+``results/cpu/costs.json``). Elsewhere (fp32, no AVX512-BF16) it falls back to the compiled graph, and the
+runner's ``engine`` says which ran.
 
 With ``compile=True`` the forward is ``torch.compile``d with dynamic shapes (a graph specialised to one
 new token, one for any other count, one for prompts that need only the last logits: a tree of any size
@@ -239,7 +240,7 @@ class StaticRunner:
         if kernel is None:  # the bf16 kernel wherever it runs (bf16 weights, a CPU with AVX512-BF16)
             kernel = hf.dtype == torch.bfloat16 and next(hf.parameters()).device.type == "cpu" and kernels.available()
         self.net = StaticLlama(hf, self.max_len, gemv=compile, packed=kernel, head_rows=self.vocab).eval()
-        self.net.one_call &= fused
+        self.net.one_call &= fused  # where it can run, and only where asked: the layered forward stays testable
         self.length = 0
         self.engine = ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
         self._step = self.net

@@ -226,8 +226,9 @@ def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str =
               draft_vocab: int | None = None, draft_lookup: bool = False):
     """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ.
 
-    ``engine``: "eager" returns the transformers models; "static" and "static+compile" return fast-path
-    runners (``fastpath.StaticRunner`` with a ``max_len``-slot cache) over them, for Llama models.
+    ``engine``: "eager" returns the transformers models; "static", "static+compile" and "static+fused" (one
+    kernel call a forward where the bf16 kernels run, the compiled graph elsewhere) return fast-path runners
+    (``fastpath.StaticRunner`` with a ``max_len``-slot cache) over them, for Llama models.
     ``context_override`` raises both models' declared context (``max_position_embeddings``), for
     rotary-position models run past it on purpose (the paper's PG-19 setting); it is logged by the caller.
     ``draft_vocab``: the draft scores only its ``draft_vocab`` most frequent tokens (``frequent_tokens``);

@@ -65,8 +65,8 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # selection and the KV gather) and each row's mean tree size, depth, draft forwards and L̄, the model predicts
 # milliseconds per generated token (prefill excluded); HF assisted is left out (its loop logs no tree
 # statistics). Each iteration's first draft forward is priced with the draft-after-target curve (a draft
-# forward right after the target's runs about twice as slow as back to back: interpreter, guards and kernels
-# come back cold). Points inside the band are within 10%. For the speculative rows the table also splits one
+# forward right after the target's runs two to three times as slow as back to back: its weights left the
+# cache while the target's streamed through it). Points inside the band are within 10%. For the speculative rows the table also splits one
 # iteration into drafting, verification and commit, predicted and measured: what lies off the band shows
 # there. Tree commits measure above their prediction: the policy's update and the loop's bookkeeping after
 # the gather are not in the timed commit. StreamingLLM's commits include its
