@@ -183,6 +183,13 @@ def test_one_call_forward_falls_back_where_it_cannot_run():
         r.forward(torch.tensor([96]), torch.tensor([0]))
     with pytest.raises(RuntimeError, match="position 999 past the RoPE table"):
         r.forward(torch.tensor([5]), torch.tensor([999]))
+    import types
+
+    unpacked = types.SimpleNamespace(**{**vars(r.net), **r.net._parameters, **r.net._buffers,
+                                        "wo": torch.zeros(3, 128, 128, dtype=torch.bfloat16)})
+    mask = torch.zeros(1, 1, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="must be packed by dynatree_lib.kernels.pack"):
+        kernels.forward(torch.tensor([5]), torch.tensor([0]), torch.tensor([0]), mask, unpacked)
 
 
 @needs_kernel

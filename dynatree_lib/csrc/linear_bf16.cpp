@@ -396,16 +396,20 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
   for (const auto* t : {&mask, &embed, &wqkv, &wo, &w13, &w2, &ln1, &ln2, &norm, &head, &kc, &vc, &cos, &sin})
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous(),
                 "forward_bf16: contiguous bf16 CPU tensors only");
+  TORCH_CHECK(embed.dim() == 2 && mask.dim() == 2 && kc.dim() == 2 && cos.dim() == 2 && ln1.dim() == 2 &&
+                  norm.dim() == 1 && head.dim() == 3 && wqkv.dim() == 4 && wo.dim() == 4 && w13.dim() == 4 &&
+                  w2.dim() == 4,
+              "forward_bf16: weights must be packed by dynatree_lib.kernels.pack and stacked over layers");
   const int64_t q = tokens.size(0), d = embed.size(1), L = wqkv.size(0), hd = kc.size(1), kv = mask.size(1);
-  TORCH_CHECK(q > 0 && positions.size(0) == q && slots.size(0) == q && mask.dim() == 2 && mask.size(0) == q,
+  TORCH_CHECK(q > 0 && positions.size(0) == q && slots.size(0) == q && mask.size(0) == q,
               "forward_bf16: ", q, " tokens need as many positions and slots and a [", q, ", kv] mask");
-  TORCH_CHECK(hd % 32 == 0 && hd <= 256 && KV > 0 && H % KV == 0 && d % 16 == 0, "forward_bf16: head dim ", hd,
-              ", hidden size ", d, ", ", H, " / ", KV, " heads");
+  TORCH_CHECK(hd % 32 == 0 && hd <= 256 && KV > 0 && H % KV == 0 && d % 16 == 0 && L > 0, "forward_bf16: head dim ",
+              hd, ", hidden size ", d, ", ", H, " / ", KV, " heads, ", L, " layers");
   const int64_t d2 = d / 2, ncol = (H + 2 * KV) * hd, inter = w13.size(1) * 8, n_slots = kc.size(0) / (L * KV);
   TORCH_CHECK(inter % 16 == 0, "forward_bf16: intermediate size ", inter, " is not a multiple of 16");
-  TORCH_CHECK(wqkv.dim() == 4 && wqkv.size(1) * 16 == ncol && wqkv.size(2) == d2 && wo.size(1) * 16 == d &&
+  TORCH_CHECK(wqkv.size(1) * 16 == ncol && wqkv.size(2) == d2 && wo.size(1) * 16 == d &&
                   wo.size(2) * 2 == H * hd && w13.size(2) == d2 && w2.size(1) * 16 == d && w2.size(2) * 2 == inter &&
-                  head.dim() == 3 && head.size(1) == d2 && ln1.size(1) == d && norm.size(0) == d,
+                  head.size(1) == d2 && ln1.size(1) == d && norm.size(0) == d,
               "forward_bf16: weights must be packed by dynatree_lib.kernels.pack and stacked over layers");
   TORCH_CHECK(kc.sizes() == vc.sizes() && kc.size(0) == L * KV * n_slots && cos.size(1) == hd,
               "forward_bf16: caches must be [layers * KV heads * slots, head dim]");
