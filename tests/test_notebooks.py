@@ -1,5 +1,5 @@
 """Notebook sources are readable text (jupytext percent .py) paired with the .ipynb papermill runs; the
-nbval copies stay in sync with the sources; the README and RESULTS.md name only produced files."""
+nbval copies stay in sync with the sources; the README, RESULTS.md and FINDINGS.md name only produced files."""
 import re
 from pathlib import Path
 
@@ -48,7 +48,7 @@ def test_smoke_regression_copy_matches_source(src):
         f"{copy} is stale: run ./run_all.sh smoke"
 
 
-@pytest.mark.parametrize("doc", ["README.md", "RESULTS.md"])
+@pytest.mark.parametrize("doc", ["README.md", "RESULTS.md", "FINDINGS.md"])
 def test_docs_name_only_produced_files(doc):
     text = (REPO / doc).read_text()
     named = set(re.findall(r"figures/[\w-]+/(\w+)\.(?:png|pdf|md|tex)", text))
