@@ -334,10 +334,10 @@ at::Tensor attention_bf16_meta(const at::Tensor& q, const at::Tensor& k, const a
 // ---- the whole forward ----
 // Why: a compiled graph of the same layers calls ~12 kernels a layer (matmuls, attention, norms, RoPE, the
 // cache writes, SiLU, residual adds), each its own parallel region: on 2 cores a region costs ~5-7 us to start
-// and its weight stream restarts cold, so the one-token forward of the cpu profile's target ran 1.6-1.9x its
-// bandwidth bound with its matmuls at memory speed. Here the whole forward is one parallel region: every thread
-// streams its share of each weight in turn and the threads meet at a barrier between the steps that need a
-// whole row. The arithmetic is the graph's, rounded where eager rounds (RMSNorm statistics in fp32, RoPE and
+// and its weight stream restarts cold, so the cpu profile's one-token forward ran at 1.6-1.9x its bandwidth bound
+// although each matmul alone reads at memory speed. Here the whole forward is one parallel region: every thread
+// streams its share of each weight in turn and the threads meet at a barrier (7 a layer) between the steps that
+// need a whole row: 1.0-1.4 ms less a one-token forward (tools/forward_bench.py). The arithmetic is the graph's, rounded where eager rounds (RMSNorm statistics in fp32, RoPE and
 // SiLU from bf16 operands, bf16 residual adds), and every row is computed from its own inputs in a fixed order:
 // a token's bits do not depend on the rows that come with it.
 
