@@ -143,15 +143,14 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     from .runners import as_runner
 
     path = (root or RESULTS) / profile.name / "costs.json"
-    old = None if needs_run(path, rerun, render_only, profile.threads) else json.loads(path.read_text())
-    if old is not None and measured_engine(old, profile.dtype) != profile.engine:  # curves of another engine
+    if not rerun and path.exists() and (was := measured_engine(json.loads(path.read_text()), profile.dtype)) \
+            != profile.engine:  # curves of another engine: set aside, so that they are measured again
         if render_only:
-            raise ValueError(f"{path} was measured on engine {measured_engine(old, profile.dtype)!r}, the profile "
-                             f"runs {profile.engine!r}: run without --render to measure it again")
-        print(f"{path}: measured on engine {measured_engine(old, profile.dtype)!r}; measuring {profile.engine!r}")
+            raise ValueError(f"{path} was measured on engine {was!r}, the profile runs {profile.engine!r}: "
+                             "run without --render to measure it again")
+        print(f"{path}: measured on engine {was!r}; measuring {profile.engine!r}")
         path.rename(path.with_suffix(".bak.json"))
-        old = None
-        needs_run(path, True, False, profile.threads)
+    old = None if needs_run(path, rerun, render_only, profile.threads) else json.loads(path.read_text())
     if old is not None and (render_only or all(COLD in c and "loop" in c for c in old["curves"].values())):
         return path
     context = max(profile.L_max.values())

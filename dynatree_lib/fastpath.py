@@ -119,7 +119,8 @@ class StaticLlama(nn.Module):
     """A Llama forward over a static cache (see module docstring). Built from a transformers model;
     ``head_rows``: keep only these rows of the output layer (a draft head over a token subset)."""
 
-    def __init__(self, hf, max_len: int, gemv: bool = False, packed: bool = False, head_rows: Tensor | None = None):
+    def __init__(self, hf, max_len: int, gemv: bool = False, packed: bool = False, head_rows: Tensor | None = None,
+                 one_call: bool = False):
         super().__init__()
         check_fast_supported(hf)
         c = hf.config
@@ -148,8 +149,8 @@ class StaticLlama(nn.Module):
         head = hf.lm_head.weight
         self.head = nn.Parameter(w(head if head_rows is None else head.index_select(0, head_rows.to(head.device))),
                                  requires_grad=False)
-        # the whole forward as one kernel call (``kernels.forward``) where every matmul weight was packed
-        self.one_call = (self.fused_attention and all(t.dim() == 4 for t in (self.wqkv, self.wo, self.w13, self.w2))
+        # the whole forward as one kernel call (``kernels.forward``) where asked and every matmul weight was packed
+        self.one_call = (one_call and self.fused_attention and all(t.dim() == 4 for t in (self.wqkv, self.wo, self.w13, self.w2))
                          and self.head.dim() == 3 and kernels.forward_takes(c.hidden_size, self.inter))
         # The KV cache, written in place: one flat buffer each for keys and values, [layer, KV head, slot] rows
         # of head_dim (``cache`` gives the 4-D view). Flat, because a graph that writes a view of an input (a
@@ -239,14 +240,13 @@ class StaticRunner:
         self.max_len = (max_len or context_limit(hf) or 2048) + tree_slots
         if kernel is None:  # the bf16 kernel wherever it runs (bf16 weights, a CPU with AVX512-BF16)
             kernel = hf.dtype == torch.bfloat16 and next(hf.parameters()).device.type == "cpu" and kernels.available()
-        self.net = StaticLlama(hf, self.max_len, gemv=compile, packed=kernel, head_rows=self.vocab).eval()
-        self.net.one_call &= fused  # where it can run, and only where asked: the layered forward stays testable
+        self.net = StaticLlama(hf, self.max_len, gemv=compile, packed=kernel, head_rows=self.vocab,
+                               one_call=fused).eval()
         self.length = 0
-        self.engine = ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
+        self.engine = "static+fused" if self.net.one_call else \
+            ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
         self._step = self.net
-        if self.net.one_call:  # nothing left to compile
-            self.engine = "static+fused"
-        elif compile:
+        if compile and not self.net.one_call:  # one call a forward leaves nothing to compile
             import torch._dynamo.config as dynamo_config
 
             dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)

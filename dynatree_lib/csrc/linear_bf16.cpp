@@ -25,6 +25,11 @@
 
 namespace {
 
+// 16 bf16 values as fp32 and back (rounding to nearest even), and an fp32 vector rounded to bf16 in place.
+inline __m512 load16(const c10::BFloat16* p) { return _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)p)); }
+inline __m512 round16(__m512 v) { return _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(v)); }  // to bf16 and back
+inline void store16(c10::BFloat16* p, __m512 v) { _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh(v)); }
+
 // Software prefetch distance, in 64-byte lines. The hardware prefetcher falls behind once each line feeds
 // several rows (measured on the cpu profile's weights, 2 cores: 16 rows 17.3 -> 10.2 ms, 8 rows 10.6 -> 8.4;
 // one row unchanged); 64 lines beat 32 and 16 for 8 and 16 rows (+5% and +9%, one block at a time).
@@ -65,11 +70,9 @@ void rows(const uint32_t* x, int64_t d2, const __m512i* w, c10::BFloat16* out, i
         even[j] = _mm512_dpbf16_ps(even[j], v0, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c]));
     }
     for (int j = 0; j < K; ++j) {
-      auto* o = (__m256i*)(out + j * ostride + b * 16);
-      __m512 y = _mm512_add_ps(even[j], odd[j]);
-      if (Add)
-        y = _mm512_add_ps(_mm512_cvtpbh_ps(_mm512_cvtneps_pbh(y)), _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256(o)));
-      _mm256_storeu_si256(o, (__m256i)_mm512_cvtneps_pbh(y));
+      c10::BFloat16* o = out + j * ostride + b * 16;
+      const __m512 y = _mm512_add_ps(even[j], odd[j]);
+      store16(o, Add ? _mm512_add_ps(round16(y), load16(o)) : y);
     }
   }
 }
@@ -337,15 +340,10 @@ at::Tensor attention_bf16_meta(const at::Tensor& q, const at::Tensor& k, const a
 // and its weight stream restarts cold, so the cpu profile's one-token forward ran at 1.6-1.9x its bandwidth bound
 // although each matmul alone reads at memory speed. Here the whole forward is one parallel region: every thread
 // streams its share of each weight in turn and the threads meet at a barrier (7 a layer) between the steps that
-// need a whole row: 1.0-1.4 ms less a one-token forward (tools/forward_bench.py). The arithmetic is the graph's, rounded where eager rounds (RMSNorm statistics in fp32, RoPE and
-// SiLU from bf16 operands, bf16 residual adds), and every row is computed from its own inputs in a fixed order:
-// a token's bits do not depend on the rows that come with it.
-
-inline float bf(float f) { return static_cast<float>(c10::BFloat16(f)); }  // round to bf16 (to nearest even)
-
-inline __m512 load16(const c10::BFloat16* p) { return _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)p)); }
-inline __m512 round16(__m512 v) { return _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(v)); }  // to bf16 and back
-inline void store16(c10::BFloat16* p, __m512 v) { _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh(v)); }
+// need a whole row: 1.0-1.4 ms less a one-token forward (tools/forward_bench.py). The arithmetic is the graph's,
+// rounded where eager rounds (RMSNorm statistics in fp32, RoPE and SiLU from bf16 operands, bf16 residual adds),
+// and every row is computed from its own inputs in a fixed order: a token's bits do not depend on the rows that
+// come with it.
 
 // RMSNorm of a row (d a multiple of 16): bf16(w * bf16(x * rsqrt(mean(x^2) + eps))), as transformers' Llama.
 void rms_row(const c10::BFloat16* x, const c10::BFloat16* w, int64_t d, float eps, c10::BFloat16* out) {
@@ -476,9 +474,10 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
         if (hh < H) {
           rope_head(src, cs, sn, hd, src);
         } else {
-          const int64_t kh = hh < H + KV ? hh - H : hh - H - KV;
-          bf16* dst = (hh < H + KV ? KC : VC) + ((i * KV + kh) * n_slots + sl[r]) * hd;
-          if (hh < H + KV) rope_head(src, cs, sn, hd, dst);
+          const bool key = hh < H + KV;
+          const int64_t kh = key ? hh - H : hh - H - KV;
+          bf16* dst = (key ? KC : VC) + ((i * KV + kh) * n_slots + sl[r]) * hd;
+          if (key) rope_head(src, cs, sn, hd, dst);
           else std::memcpy(dst, src, hd * sizeof(bf16));
         }
       }
