@@ -27,8 +27,9 @@ from pathlib import Path
 import torch
 
 from .bench import RESULTS, bound, environment, needs_run
-from .decoders import greedy, verify
+from .decoders import verify
 from .drafting import DraftState, draft_tree
+from .runners import greedy
 from .tree import select_path
 
 KS = (1, 2, 4, 8, 16, 32, 64)
@@ -37,11 +38,12 @@ COLD = "draft_after_target"  # the curve of a draft forward that follows a targe
 
 @torch.no_grad()
 def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000, seed: int = 0,
-                  between=None) -> dict:
+                  between=None, argmax: bool = False) -> dict:
     """Median milliseconds of one forward of k new tokens over ``context`` cached tokens, per k.
     ``between``: another runner (holding a cache) that runs one untimed one-token forward before each
     timed one, as the decoding loop alternates target and draft (its weights push the timed model's out
-    of the CPU caches)."""
+    of the CPU caches), as a target: its ``argmax``. ``argmax``: time ``runner.argmax`` (the target's call in
+    the loops) instead of its logits and their ``greedy`` (the draft's)."""
     g = torch.Generator().manual_seed(seed)
     dev = next(runner.model.parameters()).device
     vocab = min(vocab, runner.model.config.vocab_size)
@@ -60,10 +62,11 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
     for _ in range(reps + 2):
         for k in order:
             if between is not None:
-                greedy(between.forward(ids[context:context + 1], one)).tolist()
+                between.argmax(ids[context:context + 1], one).tolist()
                 between.truncate(context)
             t0 = time.perf_counter()
-            greedy(runner.forward(ids[context:context + k], pos[k])).tolist()  # argmax and host sync, as the loops do
+            new = ids[context:context + k]  # then the host sync, as the loops do
+            (runner.argmax(new, pos[k]) if argmax else greedy(runner.forward(new, pos[k]))).tolist()
             ts[k].append(time.perf_counter() - t0)
             runner.truncate(context)
     return {k: _warm_median_ms(t) for k, t in ts.items()}
@@ -161,7 +164,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
                                      profile.engine, profile.max_len, profile.draft_vocab)
         t, d = as_runner(target), as_runner(draft)
         if old is None:
-            curves[dtype] = {"target": forward_costs(t, context), "draft": forward_costs(d, context),
+            curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context),
                              "bound": bound(t.model, profile.device), "engine": t.engine,
                              "draft_vocab": profile.draft_vocab}
             if profile.draft_vocab is not None:

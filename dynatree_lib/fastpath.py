@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import kernels
-from .runners import additive_mask, check_vocab, context_limit, first_moved, rerotate, vocab_rows
+from .runners import additive_mask, check_vocab, context_limit, first_moved, greedy, rerotate, vocab_rows
 
 # inductor settings of the compiled fast path (scoped to its graphs through torch.compile's options).
 # No freezing: it would prepack the multi-token matmuls (no faster here, measured) but its packed weights
@@ -277,14 +277,29 @@ class StaticRunner:
     @torch.no_grad()
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        return self._run(tokens, positions, visible, tree_start, last_only, False)
+
+    @torch.no_grad()
+    def argmax(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+               tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        """``greedy(forward(..))``; the one-call forward finds the argmax itself and returns no logits."""
+        return self._run(tokens, positions, visible, tree_start, last_only, True)
+
+    def _run(self, tokens: Tensor, positions: Tensor, visible: Tensor | None, tree_start: int | None,
+             last_only: bool, argmax: bool) -> Tensor:
         q = tokens.numel()
         if self.length + q > self.max_len:
             raise ValueError(f"static cache of {self.max_len} slots is full ({self.length} used, {q} more asked); "
                              "build the runner with a larger max_len or tree_slots")
         slots = torch.arange(self.length, self.length + q, device=tokens.device)
-        logits = self._step(tokens, positions, slots, self._mask(q, visible, tree_start), last_only and q > 1)
+        mask, last = self._mask(q, visible, tree_start), last_only and q > 1
+        if argmax and self.net.one_call:
+            out = kernels.forward(tokens, positions, slots, mask, self.net, last, greedy=True)
+        else:
+            out = self._step(tokens, positions, slots, mask, last)
+            out = greedy(out) if argmax else out
         self.length += q
-        return logits
+        return out
 
     def truncate(self, length: int) -> None:
         self.length = length

@@ -94,10 +94,12 @@ def forward_takes(hidden: int, intermediate: int) -> bool:
     return hidden % 16 == 0 and intermediate % 16 == 0
 
 
-def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net, last_only: bool = False) -> Tensor:
+def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net, last_only: bool = False,
+            greedy: bool = False) -> Tensor:
     """A whole Llama forward in one call (``fastpath.StaticLlama`` ``net`` with packed weights): logits [q, V]
     ([1, V] if ``last_only``) of ``tokens`` at ``positions``, keys and values written to cache ``slots``,
-    attending through the additive bf16 ``mask`` [q, kv] to slots [0, kv)."""
+    attending through the additive bf16 ``mask`` [q, kv] to slots [0, kv). ``greedy``: each row's argmax
+    instead (int64 [q] or [1]; the first index of the largest logit, as ``logits.float().argmax(-1)``)."""
     return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, net.embed, net.wqkv, net.wo, net.w13,
                                           net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
-                                          net.sin, net.H, net.KV, net.eps, last_only)
+                                          net.sin, net.H, net.KV, net.eps, last_only, greedy)

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .runners import Runner, vocab_rows
+from .runners import Runner, greedy, vocab_rows
 
 
 MAX_MATCH = 64  # longest match a lookup searches (the drafter passes it that much committed context)
@@ -155,6 +155,10 @@ class LookupRunner:
         self.inner.reset()
         self.slots = []
         self.index = NGramIndex(self.cfg.max_n)
+
+    def argmax(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+               tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        return greedy(self.forward(tokens, positions, visible, tree_start, last_only))
 
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:

@@ -41,9 +41,17 @@ class Runner(Protocol):
     def reset(self) -> None: ...
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor: ...
+    def argmax(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+               tree_start: int | None = None, last_only: bool = False) -> Tensor: ...  # greedy(forward(..))
     def truncate(self, length: int) -> None: ...
     def commit(self, start: int, keep: Tensor) -> None: ...
     def evict(self, n_sink: int, n_drop: int) -> None: ...
+
+
+def greedy(logits: Tensor) -> Tensor:
+    """Argmax over the last dim, taken in fp32: exact for bf16/fp16 logits (same maxima, same first
+    index), and CPU argmax over bf16 is about 5x slower (170 vs 34 us for one row of 49152)."""
+    return logits.float().argmax(-1)
 
 
 def context_limit(model) -> int | None:
@@ -202,6 +210,11 @@ class HFRunner:
         self.length += q
         logits = out.logits[0, -1:] if last_only else out.logits[0]
         return logits if self.vocab is None else logits.index_select(-1, self.vocab)
+
+    def argmax(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+               tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        """``greedy`` of ``forward``'s logits: each new row's argmax column."""
+        return greedy(self.forward(tokens, positions, visible, tree_start, last_only))
 
     def _map(self, fn) -> None:
         for layer in self.cache.layers:

@@ -174,6 +174,38 @@ def test_one_call_forward_computes_what_the_layered_forward_computes():
 
 
 @needs_kernel
+def test_one_call_argmax_is_greedy_of_the_logits():
+    """``StaticRunner.argmax`` on the one-call forward (the kernel's own argmax, no logits) returns
+    ``greedy(forward(..))`` for a prompt, one token, a tree and last-only rows; with heads whose rows tie (equal
+    rows within one thread's columns and across the threads', and an all-zero head) it keeps the first index."""
+    from dynatree_lib.runners import greedy
+
+    visible = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    x = torch.randint(1, 96, (30,), generator=torch.Generator().manual_seed(1))
+    for ties in (None, (50, 90), (10, 50, 90), (20, 52), ()):
+        m = tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=2, vocab_size=96, max_positions=160)
+        if ties is not None:
+            with torch.no_grad():
+                w = m.lm_head.weight
+                v = w[7].clone()
+                w.zero_()
+                for i in ties:
+                    w[i] = v
+        r = StaticRunner(m.to(torch.bfloat16), fused=True)
+        assert r.engine == "static+fused"
+        calls = [(x[:20], torch.arange(20), None, None, False), (x[20:21], torch.tensor([20]), None, None, False),
+                 (x[21:25], 21 + torch.tensor([0, 1, 1, 2]), visible, 21, False),
+                 (x[25:30], torch.arange(25, 30), None, None, True)]
+        for tokens, pos, vis, start, last in calls:
+            length = r.length
+            want = greedy(r.forward(tokens, pos, vis, start, last))
+            r.truncate(length)
+            got = r.argmax(tokens, pos, vis, start, last)
+            assert got.dtype == torch.long and torch.equal(got, want), (ties, tokens.numel())
+            assert r.length == length + tokens.numel()
+
+
+@needs_kernel
 def test_one_call_forward_falls_back_where_it_cannot_run():
     m = tiny_llama(layers=1, vocab_size=96)  # head size 16: the attention kernel does not take it
     assert StaticRunner(m.to(torch.bfloat16), fused=True).engine == "static+dpbf16"
