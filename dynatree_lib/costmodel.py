@@ -141,14 +141,16 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     ``draft_vocab`` profile ``draft_full_vocab`` (the same draft scoring every token: what the subset head
     saves), ``loop`` (the loop's own work, ``loop_costs``), the bandwidth bound and the engine. A file from
     before ``draft_after_target`` or ``loop`` existed gets them added (its other curves kept, each
-    addition's environment logged under ``added``)."""
+    addition's environment logged under ``added``). ``rerun``: measure everything again, the old file kept as
+    ``costs.bak.json``."""
     from .models import load_pair, on_engine
     from .runners import as_runner
 
     path = (root or RESULTS) / profile.name / "costs.json"
-    if not rerun and path.exists() and (was := measured_engine(json.loads(path.read_text()), profile.dtype)) \
-            != profile.engine:  # curves of another engine: set aside, so that they are measured again
-        if render_only:
+    if path.exists() and not render_only and rerun:
+        path.rename(path.with_suffix(".bak.json"))
+    elif path.exists() and (was := measured_engine(json.loads(path.read_text()), profile.dtype)) != profile.engine:
+        if render_only:  # curves of another engine: set aside, so that they are measured again
             raise ValueError(f"{path} was measured on engine {was!r}, the profile runs {profile.engine!r}: "
                              "run without --render to measure it again")
         print(f"{path}: measured on engine {was!r}; measuring {profile.engine!r}")

@@ -250,8 +250,9 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     store = ResultStore(path)
     if rerun and not render_only and (old := store.archive()):
         print(f"rerun: previous results kept at {old}")
-    if profile.cost_aware and name in ("tuning", "main"):  # the extension's cells are built from the costs
-        run_costs(profile, root=root, render_only=render_only)
+    if profile.cost_aware and name in ("tuning", "main"):  # the extension's cells are built from the costs,
+        # measured again with the tuning they feed (main reuses the tuning's)
+        run_costs(profile, rerun=rerun and name == "tuning", root=root, render_only=render_only)
     if profile.tuning is not None and name != "tuning":
         run("tuning", profile, root=root, render_only=render_only)
     cells = EXPERIMENTS[name](profile, root)

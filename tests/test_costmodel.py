@@ -78,6 +78,9 @@ def test_run_costs_measures_again_when_the_engine_changed(tmp_path):
     new = json.loads(path.read_text())
     assert new["engine"] == prof.engine and new["curves"]["bfloat16"]["target"] != curve
     assert json.loads(path.with_suffix(".bak.json").read_text()) == old
+    measured = path.read_text()
+    costmodel.run_costs(prof, root=tmp_path, rerun=True)  # a rerun measures again, the old file set aside
+    assert path.with_suffix(".bak.json").read_text() == measured and json.loads(path.read_text())["engine"]
 
 
 def test_ceiling_table_has_one_column_pair_per_precision():
