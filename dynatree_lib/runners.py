@@ -1,10 +1,11 @@
 """A model plus its KV cache for one sequence: the only thing the decoding loops talk to.
 
-A ``Runner`` appends tokens to its cache and returns their logits, with explicit positions and, for
-token trees, an explicit visibility pattern; it truncates, gathers (commits a tree path in place) and
-evicts (StreamingLLM). Two implementations share the role: ``HFRunner`` (any supported transformers
-causal LM, eager, ``DynamicCache``; this module) and ``fastpath.StaticRunner`` (our Llama over a
-preallocated static cache, optionally compiled).
+A ``Runner`` appends tokens to its cache and returns their logits (``forward``) or only each row's argmax
+(``argmax``: what a target is asked; the one-call fast path finds it without handing the logits out), with
+explicit positions and, for token trees, an explicit visibility pattern; it truncates, gathers (commits a
+tree path in place) and evicts (StreamingLLM). Two implementations share the role: ``HFRunner`` (any
+supported transformers causal LM, eager, ``DynamicCache``; this module) and ``fastpath.StaticRunner`` (our
+Llama over a preallocated static cache, optionally compiled).
 
 Visibility. Cache slots below ``tree_start`` (the committed prefix) are seen by every new token. For slots
 from ``tree_start`` on (tree nodes cached earlier in this draft, then the new tokens themselves),

@@ -4,7 +4,8 @@
     python tools/forward_bench.py --seconds 600    # long enough to see both of the VM's memory phases
 
 Each round probes the read bandwidth (``bench.read_bandwidth_gbs``: torch's ``sum`` over 512 MiB), then times
-a one-token forward over 300 cached tokens on each engine (best of 10 after a warm call) and prints both
+a one-token forward over 300 cached tokens on each engine (``runner.argmax``, as AR calls it: logits and
+argmax; best of 10 after a warm call) and prints both
 against the bound (weight bytes / probed bandwidth). The rounds alternate the engines within seconds, so a
 change of the VM's memory speed hits both alike. Nothing else should run meanwhile.
 """
@@ -48,7 +49,7 @@ def main() -> None:
 
     def step(r):
         r.truncate(300)
-        r.forward(ids[300:], torch.tensor([300]))
+        r.argmax(ids[300:], torch.tensor([300])).tolist()
 
     print(f"weights {nbytes / 1e6:.1f} MB; engines as the runners name them: "
           + ", ".join(r.engine for r in runners.values()))
