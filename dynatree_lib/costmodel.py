@@ -40,10 +40,10 @@ COLD = "draft_after_target"  # the curve of a draft forward that follows a targe
 def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000, seed: int = 0,
                   between=None, argmax: bool = False) -> dict:
     """Median milliseconds of one forward of k new tokens over ``context`` cached tokens, per k.
-    ``between``: another runner (holding a cache) that runs one untimed one-token forward before each
-    timed one, as the decoding loop alternates target and draft (its weights push the timed model's out
-    of the CPU caches), as a target: its ``argmax``. ``argmax``: time ``runner.argmax`` (the target's call in
-    the loops) instead of its logits and their ``greedy`` (the draft's)."""
+    ``between``: a target runner (holding a cache) whose untimed one-token ``argmax`` precedes each timed
+    forward, as the decoding loop alternates target and draft (its weights push the timed model's out of the
+    CPU caches). ``argmax``: time ``runner.argmax`` (a target's call in the loops) instead of the logits and
+    their ``greedy`` (a draft's)."""
     g = torch.Generator().manual_seed(seed)
     dev = next(runner.model.parameters()).device
     vocab = min(vocab, runner.model.config.vocab_size)
