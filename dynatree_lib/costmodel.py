@@ -65,7 +65,7 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
                 between.argmax(ids[context:context + 1], one).tolist()
                 between.truncate(context)
             t0 = time.perf_counter()
-            new = ids[context:context + k]  # then the host sync, as the loops do
+            new = ids[context:context + k]  # a target's argmax or a draft's logits, then the host sync, as the loops do
             (runner.argmax(new, pos[k]) if argmax else greedy(runner.forward(new, pos[k]))).tolist()
             ts[k].append(time.perf_counter() - t0)
             runner.truncate(context)

@@ -85,25 +85,18 @@ void rows(const uint32_t* x, int64_t d2, const __m512i* w, c10::BFloat16* out, i
 
 constexpr int kPass = 8;  // rows per pass over a block
 using RowsFn = void (*)(const uint32_t*, int64_t, const __m512i*, c10::BFloat16*, int64_t, int64_t, int64_t);
-constexpr RowsFn kRows[kPass + 1] = {nullptr, rows<1>, rows<2>, rows<3>, rows<4>, rows<5>, rows<6>, rows<7>, rows<8>};
-constexpr RowsFn kRowsAdd[kPass + 1] = {nullptr,           rows<1, true>, rows<2, true>, rows<3, true>, rows<4, true>,
-                                        rows<5, true>, rows<6, true>, rows<7, true>, rows<8, true>};
-constexpr _mm_hint kNta = _MM_HINT_NTA;
-constexpr RowsFn kRowsNta[kPass + 1] = {nullptr,
-                                        rows<1, false, kNta>, rows<2, false, kNta>, rows<3, false, kNta>,
-                                        rows<4, false, kNta>, rows<5, false, kNta>, rows<6, false, kNta>,
-                                        rows<7, false, kNta>, rows<8, false, kNta>};
-constexpr RowsFn kRowsAddNta[kPass + 1] = {nullptr,
-                                           rows<1, true, kNta>, rows<2, true, kNta>, rows<3, true, kNta>,
-                                           rows<4, true, kNta>, rows<5, true, kNta>, rows<6, true, kNta>,
-                                           rows<7, true, kNta>, rows<8, true, kNta>};
+template <bool Add, _mm_hint Hint>  // rows<K> by K, for one epilogue and one prefetch hint
+constexpr RowsFn kRows[kPass + 1] = {nullptr,          rows<1, Add, Hint>, rows<2, Add, Hint>, rows<3, Add, Hint>,
+                                     rows<4, Add, Hint>, rows<5, Add, Hint>, rows<6, Add, Hint>, rows<7, Add, Hint>,
+                                     rows<8, Add, Hint>};
 
 // k rows of x [k, 2 * d2] against output blocks [b0, b1): each stretch of 8 blocks serves every 8-row pass while
 // it sits in cache, so the weight streams from memory once whatever k is.
 void linear_blocks(const uint32_t* x, int64_t k, int64_t d2, const __m512i* w, c10::BFloat16* out, int64_t os,
                    int64_t b0, int64_t b1, bool add = false) {
   const bool once = k <= kPass;  // one pass: each weight line is read once (non-temporal prefetch)
-  const RowsFn* fns = add ? (once ? kRowsAddNta : kRowsAdd) : (once ? kRowsNta : kRows);
+  const RowsFn* fns = add ? (once ? kRows<true, _MM_HINT_NTA> : kRows<true, _MM_HINT_T0>)
+                           : (once ? kRows<false, _MM_HINT_NTA> : kRows<false, _MM_HINT_T0>);
   for (int64_t s = b0; s < b1; s += 8) {
     const int64_t e = std::min<int64_t>(s + 8, b1);
     for (int64_t j = 0; j < k; j += kPass) fns[std::min<int64_t>(kPass, k - j)](x + j * d2, d2, w, out + j * os, os, s, e);
@@ -466,8 +459,8 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
   auto ids_t = at::empty({greedy ? nout : 0}, tokens.options());
   int64_t* ids = ids_t.data_ptr<int64_t>();
   const int nt = std::max(1, at::get_num_threads());
-  auto xn = at::empty({nt, q, d}, opt);
-  std::vector<std::pair<float, int64_t>> best(greedy ? static_cast<size_t>(nt) * nout : 0);  // [thread, row]  // each thread's normalised rows (computed by every thread: no barrier)
+  auto xn = at::empty({nt, q, d}, opt);  // each thread's normalised rows (computed by every thread: no barrier)
+  std::vector<std::pair<float, int64_t>> best(greedy ? static_cast<size_t>(nt) * nout : 0);  // [thread, row]
   // attention tasks: (chunk of a KV head's rows, KV head), chunk-major so that threads taking every T-th task get
   // equal shares; more, smaller chunks where that evens the count out and a chunk keeps >= 4 rows (a task's fixed
   // cost is its pass over the keys: for one token, 3 KV heads on 2 threads, splitting rows did not pay, measured)
