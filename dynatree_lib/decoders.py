@@ -21,7 +21,7 @@ from torch import Tensor
 from .drafting import DraftState, draft_tree
 from .policies import DraftPolicy, is_int
 from .runners import Runner, as_runner, check_pair, check_supported, context_limit, rotary_inv_freq, vocab_rows
-from .tree import Tree, select_path
+from .tree import Tree, copy_outcomes, select_path
 
 KV_MODES = ("gather", "rebuild")
 
@@ -211,6 +211,7 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, kv_mo
     res.prefill_s = clock(dev) - t0
     state = DraftState()
     trim = getattr(policy, "trim", None)  # optional: cut the drafted tree before verification
+    observe_copies = getattr(policy, "observe_copies", None)  # optional: how the lookup's strong copies fared
     ids, done = prompt, False
     while not done:
         room = T - len(res.tokens)
@@ -241,6 +242,8 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, kv_mo
         new, done = cut(new_t.tolist(), room, eos_token_id)
         accepted = path.numel() - 1
         policy.observe(accepted, tree.levels)
+        if observe_copies is not None:
+            observe_copies(*copy_outcomes(tree, path, target_next))
         if len(res.trees) < record_trees:
             res.trees.append(tree.record(path, ids.numel() - 1))
         ids = torch.cat([ids, new_t[: len(new)]])

@@ -38,6 +38,9 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     that one child, scored log(weight) (a lower bound on its mixture probability), and waits unfed; the next
     level that does run the draft feeds the waiting nodes with its frontier, in the same forward. Level 0 too:
     there the committed tokens' feed waits for the first level that runs the draft, or for the next tree.
+    The tree lists every expanded node with such a strong copy (``Tree.copies``), skipped or not, so that the
+    loop can tell the policy how often the target took them (``observe_copies``); a policy with
+    ``copies_trusted`` skips only while that returns True.
     """
     device = ids.device
     max_depth = min(max_depth, policy.max_depth)
@@ -46,8 +49,10 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
 
     skip = getattr(policy, "lookup_skip", None)  # optional: copy weight at which a level needs no draft forward
     copy = getattr(draft, "copy", None) if skip is not None else None
+    trusted = getattr(policy, "copies_trusted", None)  # optional: whether the generation's record allows skipping
+    strong: list[tuple[int, int]] = []  # (node, its copy token) for every expanded node whose copy weighs >= skip
     context = ids[-MAX_MATCH:].tolist() if copy is not None else []  # committed tail: the longest match there is
-    copies = _copies(copy, [context], skip) if copy is not None else None  # the root's, if strong
+    copies = _copies(copy, [0], [context], skip, strong, trusted) if copy is not None else None  # the root's
     logits, n_fwd = (None, 0) if copies is not None else (_catch_up(draft, state, ids), 1)
     prefix = draft.length
     # the tree so far: node 0 is the root; masks[i] has bit j set when node j is node i or its ancestor
@@ -92,7 +97,8 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
         if not frontier:
             break
         if copy is not None:
-            copies = _copies(copy, [context + _path(u, tokens, parents) for u in frontier], skip)
+            copies = _copies(copy, frontier, [context + _path(u, tokens, parents) for u in frontier], skip, strong,
+                             trusted)
             if copies is not None:
                 waiting += frontier
                 continue
@@ -111,7 +117,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
         processed, waiting = cols, []
         n_fwd += 1
     draft.truncate(prefix)
-    return Tree.build(tokens, parents, logp, cum, device, root_conf), n_fwd
+    return Tree.build(tokens, parents, logp, cum, device, root_conf, tuple(strong)), n_fwd
 
 
 def _catch_up(draft: Runner, state: DraftState, ids: Tensor) -> Tensor:
@@ -122,10 +128,15 @@ def _catch_up(draft: Runner, state: DraftState, ids: Tensor) -> Tensor:
     return logits
 
 
-def _copies(copy, contexts: list[list[int]], skip: float) -> list[tuple[int, float]] | None:
-    """The copy (token, weight) after every context, or None unless each has a weight of at least ``skip``."""
+def _copies(copy, nodes: list[int], contexts: list[list[int]], skip: float, strong: list[tuple[int, int]],
+            trusted) -> list[tuple[int, float]] | None:
+    """The copy (token, weight) after each node's context if the level is skipped: each has a weight of at
+    least ``skip`` and the policy trusts such copies now (``trusted``, if given); else None. Appends the nodes
+    with a strong copy to ``strong``."""
     out = [copy(c) for c in contexts]
-    return out if all(c is not None and c[1] >= skip for c in out) else None
+    ok = [c is not None and c[1] >= skip for c in out]
+    strong += [(u, c[0]) for u, c, s in zip(nodes, out, ok) if s]
+    return out if all(ok) and (trusted is None or trusted()) else None
 
 
 def _path(u: int, tokens: list[int], parents: list[int]) -> list[int]:

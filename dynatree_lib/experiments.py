@@ -27,6 +27,7 @@ LABELS = {"ar": "AR", "linear": "Linear Spec", "fixed_tree": "Fixed Tree", "dyna
           "hf_assisted": "HF Assisted", "streaming_spec": "StreamingLLM + Spec", "talon": "TALON",
           "dynatree_cost": "DynaTree + cost budget (ext.)"}
 NO_SKIP = "DynaTree + cost budget, every level drafted (ext.)"  # the extension with lookup_skip off
+NO_RECORD = "DynaTree + cost budget, no copy record (ext.)"  # ... skipping on the copy weight alone (skip_window 0)
 PAPER_DYNATREE = "DynaTree (paper settings)"
 
 
@@ -148,9 +149,12 @@ def main_cells(p: Profile, root=None) -> list[Cell]:
                 ext = cost_aware(p, ds, dtype, root)
                 cells.append(Cell(ds, "dynatree_cost", LABELS["dynatree_cost"], ext, T, L, dtype,
                                   {"role": role, "extension": True}))
-                if p.draft_lookup:  # and without its lookup skip: what the skipped forwards add
+                if p.draft_lookup:  # and without its lookup skip (what the skipped forwards add), and skipping
+                    # without the record of its copies (what stopping where they fail adds)
                     cells.append(Cell(ds, "dynatree_cost", NO_SKIP, dataclasses.replace(ext, lookup_skip=1.0), T, L,
                                       dtype, {"role": role, "extension": True, "lookup_skip": False}))
+                    cells.append(Cell(ds, "dynatree_cost", NO_RECORD, dataclasses.replace(ext, skip_window=0), T, L,
+                                      dtype, {"role": role, "extension": True, "skip_window": 0}))
     return cells
 
 

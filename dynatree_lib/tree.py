@@ -28,6 +28,7 @@ class Tree:
     is_chain: bool = True  # every node's parent is the node before it (a linear draft)
     levels: int = 0        # depth of the deepest node
     root_conf: float = float("nan")  # the draft's top-1 probability at the root (set by the drafter)
+    copies: tuple = ()     # (node, token): expanded nodes whose context-lookup copy was strong (set by the drafter)
 
     @staticmethod
     def new(root_token: Tensor | int, device: torch.device | str = "cpu") -> "Tree":
@@ -36,7 +37,7 @@ class Tree:
 
     @staticmethod
     def build(tokens: list[int], parents: list[int], logp: list[float], cum_logp: list[float],
-              device: torch.device | str = "cpu", root_conf: float = float("nan")) -> "Tree":
+              device: torch.device | str = "cpu", root_conf: float = float("nan"), copies: tuple = ()) -> "Tree":
         """The tree of the given nodes (BFS order, node 0 the root with parent -1), built in one go: the
         drafter grows a tree of a few nodes in Python lists and makes its tensors once."""
         n = len(tokens)
@@ -46,7 +47,7 @@ class Tree:
         chain = all(parents[i] == i - 1 for i in range(1, n))
         t = lambda xs, dt: torch.tensor(xs, dtype=dt, device=device)
         return Tree(t(tokens, torch.long), t(parents, torch.long), t(depth, torch.long), t(logp, torch.float32),
-                    t(cum_logp, torch.float32), bit_matrix(masks, n, device), n, chain, max(depth), root_conf)
+                    t(cum_logp, torch.float32), bit_matrix(masks, n, device), n, chain, max(depth), root_conf, copies)
 
     @property
     def n_drafted(self) -> int:
@@ -72,8 +73,12 @@ class Tree:
         parents = torch.where(parents >= 0, remap[parents.clamp(min=0)], parents)
         depth = self.depth[keep]
         levels = int(depth[-1])  # BFS order: the last node is the deepest
+        copies = ()
+        if self.copies:
+            at = {u: i for i, u in enumerate(keep.tolist())}
+            copies = tuple((at[u], c) for u, c in self.copies if u in at)
         return Tree(self.tokens[keep], parents, depth, self.logp[keep], self.cum_logp[keep], self.anc[keep][:, keep],
-                    keep.numel(), self.is_chain or levels == keep.numel() - 1, levels, self.root_conf)
+                    keep.numel(), self.is_chain or levels == keep.numel() - 1, levels, self.root_conf, copies)
 
     def record(self, path: Tensor, position: int) -> dict:
         """A JSON-ready picture of this tree and its verification (a few hundred bytes per node)."""
@@ -103,3 +108,13 @@ def select_path(tree: Tree, target_next: Tensor) -> Tensor:
     ok = ~(tree.anc & ~correct[None, :]).any(dim=1)
     best = torch.where(ok, tree.depth, -1).argmax()
     return tree.anc[best].nonzero().squeeze(1)
+
+
+def copy_outcomes(tree: Tree, path: Tensor, target_next: Tensor) -> tuple[int, int]:
+    """Of the tree's strong-copy nodes (``Tree.copies``) on the accepted ``path``: how many there were, and after
+    how many the target's next token was the copy (whether or not the drafter skipped the draft for it)."""
+    if not tree.copies:
+        return 0, 0
+    nxt = dict(zip(path.tolist(), target_next[path].tolist()))
+    taken = [nxt[u] == c for u, c in tree.copies if u in nxt]
+    return len(taken), sum(taken)

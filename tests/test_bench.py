@@ -152,14 +152,17 @@ def test_tuning_labels_say_what_they_run():
 
 
 def test_main_runs_the_extension_also_without_its_lookup_skip():
-    """Where the draft has a context lookup, main has a second extension row per dataset and precision that
-    differs from the first in ``lookup_skip`` alone (what the skipped draft forwards are worth)."""
+    """Where the draft has a context lookup, main has two more extension rows per dataset and precision: one
+    differs from the first in ``lookup_skip`` alone (what the skipped draft forwards are worth), one in
+    ``skip_window`` alone (what the record of the copies is worth)."""
     prof = get_profile("cpu")
     cells = [c for c in experiments.main_cells(prof) if c.method == "dynatree_cost"]
-    assert prof.draft_lookup and len(cells) == 2 * len(prof.datasets) * 2
-    for ext, off in zip(cells[::2], cells[1::2]):
+    assert prof.draft_lookup and len(cells) == 3 * len(prof.datasets) * 2
+    for ext, off, blind in zip(cells[::3], cells[1::3], cells[2::3]):
         assert ext.config.lookup_skip < 1.0 and off.config == dataclasses.replace(ext.config, lookup_skip=1.0)
-        assert (ext.dataset, ext.dtype) == (off.dataset, off.dtype) and off.label == experiments.NO_SKIP
+        assert ext.config.skip_window > 0 and blind.config == dataclasses.replace(ext.config, skip_window=0)
+        assert {(c.dataset, c.dtype) for c in (ext, off, blind)} == {(ext.dataset, ext.dtype)}
+        assert (off.label, blind.label) == (experiments.NO_SKIP, experiments.NO_RECORD)
     assert not get_profile("smoke").draft_lookup  # smoke's tiny draft has none: one extension row
 
 

@@ -161,6 +161,76 @@ def test_bad_lookup_skip_is_refused(bad):
         CostAwareConfig(lookup_skip=bad)
 
 
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "8"])
+def test_bad_skip_window_is_refused(bad):
+    with pytest.raises(ValueError, match="skip_window"):
+        CostAwareConfig(skip_window=bad)
+
+
+def test_skipping_follows_the_record_of_the_copies():
+    """Skipping stops once the recent strong copies were taken less often than ``lookup_skip`` and resumes as
+    the misses fade (decay 1 - 1/skip_window per verification); skip_window=0 skips on the weight alone."""
+    pol = dataclasses.replace(SKIP, skip_window=4).policy()
+    assert pol.copies_trusted()                         # a generation starts trusting its copies
+    pol.observe_copies(10, 10)
+    assert pol.copies_trusted()
+    pol.observe_copies(4, 1)                            # 3 misses: (7.5 + 1 + 1) / (7.5 + 4 + 1) < 0.9
+    assert not pol.copies_trusted()
+    for n in range(1, 40):                              # no copies met: the misses fade with the rest
+        pol.observe_copies(0, 0)
+        if pol.copies_trusted():
+            break
+    assert 1 < n < 40 and pol.copies_trusted()
+    always = dataclasses.replace(SKIP, skip_window=0).policy()
+    always.observe_copies(10, 0)
+    assert always.copies_trusted()
+
+
+def test_trees_list_their_strong_copies_and_the_loop_reports_them(draft):
+    """``Tree.copies`` lists each expanded node whose copy weighs >= lookup_skip with that copy, skipped or
+    not (also with skipping refused by the record); ``copy_outcomes`` counts those on the accepted path and the
+    ones the target continued with; the loop hands them to the policy after each verification."""
+    from dynatree_lib.tree import copy_outcomes
+
+    for trusted in (True, False):
+        policy = SKIP.policy()
+        policy.copies_trusted = lambda: trusted
+        drf, p = LookupRunner(HFRunner(draft), STRONG), looping(1, 11)[0]
+        tree, n_fwd = draft_tree(drf, DraftState(), p, policy, 8)
+        assert tree.copies and (n_fwd > 0 or trusted)
+        assert trusted or n_fwd == tree.levels  # nothing skipped: a draft forward a level
+        for u, c in tree.copies:
+            path = tree.anc[u].nonzero().squeeze(1).tolist()
+            copy = drf.copy(p.tolist() + tree.tokens[path[1:]].tolist())
+            assert copy is not None and copy == (c, copy[1]) and copy[1] >= 0.9
+        # a target that agrees with every copy, then one that never does
+        nxt = torch.full((tree.size,), -1)
+        for u, c in tree.copies:
+            nxt[u] = c
+        path = tree.anc[max(u for u, _ in tree.copies)].nonzero().squeeze(1)
+        on = sum(u in path.tolist() for u, _ in tree.copies)
+        assert copy_outcomes(tree, path, nxt) == (on, on) and on >= 1
+        assert copy_outcomes(tree, path, torch.full((tree.size,), -1)) == (on, 0)
+        sub = tree.subset(path)
+        assert sorted(sub.copies) == sorted((path.tolist().index(u), c) for u, c in tree.copies if u in path.tolist())
+
+    seen = []
+
+    class Recording(type(SKIP.policy())):
+        def observe_copies(self, met, taken):
+            seen.append((met, taken))
+            super().observe_copies(met, taken)
+
+    p, T = CASES[1]
+    res = generate(draft, p, T, draft=LookupRunner(HFRunner(draft), STRONG), method=SKIP)  # the draft as target
+    pol = Recording(SKIP)
+    from dynatree_lib.decoders import speculative_decode
+
+    out = speculative_decode(draft, LookupRunner(HFRunner(draft), STRONG), p, T, pol)
+    assert out.tokens == res.tokens == generate(draft, p, T).tokens
+    assert len(seen) == out.iterations and all(0 <= t <= m for m, t in seen) and sum(m for m, _ in seen) > 0
+
+
 def test_lookup_changes_what_is_drafted(target, draft):
     """On a looping prompt the lookup drafts the loop: more accepted tokens per iteration."""
     p = looping(1, 9)[0]
