@@ -1,6 +1,7 @@
 """Figures from logged JSON only (via ``tables.load``), saved as PNG and PDF."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -25,9 +26,14 @@ def save(fig, name: str, out_dir: Path) -> Path:
     return out_dir / f"{name}.png"
 
 
+def tick(label: str, width: int = 12) -> str:
+    """A method label wrapped onto lines of about ``width`` characters (the extension's labels are long)."""
+    return textwrap.fill(label, width, break_long_words=False)
+
+
 def main_throughput(df: pd.DataFrame):
     """Figure 4: throughput (bars) and speedup (labels) per method, one bar per dataset."""
-    fig, ax = plt.subplots(figsize=(10.5, 3.8))
+    fig, ax = plt.subplots(figsize=(12, 3.8))
     df = order(df)
     labels = list(df.label.unique())
     colors = [COLORS.get(m, "#333") for m in df.drop_duplicates("label").method]
@@ -41,7 +47,7 @@ def main_throughput(df: pd.DataFrame):
         for b, s in zip(bars, sub.speedup):
             ax.annotate(f"{s:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
                         fontsize=7, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(np.arange(len(labels)), [lab.replace(" + ", "\n+ ").replace(" (", "\n(") for lab in labels], fontsize=8)
+    ax.set_xticks(np.arange(len(labels)), [tick(lab, 13) for lab in labels], fontsize=7.5)
     ax.set_ylabel("throughput (tokens/s)")
     ax.legend(title="left (solid) / right (light)", fontsize=8, title_fontsize=8, loc="upper left")
     ax.set_title("Throughput and speedup vs AR")
@@ -51,7 +57,7 @@ def main_throughput(df: pd.DataFrame):
 def ablation(df: pd.DataFrame):
     """Figure 5: throughput with #Iter., and L-bar with acceptance, along the ablation steps."""
     sub = df[df.method != "ar"].sort_values("tag_step")
-    x, labels = np.arange(len(sub)), [m.replace(" (", "\n(").replace("+ ", "+\n") for m in sub.label]
+    x, labels = np.arange(len(sub)), [tick(m, 14) for m in sub.label]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
     a1.bar(x, sub.tps, yerr=sub.tps_std, color="#2ca02c", alpha=0.7, capsize=3)
     a1.set_ylabel("throughput (tok/s)")
@@ -151,7 +157,7 @@ def time_breakdown(df: pd.DataFrame):
     """Where the time goes: milliseconds per generated token in drafting, verification and bookkeeping
     (tree, top-k, commit), plus prefill, per method and dataset (speculative loop rows)."""
     dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
-    fig, axes = plt.subplots(1, len(dss), figsize=(5.2 * len(dss), 3.6), sharey=True)
+    fig, axes = plt.subplots(1, len(dss), figsize=(6.4 * len(dss), 3.9), sharey=True)
     parts = [("prefill_s", "prefill", "#cccccc"), ("draft_s", "draft", "#1f77b4"), ("verify_s", "verify", "#ff7f0e"),
              ("commit_s", "bookkeeping", "#2ca02c")]
     for ax, ds in zip(np.atleast_1d(axes), dss):
@@ -165,7 +171,7 @@ def time_breakdown(df: pd.DataFrame):
         ar = df[(df.dataset == ds) & (df.method == "ar")]
         if len(ar):
             ax.axhline(1e3 * ar.wall_s.iloc[0] / ar["T"].iloc[0], color="k", ls="--", lw=1, label="AR, whole")
-        ax.set_xticks(x, [lab.replace(" (", "\n(").replace(" + ", "\n+ ") for lab in sub.label], fontsize=7)
+        ax.set_xticks(x, [tick(lab, 11) for lab in sub.label], fontsize=6.5)
         ax.set_title(DATASET_LABELS[ds], fontsize=9)
     np.atleast_1d(axes)[0].set_ylabel("ms per generated token")
     np.atleast_1d(axes)[0].legend(fontsize=7)

@@ -60,13 +60,14 @@ show_fig(plots.time_breakdown(tables.role(df)), "fig_time_breakdown", prof)
 # ## AR against the bandwidth bound
 # One-token decoding must read every weight once; the bound is weight bytes / read bandwidth. The bandwidth is
 # probed right after every AR generation (a sum over 512 MiB of random values, best of 5) and averaged over
-# the record's prompts: on the `cpu` profile's VMs it drifts with the host's load (it flips between about 31-37
-# and 48-66 GB/s within seconds), so a probe taken once when the models load says little about the minutes AR
-# ran in. The last column pairs each generation with its own probe (median and range over the prompts): where
-# the probes of one record fall in both phases, their mean describes no moment of the run. On the `cpu`
-# profile the whole forward is one C++ call (engine `static+fused`), which brought bf16 AR from about 1.85x to
-# about 1.55x its bound, and the argmax taken inside that call with non-temporal weight reads to about 1.4x;
-# it stays furthest from the bound in the fast phase, where the weights stream below the probe's speed and
+# the record's prompts: on the `cpu` profile's VMs it drifts with the host's load (it flips between two phases
+# within seconds: about 31-37 and 48-66 GB/s on the VMs of earlier runs, about 50-55 and 78-88 GB/s on the
+# latest), so a probe taken once when the models load says little about the minutes AR ran in. The last
+# column pairs each generation with its own probe (median and range over the prompts): where the probes of one
+# record fall in both phases, their mean describes no moment of the run. On the `cpu` profile the whole
+# forward is one C++ call (engine `static+fused`), which brought bf16 AR from about 1.85x to about 1.55x its
+# bound, and the argmax taken inside that call with non-temporal weight reads to about 1.4x (both on an earlier
+# VM); the same code ran at 1.17-1.20x on the latest. It stays furthest from the bound in the fast phase, where
 # attention, RoPE and the barriers between steps do not shrink with the memory's speed (FINDINGS.md).
 
 # %% tags=["nbval-ignore-output"]
