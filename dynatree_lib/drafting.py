@@ -38,7 +38,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     that one child, scored log(weight) (a lower bound on its mixture probability), and waits unfed; the next
     level that does run the draft feeds the waiting nodes with its frontier, in the same forward. Level 0 too:
     there the committed tokens' feed waits for the first level that runs the draft, or for the next tree.
-    The tree lists every expanded node with such a strong copy (``Tree.copies``), skipped or not, so that the
+    The tree lists every node to expand (the root included) with such a strong copy (``Tree.copies``), skipped or not, so that the
     loop can tell the policy how often the target took them (``observe_copies``); a policy with
     ``copies_trusted`` skips only while that returns True.
     """
@@ -50,7 +50,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     skip = getattr(policy, "lookup_skip", None)  # optional: copy weight at which a level needs no draft forward
     copy = getattr(draft, "copy", None) if skip is not None else None
     trusted = getattr(policy, "copies_trusted", None)  # optional: whether the generation's record allows skipping
-    strong: list[tuple[int, int]] = []  # (node, its copy token) for every expanded node whose copy weighs >= skip
+    strong: list[tuple[int, int]] = []  # (node, its copy token) for every node to expand whose copy weighs >= skip
     context = ids[-MAX_MATCH:].tolist() if copy is not None else []  # committed tail: the longest match there is
     copies = _copies(copy, [0], [context], skip, strong, trusted) if copy is not None else None  # the root's
     logits, n_fwd = (None, 0) if copies is not None else (_catch_up(draft, state, ids), 1)

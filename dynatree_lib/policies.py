@@ -404,7 +404,8 @@ class CostAwarePolicy(DynaTreePolicy):
         self.verify_floor = self.verify.flip(0).cummin(0).values.flip(0).tolist()
         self.draft_ms, self.fixed_ms, self.level_stop = cfg.draft_ms, cfg.fixed_ms, cfg.level_stop
         self.lookup_skip = cfg.lookup_skip if cfg.lookup_skip < 1.0 else None  # read by ``drafting.draft_tree``
-        self.copy_decay = 1.0 - 1.0 / cfg.skip_window if cfg.skip_window else None
+        # no record where nothing is skipped (lookup_skip 1.0) or the weight alone decides (skip_window 0)
+        self.copy_decay = 1.0 - 1.0 / cfg.skip_window if cfg.skip_window and self.lookup_skip is not None else None
         self.copies_met = self.copies_taken = 0.0  # decayed counts of strong copies verified / taken
 
     def copies_trusted(self) -> bool:

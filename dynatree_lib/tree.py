@@ -28,7 +28,7 @@ class Tree:
     is_chain: bool = True  # every node's parent is the node before it (a linear draft)
     levels: int = 0        # depth of the deepest node
     root_conf: float = float("nan")  # the draft's top-1 probability at the root (set by the drafter)
-    copies: tuple = ()     # (node, token): expanded nodes whose context-lookup copy was strong (set by the drafter)
+    copies: tuple = ()     # (node, token): nodes to expand whose context-lookup copy was strong (set by the drafter)
 
     @staticmethod
     def new(root_token: Tensor | int, device: torch.device | str = "cpu") -> "Tree":

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
-from dynatree_lib.decoders import KV_MODES
+from dynatree_lib.decoders import KV_MODES, speculative_decode
 from dynatree_lib.drafting import DraftState, draft_tree
 from dynatree_lib.fastpath import StaticRunner
 from dynatree_lib.lookup import LookupConfig, LookupRunner, NGramIndex, mix, mix_rows
 from dynatree_lib.models import DRAFT_DIR, lookup_config
 from dynatree_lib.runners import HFRunner
+from dynatree_lib.tree import copy_outcomes
 
 from .conftest import VOCAB, prompts
 
@@ -190,8 +191,6 @@ def test_trees_list_their_strong_copies_and_the_loop_reports_them(draft):
     """``Tree.copies`` lists each expanded node whose copy weighs >= lookup_skip with that copy, skipped or
     not (also with skipping refused by the record); ``copy_outcomes`` counts those on the accepted path and the
     ones the target continued with; the loop hands them to the policy after each verification."""
-    from dynatree_lib.tree import copy_outcomes
-
     for trusted in (True, False):
         policy = SKIP.policy()
         policy.copies_trusted = lambda: trusted
@@ -224,8 +223,6 @@ def test_trees_list_their_strong_copies_and_the_loop_reports_them(draft):
     p, T = CASES[1]
     res = generate(draft, p, T, draft=LookupRunner(HFRunner(draft), STRONG), method=SKIP)  # the draft as target
     pol = Recording(SKIP)
-    from dynatree_lib.decoders import speculative_decode
-
     out = speculative_decode(draft, LookupRunner(HFRunner(draft), STRONG), p, T, pol)
     assert out.tokens == res.tokens == generate(draft, p, T).tokens
     assert len(seen) == out.iterations and all(0 <= t <= m for m, t in seen) and sum(m for m, _ in seen) > 0
