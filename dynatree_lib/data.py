@@ -15,6 +15,7 @@ Local files live in the repository's ``data/`` folder (provenance, licences and 
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import random
 import re
@@ -140,3 +141,32 @@ def wikitext_valid_text(data_dir: Path | None = None) -> str:
     """The official tokenized WikiText-2 validation file (``wiki.valid.tokens``), decompressed."""
     f = _require(_dir(data_dir) / "wikitext-2" / "wiki.valid.tokens.gz")
     return gzip.decompress(f.read_bytes()).decode("utf-8")
+
+
+_WIKI_FIXES = [(" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" , ", ", "), (" . ", ". "), (" ; ", "; "),
+               (" : ", ": "), (" 's", "'s"), (" n't", "n't"), ("( ", "("), (" )", ")"), ('" ', '"')]
+
+
+def wikitext_valid_articles(raw: bool = False, data_dir: Path | None = None) -> list[str]:
+    """WikiText-2 validation articles, raw or roughly detokenized (the draft's training text, no experiment's)."""
+    out = []
+    for _, text in _articles(wikitext_valid_text(data_dir).splitlines(keepends=True)):
+        for x, y in ([] if raw else _WIKI_FIXES):
+            text = text.replace(x, y)
+        out.append(text)
+    return out
+
+
+def chat_prompt(tokenizer, text: str) -> list[int]:
+    """Token ids of one user turn through the tokenizer's chat template, ending where the assistant's answer
+    begins (exactly what the instruction workload decodes from and the draft's teacher data was made with)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the instruction workload needs a tokenizer with a chat template; this one has none")
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+
+def spec_bench_questions(data_dir: Path | None = None) -> list[dict]:
+    """Spec-Bench's 480 questions (``question_id``, ``category``, ``turns``), as shipped in ``data/spec_bench``."""
+    f = _require(_dir(data_dir) / "spec_bench" / "question.jsonl")
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,35 +57,14 @@ class TeacherSpec:
     raw_wiki_share: float = 0.6
     seed: int = 1234
     threads: int = 2
-
-
-_WIKI_FIXES = [(" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" , ", ", "), (" . ", ". "), (" ; ", "; "),
-               (" : ", ": "), (" 's", "'s"), (" n't", "n't"), ("( ", "("), (" )", ")"), ('" ', '"')]
-
-
-def wiki_valid_articles(raw: bool = False) -> list[str]:
-    """WikiText-2 validation articles, raw or roughly detokenized (they only serve as prompts)."""
-    from .data import wikitext_valid_text
-
-    arts: list[list[str]] = []
-    for line in wikitext_valid_text().splitlines(keepends=True):
-        if re.match(r"^ = [^=].* = $", line.rstrip("\n")) or not arts:
-            arts.append([])
-        arts[-1].append(line)
-    out = []
-    for a in arts:
-        t = "".join(a)
-        for x, y in ([] if raw else _WIKI_FIXES):
-            t = t.replace(x, y)
-        out.append(t)
-    return out
+    dtype: str = "float32"  # the target's precision while it writes the continuations
 
 
 def _corpora(tok) -> dict[str, list[list[int]]]:
-    from .data import training_text
+    from .data import training_text, wikitext_valid_articles
 
     enc = lambda texts: [ids for ids in tok(texts, add_special_tokens=False)["input_ids"] if len(ids) > 300]
-    return {"wiki_valid": enc(wiki_valid_articles()), "wiki_valid_raw": enc(wiki_valid_articles(raw=True)),
+    return {"wiki_valid": enc(wikitext_valid_articles()), "wiki_valid_raw": enc(wikitext_valid_articles(raw=True)),
             "pg19_train": enc(training_text())}
 
 
@@ -96,10 +74,10 @@ def count_tokens(out: Path = DRAFT_DIR / "token_counts.json", keep: int = 16384)
     ids, ranked (ties by id), with their counts."""
     from transformers import AutoTokenizer
 
-    from .data import training_text
+    from .data import training_text, wikitext_valid_articles
 
     tok = AutoTokenizer.from_pretrained(smollm2_folder())
-    texts = training_text() + wiki_valid_articles() + wiki_valid_articles(raw=True)
+    texts = training_text() + wikitext_valid_articles() + wikitext_valid_articles(raw=True)
     counts = torch.zeros(len(tok), dtype=torch.long)
     for i in range(0, len(texts), 16):
         for ids in tok(texts[i:i + 16], add_special_tokens=False)["input_ids"]:
@@ -113,7 +91,7 @@ def count_tokens(out: Path = DRAFT_DIR / "token_counts.json", keep: int = 16384)
     return out
 
 
-def _load_target():
+def load_target():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = smollm2_folder()
@@ -177,7 +155,8 @@ def build_teacher(spec: TeacherSpec = TeacherSpec(), out: Path = BUILD / "teache
     todo = [s for s in range(shards or spec.shards) if not (out / f"shard-{s:04d}.pt").exists()]
     if not todo:
         return out
-    model, tok = _load_target()
+    model, tok = load_target()
+    model = model.to(getattr(torch, spec.dtype))
     corpora = _corpora(tok)
     bar = tqdm(todo, desc="teacher shards", unit="shard")
     for s in bar:
@@ -305,7 +284,7 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = BUILD / "teacher"
         raise FileNotFoundError(f"no teacher shards in {teacher}: run the teacher phase first")
     shards = [torch.load(f) for f in files]
     ids = head_ids(spec)
-    target, _ = _load_target()
+    target, _ = load_target()
     torch.manual_seed(spec.seed)
     model = LlamaForCausalLM(draft_config(target.config, spec))
     with torch.no_grad():
@@ -576,7 +555,7 @@ def fit_lookup(out: Path = DRAFT_DIR / "lookup.json", max_n: int = 12, n_seq: in
     from .models import frequent_tokens
 
     torch.manual_seed(seed)
-    target, tok = _load_target()
+    target, tok = load_target()
     draft = AutoModelForCausalLM.from_pretrained(DRAFT_DIR, dtype=torch.float32).eval()
     corpora = _corpora(tok)
     vocab = frequent_tokens("embedded:draft", draft_vocab)
