@@ -50,4 +50,4 @@ for nb in notebooks/[0-9][0-9]_*.ipynb; do
   fi
 done
 echo "[run_all] done in $(( $(date +%s) - start ))s: notebooks in $OUT, JSON in results/$PROFILE, figures in figures/$PROFILE"
-"$PY" -m dynatree_lib.results_md "$PROFILE" && echo "[run_all] results summary: RESULTS.md"
+"$PY" -m dynatree_lib.reporting.results_md "$PROFILE" && echo "[run_all] results summary: RESULTS.md"

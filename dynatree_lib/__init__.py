@@ -1,8 +1,17 @@
-"""dynatree: an exact, measured reproduction of DynaTree (confidence-aware adaptive tree speculative decoding)."""
-from .baselines import HFAssistedConfig, StreamingConfig
-from .decoders import GenerationResult
-from .methods import METHOD_NAMES, generate
-from .policies import CostAwareConfig, DraftPolicy, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+"""dynatree: an exact, measured reproduction of DynaTree (confidence-aware adaptive tree speculative decoding).
 
-__all__ = ["generate", "GenerationResult", "METHOD_NAMES", "DraftPolicy", "LinearConfig", "FixedTreeConfig",
-           "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "StreamingConfig", "CostAwareConfig"]
+Layers, each a sub-package importing only the ones before it (``tests/test_structure.py``):
+``core`` (trees, policies, runners, the drafter and the decoding loop) < ``baselines`` and ``extensions`` <
+``methods`` (the registry and ``generate``) < ``harness`` (profiles, data, models, measurement, experiments) <
+``draft`` (building the cpu profile's draft) < ``reporting`` (tables, plots, RESULTS.md) < ``cli``.
+"""
+from .baselines.hf_assisted import HFAssistedConfig
+from .baselines.streaming import StreamingConfig
+from .core.policies import DraftPolicy, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from .core.result import GenerationResult
+from .extensions.cost_aware import CostAwareConfig
+from .methods import REGISTRY, Method, generate, method_names, register
+
+__all__ = ["generate", "GenerationResult", "REGISTRY", "Method", "register", "method_names", "DraftPolicy",
+           "LinearConfig", "FixedTreeConfig", "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "StreamingConfig",
+           "CostAwareConfig"]

@@ -1,35 +1,128 @@
-"""Every method by name, and the one entry point ``generate``.
+"""Every method, registered once, and the one entry point ``generate``.
 
     generate(target, prompt, T)                                   greedy AR (our cached loop)
     generate(target, prompt, T, draft=d, method="dynatree")       a method by name, default settings
     generate(target, prompt, T, draft=d, method=DynaTreeConfig(tau_h=0.8))
 
-``target`` and ``draft`` are transformers models (run eagerly) or runners (``fastpath.StaticRunner``).
+``target`` and ``draft`` are transformers models (run eagerly) or runners (``core.fastpath.StaticRunner``).
+
+A method is its frozen config class plus one ``Method`` entry in ``REGISTRY`` (``register``): its name,
+label, colour, role, whether it gets a tuning budget, the paper's setting and how it decodes. Profiles,
+experiments, tables, plots and the plan read the registry, so a new method needs nothing else.
 """
 from __future__ import annotations
 
-from .baselines import HFAssistedConfig, StreamingConfig, generate_hf_assisted, generate_streaming_spec
-from .decoders import KV_MODES, GenerationResult, generate_ar, speculative_decode
-from .policies import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from dataclasses import dataclass
+from typing import Callable
 
-CONFIGS = {c.method: c for c in (LinearConfig, FixedTreeConfig, DynaTreeConfig, TalonConfig, HFAssistedConfig,
-                                 StreamingConfig, CostAwareConfig)}
-METHOD_NAMES = ("ar",) + tuple(CONFIGS)
-MethodConfig = (LinearConfig | FixedTreeConfig | DynaTreeConfig | TalonConfig | HFAssistedConfig | StreamingConfig
-                | CostAwareConfig)
+from .baselines.hf_assisted import HFAssistedConfig, generate_hf_assisted
+from .baselines.streaming import StreamingConfig, generate_streaming_spec
+from .core.decoding import KV_MODES, generate_ar, speculative_decode
+from .core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from .core.result import GenerationResult
+from .extensions.cost_aware import CostAwareConfig
+
+ROLES = ("paper", "seed", "extension")
 
 
-def method_config(method) -> MethodConfig | None:
+def tree_decoder(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees) -> GenerationResult:
+    """A method whose config has ``policy()``: our speculative loop with that drafting policy."""
+    return speculative_decode(target, draft, prompt, T, cfg.policy(), kv_mode, eos_token_id, None, record_trees)
+
+
+def _hf_assisted(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees) -> GenerationResult:
+    return generate_hf_assisted(target, draft, prompt, T, cfg, eos_token_id, kv_mode)
+
+
+def _streaming(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees) -> GenerationResult:
+    return generate_streaming_spec(target, draft, prompt, T, cfg, eos_token_id, kv_mode, record_trees)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One decoding method as the library and its reports know it.
+
+    ``role``: "paper" (the paper's Table 1 methods: every experiment runs them), "seed" (the other seed
+    systems: the main table and memory) or "extension" (ours: the main table, never in a paper method's place).
+    ``paper(settings, dataset)``: the paper's setting from a profile's ``PaperSettings`` (the profile may
+    override it). ``reported``: its key in ``data/paper_reported.json``'s Table 1 and 3, if the paper reports it.
+    ``decode(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees)`` runs it."""
+
+    name: str
+    config: type | None
+    label: str
+    color: str
+    role: str
+    tuned: bool
+    paper: Callable | None
+    decode: Callable | None = tree_decoder
+    reported: str | None = None
+
+
+REGISTRY: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add a method (its position in the registry is its order in tables and plots)."""
+    if method.name in REGISTRY or method.name == "ar" and method.config is not None:
+        raise ValueError(f"method {method.name!r} is already registered")
+    if method.role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {method.role!r}")
+    if method.config is not None and getattr(method.config, "method", None) != method.name:
+        raise ValueError(f"{method.config.__name__}.method must be {method.name!r} (the registry's name)")
+    REGISTRY[method.name] = method
+    return method
+
+
+def unregister(name: str) -> None:
+    REGISTRY.pop(name, None)
+
+
+for _m in (
+    Method("ar", None, "AR", "#7f7f7f", "paper", False, None, None, "ar"),
+    Method("linear", LinearConfig, "Linear Spec", "#1f77b4", "paper", True, lambda s, ds: LinearConfig(s.linear_K[ds]),
+           reported="linear_spec"),
+    Method("fixed_tree", FixedTreeConfig, "Fixed Tree", "#ff7f0e", "paper", True, lambda s, ds: s.fixed,
+           reported="fixed_tree"),
+    Method("dynatree", DynaTreeConfig, "DynaTree", "#2ca02c", "paper", True, lambda s, ds: s.dynatree[ds],
+           reported="dynatree"),
+    Method("dynatree_cost", CostAwareConfig, "DynaTree + cost budget (ext.)", "#98df8a", "extension", False, None),
+    Method("hf_assisted", HFAssistedConfig, "HF Assisted", "#9467bd", "seed", True,
+           lambda s, ds: HFAssistedConfig(s.linear_K[ds], s.hf_schedule, 0.0), _hf_assisted),
+    Method("streaming_spec", StreamingConfig, "StreamingLLM + Spec", "#8c564b", "seed", False,
+           lambda s, ds: StreamingConfig(s.linear_K[ds], s.streaming_cache, 4), _streaming),
+    Method("talon", TalonConfig, "TALON", "#d62728", "seed", True, lambda s, ds: s.talon),
+):
+    register(_m)
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def names(role: str) -> tuple[str, ...]:
+    """The registered methods of one role, in registry order."""
+    return tuple(n for n, m in REGISTRY.items() if m.role == role)
+
+
+def of_config(cfg) -> Method:
+    """The registered method a config object belongs to."""
+    m = REGISTRY.get(getattr(type(cfg), "method", None))
+    if m is None or m.config is not type(cfg):
+        raise TypeError(f"method must be a name in {method_names()} or a registered method's config "
+                        f"({[m.config.__name__ for m in REGISTRY.values() if m.config]}), got {type(cfg).__name__}")
+    return m
+
+
+def method_config(method):
     """A method given by name (default settings), config object, or None (AR)."""
     if method is None or method == "ar":
         return None
     if isinstance(method, str):
-        if method not in CONFIGS:
-            raise ValueError(f"unknown method {method!r}; choose one of {METHOD_NAMES} or pass a config object")
-        return CONFIGS[method]()
-    if type(method) not in CONFIGS.values():
-        raise TypeError(f"method must be a name in {METHOD_NAMES} or one of {[c.__name__ for c in CONFIGS.values()]}, "
-                        f"got {type(method).__name__}")
+        if method not in REGISTRY:
+            raise ValueError(f"unknown method {method!r}; choose one of {method_names()} or pass a config object")
+        return REGISTRY[method].config()
+    of_config(method)
     return method
 
 
@@ -44,8 +137,4 @@ def generate(target, prompt, T: int, draft=None, method=None, kv_mode: str = "ga
         return generate_ar(target, prompt, T, eos_token_id, kv_mode)
     if draft is None:
         raise ValueError(f"{type(cfg).__name__} needs a draft model (draft=...)")
-    if isinstance(cfg, HFAssistedConfig):
-        return generate_hf_assisted(target, draft, prompt, T, cfg, eos_token_id, kv_mode)
-    if isinstance(cfg, StreamingConfig):
-        return generate_streaming_spec(target, draft, prompt, T, cfg, eos_token_id, kv_mode, record_trees)
-    return speculative_decode(target, draft, prompt, T, cfg.policy(), kv_mode, eos_token_id, None, record_trees)
+    return of_config(cfg).decode(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees)

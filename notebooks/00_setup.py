@@ -24,16 +24,17 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib import experiments, plots, tables
-from dynatree_lib.profiles import get_profile
-from dynatree_lib.report import show_fig, show_table
+from dynatree_lib.harness import experiments
+from dynatree_lib.reporting import plots, tables
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.reporting.notebook import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_lib.bench import environment
+from dynatree_lib.harness.environment import environment
 
-environment(prof.device)
+environment(prof.models.device)
 
 # %% [markdown]
 # The prompts every experiment uses (deterministic by the profile's seed), and the exactness check in fp32
@@ -45,21 +46,21 @@ if not render_only:
     import torch
 
     from dynatree_lib import generate
-    from dynatree_lib.data import load_prompts
-    from dynatree_lib.models import load_pair
+    from dynatree_lib.harness.data import load_prompts
+    from dynatree_lib.harness.models import load_pair
 
-    if prof.threads:
-        torch.set_num_threads(prof.threads)
-    target, draft, tok = load_pair(prof.target, prof.draft, prof.device, "float32", prof.context_override,
-                                   draft_vocab=prof.draft_vocab)
-    prompts = {ds: load_prompts(ds, tok, prof.n_prompts, prof.L_max[ds], prof.seed, prof.data_source)
+    if prof.models.threads:
+        torch.set_num_threads(prof.models.threads)
+    target, draft, tok = load_pair(prof.models.target, prof.models.draft, prof.models.device, "float32", prof.models.context_override,
+                                   draft_vocab=prof.models.draft_vocab)
+    prompts = {ds: load_prompts(ds, tok, prof.protocol.n_prompts, prof.protocol.L_max[ds], prof.protocol.seed, prof.protocol.data_source)
                for ds in prof.datasets}
     display(pd.DataFrame([(ds, p.id, p.ids.numel()) for ds, ps in prompts.items() for p in ps],
                          columns=["dataset", "prompt id", "tokens"]))
 
 # %%
 if not render_only:
-    p = prompts["wikitext2"][0].ids.to(prof.device)
+    p = prompts["wikitext2"][0].ids.to(prof.models.device)
     ar = generate(target, p, 32)
     hf = target.generate(p[None], max_new_tokens=32, do_sample=False, eos_token_id=None)[0, p.numel():].tolist()
     dt = generate(target, p, 32, draft=draft, method=prof.method("dynatree", "wikitext2"))
@@ -80,9 +81,10 @@ if not render_only:
 # copies poorly and a lookup copies well: compare the two.
 
 # %%
-from dynatree_lib import calibration, costmodel
+from dynatree_lib.harness.costs import run_costs
+from dynatree_lib.harness.pair import run_pair
 
-pair = json.loads(calibration.run_pair(prof, rerun, render_only=render_only).read_text())
+pair = json.loads(run_pair(prof, rerun, render_only=render_only).read_text())
 show_table(tables.pair_table(pair), "table_pair", prof)
 show_table(tables.agreement_table(pair), "table_draft_agreement", prof)
 
@@ -111,7 +113,7 @@ show_fig(plots.chain_acceptance(pair), "fig_chain_acceptance", prof)
 # "draft full vocab" is the draft with its whole output layer, for comparison with the subset head it drafts with.
 
 # %%
-costs = json.loads(costmodel.run_costs(prof, rerun, render_only=render_only).read_text())
+costs = json.loads(run_costs(prof, rerun, render_only=render_only).read_text())
 show_table(tables.forward_cost_table(costs), "table_forward_costs", prof)
 
 # %% tags=["nbval-ignore-output"]

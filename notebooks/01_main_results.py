@@ -48,9 +48,10 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib import experiments, plots, tables
-from dynatree_lib.profiles import get_profile
-from dynatree_lib.report import show_fig, show_table
+from dynatree_lib.harness import experiments
+from dynatree_lib.reporting import plots, tables
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.reporting.notebook import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
@@ -58,11 +59,11 @@ prof = get_profile(profile, **overrides)
 # ## Tuning (equal budget, held-out prompts)
 
 # %% tags=["nbval-ignore-output"]
-if prof.tuning is not None:
+if prof.tuning.candidates is not None:
     path_t = experiments.run("tuning", prof, rerun=rerun, render_only=render_only)
 
 # %%
-if prof.tuning is not None:
+if prof.tuning.candidates is not None:
     show_table(tables.tuning_table(tables.load(path_t, prof)), "table_tuning", prof)
 
 # %% [markdown]

@@ -24,9 +24,10 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib import experiments, plots, tables
-from dynatree_lib.profiles import get_profile
-from dynatree_lib.report import show_fig, show_table
+from dynatree_lib.harness import experiments
+from dynatree_lib.reporting import plots, tables
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.reporting.notebook import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
@@ -85,9 +86,9 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # long as the curves were timed in the runs' phase: it cannot undo a change of the curve's shape.
 
 # %%
-from dynatree_lib import costmodel
+from dynatree_lib.harness.costs import run_costs
 
-costs = json.loads(costmodel.run_costs(prof, render_only=render_only).read_text())
+costs = json.loads(run_costs(prof, render_only=render_only).read_text())
 cm = tables.cost_model_table(df, costs)
 fmt = {c: (lambda x: f"{x:+.1%}") if c.startswith("gap") else (lambda x: f"{x:.2f}") for c in cm.columns}
 show_table(cm.set_index(["Dataset", "Method", "precision"]).apply(lambda col: col.map(fmt[col.name])),

@@ -21,9 +21,10 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib import experiments, plots, tables
-from dynatree_lib.profiles import get_profile
-from dynatree_lib.report import show_fig, show_table
+from dynatree_lib.harness import experiments
+from dynatree_lib.reporting import plots, tables
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.reporting.notebook import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 

@@ -24,22 +24,23 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib import experiments, plots, tables
-from dynatree_lib.profiles import get_profile
-from dynatree_lib.report import show_fig, show_table
+from dynatree_lib.harness import experiments
+from dynatree_lib.reporting import plots, tables
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.reporting.notebook import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_lib import treeviz
+from dynatree_lib.reporting import treeviz
 
 path = experiments.run("trees", prof, rerun=rerun, render_only=render_only)
 trees = treeviz.tree_table(tables.records(path, prof))
 tok = None
 if not render_only:
-    from dynatree_lib.models import load_tokenizer
+    from dynatree_lib.harness.models import load_tokenizer
 
-    tok = load_tokenizer(prof.target)
+    tok = load_tokenizer(prof.models.target)
 
 # %% [markdown]
 # ## One iteration, three methods

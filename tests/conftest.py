@@ -5,8 +5,9 @@ both the eager path and the fast path (``fastpath.StaticRunner``)."""
 import pytest
 import torch
 
-from dynatree_lib.fastpath import StaticRunner
-from dynatree_lib.models import perturb, tiny_gpt_neox, tiny_llama
+from dynatree_lib.core.fastpath import StaticRunner
+from dynatree_lib.core.tree import Tree
+from dynatree_lib.harness.tiny import perturb, tiny_gpt_neox, tiny_llama
 
 VOCAB = 96
 MAX_POS = 160
@@ -66,3 +67,14 @@ def prompts(n: int, seed: int = 0, lo: int = 1, hi: int = 40):
     g = torch.Generator().manual_seed(seed)
     lens = torch.randint(lo, hi, (n,), generator=g).tolist()
     return [torch.randint(1, VOCAB, (k,), generator=g) for k in lens]
+
+
+def add_level(tree: Tree, parent, token, logp) -> tuple[Tree, torch.Tensor]:
+    """``tree`` with one level of children appended (parents at its deepest level, in BFS order), and their
+    indices: hand-built trees for tests (the drafter builds its trees in one go)."""
+    parent, token, logp = (torch.as_tensor(x) for x in (parent, token, logp))
+    cum = tree.cum_logp[parent] + logp.float()  # in fp32, as the drafter sums path log-probs
+    grown = Tree.build(tree.tokens.tolist() + token.tolist(), tree.parents.tolist() + parent.tolist(),
+                       tree.logp.tolist() + logp.tolist(), tree.cum_logp.tolist() + cum.tolist(),
+                       tree.tokens.device, tree.root_conf)
+    return grown, torch.arange(tree.size, grown.size)

@@ -6,8 +6,8 @@ import torch
 import transformers as tf
 
 from dynatree_lib import StreamingConfig, generate
-from dynatree_lib.decoders import KV_MODES
-from dynatree_lib.models import perturb
+from dynatree_lib.core.decoding import KV_MODES
+from dynatree_lib.harness.tiny import perturb
 
 from .conftest import prompts, reference
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from dynatree_lib import FixedTreeConfig, LinearConfig, generate
-from dynatree_lib.models import load_pair, tiny_gpt_neox
-from dynatree_lib.runners import check_pair
+from dynatree_lib.harness.models import load_pair
+from dynatree_lib.harness.tiny import tiny_gpt_neox
+from dynatree_lib.core.runners import check_pair
 
 from .conftest import MAX_POS
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from dynatree_lib import HFAssistedConfig, LinearConfig, StreamingConfig, generate
-from dynatree_lib.baselines import generate_hf_assisted
-from dynatree_lib.decoders import Window
-from dynatree_lib.fastpath import StaticRunner
-from dynatree_lib.runners import HFRunner, rerotate, rotary_inv_freq
+from dynatree_lib.baselines.hf_assisted import generate_hf_assisted
+from dynatree_lib.core.decoding import Window
+from dynatree_lib.core.fastpath import StaticRunner
+from dynatree_lib.core.runners import HFRunner, rerotate, rotary_inv_freq
 
 from .conftest import prompts
 

@@ -4,19 +4,21 @@ import math
 
 import pytest
 
-from dynatree_lib import experiments, tables
-from dynatree_lib.bench import ResultStore, agreement
-from dynatree_lib.bench import config_dict as bench_config
-from dynatree_lib.decoders import GenerationResult, IterationLog
-from dynatree_lib.metrics import aggregate, prompt_metrics
-from dynatree_lib.profiles import get_profile
+from dynatree_lib.harness import experiments
+from dynatree_lib.reporting import tables
+from dynatree_lib.harness.store import ResultStore
+from dynatree_lib.harness.measure import agreement
+from dynatree_lib.harness.store import config_dict as bench_config
+from dynatree_lib.core.result import GenerationResult, IterationLog, Totals
+from dynatree_lib.harness.metrics import aggregate, prompt_metrics
+from dynatree_lib.harness.profiles import get_profile
 
 
 def test_metric_arithmetic_on_a_hand_made_log():
     log = IterationLog(nodes=[6, 6, 4], depth=[4, 4, 2], accepted=[3, 4, 0], committed=[4, 5, 1],
                        draft_forwards=[4, 4, 2], draft_s=[0.1] * 3, verify_s=[0.2] * 3, commit_s=[0.01] * 3)
-    res = GenerationResult(tokens=list(range(10)), iterations=3, accepted=7, drafted_nodes=16, drafted_depth=10,
-                           draft_forwards=10, ttft_s=0.1, wall_s=1.0, prefill_s=0.2, target_forwards=4, log=log)
+    res = GenerationResult(tokens=list(range(10)), ttft_s=0.1, wall_s=1.0, prefill_s=0.2, target_forwards=4, log=log)
+    assert res.totals == Totals(iterations=3, accepted=7, drafted_nodes=16, drafted_depth=10, draft_forwards=10)
     m = prompt_metrics(res)
     assert m["tps"] == 10.0 and m["iterations"] == 3
     assert m["L_bar"] == pytest.approx(10 / 3)
@@ -32,7 +34,8 @@ def test_metric_arithmetic_on_a_hand_made_log():
 
 
 def test_ar_metrics():
-    res = GenerationResult(tokens=[1, 2, 3, 4], iterations=4, ttft_s=0.5, wall_s=2.0)
+    res = GenerationResult(tokens=[1, 2, 3, 4], ttft_s=0.5, wall_s=2.0)
+    assert res.iterations == 4  # AR: one iteration per token
     m = prompt_metrics(res)
     assert m["L_bar"] == 1 and m["ell_bar"] == 0 and math.isnan(m["accept_rate"]) and m["tpot_ms"] == 500.0
     assert "draft_s" not in m  # AR logs no per-iteration phases
@@ -70,7 +73,7 @@ def test_schema_mismatch(tmp_path):
 @pytest.fixture(scope="module")
 def smoke_main(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    prof = get_profile("smoke", n_prompts=2, T=12, tuning_T=8)
+    prof = get_profile("smoke", n_prompts=2, T=12, **{"tuning.T": 8})
     path = experiments.run("main", prof, root=root)
     return prof, root, path
 
@@ -90,11 +93,11 @@ def test_main_json_schema(smoke_main):
             assert k in r["environment"], k
         assert r["bound"]["ms_per_token"] > 0 and r["bound"]["weight_bytes"] > 0
         exact = r["tags"]["role"] == "exact"
-        assert len(r["rows"]) == len(r["prompt_ids"]) == (prof.n_exact if exact else 2)
+        assert len(r["rows"]) == len(r["prompt_ids"]) == (prof.protocol.n_exact if exact else 2)
         for row in r["rows"]:
-            assert row["tokens"] == prof.T and 0 <= row["ar_agreement"] <= 1
+            assert row["tokens"] == prof.protocol.T and 0 <= row["ar_agreement"] <= 1
             if exact and r["method"] != "streaming_spec":  # fp32: asserted; bf16: measured
-                assert row["equals_ar"] and row["first_divergence"] == prof.T, r["label"]
+                assert row["equals_ar"] and row["first_divergence"] == prof.protocol.T, r["label"]
             assert (row.get("read_bandwidth_gbs", 0) > 0) == (r["method"] == "ar")  # AR's bound, probed per row
         assert r["aggregate"]["tps"]["mean"] > 0
     assert (root / "smoke" / "tuning.json").exists()  # main ran the tuning it depends on
@@ -115,15 +118,15 @@ def test_tuned_settings_come_from_the_tuning_json(smoke_main):
     for ds in prof.datasets:
         for fam in ("linear", "fixed_tree", "dynatree", "talon", "hf_assisted"):
             cands = [r for r in recs if r["dataset"] == ds and r["method"] == fam]
-            assert len(cands) == len(prof.tuning[fam])  # equal budget: every candidate measured
+            assert len(cands) == len(prof.tuning.candidates[fam])  # equal budget: every candidate measured
             best = max(cands, key=lambda r: r["aggregate"]["tps"]["mean"])
             assert bench_config(experiments.tuned(prof, fam, ds, root)) == best["config"]
             assert all(r["prompt_ids"] == cands[0]["prompt_ids"] for r in cands)
         # the extension: DynaTree's candidates with the cut on, the same budget; main runs the fastest
         cands = [r for r in recs if r["dataset"] == ds and r["method"] == "dynatree_cost"]
-        assert len(cands) == len(prof.tuning["dynatree"])
+        assert len(cands) == len(prof.tuning.candidates["dynatree"])
         best = max(cands, key=lambda r: r["aggregate"]["tps"]["mean"])
-        assert bench_config(experiments.cost_aware(prof, ds, prof.dtype, root)) == best["config"]
+        assert bench_config(experiments.cost_aware(prof, ds, prof.models.dtype, root)) == best["config"]
     main = json.loads((root / "smoke" / "main.json").read_text())["records"]
     tuning_prompts = {p for r in recs for p in r["prompt_ids"]}
     assert not tuning_prompts & {p for r in main for p in r["prompt_ids"]}  # disjoint from the test prompts
@@ -157,19 +160,19 @@ def test_main_runs_the_extension_also_without_its_lookup_skip():
     ``skip_window`` alone (what the record of the copies is worth)."""
     prof = get_profile("cpu")
     cells = [c for c in experiments.main_cells(prof) if c.method == "dynatree_cost"]
-    assert prof.draft_lookup and len(cells) == 3 * len(prof.datasets) * 2
+    assert prof.models.draft_lookup and len(cells) == 3 * len(prof.datasets) * 2
     for ext, off, blind in zip(cells[::3], cells[1::3], cells[2::3]):
         assert ext.config.lookup_skip < 1.0 and off.config == dataclasses.replace(ext.config, lookup_skip=1.0)
         assert ext.config.skip_window > 0 and blind.config == dataclasses.replace(ext.config, skip_window=0)
         assert {(c.dataset, c.dtype) for c in (ext, off, blind)} == {(ext.dataset, ext.dtype)}
         assert (off.label, blind.label) == (experiments.NO_SKIP, experiments.NO_RECORD)
-    assert not get_profile("smoke").draft_lookup  # smoke's tiny draft has none: one extension row
+    assert not get_profile("smoke").models.draft_lookup  # smoke's tiny draft has none: one extension row
 
 
 def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
     """One file holding two runs of the same cells (other prompt counts) is read without mixing them."""
     prof, root, path = smoke_main
-    small = get_profile("smoke", n_prompts=1, T=12, tuning_T=8)
+    small = get_profile("smoke", n_prompts=1, T=12, **{"tuning.T": 8})
     experiments.run("main", small, root=root)
     df = tables.load(path, prof)
     assert len(df) == 2 * len(prof.datasets) * 9 and set(df[df.tag_role == "timed"].n) == {2}
@@ -186,8 +189,8 @@ def test_resume_skips_finished_and_appends_missing(smoke_main, monkeypatch):
     data["records"] = [r for r in data["records"] if r["key"] != dropped["key"]]
     path.write_text(json.dumps(data))
     calls = []
-    real = experiments.bench.measure
-    monkeypatch.setattr(experiments.bench, "measure", lambda c, *a, **k: calls.append(c.label) or real(c, *a, **k))
+    real = experiments.measure.measure
+    monkeypatch.setattr(experiments.measure, "measure", lambda c, *a, **k: calls.append(c.label) or real(c, *a, **k))
     experiments.run("main", prof, root=root)
     assert calls == [dropped["label"]] * len(dropped["rows"])  # its prompts, nothing else
     after = json.loads(path.read_text())
@@ -199,8 +202,8 @@ def test_resume_skips_finished_and_appends_missing(smoke_main, monkeypatch):
 
 
 def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, monkeypatch):
-    prof = get_profile("smoke", n_prompts=2, T=8, tuning=None)
-    real = experiments.bench.measure
+    prof = get_profile("smoke", n_prompts=2, T=8, candidates=None)
+    real = experiments.measure.measure
     calls = []
 
     def flaky(c, *a, **k):
@@ -209,12 +212,12 @@ def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, mo
         calls.append(c.method)
         return real(c, *a, **k)
 
-    monkeypatch.setattr(experiments.bench, "measure", flaky)
+    monkeypatch.setattr(experiments.measure, "measure", flaky)
     with pytest.raises(KeyboardInterrupt):
         experiments.run("ablation", prof, root=tmp_path)
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
     assert data["records"] == [] and sum(map(len, data["partial"].values())) == 5  # round 0: 4 cells, round 1: AR
-    monkeypatch.setattr(experiments.bench, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
+    monkeypatch.setattr(experiments.measure, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
     experiments.run("ablation", prof, root=tmp_path)
     assert len(calls) == 8                      # the 3 missing rows only
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
@@ -223,20 +226,20 @@ def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, mo
 
 def test_render_only_refuses_to_measure(tmp_path):
     with pytest.raises(FileNotFoundError, match="render-only"):
-        experiments.run("ablation", get_profile("smoke", tuning=None), root=tmp_path, render_only=True)
+        experiments.run("ablation", get_profile("smoke", candidates=None), root=tmp_path, render_only=True)
 
 
 def test_context_override_lets_a_long_run_through():
-    from dynatree_lib.models import load_pair
+    from dynatree_lib.harness.models import load_pair
 
     target, draft, _ = load_pair("tiny:target", "tiny:draft", context_override=1024)
     assert target.config.max_position_embeddings == draft.config.max_position_embeddings == 1024
-    assert get_profile("paper").context_override >= 1000 + 1500
+    assert get_profile("paper").models.context_override >= 1000 + 1500
 
 
 def test_profiles_and_bad_names():
-    assert get_profile("paper").T == 1500 and get_profile("paper").fixed.D == 8
-    assert get_profile("cpu", T=64).T == 64
+    assert get_profile("paper").protocol.T == 1500 and get_profile("paper").paper.fixed.D == 8
+    assert get_profile("cpu", T=64).protocol.T == 64
     with pytest.raises(ValueError, match="unknown profile"):
         get_profile("gpu-fast")
     with pytest.raises(ValueError, match="unknown profile field"):
@@ -245,9 +248,12 @@ def test_profiles_and_bad_names():
         experiments.run("table9", get_profile("smoke"))
     with pytest.raises(ValueError, match="unknown method"):
         get_profile("cpu").method("medusa", "pg19")
-    assert get_profile("paper").tuning is None and get_profile("cpu").tuning is not None
-    for fam, cands in get_profile("cpu").tuning.items():  # equal tuning budget for every family
-        assert len(cands) == len(get_profile("cpu").tuning["dynatree"]), fam
+    assert get_profile("paper").tuning.candidates is None and get_profile("cpu").tuning.candidates is not None
+    for fam, cands in get_profile("cpu").tuning.candidates.items():  # equal tuning budget for every family
+        assert len(cands) == len(get_profile("cpu").tuning.candidates["dynatree"]), fam
+    assert get_profile("cpu", **{"tuning.T": 9}).tuning.T == 9 and get_profile("cpu", engine="eager").models.engine.name == "eager"
+    with pytest.raises(ValueError, match="engine must be one of"):
+        get_profile("cpu", engine="turbo")
 
 
 def test_peak_memory_covers_the_generation_alone(target, draft):
@@ -257,12 +263,14 @@ def test_peak_memory_covers_the_generation_alone(target, draft):
     import psutil
     import torch
 
-    from dynatree_lib.bench import Cell, measure
-    from dynatree_lib.data import Prompt
+    from dynatree_lib.harness.data import Prompt
+    from dynatree_lib.harness.environment import BandwidthProbe
+    from dynatree_lib.harness.measure import Cell, measure
 
     prompt = Prompt("p0", torch.arange(1, 9))
     cell = Cell("wikitext2", "ar", "AR", None, 8, 8, "float32")
-    measure(cell, target, None, prompt, "gather", None)  # warm; leaves the probe's tensor allocated
+    probe = BandwidthProbe()
+    measure(cell, target, None, prompt, "gather", None, probe)  # warm; leaves the probe's tensor allocated
     before = psutil.Process().memory_info().rss / 2**20 - 512
-    row = measure(cell, target, None, prompt, "gather", None, memory=True)
+    row = measure(cell, target, None, prompt, "gather", None, probe, memory=True)
     assert row["read_bandwidth_gbs"] > 0 and before - 64 < row["peak_mem_mb"] < before + 256

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, generate
-from dynatree_lib.costmodel import interp
-from dynatree_lib.tree import Tree, select_path
+from dynatree_lib.harness.costs import interp
+from dynatree_lib.core.tree import Tree, select_path
 
-from .conftest import prompts
+from .conftest import add_level, prompts
 
 
 def test_subset_keeps_a_valid_tree():
@@ -16,8 +16,8 @@ def test_subset_keeps_a_valid_tree():
     #      1   2
     #     3 4   5
     t = Tree.new(7)
-    t.add(torch.tensor([0, 0]), torch.tensor([11, 12]), torch.log(torch.tensor([0.6, 0.3])))
-    t.add(torch.tensor([1, 1, 2]), torch.tensor([13, 14, 15]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
+    t, _ = add_level(t, torch.tensor([0, 0]), torch.tensor([11, 12]), torch.log(torch.tensor([0.6, 0.3])))
+    t, _ = add_level(t, torch.tensor([1, 1, 2]), torch.tensor([13, 14, 15]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
     s = t.subset(torch.tensor([0, 1, 2, 5]))
     assert s.tokens.tolist() == [7, 11, 12, 15] and s.parents.tolist() == [-1, 0, 0, 2]
     assert s.depth.tolist() == [0, 1, 1, 2] and s.levels == 2 and not s.is_chain
@@ -44,7 +44,7 @@ def test_trim_keeps_the_best_rate_prefix(curve, draft_ms, fixed_ms):
     frontier = torch.tensor([0])
     for _ in range(3):  # three levels, two children each, random probabilities
         lp = torch.log(torch.rand(frontier.numel(), 2) * 0.5 + 0.45)
-        frontier = t.add(frontier.repeat_interleave(2), torch.arange(frontier.numel() * 2) + t.size, lp.flatten())
+        t, frontier = add_level(t, frontier.repeat_interleave(2), torch.arange(frontier.numel() * 2) + t.size, lp.flatten())
     pol = CostAwareConfig(DynaTreeConfig(n_max=64), curve, draft_ms, fixed_ms).policy()
     verify = lambda k: interp({str(k): ms for k, ms in curve}, k)
     p = t.cum_logp[1:t.size].exp().tolist()
@@ -121,6 +121,6 @@ def test_bad_cost_settings_are_refused(bad):
 
 def test_by_name():
     assert generate.__module__ == "dynatree_lib.methods"
-    from dynatree_lib.methods import METHOD_NAMES, method_config
+    from dynatree_lib.methods import method_config, method_names
 
-    assert "dynatree_cost" in METHOD_NAMES and isinstance(method_config("dynatree_cost"), CostAwareConfig)
+    assert "dynatree_cost" in method_names() and isinstance(method_config("dynatree_cost"), CostAwareConfig)

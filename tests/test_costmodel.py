@@ -1,16 +1,17 @@
 """The cost model: its curves (measured back to back and draft-after-target), the per-iteration
-prediction, the acceptance ceiling, and the costs.json upgrade that adds a curve without re-measuring."""
+prediction, the acceptance ceiling, and when costs.json is measured again."""
 import json
 from pathlib import Path
 
 import pytest
 
-from dynatree_lib import costmodel
-from dynatree_lib.costmodel import COLD, chain_speedup, forward_costs, predict_iteration, predict_ms_per_token
-from dynatree_lib.profiles import get_profile
-from dynatree_lib.runners import HFRunner
+from dynatree_lib.harness import costs as costmodel
+from dynatree_lib.harness.costs import COLD, chain_speedup, forward_costs, predict_iteration, predict_ms_per_token
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.core.runners import HFRunner
 
-FLAT = {"target": {"1": 10.0, "2": 10.0, "64": 10.0}, "draft": {"1": 1.0, "64": 1.0}}
+FLAT = {"target": {"1": 10.0, "2": 10.0, "64": 10.0}, "draft": {"1": 1.0, "64": 1.0}, COLD: {"1": 1.0, "64": 1.0},
+        "loop": {"level": 0.0, "commit": 0.0}}
 
 
 def test_prediction_and_ceiling_on_flat_curves():
@@ -42,24 +43,6 @@ def test_forward_costs_between_runs_the_other_model(target, draft):
     assert calls == [12] + [1] * 8 and t.length == 12 and d.length == 12  # prefill, then one per timed forward
 
 
-def test_run_costs_adds_the_missing_curve_and_keeps_the_others(tmp_path):
-    prof = get_profile("smoke")
-    path = tmp_path / "smoke" / "costs.json"
-    path.parent.mkdir()
-    curve = {"1": 1.0, "2": 1.5}
-    old = {"profile": "smoke", "context": 24, "ks": [1, 2], "environment": {"date": "then"},
-           "curves": {d: {"target": curve, "draft": curve, "bound": {}, "engine": "eager"} for d in ("bfloat16", "float32")}}
-    path.write_text(json.dumps(old))
-    assert costmodel.run_costs(prof, root=tmp_path, render_only=True) == path  # render-only never measures
-    assert COLD not in json.loads(path.read_text())["curves"]["bfloat16"]
-    costmodel.run_costs(prof, root=tmp_path)
-    new = json.loads(path.read_text())
-    for d, c in new["curves"].items():
-        assert c["target"] == curve and c["draft"] == curve and set(c[COLD]) == {"1", "2", "4", "8"}
-        assert c["loop"]["level"] > 0 and c["loop"]["commit"] > 0
-    assert new["environment"] == {"date": "then"} and set(new["added"]) == {COLD, "loop"}
-
-
 def test_run_costs_measures_again_when_the_engine_changed(tmp_path):
     """Curves measured on another engine (the cpu profile's compiled graph before its one-call forward) are
     not reused: render-only refuses, a run archives them and measures the profile's engine."""
@@ -67,16 +50,17 @@ def test_run_costs_measures_again_when_the_engine_changed(tmp_path):
     path = tmp_path / "smoke" / "costs.json"
     path.parent.mkdir()
     curve = {"1": 1.0, "2": 1.5}
-    old = {"profile": "smoke", "context": 24, "ks": [1, 2], "environment": {"date": "then"},
+    old = {"profile": "smoke", "engine": "static+compile", "context": 24, "ks": [1, 2], "environment": {"date": "then"},
            "curves": {d: {"target": curve, "draft": curve, "bound": {}, "engine": "static+compile+dpbf16"}
                       for d in ("bfloat16", "float32")}}
     path.write_text(json.dumps(old))
-    assert costmodel.measured_engine(old, "bfloat16") == "static+compile" != prof.engine
+    assert str(prof.models.engine) != "static+compile"
     with pytest.raises(ValueError, match="measured on engine 'static\\+compile'"):
         costmodel.run_costs(prof, root=tmp_path, render_only=True)
     costmodel.run_costs(prof, root=tmp_path)
     new = json.loads(path.read_text())
-    assert new["engine"] == prof.engine and new["curves"]["bfloat16"]["target"] != curve
+    assert new["engine"] == str(prof.models.engine) and new["curves"]["bfloat16"]["target"] != curve
+    assert all(COLD in c and c["loop"]["level"] > 0 for c in new["curves"].values())
     assert json.loads(path.with_suffix(".bak.json").read_text()) == old
     measured = path.read_text()
     costmodel.run_costs(prof, root=tmp_path, rerun=True)  # a rerun measures again, the old file set aside
@@ -84,7 +68,7 @@ def test_run_costs_measures_again_when_the_engine_changed(tmp_path):
 
 
 def test_ceiling_table_has_one_column_pair_per_precision():
-    from dynatree_lib.tables import ceiling_table
+    from dynatree_lib.reporting.tables import ceiling_table
 
     t = ceiling_table({"curves": {"bfloat16": FLAT, "float32": FLAT}}, alphas=(0.5, 0.9))
     assert list(t.index) == [0.5, 0.9] and len(t.columns) == 4
@@ -95,7 +79,7 @@ def test_loop_costs_time_the_loop_without_forwards(target, draft):
     """A drafting level with the draft's logits replayed, and a commit: both positive, and the runners
     are left as they were found apart from their caches (the draft's emptied)."""
     from dynatree_lib import DynaTreeConfig
-    from dynatree_lib.costmodel import loop_costs
+    from dynatree_lib.harness.costs import loop_costs
 
     t, d = HFRunner(target), HFRunner(draft, list(range(0, 96, 2)))
     calls = []
@@ -110,7 +94,7 @@ def test_cost_model_table_scales_by_the_same_runs_ar():
     """On the committed cpu run: the AR-scaled gap takes out AR's measured / predicted of the same dataset and
     precision (the curves and the main run are timed minutes apart), so AR's own is 0 and every other row's
     equals (1 + gap) / (1 + AR's gap) - 1."""
-    from dynatree_lib import tables
+    from dynatree_lib.reporting import tables
 
     root = Path(__file__).resolve().parents[1] / "results" / "cpu"
     t = tables.cost_model_table(tables.load(root / "main.json", get_profile("cpu")),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dynatree_lib.data import REPO_DATA, data_dir, load_prompts, load_texts, training_text, wikitext_valid_text
-from dynatree_lib.models import tiny_tokenizer
+from dynatree_lib.harness.data import REPO_DATA, data_dir, load_prompts, load_texts, training_text, wikitext_valid_text
+from dynatree_lib.harness.tiny import tiny_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 needs_data = pytest.mark.skipif(not (data_dir() / "pg19").exists(), reason=f"no local data in {data_dir()}")
@@ -103,7 +103,8 @@ import sys
 from pathlib import Path
 clone = Path(sys.argv[1]).resolve()
 import dynatree_lib
-from dynatree_lib import data, models, tables
+from dynatree_lib.harness import data, models
+from dynatree_lib.reporting import tables
 assert clone in Path(dynatree_lib.__file__).resolve().parents, dynatree_lib.__file__
 assert data.data_dir() == clone / "data", data.data_dir()
 tok = models.load_model("tiny:target")[1]

@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
-from dynatree_lib.decoders import KV_MODES
-from dynatree_lib.fastpath import StaticRunner
-from dynatree_lib.models import DRAFT_DIR, frequent_tokens, load_pair
-from dynatree_lib.profiles import get_profile
-from dynatree_lib.runners import HFRunner
+from dynatree_lib.core.decoding import KV_MODES
+from dynatree_lib.core.fastpath import StaticRunner
+from dynatree_lib.harness.paths import DRAFT_DIR
+from dynatree_lib.harness.weights import frequent_tokens
+from dynatree_lib.harness.models import load_pair
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.core.runners import HFRunner
 
 from .conftest import VOCAB, prompts
 
@@ -89,6 +91,6 @@ def test_committed_ranking():
     assert len(set(ids)) == len(ids) and all(0 <= i < r["vocab_size"] == 49152 for i in ids)
     assert counts == sorted(counts, reverse=True) and sum(counts) <= r["total_tokens"]
     assert "test split" in r["source"] and "vocab-only" in r["rebuild"]
-    n = get_profile("cpu").draft_vocab
+    n = get_profile("cpu").models.draft_vocab
     assert frequent_tokens("embedded:draft", n).tolist() == ids[:n]
     assert sum(counts[:n]) / r["total_tokens"] > 0.85  # the subset covers most of the training text

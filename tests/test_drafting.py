@@ -3,12 +3,12 @@ import math
 import pytest
 import torch
 
-from dynatree_lib.drafting import DraftState, draft_tree
-from dynatree_lib.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
-from dynatree_lib.runners import HFRunner
-from dynatree_lib.tree import Tree
+from dynatree_lib.core.drafting import DraftState, draft_tree
+from dynatree_lib.core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.tree import Tree
 
-from .conftest import prompts
+from .conftest import add_level, prompts
 
 
 def grow(draft, cfg, prompt, max_depth=100):
@@ -183,7 +183,7 @@ def test_tree_storage_grows_with_the_tree_not_the_budget(draft):
     t = Tree.new(3)
     assert t.tokens.numel() <= 64
     for _ in range(10):
-        t.add(torch.tensor([t.size - 1]), torch.tensor([7]), torch.tensor([-0.1]))
+        t, _ = add_level(t, torch.tensor([t.size - 1]), torch.tensor([7]), torch.tensor([-0.1]))
     assert t.size == 11 and t.is_chain and t.anc[10, :11].all()
     big, _ = grow(draft, FixedTreeConfig(D=2, B=2, tau=0.0, n_max=16384), prompts(1)[0])
     small, _ = grow(draft, FixedTreeConfig(D=2, B=2, tau=0.0, n_max=256), prompts(1)[0])

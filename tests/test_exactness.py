@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
-from dynatree_lib.decoders import KV_MODES
+from dynatree_lib.core.decoding import KV_MODES
 
 from .conftest import MAX_POS, prompts, reference
 
@@ -153,8 +153,8 @@ def test_stats_are_consistent(target, draft):
 
 def test_low_precision_runs_and_is_measured_not_asserted():
     """bf16 is the timed precision: decoders must run there; equality with AR is reported by the harness."""
-    from dynatree_lib.fastpath import StaticRunner
-    from dynatree_lib.models import perturb, tiny_llama
+    from dynatree_lib.core.fastpath import StaticRunner
+    from dynatree_lib.harness.tiny import perturb, tiny_llama
 
     m = tiny_llama(layers=2, vocab_size=96).to(torch.bfloat16)
     t, d = StaticRunner(m), StaticRunner(perturb(tiny_llama(layers=2, vocab_size=96), 0.03, 1).to(torch.bfloat16))

@@ -3,10 +3,11 @@ operations match the eager runner's."""
 import pytest
 import torch
 
-from dynatree_lib import DynaTreeConfig, LinearConfig, generate, kernels
-from dynatree_lib.fastpath import StaticRunner, gqa_attention, linear
-from dynatree_lib.models import tiny_llama
-from dynatree_lib.runners import HFRunner
+from dynatree_lib import DynaTreeConfig, LinearConfig, generate
+from dynatree_lib.core import kernels
+from dynatree_lib.core.fastpath import StaticRunner, gqa_attention, linear
+from dynatree_lib.harness.tiny import tiny_llama
+from dynatree_lib.core.runners import HFRunner
 
 from .conftest import prompts
 
@@ -101,7 +102,7 @@ def test_compiled_graphs_serve_every_tree_size(kernel):
 def test_commit_copies_only_what_moves(llama_target, keep):
     """A commit leaves slots already in place alone (none at all when only the root is kept) and gives the
     same cache as moving every kept slot: on both runners."""
-    from dynatree_lib.runners import HFRunner, first_moved
+    from dynatree_lib.core.runners import HFRunner, first_moved
 
     keep = torch.tensor(keep)
     assert first_moved(keep) == next((i for i, k in enumerate(keep.tolist()) if k != i), len(keep))

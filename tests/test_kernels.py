@@ -4,11 +4,11 @@ the fast path with them: compiled and eager agree, and bf16 speculative decoding
 import pytest
 import torch
 
-from dynatree_lib import kernels
-from dynatree_lib.decoders import KV_MODES
-from dynatree_lib.fastpath import StaticRunner
-from dynatree_lib.models import tiny_llama
-from dynatree_lib.runners import additive_mask
+from dynatree_lib.core import kernels
+from dynatree_lib.core.decoding import KV_MODES
+from dynatree_lib.core.fastpath import StaticRunner
+from dynatree_lib.harness.tiny import tiny_llama
+from dynatree_lib.core.runners import additive_mask
 
 needs_kernel = pytest.mark.skipif(not kernels.available(), reason="no AVX512-BF16 CPU or no C++ toolchain")
 
@@ -137,7 +137,7 @@ def test_bf16_speculative_decoding_reproduces_bf16_ar():
 
 def _fused_pair():
     """bf16 Llama pair whose sizes the one-call forward takes (head size 32), as fused and as layered runners."""
-    from dynatree_lib.models import perturb
+    from dynatree_lib.harness.tiny import perturb
 
     m = tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160)
     d = perturb(tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160),
@@ -178,7 +178,7 @@ def test_one_call_argmax_is_greedy_of_the_logits():
     """``StaticRunner.argmax`` on the one-call forward (the kernel's own argmax, no logits) returns
     ``greedy(forward(..))`` for a prompt, one token, a tree and last-only rows; with heads whose rows tie (equal
     rows within one thread's columns and across the threads', and an all-zero head) it keeps the first index."""
-    from dynatree_lib.runners import greedy
+    from dynatree_lib.core.runners import greedy
 
     visible = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     x = torch.randint(1, 96, (30,), generator=torch.Generator().manual_seed(1))
@@ -220,7 +220,7 @@ def test_one_call_forward_falls_back_where_it_cannot_run():
     unpacked = types.SimpleNamespace(**{**vars(r.net), **r.net._parameters, **r.net._buffers,
                                         "wo": torch.zeros(3, 128, 128, dtype=torch.bfloat16)})
     mask = torch.zeros(1, 1, dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="must be packed by dynatree_lib.kernels.pack"):
+    with pytest.raises(RuntimeError, match="must be packed by dynatree_lib.core.kernels.pack"):
         kernels.forward(torch.tensor([5]), torch.tensor([0]), torch.tensor([0]), mask, unpacked)
 
 

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
-from dynatree_lib.decoders import KV_MODES, speculative_decode
-from dynatree_lib.drafting import DraftState, draft_tree
-from dynatree_lib.fastpath import StaticRunner
-from dynatree_lib.lookup import LookupConfig, LookupRunner, NGramIndex, mix, mix_rows
-from dynatree_lib.models import DRAFT_DIR, lookup_config
-from dynatree_lib.runners import HFRunner
-from dynatree_lib.tree import copy_outcomes
+from dynatree_lib.core.decoding import KV_MODES, speculative_decode
+from dynatree_lib.core.drafting import DraftState, draft_tree
+from dynatree_lib.core.fastpath import StaticRunner
+from dynatree_lib.core.lookup import LookupConfig, LookupRunner, NGramIndex, mix, mix_rows
+from dynatree_lib.harness.paths import DRAFT_DIR
+from dynatree_lib.harness.weights import lookup_config
+from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.tree import copy_outcomes
 
 from .conftest import VOCAB, prompts
 
@@ -133,7 +134,7 @@ def test_skipped_nodes_are_fed_with_the_next_level(draft, skip):
             for i in range(1, tree.size):
                 path = tree.anc[i].nonzero().squeeze(1).tolist()  # root .. i
                 ctx = p.tolist() + tree.tokens[path[1:-1]].tolist()
-                c, logp, token = drf.copy(ctx), float(tree.logp[i]), int(tree.tokens[i])
+                c, logp, token = drf.lookup(ctx), float(tree.logp[i]), int(tree.tokens[i])
                 if c is not None and c[1] >= skip and token == c[0] and logp == pytest.approx(math.log(c[1]), abs=1e-6):
                     copied.add((k, r, i))
                     continue
@@ -200,7 +201,7 @@ def test_trees_list_their_strong_copies_and_the_loop_reports_them(draft):
         assert trusted or n_fwd == tree.levels  # nothing skipped: a draft forward a level
         for u, c in tree.copies:
             path = tree.anc[u].nonzero().squeeze(1).tolist()
-            copy = drf.copy(p.tolist() + tree.tokens[path[1:]].tolist())
+            copy = drf.lookup(p.tolist() + tree.tokens[path[1:]].tolist())
             assert copy is not None and copy == (c, copy[1]) and copy[1] >= 0.9
         # a target that agrees with every copy, then one that never does
         nxt = torch.full((tree.size,), -1)

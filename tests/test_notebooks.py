@@ -74,7 +74,7 @@ def test_results_page_names_every_commit_its_records_come_from(tmp_path, monkeyp
     """A partial re-measurement (records on another commit) is said in the page's header, not hidden."""
     import json
 
-    from dynatree_lib import results_md
+    from dynatree_lib.reporting import results_md
 
     env = lambda c: {"device_name": "cpu", "cpu_count": 2, "torch_threads": 2, "torch": "t", "transformers": "x",
                      "git_commit": c, "date": "2026-11-25T00:00:00"}

@@ -1,10 +1,10 @@
 """The paper profile's path: hub ids that load with `datasets` 4, the run plan, and the dry-run profile."""
 import pytest
 
-from dynatree_lib import data
+from dynatree_lib.harness import data
 from dynatree_lib.cli import main
-from dynatree_lib.plan import plan
-from dynatree_lib.profiles import get_profile
+from dynatree_lib.reporting.plan import plan
+from dynatree_lib.harness.profiles import get_profile
 
 
 class _Fake:
@@ -50,12 +50,13 @@ def test_plan_prints_generations_and_gpu_hours(capsys):
 
 def test_dryrun_profile_mirrors_the_paper_profile():
     paper, dry = get_profile("paper"), get_profile("paper-dryrun")
-    assert dry.dtype in ("bfloat16", "float16") and dry.exact_dtype == "float32"
-    assert dry.context_override == paper.context_override and dry.tuning is None
-    assert dry.fixed == paper.fixed and dry.dynatree == paper.dynatree and dry.talon == paper.talon
-    assert len(dry.T_list) == len(paper.T_list) and len(dry.L_max_list) == len(paper.L_max_list)
-    from dynatree_lib.models import load_model
+    assert dry.models.dtype in ("bfloat16", "float16") and dry.models.exact_dtype == "float32"
+    assert dry.models.context_override == paper.models.context_override and dry.tuning.candidates is None
+    assert dry.paper.fixed == paper.paper.fixed and dry.paper.dynatree == paper.paper.dynatree
+    assert dry.paper.talon == paper.paper.talon
+    assert len(dry.sweeps.T_list) == len(paper.sweeps.T_list) and len(dry.sweeps.L_max_list) == len(paper.sweeps.L_max_list)
+    from dynatree_lib.harness.models import load_model
 
-    m, _ = load_model(dry.target)
+    m, _ = load_model(dry.models.target)
     assert m.config.vocab_size == 50304 and m.config.use_parallel_residual
     assert m.config.to_dict()["rope_parameters"]["partial_rotary_factor"] == 0.25

@@ -1,7 +1,9 @@
 import torch
 
-from dynatree_lib.runners import additive_mask
-from dynatree_lib.tree import Tree, select_path
+from dynatree_lib.core.runners import additive_mask
+from dynatree_lib.core.tree import Tree, select_path
+
+from .conftest import add_level
 
 MIN = torch.finfo(torch.float32).min
 
@@ -9,9 +11,11 @@ MIN = torch.finfo(torch.float32).min
 def example_tree() -> Tree:
     """root(5) -> a(7), b(8);  a -> c(9), d(10);  c -> e(11)"""
     t = Tree.new(5)
-    a, b = t.add(torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3]))).tolist()
-    c, d = t.add(torch.tensor([a, a]), torch.tensor([9, 10]), torch.log(torch.tensor([0.5, 0.4]))).tolist()
-    t.add(torch.tensor([c]), torch.tensor([11]), torch.log(torch.tensor([0.9])))
+    t, idx = add_level(t, torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3])))
+    a, b = idx.tolist()
+    t, idx = add_level(t, torch.tensor([a, a]), torch.tensor([9, 10]), torch.log(torch.tensor([0.5, 0.4])))
+    c, d = idx.tolist()
+    t, _ = add_level(t, torch.tensor([c]), torch.tensor([11]), torch.log(torch.tensor([0.9])))
     return t
 
 
@@ -30,10 +34,10 @@ def test_bfs_layout_and_ancestors():
 def test_chain_flag():
     t = Tree.new(1)
     for i in range(3):
-        t.add(torch.tensor([i]), torch.tensor([i + 2]), torch.zeros(1))
+        t, _ = add_level(t, torch.tensor([i]), torch.tensor([i + 2]), torch.zeros(1))
     assert t.is_chain
     t2 = Tree.new(1)
-    t2.add(torch.tensor([0, 0]), torch.tensor([2, 3]), torch.zeros(2))
+    t2, _ = add_level(t2, torch.tensor([0, 0]), torch.tensor([2, 3]), torch.zeros(2))
     assert not t2.is_chain
 
 
@@ -81,8 +85,9 @@ def test_build_equals_growing_level_by_level():
     """``Tree.build`` (the drafter's one-shot constructor) gives the tree ``add`` grows, and its ancestor
     bits stay right past one 62-bit word."""
     t = Tree.new(5)
-    a, b = t.add(torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3]))).tolist()
-    t.add(torch.tensor([a, a, b]), torch.tensor([9, 10, 11]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
+    t, idx = add_level(t, torch.tensor([0, 0]), torch.tensor([7, 8]), torch.log(torch.tensor([0.6, 0.3])))
+    a, b = idx.tolist()
+    t, _ = add_level(t, torch.tensor([a, a, b]), torch.tensor([9, 10, 11]), torch.log(torch.tensor([0.5, 0.4, 0.9])))
     u = Tree.build(t.tokens.tolist(), t.parents.tolist(), t.logp.tolist(), t.cum_logp.tolist())
     for f in ("tokens", "parents", "depth", "logp", "cum_logp", "anc"):
         assert torch.equal(getattr(u, f), getattr(t, f)), f

@@ -5,7 +5,7 @@ import torch
 
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, TalonConfig, generate
 from dynatree_lib.cli import main
-from dynatree_lib.treeviz import by_confidence, format_tree, layout, shape_summary, tree_table
+from dynatree_lib.reporting.treeviz import by_confidence, format_tree, layout, shape_summary, tree_table
 
 from .conftest import prompts
 

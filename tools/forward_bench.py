@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from dynatree_lib import bench, models
-from dynatree_lib.profiles import get_profile
+from dynatree_lib.harness import bench, models
+from dynatree_lib.harness.profiles import get_profile
 
 ENGINES = ("static+fused", "static+compile")
 
@@ -38,8 +38,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=90)
     args = ap.parse_args()
     p = get_profile("cpu")
-    torch.set_num_threads(p.threads)
-    runners = {e: models.load_pair(p.target, p.draft, p.device, "bfloat16", p.context_override, e, p.max_len)[0]
+    torch.set_num_threads(p.models.threads)
+    runners = {e: models.load_pair(p.models.target, p.models.draft, p.models.device, "bfloat16", p.models.context_override, e, p.max_len)[0]
                for e in ENGINES}
     nbytes = bench.weight_bytes(runners[ENGINES[0]].model)
     ids = torch.randint(0, 1000, (301,), generator=torch.Generator().manual_seed(0))

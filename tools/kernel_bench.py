@@ -1,4 +1,4 @@
-"""Read speed of the bf16 linear kernel (``dynatree_lib.kernels.linear``) on the cpu profile's weight shapes.
+"""Read speed of the bf16 linear kernel (``dynatree_lib.core.kernels.linear``) on the cpu profile's weight shapes.
 
     python tools/kernel_bench.py            # GB/s per row count, weights in cache and streamed from memory
 
@@ -15,7 +15,8 @@ import time
 
 import torch
 
-from dynatree_lib import bench, kernels
+from dynatree_lib.harness import bench
+from dynatree_lib.core import kernels
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate+up": (3072, 576), "down": (576, 1536)}  # SmolLM2-135M
 ROWS = (1, 2, 4, 8, 16)

@@ -25,7 +25,7 @@ import random
 import re
 from pathlib import Path
 
-from ..data import REPO_DATA, load_texts, spec_bench_questions, training_text, wikitext_valid_articles
+from ..harness.data import REPO_DATA, load_texts, spec_bench_questions, training_text, wikitext_valid_articles
 
 FOLDER = REPO_DATA / "instructions"
 BUILT = FOLDER / "instructions.jsonl"

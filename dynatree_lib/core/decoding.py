@@ -1,0 +1,224 @@
+"""Decoding loops over runners: autoregressive, and one speculative loop for every tree method.
+
+State invariant of the speculative loop: ``ids`` holds the prompt and every committed token; the target
+cache holds ``ids[:-1]``; ``ids[-1]`` (the pending token) is the root of the next draft tree, so its KV
+entry comes out of the verification forward and no committed token is ever re-run through the target
+(``kv_mode="gather"``). ``kv_mode="rebuild"`` is the paper's rollback: crop to the prefix and forward the
+committed path again. AR keeps the same prefill (``prompt[:-1]``, then the last prompt token as its first
+step), so in low precision AR and the speculative loop differ only where batch shapes differ.
+
+Positions are cache-relative (``runner.length``): equal to absolute positions, except under a
+StreamingLLM ``Window``, the loop's one hook, which evicts old slots after each draft and each commit.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .drafting import DraftState, draft_tree
+from .policies import DraftPolicy
+from .result import GenerationResult, IterationLog
+from .runners import Runner, as_runner, check_pair, check_supported, context_limit, rotary_inv_freq, vocab_rows
+from .tree import Tree, copy_outcomes, select_path
+from .validate import is_int
+
+KV_MODES = ("gather", "rebuild")
+
+
+@dataclass(frozen=True)
+class Window:
+    """StreamingLLM's cache policy: keep ``n_sink`` attention sinks plus the most recent slots,
+    ``cache_size`` in all; kept keys are re-rotated to their new positions by the runner."""
+
+    cache_size: int
+    n_sink: int
+    span: int = 1  # most slots a verification adds beyond cache_size (a chain of K: K + 1)
+
+    def evict(self, runner: Runner) -> None:
+        n = runner.length - self.cache_size
+        if n > 0:
+            runner.evict(self.n_sink, n)
+
+
+def clock(device: torch.device) -> float:
+    """Wall-clock seconds, after waiting for the device to finish queued work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def check_inputs(target, draft, prompt, T, kv_mode: str, eos_token_id=None, window: Window | None = None) -> Tensor:
+    """Validate every argument of a decoder with a message naming it; returns the prompt as a 1-D long
+    tensor on the target's device (a list or tuple of ints is accepted)."""
+    runner = as_runner(target)
+    model = runner.model
+    if runner.vocab is not None:
+        raise ValueError("the target runner scores only a subset of the vocabulary (vocab=...): a subset head is "
+                         "for drafts; the target must score every token to verify exactly")
+    device = next(model.parameters()).device
+    if isinstance(prompt, (list, tuple)):
+        if not all(is_int(x) for x in prompt):
+            raise TypeError("prompt must be a 1-D tensor or a list of token ids (ints)")
+        prompt = torch.tensor(list(prompt), dtype=torch.long)
+    if not isinstance(prompt, Tensor):
+        raise TypeError(f"prompt must be a 1-D tensor or a list of token ids, got {type(prompt).__name__}")
+    if prompt.dtype.is_floating_point or prompt.dtype.is_complex or prompt.dtype == torch.bool:
+        raise TypeError(f"prompt must hold integer token ids, got dtype {prompt.dtype}")
+    if prompt.dim() != 1 or prompt.numel() < 1:
+        raise ValueError(f"prompt must be a non-empty 1-D tensor of token ids, got shape {tuple(prompt.shape)}")
+    V = vocab_rows(model)
+    lo, hi = int(prompt.min()), int(prompt.max())
+    if lo < 0 or hi >= V:
+        raise ValueError(f"prompt holds token id {lo if lo < 0 else hi}, outside the target's vocabulary [0, {V})")
+    if not is_int(T) or T < 1:
+        raise ValueError(f"T (new tokens) must be an integer >= 1, got {T!r}")
+    T = int(T)
+    if kv_mode not in KV_MODES:
+        raise ValueError(f"kv_mode must be one of {KV_MODES}, got {kv_mode!r}")
+    if eos_token_id is not None and (not is_int(eos_token_id) or not 0 <= eos_token_id < V):
+        raise ValueError(f"eos_token_id must be None or a token id in [0, {V}), got {eos_token_id!r}")
+    models = [("target", model)] + ([("draft", as_runner(draft).model)] if draft is not None else [])
+    for name, m in models:
+        need = prompt.numel() + T
+        if window is not None:
+            need = min(need, window.cache_size + window.span)
+        check_supported(m, name, tree=draft is not None, seq_len=need)
+        if window is not None:
+            rotary_inv_freq(m)  # StreamingLLM re-rotates keys: refuse models without RoPE up front
+        limit = context_limit(m)
+        if limit is not None and need > limit:
+            if window is not None:
+                raise ValueError(f"StreamingLLM cache_size ({window.cache_size}) + {window.span} verified tokens "
+                                 f"exceeds the {name} context of {limit} positions; lower cache_size to at most "
+                                 f"{limit - window.span}")
+            raise ValueError(f"prompt ({prompt.numel()} tokens) + T ({T}) exceeds the {name} context of "
+                             f"{limit} positions; truncate the prompt (L_max) or lower T")
+    if draft is not None:
+        check_pair(model, as_runner(draft).model)
+    return prompt.to(device)
+
+
+def cut(new: list[int], room: int, eos: int | None) -> tuple[list[int], bool]:
+    """Clip a commit to the remaining budget and at the first EOS; report whether generation ends."""
+    if eos is not None and eos in new:
+        new = new[: new.index(eos) + 1]
+        return new[:room], True
+    return new[:room], len(new) >= room
+
+
+def prefill(runner: Runner, ids: Tensor, window: Window | None = None) -> int:
+    """Feed ``ids`` into an empty cache (in window-sized chunks under StreamingLLM); returns forwards used."""
+    runner.reset()
+    if ids.numel() == 0:
+        return 0
+    step = ids.numel() if window is None else window.cache_size - window.n_sink
+    n = 0
+    for s in range(0, ids.numel(), step):
+        chunk = ids[s:s + step]
+        runner.forward(chunk, runner.length + torch.arange(chunk.numel(), device=ids.device), last_only=True)
+        if window is not None:
+            window.evict(runner)
+        n += 1
+    return n
+
+
+@torch.no_grad()
+def generate_ar(target, prompt, T: int, eos_token_id: int | None = None, kv_mode: str = "gather") -> GenerationResult:
+    """Greedy autoregressive decoding with a KV cache: one target forward per token."""
+    tgt = as_runner(target)
+    prompt = check_inputs(tgt, None, prompt, T, kv_mode, eos_token_id)
+    dev = prompt.device
+    t0 = clock(dev)
+    res = GenerationResult([], engine=tgt.engine, target_forwards=prefill(tgt, prompt[:-1]))
+    res.prefill_s = clock(dev) - t0
+    tok = prompt[-1:]
+    out = []
+    for i in range(int(T)):
+        tok = tgt.argmax(tok, tgt.length + torch.zeros(1, dtype=torch.long, device=dev), last_only=True)
+        out.append(tok)
+        if i == 0:
+            res.ttft_s = clock(dev) - t0
+        if eos_token_id is not None and int(tok) == eos_token_id:  # the only per-token host sync, and only when asked
+            break
+    res.tokens = torch.cat(out).tolist()
+    res.wall_s = clock(dev) - t0
+    res.target_forwards += len(res.tokens)
+    return res
+
+
+def verify(target: Runner, tree: Tree) -> Tensor:
+    """Target argmax after every tree node, [n+1], from one forward over the BFS-serialized tree: node i
+    sits at position ``length + depth(i)`` and sees the cache plus its ancestors and itself (a chain is
+    plain causal attention: no mask)."""
+    start = target.length
+    visible = None if tree.is_chain else tree.anc
+    return target.argmax(tree.tokens, start + tree.depth, visible, start)
+
+
+def commit(target: Runner, start: int, tree: Tree, path: Tensor, kv_mode: str) -> int:
+    """Keep the accepted ``path``'s KV entries after slot ``start`` and drop the rest of the tree; returns the
+    target forwards it took (``rebuild``: crop and forward the path again)."""
+    if kv_mode == "gather":
+        target.commit(start, path)
+        return 0
+    target.truncate(start)
+    target.forward(tree.tokens[path], start + torch.arange(path.numel(), device=path.device), last_only=True)
+    return 1
+
+
+def position_limit(target: Runner, draft: Runner, window: Window | None) -> int:
+    """The most positions a sequence may reach in both models (none under a StreamingLLM window)."""
+    limits = [x for x in (context_limit(target.model), context_limit(draft.model)) if x is not None]
+    return min(limits) if limits and window is None else 1 << 62
+
+
+@torch.no_grad()
+def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, kv_mode: str = "gather",
+                       eos_token_id: int | None = None, window: Window | None = None,
+                       record_trees: int = 0) -> GenerationResult:
+    """Greedy speculative decoding with draft trees shaped by ``policy``; in fp32 its output equals
+    ``generate_ar``'s. ``record_trees``: keep the first that many drafted trees in ``result.trees``."""
+    tgt, drf = as_runner(target), as_runner(draft)
+    prompt = check_inputs(tgt, drf, prompt, T, kv_mode, eos_token_id, window)
+    limit, dev = position_limit(tgt, drf, window), prompt.device
+    res = GenerationResult([], engine=tgt.engine, log=IterationLog())
+    t0 = clock(dev)
+    res.target_forwards = prefill(tgt, prompt[:-1], window)
+    drf.reset()
+    res.prefill_s = clock(dev) - t0
+    state, ids, done = DraftState(), prompt, False
+    while not done:
+        room = int(T) - len(res.tokens)
+        times = [clock(dev)]
+        # 1. draft: nodes deeper than room - 1 could never be committed (the bonus fills the last slot)
+        tree, n_fwd = draft_tree(drf, state, ids, policy, min(room - 1, limit - ids.numel()))
+        tree = policy.trim(tree, n_fwd)
+        if window is not None:
+            window.evict(drf)
+        times.append(clock(dev))
+        # 2. verify: one target forward over the whole tree
+        start = tgt.length
+        target_next = verify(tgt, tree)
+        times.append(clock(dev))
+        # 3. accept the longest path the target agrees with, plus its bonus token; 4. commit its KV entries
+        path = select_path(tree, target_next)
+        new_t = torch.cat([tree.tokens[path[1:]], target_next[path[-1:]]])
+        res.target_forwards += 1 + commit(tgt, start, tree, path, kv_mode)
+        if window is not None:
+            window.evict(tgt)
+        new, done = cut(new_t.tolist(), room, eos_token_id)
+        policy.observe(path.numel() - 1, tree.levels)
+        policy.observe_copies(*copy_outcomes(tree, path, target_next))
+        if len(res.trees) < record_trees:
+            res.trees.append(tree.record(path, ids.numel() - 1))
+        ids = torch.cat([ids, new_t[: len(new)]])
+        res.tokens += new
+        times.append(clock(dev))
+        res.log.add(tree, path.numel() - 1, len(new), n_fwd, times)
+        if len(res.log.nodes) == 1:
+            res.ttft_s = times[-1] - t0
+    res.wall_s = clock(dev) - t0
+    return res

@@ -1,0 +1,204 @@
+"""The level-batched tree drafter: one draft forward per tree level, never one per node."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .lookup import MAX_MATCH
+from .policies import DraftPolicy
+from .runners import Runner
+from .tree import Tree, bit_matrix
+
+
+@dataclass
+class DraftState:
+    """How many committed tokens the draft has consumed (its cache may hold fewer: StreamingLLM evicts)."""
+
+    consumed: int = 0
+
+
+@torch.no_grad()
+def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolicy, max_depth: int) -> tuple[Tree, int]:
+    """Grow a draft tree rooted at the last committed token ``ids[-1]``; returns it and the number of
+    draft forwards.
+
+    Level 0 feeds the committed tokens the draft has not consumed yet (causal, one forward); every later
+    level feeds all nodes chosen for expansion at once, each seeing the committed prefix plus its own
+    ancestors. Leaves are never fed to the draft. On return the draft cache holds the committed prefix only.
+    A level whose every node to expand has a strong context-lookup copy may be drafted without a forward
+    (``LookupSkip``). The tree grows in Python lists (``Growth``) and becomes a ``Tree`` once, at the end:
+    a level has a few nodes, and as tensors its bookkeeping would cost more than the rule itself.
+    """
+    max_depth = min(max_depth, policy.max_depth)
+    if max_depth <= 0:
+        return Tree.new(ids[-1], ids.device), 0
+    grow, feed, skip = Growth(int(ids[-1])), Feed(draft, state, ids), LookupSkip.of(draft, policy, ids)
+    frontier = [0]
+    copies = skip.level(grow, frontier) if skip else None
+    logits = None if copies is not None else feed.catch_up()
+    while True:
+        if copies is not None:
+            children = grow.copy_children(frontier, copies)
+        else:
+            children = grow.top_children(frontier, logits, policy.max_breadth, draft.vocab)
+        picked = pick(policy, grow, frontier, children)
+        if not picked:
+            break
+        added = grow.add(frontier, picked, children)
+        if grow.n_drafted >= policy.n_max:
+            break
+        frontier = [i for i in added if grow.depth[i] < max_depth and policy.expandable(grow.depth[i], grow.cum[i])]
+        if not frontier:
+            break
+        copies = skip.level(grow, frontier) if skip else None
+        if copies is not None:
+            feed.wait(frontier)
+            continue
+        if not policy.more(grow.cum, frontier, feed.forwards):
+            break
+        logits = feed.level(grow, frontier)
+    draft.truncate(feed.prefix)
+    return grow.tree(ids.device, skip.strong if skip else ()), feed.forwards
+
+
+class Growth:
+    """A tree being drafted, as Python lists in BFS order: node 0 is the root; ``masks[i]`` has bit j set when
+    node j is node i or one of its ancestors. Path log-probs are summed in fp32, as the tree stores them."""
+
+    def __init__(self, root: int):
+        self.tokens, self.parents, self.depth = [root], [-1], [0]
+        self.logp, self.cum, self.masks = [0.0], [0.0], [1]
+        self.chain, self.root_conf = True, float("nan")
+
+    @property
+    def n_drafted(self) -> int:
+        return len(self.tokens) - 1
+
+    def top_children(self, frontier: list[int], logits: Tensor, breadth: int, vocab: Tensor | None) -> "Children":
+        """Each frontier node's ``breadth`` most probable children (sorted). ``vocab``: a head over a token subset
+        scores columns, not ids."""
+        top_lp, top_tok = torch.log_softmax(logits.float(), dim=-1).topk(min(breadth, logits.shape[-1]), dim=-1)
+        if vocab is not None:
+            top_tok = vocab[top_tok]
+        child_cum = torch.tensor([self.cum[u] for u in frontier], device=top_lp.device)[:, None] + top_lp
+        logp = top_lp.tolist()
+        if len(self.tokens) == 1:
+            self.root_conf = math.exp(logp[0][0])
+        return Children(logp, top_tok.tolist(), child_cum.tolist())
+
+    def copy_children(self, frontier: list[int], copies: list[tuple[int, float]]) -> "Children":
+        """One child per frontier node, its copy token, scored log(weight): a lower bound on its mixture
+        probability."""
+        logp = [[math.log(w)] for _, w in copies]
+        return Children(logp, [[x] for x, _ in copies], [[self.cum[u] + row[0]] for u, row in zip(frontier, logp)])
+
+    def add(self, frontier: list[int], picked: list[tuple[int, int]], children: "Children") -> list[int]:
+        """Append the picked children ``(row, candidate)`` in order; returns their node indices."""
+        n = len(self.tokens)
+        added = list(range(n, n + len(picked)))
+        self.chain = self.chain and len(picked) == 1 and frontier[picked[0][0]] == n - 1
+        for i, (r, j) in zip(added, picked):
+            u = frontier[r]
+            self.tokens.append(children.tokens[r][j]), self.parents.append(u), self.depth.append(self.depth[u] + 1)
+            self.logp.append(children.logp[r][j]), self.cum.append(children.cum[r][j])
+            self.masks.append(self.masks[u] | 1 << i)
+        return added
+
+    def path(self, u: int) -> list[int]:
+        """Tokens of node ``u``'s ancestors below the root, then ``u``'s (the root is the last committed token)."""
+        out = []
+        while u > 0:
+            out.append(self.tokens[u])
+            u = self.parents[u]
+        return out[::-1]
+
+    def tree(self, device, copies: tuple = ()) -> Tree:
+        return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies))
+
+
+@dataclass
+class Children:
+    """A level's candidate children, one row per frontier node: draft log-probs, tokens, path log-probs."""
+
+    logp: list[list[float]]
+    tokens: list[list[int]]
+    cum: list[list[float]]
+
+
+def pick(policy: DraftPolicy, grow: Growth, frontier: list[int], children: Children) -> list[tuple[int, int]]:
+    """The children the policy keeps, as (frontier row, candidate) in BFS order; past the node budget, the
+    most probable (ties: the first)."""
+    keep = policy.select(children.logp, children.cum, [grow.depth[u] for u in frontier])
+    picked = [(r, j) for r, row in enumerate(keep) for j, k in enumerate(row) if k]
+    room = policy.n_max - grow.n_drafted
+    if len(picked) > room:
+        best = sorted(range(len(picked)), key=lambda i: -children.cum[picked[i][0]][picked[i][1]])[:room]
+        picked = [picked[i] for i in sorted(best)]
+    return picked
+
+
+class Feed:
+    """What the draft's cache has been fed during one tree: the committed prefix (``prefix`` slots), the drafted
+    nodes in cache order (``processed``) and the nodes whose level came from the lookup and wait to be fed
+    with the next level that runs the draft (``waiting``); ``forwards`` counts draft forwards."""
+
+    def __init__(self, draft: Runner, state: DraftState, ids: Tensor):
+        self.draft, self.state, self.ids = draft, state, ids
+        self.prefix, self.forwards = draft.length, 0
+        self.processed: list[int] = []
+        self.waiting: list[int] = []
+
+    def catch_up(self) -> Tensor:
+        """Feed the committed tokens the draft has not consumed (causal); logits [1, V] after the last."""
+        new = self.ids[self.state.consumed:]
+        logits = self.draft.forward(new, self.draft.length + torch.arange(new.numel(), device=self.ids.device),
+                                    last_only=True)
+        self.state.consumed = self.ids.numel()
+        self.prefix, self.forwards = self.draft.length, self.forwards + 1
+        return logits
+
+    def wait(self, nodes: list[int]) -> None:
+        self.waiting += nodes
+
+    def level(self, grow: Growth, frontier: list[int]) -> Tensor:
+        """One draft forward over the waiting nodes and the frontier (each seeing the prefix and its
+        ancestors; a chain is plain causal attention over the cache: no mask); the frontier's logits."""
+        if self.state.consumed < self.ids.numel():  # level 0 came from the lookup: the committed tokens go in first
+            self.catch_up()
+        fed = self.waiting + frontier
+        cols = self.processed + fed
+        dev = self.ids.device
+        visible = None if grow.chain else bit_matrix([grow.masks[u] for u in fed], len(grow.tokens), dev)[:, cols]
+        logits = self.draft.forward(torch.tensor([grow.tokens[u] for u in fed], device=dev),
+                                    torch.tensor([self.prefix - 1 + grow.depth[u] for u in fed], device=dev),
+                                    visible, self.prefix)
+        self.processed, self.waiting, self.forwards = cols, [], self.forwards + 1
+        return logits[len(fed) - len(frontier):]
+
+
+class LookupSkip:
+    """A policy's ``lookup_skip`` over a draft with a context lookup: a level whose every node to expand has a
+    copy token of at least that weight is drafted without a draft forward (each node gets that one child and
+    waits, unfed, for the next level that runs the draft; at the root the committed tokens' feed waits too, so a
+    tree may cost no draft forward at all), while the policy trusts such copies (``copies_trusted``). Every
+    node to expand with a strong copy, skipped or not, is listed in ``strong`` (``Tree.copies``), so that the
+    loop can tell the policy how often the target took them (``observe_copies``)."""
+
+    def __init__(self, draft: Runner, policy: DraftPolicy, ids: Tensor):
+        self.draft, self.policy, self.weight = draft, policy, policy.lookup_skip
+        self.context = ids[-MAX_MATCH:].tolist()  # the committed tail: the longest match there is
+        self.strong: list[tuple[int, int]] = []
+
+    @staticmethod
+    def of(draft: Runner, policy: DraftPolicy, ids: Tensor) -> "LookupSkip | None":
+        return LookupSkip(draft, policy, ids) if policy.lookup_skip is not None and draft.has_lookup else None
+
+    def level(self, grow: Growth, nodes: list[int]) -> list[tuple[int, float]] | None:
+        """The copy (token, weight) after each node if the level is skipped, else None."""
+        out = [self.draft.lookup(self.context + grow.path(u)) for u in nodes]
+        ok = [c is not None and c[1] >= self.weight for c in out]
+        self.strong += [(u, c[0]) for u, c, s in zip(nodes, out, ok) if s]
+        return out if all(ok) and self.policy.copies_trusted() else None

@@ -1,0 +1,104 @@
+"""bf16 matmul, attention and a whole Llama forward for a few rows at memory speed on CPUs with AVX512-BF16
+(``csrc/linear_bf16.cpp``).
+
+Decoding a token reads every weight once, so verifying a tree of k <= 16 tokens should cost about what one
+token costs. With library matmuls it does not: oneDNN's bf16 matmul re-lays a plain weight out on every
+call, and inductor's matrix-vector loops serve one row only. ``pack`` lays each weight out once
+([n/16, d/2, 32]: two input features for 16 outputs per 64 bytes) and ``linear`` multiplies by it with
+VDPBF16PS, fp32 sums in a fixed order: a row's result is the same bits whatever rows come with it.
+``attention`` reads a layer's cache slices in place (ATen's batched matmul copies them first) and keeps the
+same property for a tree: a node's row is computed from its query and its visible slots only, in slot order,
+so it gets the bits the same token gets in a plain sequence.
+``forward`` runs a whole Llama forward (embedding, every layer, the head) in one call and one parallel region,
+with these matmuls and this attention: the per-kernel start-up a layered forward pays a dozen times a layer is
+paid once (see ``fastpath``; what each engine costs is measured in ``results/<profile>/costs.json``).
+
+The kernel is built with torch's C++ extension loader on first use (seconds; cached in
+``~/.cache/torch_extensions``). Where the CPU lacks AVX512-BF16, the build fails, or ``DYNATREE_KERNELS=0``
+is set, ``available()`` is False and the fast path keeps its plain matmuls and attention (the engine name
+says which ran).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("csrc") / "linear_bf16.cpp"
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
+
+
+def cpu_has_avx512_bf16() -> bool:
+    """Whether this CPU advertises AVX512-BF16 (Linux ``/proc/cpuinfo``; False elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(line.startswith("flags") and " avx512_bf16" in line for line in text.splitlines())
+
+
+@functools.cache
+def available() -> bool:
+    """Whether ``linear`` and ``attention`` can run here (built once per process; a failed build warns and
+    returns False)."""
+    if os.environ.get("DYNATREE_KERNELS", "1") == "0" or not cpu_has_avx512_bf16():
+        return False
+    try:
+        from torch.utils.cpp_extension import load
+
+        load("dynatree_linear_bf16", [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False, verbose=False)
+    except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16, ...
+        warnings.warn(f"the bf16 kernels did not build ({type(e).__name__}: {str(e)[:200]}); "
+                      "the fast path uses plain matmuls and attention")
+        return False
+    return True
+
+
+def packable(w: Tensor) -> bool:
+    """A weight [n, d] the kernel takes: bf16 on the CPU, n a multiple of 16, d even."""
+    return (w.dim() == 2 and w.dtype == torch.bfloat16 and w.device.type == "cpu"
+            and w.shape[0] % 16 == 0 and w.shape[1] % 2 == 0)
+
+
+def pack(w: Tensor) -> Tensor:
+    """[n, d] weight -> [n/16, d/2, 32] for ``linear`` (element [b, c, 2i + e] is w[16b + i, 2c + e])."""
+    n, d = w.shape
+    return w.reshape(n // 16, 16, d // 2, 2).transpose(1, 2).contiguous().reshape(n // 16, d // 2, 32)
+
+
+def linear(x: Tensor, w_packed: Tensor) -> Tensor:
+    """``x @ w.T`` for bf16 ``x`` [k, d] and ``w_packed = pack(w)``; [k, n] in bf16."""
+    return torch.ops.dynatree.linear_bf16(x, w_packed)
+
+
+def attention_takes(head_dim: int) -> bool:
+    """Whether ``attention`` serves this head size (a multiple of 32, at most 256)."""
+    return head_dim % 32 == 0 and 0 < head_dim <= 256
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Grouped-query attention in bf16: ``q`` [H, n, hd] over ``k``, ``v`` [KV, kv, hd] (strided views of a
+    cache are read in place) with an additive ``mask`` [n, kv] (entries <= -1e30 hide a slot; query head h
+    reads KV head h // (H / KV)); returns [n, H * hd]. Scores, softmax and sums in fp32; a row's bits do not
+    depend on the other rows or on hidden slots."""
+    return torch.ops.dynatree.attention_bf16(q, k, v, mask)
+
+
+def forward_takes(hidden: int, intermediate: int) -> bool:
+    """Whether ``forward`` serves these sizes (multiples of 16; the head size as ``attention_takes``)."""
+    return hidden % 16 == 0 and intermediate % 16 == 0
+
+
+def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net, last_only: bool = False,
+            greedy: bool = False) -> Tensor:
+    """A whole Llama forward in one call (``fastpath.StaticLlama`` ``net`` with packed weights): logits [q, V]
+    ([1, V] if ``last_only``) of ``tokens`` at ``positions``, keys and values written to cache ``slots``,
+    attending through the additive bf16 ``mask`` [q, kv] to slots [0, kv). ``greedy``: each row's argmax
+    instead (int64 [q] or [1]; the first index of the largest logit, as ``logits.float().argmax(-1)``)."""
+    return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, net.embed, net.wqkv, net.wo, net.w13,
+                                          net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
+                                          net.sin, net.H, net.KV, net.eps, last_only, greedy)

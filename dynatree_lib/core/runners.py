@@ -1,0 +1,277 @@
+"""A model plus its KV cache for one sequence: the only thing the decoding loops talk to.
+
+A ``Runner`` appends tokens to its cache and returns their logits (``forward``) or only each row's argmax
+(``argmax``: what a target is asked; the one-call fast path finds it without handing the logits out), with
+explicit positions and, for token trees, an explicit visibility pattern; it truncates, gathers (commits a
+tree path in place) and evicts (StreamingLLM). Two implementations share the role: ``HFRunner`` (any
+supported transformers causal LM, eager, ``DynamicCache``; this module) and ``fastpath.StaticRunner`` (our
+Llama over a preallocated static cache, optionally compiled).
+
+Visibility. Cache slots below ``tree_start`` (the committed prefix) are seen by every new token. For slots
+from ``tree_start`` on (tree nodes cached earlier in this draft, then the new tokens themselves),
+``visible[i, j]`` says whether new token ``i`` sees slot ``tree_start + j``. ``visible=None`` means plain
+causal attention among the new tokens.
+
+Draft vocabulary. A draft runner may score only a subset of the vocabulary (``vocab``: the token ids of
+its logits' columns; FR-Spec's frequency-ranked draft head): its head reads a fraction of the output
+embedding, and exactness is untouched because the target verifies every token over the full vocabulary.
+
+We never call ``DynamicCache.crop``: its argument changed meaning in transformers 5.17 (an absolute
+length before, a negative count after), and our operations are plain tensor slicing anyway.
+"""
+from __future__ import annotations
+
+import inspect
+import torch
+from torch import Tensor
+
+# Positional schemes a token tree cannot express through position ids and a mask.
+_ALIBI_TYPES = ("bloom", "mpt", "jais")
+
+
+class Runner:
+    """A causal LM with a KV cache for one sequence (see module docstring): the interface every runner
+    implements in full. ``argmax`` and ``lookup`` have defaults here; the rest each runner writes."""
+
+    model: torch.nn.Module      # the transformers model (config, generation config)
+    length: int = 0             # cached positions
+    engine: str = "eager"       # which engine ran the forwards (logged with every result)
+    vocab: Tensor | None = None  # token ids of the logits' columns (a draft head over a subset); None: all
+    has_lookup: bool = False    # whether ``lookup`` can find anything (a draft with a context lookup)
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+                tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        """Logits [q, V] ([1, V] if ``last_only``) of ``tokens`` appended at slots ``length..``, at ``positions``."""
+        raise NotImplementedError
+
+    def argmax(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+               tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        """``greedy`` of ``forward``'s logits: each new row's argmax column."""
+        return greedy(self.forward(tokens, positions, visible, tree_start, last_only))
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` slots (the paper's rollback)."""
+        raise NotImplementedError
+
+    def commit(self, start: int, keep: Tensor) -> None:
+        """Move slots ``start + keep`` to ``start, start+1, ...`` and truncate after them (``keep`` ascending
+        from 0)."""
+        raise NotImplementedError
+
+    def evict(self, n_sink: int, n_drop: int) -> None:
+        """StreamingLLM: drop ``n_drop`` slots after the ``n_sink`` sinks, re-rotating the kept keys."""
+        raise NotImplementedError
+
+    def lookup(self, context: list[int]) -> tuple[int, float] | None:
+        """A context lookup's next token after ``context`` and its mixture weight (``lookup.LookupRunner``);
+        a plain runner has none."""
+        return None
+
+
+def greedy(logits: Tensor) -> Tensor:
+    """Argmax over the last dim, taken in fp32: exact for bf16/fp16 logits (same maxima, same first
+    index), and CPU argmax over bf16 runs several times slower than over fp32."""
+    return logits.float().argmax(-1)
+
+
+def context_limit(model) -> int | None:
+    """Longest sequence the model's positions support (``max_position_embeddings``), if it declares one."""
+    cfg = model.config
+    return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+
+
+def vocab_rows(model) -> int:
+    """Number of logits the model produces (rows of its output embedding)."""
+    out = model.get_output_embeddings()
+    return out.weight.shape[0] if out is not None else model.config.vocab_size
+
+
+def sliding_window(model) -> int | None:
+    """The attention window of a model with sliding-window layers, or None."""
+    cfg = model.config
+    w = getattr(cfg, "sliding_window", None)
+    if not w or getattr(cfg, "use_sliding_window", True) is False:
+        return None
+    types = getattr(cfg, "layer_types", None)
+    if types is not None and "sliding_attention" not in types:
+        return None
+    return int(w)
+
+
+def rotary_inv_freq(model) -> Tensor:
+    """The rotary frequencies of a RoPE model (for StreamingLLM's key re-rotation)."""
+    for m in model.modules():
+        if isinstance(getattr(m, "inv_freq", None), Tensor):
+            return m.inv_freq
+    raise ValueError(f"StreamingLLM re-rotates cached keys, which needs rotary position embeddings; "
+                     f"{model.config.model_type!r} has none")
+
+
+def check_supported(model, role: str, tree: bool, seq_len: int) -> None:
+    """Refuse, with a reason, a model our decoders cannot serve exactly.
+
+    - ALiBi models (Bloom, MPT): position bias comes from the mask layout, so tree nodes that share a
+      position cannot be expressed; they are refused for every speculative method.
+    - Sliding-window attention: our tree mask and cache keep every position, which equals the model only
+      while the whole sequence fits in the window; longer runs are refused.
+    - A model that takes no ``position_ids``: tree nodes need explicit positions.
+    - A model in training mode: dropout would make every call differ.
+    """
+    name = getattr(model.config, "model_type", type(model).__name__)
+    if model.training:
+        raise ValueError(f"the {role} ({name}) is in training mode (dropout changes every call): call .eval() on it")
+    if not tree:
+        return
+    if name in _ALIBI_TYPES or getattr(model.config, "alibi", False):
+        raise ValueError(f"the {role} ({name}) uses ALiBi position biases, which a token tree verified in one "
+                         "forward cannot express; use AR or a rotary/learned-position model")
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        raise ValueError(f"the {role} ({name}) takes no position_ids, which tree verification needs")
+    w = sliding_window(model)
+    if w is not None and seq_len > w:
+        raise ValueError(f"the {role} ({name}) uses sliding-window attention (window {w}) and prompt + T = "
+                         f"{seq_len} exceeds it; speculative decoding here keeps full attention and would "
+                         "differ from the model. Keep prompt + T within the window or use AR")
+
+
+def check_pair(target, draft, target_tokenizer=None, draft_tokenizer=None) -> None:
+    """Refuse a draft/target pair that does not share one vocabulary (ids are compared across models)."""
+    vt, vd = vocab_rows(target), vocab_rows(draft)
+    if vt != vd:
+        raise ValueError(f"draft and target vocabularies differ: target has {vt} logits, draft has {vd}. "
+                         "Use a draft from the same model family / tokenizer as the target.")
+    if target_tokenizer is not None and draft_tokenizer is not None:
+        if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+            raise ValueError("draft and target tokenizers differ (different token-to-id maps). "
+                             "Use a draft trained with the target's tokenizer.")
+
+
+def check_vocab(vocab, n_vocab: int, device=None) -> Tensor | None:
+    """A draft head's token subset as a long tensor (None passes through): distinct ids in [0, n_vocab)."""
+    if vocab is None:
+        return None
+    v = torch.as_tensor(vocab)
+    if v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool:
+        raise TypeError(f"vocab must hold integer token ids, got dtype {v.dtype}")
+    if v.dim() != 1 or v.numel() == 0:
+        raise ValueError(f"vocab must be a non-empty 1-D list of token ids, got shape {tuple(v.shape)}")
+    if int(v.min()) < 0 or int(v.max()) >= n_vocab:
+        raise ValueError(f"vocab holds token id {int(v.min()) if int(v.min()) < 0 else int(v.max())}, "
+                         f"outside the model's vocabulary [0, {n_vocab})")
+    if v.unique().numel() != v.numel():
+        raise ValueError("vocab lists a token id more than once")
+    return v.to(device=device, dtype=torch.long)
+
+
+def first_moved(keep: Tensor) -> int:
+    """Index of the first kept slot not already in place (``keep[i] != i``; ``len(keep)`` if none), so that
+    a commit copies only what moves: an iteration that accepts no draft token keeps just the root, in
+    place. Read only from a CPU tensor (on a GPU it would cost a host sync; there everything is copied)."""
+    if keep.device.type != "cpu":
+        return 0
+    moved = (keep != torch.arange(keep.numel())).nonzero()
+    return int(moved[0]) if moved.numel() else keep.numel()
+
+
+def rerotate(keys: Tensor, delta: int, inv_freq: Tensor) -> Tensor:
+    """Keys cached with RoPE at position p, moved to p + delta (rotate-half convention on the first
+    2*len(inv_freq) dims, as GPT-NeoX and Llama cache them)."""
+    rd = 2 * inv_freq.numel()
+    ang = delta * inv_freq.to(keys.device, torch.float32)
+    cos, sin = torch.cat([ang.cos(), ang.cos()]), torch.cat([ang.sin(), ang.sin()])
+    k = keys[..., :rd].float()
+    half = rd // 2
+    rot = torch.cat([-k[..., half:], k[..., :half]], dim=-1)
+    out = keys.clone()
+    out[..., :rd] = (k * cos + rot * sin).to(keys.dtype)
+    return out
+
+
+def additive_mask(visible: Tensor | None, tree_start: int, total: int, dtype: torch.dtype) -> Tensor:
+    """[q, total] additive mask (0 / finfo.min) from a visibility pattern over slots >= tree_start.
+
+    Additive float in the model dtype, because a boolean 4D mask is silently misread on some eager
+    attention paths of transformers."""
+    q = visible.shape[0]
+    mask = torch.zeros(q, total, dtype=dtype, device=visible.device)
+    mask[:, tree_start:tree_start + visible.shape[1]].masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask
+
+
+class HFRunner(Runner):
+    """A transformers causal LM over a ``DynamicCache`` (eager; the tests' reference path). With ``vocab``
+    its logits are the model's columns ``vocab`` (the same numbers a subset head computes)."""
+
+    engine = "eager"
+
+    def __init__(self, model, vocab=None):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.vocab = check_vocab(vocab, vocab_rows(model), next(model.parameters()).device)
+        self._new = DynamicCache
+        self.cache = DynamicCache()
+        self.length = 0
+
+    def reset(self) -> None:
+        self.cache = self._new()
+        self.length = 0
+
+    def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+                tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        """Logits [q, V] of ``tokens`` appended at slots ``length..``, at ``positions``."""
+        q = tokens.numel()
+        mask = None
+        if visible is not None:
+            mask = additive_mask(visible, tree_start, self.length + q, self.model.dtype)[None, None]
+        kw = {"logits_to_keep": 1} if last_only else {}
+        out = self.model(input_ids=tokens[None], attention_mask=mask, position_ids=positions[None],
+                         past_key_values=self.cache, use_cache=True, **kw)
+        self.length += q
+        logits = out.logits[0, -1:] if last_only else out.logits[0]
+        return logits if self.vocab is None else logits.index_select(-1, self.vocab)
+
+    def _map(self, fn) -> None:
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+                continue
+            layer.keys, layer.values = fn(layer.keys, True), fn(layer.values, False)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` slots (the paper's rollback)."""
+        self._map(lambda x, _: x[..., :length, :])
+        self.length = length
+
+    def commit(self, start: int, keep: Tensor) -> None:
+        """Move slots ``start + keep`` to ``start, start+1, ...`` and truncate after them. ``keep`` is
+        ascending from 0, so every source is at or after its destination: the copy is safe in place."""
+        n, m = keep.numel(), first_moved(keep)
+        src = keep[m:] + start
+
+        def fn(x: Tensor, _) -> Tensor:
+            if m < n:
+                x[..., start + m:start + n, :] = x.index_select(-2, src)
+            return x[..., :start + n, :]
+
+        self._map(fn)
+        self.length = start + n
+
+    def evict(self, n_sink: int, n_drop: int) -> None:
+        """StreamingLLM: drop ``n_drop`` slots after the ``n_sink`` sinks; re-rotate the kept keys to their
+        new, contiguous positions."""
+        inv = rotary_inv_freq(self.model)
+
+        def fn(x: Tensor, is_key: bool) -> Tensor:
+            rest = x[..., n_sink + n_drop:, :]
+            return torch.cat([x[..., :n_sink, :], rerotate(rest, -n_drop, inv) if is_key else rest], dim=-2)
+
+        self._map(fn)
+        self.length -= n_drop
+
+
+def as_runner(model) -> Runner:
+    """A runner for ``model``: runners pass through, transformers models get an ``HFRunner``."""
+    return model if isinstance(model, Runner) else HFRunner(model)

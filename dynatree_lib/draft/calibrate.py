@@ -1,0 +1,56 @@
+"""One temperature for the draft, fitted so that its top-1 probability predicts agreement with the target."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..harness.pair import calibration_bins
+from .teacher import BUILD, TEACHER
+from .train import DraftSpec, examples, forward_rows, shard_files, trained_draft
+
+TEMPERATURES = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.5 .. 2.0
+
+
+@torch.no_grad()
+def fit_temperature(model, shards: list[dict], spec: DraftSpec, temps=TEMPERATURES) -> tuple[float, dict]:
+    """The temperature whose top-1 probabilities best predict agreement with the target's greedy token (lowest
+    expected calibration error, 10 bins) on the loss rows of held-out shards (continuations and answers)."""
+    confs = {t: [] for t in temps}
+    correct = []
+    for shard in shards:
+        ex = examples(shard, spec)
+        for b in range(0, len(ex), 8):
+            batch = ex[b:b + 8]
+            logits = forward_rows(model, batch).float()
+            correct.append(logits.argmax(-1) == torch.cat([e.top_ids[:, 0] for e in batch]))
+            top = logits.max(-1).values
+            for t in temps:
+                confs[t].append((top / t - torch.logsumexp(logits / t, -1)).exp())
+    correct = torch.cat(correct)
+    ece = {t: calibration_bins(torch.cat(confs[t]), correct)[1] for t in temps}
+    best = min(ece, key=ece.get)
+    return best, {"ece_by_temperature": {str(t): round(e, 4) for t, e in ece.items()},
+                  "heldout_positions": int(correct.numel()), "heldout_agreement": float(correct.float().mean())}
+
+
+def calibrate(final: Path = BUILD / "train" / "final.pt", teacher: Path = TEACHER, out: Path = BUILD / "calibrated") -> Path:
+    """Fit the temperature on the held-out shards and bake it into the final norm's weight (the logits are
+    tied-embedding @ (norm weight * normalised h), so scaling the weight by 1/T divides the logits by T): the
+    result is a plain Llama again."""
+    if (out / "model.safetensors").exists():
+        return out
+    model, st = trained_draft(final)
+    spec = DraftSpec(**st["spec"])
+    torch.set_num_threads(spec.threads)
+    held = [torch.load(f) for f in shard_files(teacher, spec, heldout=True)]
+    if not held:
+        raise FileNotFoundError(f"no held-out teacher shards in {teacher} (every {spec.heldout_every}th shard)")
+    temp, fit = fit_temperature(model, held, spec)
+    with torch.no_grad():
+        model.model.norm.weight.div_(temp)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    (out / "calibration.json").write_text(json.dumps({"temperature": temp, **fit}, indent=1))
+    return out

@@ -1,0 +1,162 @@
+"""Exporting the draft to ``weights/smollm2-draft/`` and writing its model card from its logs and evaluation."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..harness.paths import DRAFT_DIR
+from ..harness.weights import smollm2_folder
+from .teacher import BUILD, ContinuationSpec, InstructionSpec
+
+
+def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train" / "final.pt") -> Path:
+    """``weights/smollm2-draft/`` (bf16 safetensors, the target's tokenizer, training.json), the context lookup
+    (``lookup_fit``), the held-out evaluation on the ``cpu`` profile's prompts (``results/cpu/pair.json`` and
+    ``costs.json``, measured again) and the model card that quotes them."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from ..harness.costs import run_costs
+    from ..harness.pair import run_pair
+    from ..harness.profiles import get_profile
+    from .lookup_fit import fit_lookup
+
+    model = LlamaForCausalLM.from_pretrained(calibrated, dtype=torch.bfloat16)
+    DRAFT_DIR.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(DRAFT_DIR)
+    AutoTokenizer.from_pretrained(smollm2_folder()).save_pretrained(DRAFT_DIR)
+    shutil.copyfile(BUILD / "token_counts.json", DRAFT_DIR / "token_counts.json")
+    st = torch.load(final)
+    log = st["log"]
+    training = {"draft_spec": st["spec"], "continuation_spec": asdict(ContinuationSpec()),
+                "instruction_spec": asdict(InstructionSpec()), "train_tokens": st["train_tokens"],
+                "shards": st["shards"], "steps": len(log), "wall_s": log[-1]["seconds"] if log else None,
+                "final_loss": sum(r["loss"] for r in log[-50:]) / max(1, len(log[-50:])),
+                "calibration": json.loads((calibrated / "calibration.json").read_text()),
+                "params": sum(p.numel() for p in model.parameters()), "rebuild": "python -m dynatree_lib build-draft"}
+    (DRAFT_DIR / "training.json").write_text(json.dumps(training, indent=1))
+    fit_lookup()
+    prof = get_profile("cpu")
+    pair = json.loads(run_pair(prof, rerun=True).read_text())
+    costs = json.loads(run_costs(prof, rerun=True).read_text())
+    write_card(training, pair, costs)
+    return DRAFT_DIR
+
+
+def write_card(training: dict, pair: dict, costs: dict, out: Path = DRAFT_DIR / "README.md") -> Path:
+    """The model card: what the draft is, how it was trained, how it does on held-out text, what it costs."""
+    sections = (header(training), training_section(training), evaluation_section(pair), cost_section(costs, pair),
+                subset_section(pair, costs), lookup_section(pair))
+    out.write_text("\n".join(s for s in sections if s) + "\nLicence: Apache-2.0, as SmolLM2 (whose outputs it is "
+                   "trained on); the instruction sources keep theirs (data/README.md).\n")
+    return out
+
+
+def header(training: dict) -> str:
+    s = training["draft_spec"]
+    return f"""---
+license: apache-2.0
+base_model: HuggingFaceTB/SmolLM2-135M-Instruct
+tags: [speculative-decoding, draft-model, distillation]
+---
+# smollm2-draft (v3): a calibrated draft for SmolLM2-135M-Instruct
+
+The `cpu` profile's draft model (`embedded:draft`) for the DynaTree reproduction: a
+{s['layers']}-layer Llama (hidden {s['hidden']}, {s['heads']} heads, MLP {s['intermediate']}, tied embeddings,
+{training['params'] / 1e6:.1f}M parameters) sharing SmolLM2's tokenizer and vocabulary (49152), stored in bf16.
+"""
+
+
+def training_section(training: dict) -> str:
+    s, c, i = training["draft_spec"], training["continuation_spec"], training["instruction_spec"]
+    n_instr = sum(f.startswith("instr") for f in training["shards"])
+    return f"""## Training
+- Continuations: prompts of {min(c['prompt_lens'])}-{max(c['prompt_lens'])} tokens cut from text no experiment uses
+  (the PG-19 books outside the test split and the WikiText-2 *validation* split), SmolLM2's greedy continuation of
+  each ({c['cont']} tokens, {c['dtype']}) and its top-{c['k']} next-token log-probabilities at every position.
+- Instruction answers: the instructions of `data/instructions/instructions.jsonl` (GSM8K train questions,
+  Self-Instruct's seed and user-oriented tasks, task templates over topic seeds, summaries and questions over
+  passages of the continuation text, translations; none shares a 13-word sequence with an evaluation text,
+  `tests/test_instructions.py`) through SmolLM2's chat template, its greedy answer to each (to EOS, at most
+  {i['max_new']} tokens, {i['dtype']}) and its top-{i['k']} log-probabilities before every answer token.
+- {len(training['shards'])} training shards ({n_instr} of instruction answers), {training['train_tokens']:,} tokens;
+  every {s['heldout_every']}th shard of each kind is held out (temperature fit only).
+- Initialisation: the embedding is SmolLM2's input embedding projected on its top {s['hidden']} principal directions.
+- Loss: cross-entropy against the teacher's top-k distribution plus one bucket for the rest of the mass, on the
+  continuation and the last {s['prompt_tail']} prompt tokens, and on every answer token; a step draws instruction
+  answers with probability {s['instruction_share']}. AdamW, lr {s['lr']}, {training['steps']} steps of
+  {s['seqs_per_step']} sequences, {training['wall_s'] / 60:.0f} min on 2 CPU cores; final loss {training['final_loss']:.3f}.
+- Calibration: one temperature, {training['calibration']['temperature']}, fitted for the lowest expected calibration
+  error on the held-out shards and baked into the final norm's weight (so the files are a plain Llama).
+- Rebuild: `{training['rebuild']}` (seeded and resumable).
+"""
+
+
+def evaluation_section(pair: dict) -> str:
+    n_sub = pair.get("draft_vocab")
+    heads = [(f"top {n_sub}" if n_sub else "full", pair["agreement"])]
+    heads += [("network alone", pair["agreement_no_lookup"])] if "agreement_no_lookup" in pair else []
+    heads += [("full head", pair["agreement_full_vocab"])] if "agreement_full_vocab" in pair else []
+    rows = "\n".join(f"| {k} | {h} | {v['positions']} | {v['agreement']:.3f} | {v['mean_confidence']:.3f} | "
+                     f"{v['ece']:.3f} |" for h, agr in heads for k, v in agr.items())
+    bpb = pair["bits_per_byte"]
+    bpb_line = ", ".join(f"{ds}: target {bpb['target'][ds]:.2f} / draft {bpb['draft'][ds]:.2f}" for ds in bpb["target"])
+    return f"""## Held-out evaluation
+On the `cpu` profile's prompts that training never saw, teacher-forced on SmolLM2's own greedy output (the
+text a speculative decoder drafts; `results/cpu/pair.json`, notebook 00) and, as `*_human`, on the human-written
+prompts. Agreement: the draft's argmax equals the target's. ECE: 10 equal-width bins. Heads: the draft as drafting
+uses it (its {n_sub} most frequent tokens and its context lookup), the network alone, and its full head.
+
+| text | head | positions | agreement | mean top-1 prob | ECE |
+|---|---|---|---|---|---|
+{rows}
+
+Bits per byte (held out): {bpb_line}.
+"""
+
+
+def cost_section(costs: dict, pair: dict) -> str:
+    cur = costs["curves"]
+    per = ", ".join(f"{d} {c['draft']['1'] / c['target']['1']:.3f} ({c['draft']['1']:.2f} / {c['target']['1']:.2f} ms, "
+                    f"`{c['engine']}`)" for d, c in cur.items())
+    return f"""One-token cached forward, draft / target, same process, back to back, on the profile's engine
+(`results/cpu/costs.json`): {per}.
+"""
+
+
+def subset_section(pair: dict, costs: dict) -> str:
+    n_sub, ranked = pair.get("draft_vocab"), DRAFT_DIR / "token_counts.json"
+    if not n_sub or not ranked.exists():
+        return ""
+    r = json.loads(ranked.read_text())
+    cover = sum(r["counts"][:n_sub]) / r["total_tokens"]
+    both = ", ".join(f'{d} {c["draft"]["1"]:.2f} / {c["draft_full_vocab"]["1"]:.2f} ms'
+                     for d, c in costs["curves"].items() if "draft_full_vocab" in c)
+    return f"""## Draft head over the frequent tokens (FR-Spec)
+The `cpu` profile drafts with a head over the {n_sub} most frequent tokens of the training text only
+(`draft_vocab={n_sub}`; ranking and counts in `token_counts.json`, rebuilt by
+`python -m dynatree_lib build-draft --vocab-only`; they cover {cover:.1%} of that text's tokens): the head reads
+{n_sub} of the 49152 rows of the tied embedding. The target still verifies every token, so decoding stays exact;
+a token outside the subset is simply never drafted. One-token draft forward, subset head / full head: {both}.
+"""
+
+
+def lookup_section(pair: dict) -> str:
+    lk = DRAFT_DIR / "lookup.json"
+    if not (pair.get("draft_lookup") and lk.exists()):
+        return ""
+    fit = json.loads(lk.read_text())
+    w = ", ".join(f"{x:g}" for x in fit["weights"])
+    return f"""## Context lookup
+Drafting mixes the network's distribution with the token that followed the latest earlier occurrence of the
+longest suffix (up to {fit['max_n']} tokens) of the committed text plus the node's drafted path
+(`dynatree_lib/core/lookup.py`): p = (1 - w[n]) p_draft + w[n] [copy], n the match length. Why: SmolLM2's greedy
+continuations loop, and a small network copies poorly. Weights w[1..{fit['max_n']}] = {w}, each the
+maximum-likelihood weight of the target's greedy token at that match length, fitted on {fit['data']}
+(`lookup.json`; `{fit['rebuild']}`). On that fitting text: agreement {fit['agreement_draft']:.3f} without,
+{fit['agreement_with_lookup']:.3f} with the lookup. The target still verifies every token: decoding stays exact.
+The evaluation table above shows the network alone beside the draft with its lookup.
+"""

@@ -1,0 +1,224 @@
+"""Distilling the draft on the teacher shards (``draft.teacher``), resumable from its checkpoints.
+
+Every shard becomes a list of ``Example``s: a token sequence, the first row whose next token carries a loss,
+and the teacher's top-k distribution for each such row. A continuation's loss covers its continuation and the
+last ``prompt_tail`` prompt tokens (human text); an instruction's covers its answer. A step draws one shard
+(instruction shards with probability ``instruction_share``) and ``seqs_per_step`` of its examples, both seeded
+by the step alone, so a resumed run draws what an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .teacher import BUILD, TEACHER, load_target
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """The draft's shape and its distillation. Shards whose index ``s`` has ``s % heldout_every ==
+    heldout_every - 1`` (of either kind) are never trained on: they calibrate the temperature."""
+
+    layers: int = 6
+    hidden: int = 320
+    heads: int = 5
+    intermediate: int = 1024
+    steps: int = 3000
+    seqs_per_step: int = 8
+    lr: float = 2e-3
+    warmup: int = 100
+    weight_decay: float = 0.01
+    ckpt_every: int = 100
+    heldout_every: int = 16
+    prompt_tail: int = 64
+    max_context: int = 640        # an instruction example keeps at most this many tokens (its prompt cut from the left)
+    instruction_share: float = 0.5
+    seed: int = 0
+    threads: int = 2
+
+
+@dataclass
+class Example:
+    """``tokens`` [L]; rows ``start .. L - 2`` predict the next token with the teacher's ``top_lp`` / ``top_ids``
+    [L - 1 - start, k]."""
+
+    tokens: torch.Tensor
+    start: int
+    top_lp: torch.Tensor
+    top_ids: torch.Tensor
+
+
+def examples(shard: dict, spec: DraftSpec) -> list[Example]:
+    """A teacher shard as training examples (see module docstring)."""
+    if shard.get("kind") == "instruction":
+        out = []
+        for prompt, answer, lp, ids in zip(shard["prompts"], shard["answers"], shard["top_lp"], shard["top_ids"]):
+            prompt = prompt[-max(1, spec.max_context - len(answer)):]
+            out.append(Example(torch.tensor(prompt + answer), len(prompt) - 1, lp, ids))
+        return out
+    s0 = max(0, shard["prompt_len"] - spec.prompt_tail)
+    return [Example(x.long(), s0, lp[s0:], ids[s0:])
+            for x, lp, ids in zip(shard["tokens"], shard["top_lp"], shard["top_ids"])]
+
+
+def shard_files(folder: Path, spec: DraftSpec, heldout: bool) -> list[Path]:
+    """The teacher shards of both kinds, training or held out."""
+    files = sorted(folder.glob("shard-*.pt")) + sorted(folder.glob("instr-*.pt"))
+    return [f for f in files if (int(f.stem.split("-")[1]) % spec.heldout_every == spec.heldout_every - 1) == heldout]
+
+
+def draft_config(target_cfg, spec: DraftSpec):
+    """A plain Llama with the target's vocabulary, special tokens, rotary base and context."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=target_cfg.vocab_size, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
+                       num_hidden_layers=spec.layers, num_attention_heads=spec.heads, num_key_value_heads=spec.heads,
+                       max_position_embeddings=target_cfg.max_position_embeddings, rms_norm_eps=target_cfg.rms_norm_eps,
+                       rope_parameters=dict(target_cfg.rope_parameters), tie_word_embeddings=True,
+                       bos_token_id=target_cfg.bos_token_id, eos_token_id=target_cfg.eos_token_id,
+                       pad_token_id=target_cfg.pad_token_id)
+
+
+def projected_embedding(target, dim: int) -> torch.Tensor:
+    """The target's input embedding on its top ``dim`` right-singular directions: token geometry for free."""
+    E = target.get_input_embeddings().weight.detach().float()
+    _, _, Vh = torch.linalg.svd(E, full_matrices=False)
+    return E @ Vh[:dim].T
+
+
+def distill_loss(logits: torch.Tensor, top_lp: torch.Tensor, top_ids: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the teacher's distribution kept as its top-k tokens plus one 'rest' bucket (so the
+    draft also learns how much mass lies outside the teacher's top-k). Mean over rows."""
+    q = torch.log_softmax(logits.float(), dim=-1)
+    p = top_lp.float().exp()
+    qk = q.gather(-1, top_ids.long())
+    p_rest = (1 - p.sum(-1)).clamp(min=0)
+    q_rest = torch.log1p(-qk.exp().sum(-1).clamp(max=1 - 1e-6))
+    return -((p * qk).sum(-1) + p_rest * q_rest).mean()
+
+
+def forward_rows(model, batch: list[Example]) -> torch.Tensor:
+    """The draft's logits at every loss row of a batch (right-padded; padding is never attended to by rows
+    before it), rows in batch order."""
+    L = max(e.tokens.numel() for e in batch)
+    x = torch.zeros(len(batch), L - 1, dtype=torch.long)
+    for b, e in enumerate(batch):
+        x[b, :e.tokens.numel() - 1] = e.tokens[:-1]
+    hidden = model.model(input_ids=x).last_hidden_state
+    rows = torch.cat([hidden[b, e.start:e.tokens.numel() - 1] for b, e in enumerate(batch)])
+    return model.lm_head(rows)
+
+
+def draw(pools: dict[str, list[list[Example]]], spec: DraftSpec, step: int) -> list[Example]:
+    """The examples of one step (seeded by the step alone: resumable)."""
+    g = torch.Generator().manual_seed(spec.seed * 1_000_003 + step)
+    kind = "instruction" if pools["instruction"] and torch.rand(1, generator=g).item() < spec.instruction_share \
+        else "continuation"
+    shard = pools[kind][int(torch.randint(len(pools[kind]), (1,), generator=g))]
+    return [shard[int(i)] for i in torch.randperm(len(shard), generator=g)[:spec.seqs_per_step]]
+
+
+def new_draft(spec: DraftSpec):
+    """The untrained draft: a Llama whose tied embedding starts from the target's, projected."""
+    from transformers import LlamaForCausalLM
+
+    target, _ = load_target()
+    torch.manual_seed(spec.seed)
+    model = LlamaForCausalLM(draft_config(target.config, spec))
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(projected_embedding(target, spec.hidden))
+    return model
+
+
+def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = TEACHER, out: Path = BUILD / "train") -> Path:
+    """Distil the draft on the training shards; resumes from the newest checkpoint in ``out``."""
+    from tqdm.auto import tqdm
+
+    torch.set_num_threads(spec.threads)
+    final = out / "final.pt"
+    check_folder(out, spec)
+    if final.exists():
+        return final
+    files = shard_files(teacher, spec, heldout=False)
+    if not files:
+        raise FileNotFoundError(f"no teacher shards in {teacher}: run the teacher phase first")
+    pools = {"continuation": [], "instruction": []}
+    for f in files:
+        pools["instruction" if f.name.startswith("instr") else "continuation"].append(examples(torch.load(f), spec))
+    model = new_draft(spec)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
+    log = resume(out, model, opt)
+    model.train()
+    bar = tqdm(range(len(log), spec.steps), desc="distil draft", initial=len(log), total=spec.steps)
+    t0 = time.time() - (log[-1]["seconds"] if log else 0.0)
+    for step in bar:
+        batch = draw(pools, spec, step)
+        for grp in opt.param_groups:
+            grp["lr"] = learning_rate(spec, step)
+        logits = forward_rows(model, batch)
+        top_lp, top_ids = torch.cat([e.top_lp for e in batch]), torch.cat([e.top_ids for e in batch])
+        loss = distill_loss(logits, top_lp, top_ids)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        agree = (logits.argmax(-1) == top_ids[:, 0]).float().mean().item()
+        log.append({"step": step, "loss": round(loss.item(), 4), "agree": round(agree, 4),
+                    "seconds": round(time.time() - t0, 1)})
+        bar.set_postfix(loss=f"{sum(r['loss'] for r in log[-20:]) / len(log[-20:]):.3f}",
+                        agree=f"{sum(r['agree'] for r in log[-20:]) / len(log[-20:]):.3f}")
+        if (step + 1) % spec.ckpt_every == 0:
+            checkpoint(out, model, opt, log, spec)
+    tokens = sum(e.tokens.numel() for pool in pools.values() for shard in pool for e in shard)
+    torch.save({"model": model.state_dict(), "log": log, "spec": asdict(spec), "train_tokens": tokens,
+                "shards": [f.name for f in files]}, final)
+    return final
+
+
+def learning_rate(spec: DraftSpec, step: int) -> float:
+    """Linear warm-up, then cosine decay to a tenth."""
+    return spec.lr * min(1.0, (step + 1) / spec.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
+
+
+def check_folder(out: Path, spec: DraftSpec) -> None:
+    """Refuse a folder holding a draft trained with another spec."""
+    out.mkdir(parents=True, exist_ok=True)
+    done = [p for p in [out / "final.pt", *sorted(out.glob("ckpt-*.pt"))[-1:]] if p.exists()]
+    if done and ((was := torch.load(done[0]).get("spec")) is None or DraftSpec(**was) != spec):
+        raise ValueError(f"{out} holds a draft trained with {was}, not {spec}: choose another folder or remove it")
+
+
+def resume(out: Path, model, opt) -> list[dict]:
+    """Load the newest checkpoint into ``model`` and ``opt``; its log (empty if none)."""
+    ckpts = sorted(out.glob("ckpt-*.pt"))
+    if not ckpts:
+        return []
+    st = torch.load(ckpts[-1])
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    return st["log"]
+
+
+def checkpoint(out: Path, model, opt, log: list[dict], spec: DraftSpec) -> None:
+    """Write ``ckpt-<steps>.pt`` atomically and keep the two newest."""
+    tmp = out / "ckpt.tmp"
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "log": log, "spec": asdict(spec)}, tmp)
+    tmp.rename(out / f"ckpt-{len(log):06d}.pt")
+    for old in sorted(out.glob("ckpt-*.pt"))[:-2]:
+        old.unlink()
+
+
+def trained_draft(final: Path):
+    """The trained draft (fp32 LlamaForCausalLM) and its final checkpoint."""
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    from ..harness.weights import smollm2_folder
+
+    st = torch.load(final)
+    model = LlamaForCausalLM(draft_config(AutoConfig.from_pretrained(smollm2_folder()), DraftSpec(**st["spec"])))
+    model.load_state_dict(st["model"])
+    return model.eval(), st

@@ -1,0 +1,1 @@
+"""Our named extensions of the paper's methods: reported beside them, never in their place."""

@@ -1,0 +1,149 @@
+"""DynaTree + cost budget: DynaTree's rules with every step priced by measured forward costs (our extension)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..core.policies import DynaTreeConfig, DynaTreePolicy
+from ..core.tree import Tree
+from ..core.validate import check_field_types, is_int, is_real, require
+
+# Defaults, in units of one one-token target forward: the relative costs of a memory-bound pair whose draft
+# is a few percent of its target (verifying k tokens; one further drafting level; the rest of an iteration).
+# The harness never uses them: it passes the curves its profile measured (results/<profile>/costs.json).
+CPU_BF16_VERIFY = ((1, 1.0), (2, 1.06), (4, 1.18), (8, 1.54), (16, 2.52), (32, 4.35), (64, 8.17))
+CPU_BF16_DRAFT = 0.109
+CPU_BF16_FIXED = 0.247
+
+
+@dataclass(frozen=True)
+class CostAwareConfig:
+    """A named extension, not the paper's method: DynaTree's tree cut, before verification, to the node
+    count that maximizes expected committed tokens per unit of time (as Sequoia and OPT-Tree size trees
+    for their hardware). With the draft's path probabilities p (calibrated: they estimate acceptance),
+    keeping the j most probable nodes (always a subtree: a node is at most as probable as its parent)
+    commits 1 + sum of their p in expectation and costs, drafted in f forwards,
+    ``fixed_ms + (f - 1) * draft_ms + fwd_target(j + 1)``: notebook 03's cost model of an iteration.
+    ``verify_ms``: the measured curve fwd_target(k) as (k, ms) pairs, k ascending (linear in between,
+    extrapolated past the last); ``draft_ms``: one further drafting level (draft forward and the drafter's
+    work); ``fixed_ms``: the rest of an iteration (first draft forward after the target's, its level,
+    the commit). Only ratios matter.
+    ``level_stop``: also stop drafting when one more level cannot pay for its draft forward. The next
+    level's nodes are at most as probable, together, as the frontier nodes they would hang under, so the
+    drafter stops when even that whole gain, bought for one draft level and the cheapest verification of
+    one node more or any number more, would not raise the best expected tokens per ms of the tree so far
+    (one level of lookahead: a run of later levels could only pay where probability does not fall with depth).
+    ``lookup_skip``: with a draft that has a context lookup, a level whose every frontier node's copy token
+    carries at least this mixture weight is drafted without a draft forward (one copy child per node; see
+    ``drafting.draft_tree``): the forward would cost a drafting level for at most ``1 - weight`` of each
+    node's next-token mass. At the root this leaves the committed tokens unfed until a level needs the draft
+    (or the next tree), so a tree may cost no draft forward at all. 1.0 never skips (weights are below 1);
+    the default, 0.9, skips only on the longest matches of a lookup fitted as the cpu draft's is.
+    ``skip_window``: skip only while the strong copies (weight >= ``lookup_skip``) that this generation's
+    verifications met lately were the target's next token at least ``lookup_skip`` of the time (decayed counts,
+    each iteration weighing ``1 - 1/skip_window`` of the one after it; one taken copy as the prior, so a
+    generation starts by trusting them). Why: the weights are fitted on other text, and on some text the
+    strongest copies are right far less often than their weight says, where each wrong copy is a level
+    without the draft's alternatives. 0: the weight alone decides."""
+
+    method: ClassVar[str] = "dynatree_cost"
+
+    base: DynaTreeConfig = DynaTreeConfig()
+    verify_ms: tuple = CPU_BF16_VERIFY
+    draft_ms: float = CPU_BF16_DRAFT
+    fixed_ms: float = CPU_BF16_FIXED
+    level_stop: bool = True
+    lookup_skip: float = 0.9
+    skip_window: int = 8
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        require(0.0 <= self.lookup_skip <= 1.0, f"lookup_skip must be a weight in [0, 1], got {self.lookup_skip!r}")
+        require(self.skip_window >= 0, f"skip_window must be >= 0 (0: no record), got {self.skip_window!r}")
+        require(isinstance(self.base, DynaTreeConfig), f"base must be a DynaTreeConfig, got {self.base!r}")
+        ok = (isinstance(self.verify_ms, tuple) and len(self.verify_ms) >= 2
+              and all(isinstance(x, tuple) and len(x) == 2 and is_int(x[0]) and is_real(x[1]) and x[1] > 0
+                      for x in self.verify_ms))
+        require(ok and self.verify_ms[0][0] == 1 and all(a[0] < b[0] for a, b in zip(self.verify_ms, self.verify_ms[1:])),
+                f"verify_ms must be (k, ms) pairs with k = 1, then ascending, ms > 0, got {self.verify_ms!r}")
+        require(self.draft_ms >= 0, f"draft_ms must be >= 0, got {self.draft_ms!r}")
+        require(self.fixed_ms >= 0, f"fixed_ms must be >= 0, got {self.fixed_ms!r}")
+
+    def policy(self) -> "CostAwarePolicy":
+        return CostAwarePolicy(self)
+
+
+class CostAwarePolicy(DynaTreePolicy):
+    """DynaTree's policy plus ``more`` and ``trim``: depth and tree size chosen from the measured cost curves."""
+
+    def __init__(self, cfg: CostAwareConfig):
+        super().__init__(cfg.base)
+        ks = torch.tensor([k for k, _ in cfg.verify_ms], dtype=torch.float64)
+        ms = torch.tensor([m for _, m in cfg.verify_ms], dtype=torch.float64)
+        k = torch.arange(1, cfg.base.n_max + 3, dtype=torch.float64)   # verified tokens: root + j nodes (+ 1: ``more``)
+        i = torch.searchsorted(ks, k).clamp(1, len(ks) - 1)             # the segment [ks[i-1], ks[i]] holding k
+        w = (k - ks[i - 1]) / (ks[i] - ks[i - 1])
+        self.verify = (ms[i - 1] + w * (ms[i] - ms[i - 1])).float()     # verify[j] = fwd_target(j + 1)
+        self.verify_list = self.verify.tolist()
+        # cheapest verification of at least j + 1 tokens: a measured curve need not rise (an fp32 matmul
+        # library may take longer for 2 tokens than for 8), and ``more`` must not stop short of a cheaper, larger tree
+        self.verify_floor = self.verify.flip(0).cummin(0).values.flip(0).tolist()
+        self.draft_ms, self.fixed_ms, self.level_stop = cfg.draft_ms, cfg.fixed_ms, cfg.level_stop
+        self.lookup_skip = cfg.lookup_skip if cfg.lookup_skip < 1.0 else None  # DraftPolicy's hook
+        # no record where nothing is skipped (lookup_skip 1.0) or the weight alone decides (skip_window 0)
+        self.copy_decay = 1.0 - 1.0 / cfg.skip_window if cfg.skip_window and self.lookup_skip is not None else None
+        self.copies_met = self.copies_taken = 0.0  # decayed counts of strong copies verified / taken
+
+    def copies_trusted(self) -> bool:
+        """Whether a level may be skipped now (``CostAwareConfig.skip_window``): the recent strong copies were
+        taken at least ``lookup_skip`` of the time, counting one taken copy as the prior."""
+        return self.copy_decay is None or self.copies_taken + 1.0 >= self.lookup_skip * (self.copies_met + 1.0)
+
+    def observe_copies(self, met: int, taken: int) -> None:
+        """After a verification: ``met`` strong-copy nodes on the accepted path, after ``taken`` of which the
+        target's next token was the copy."""
+        if self.copy_decay is not None:
+            self.copies_met = self.copies_met * self.copy_decay + met
+            self.copies_taken = self.copies_taken * self.copy_decay + taken
+
+    def spent(self, draft_forwards: int) -> float:
+        """Modelled ms of an iteration before verification, after ``draft_forwards`` (0: level 0 came from the
+        lookup)."""
+        return self.fixed_ms + max(draft_forwards - 1, 0) * self.draft_ms
+
+    def more(self, cum_logp: list[float], frontier: list[int], draft_forwards: int) -> bool:
+        """Whether to draft one more level (``CostAwareConfig.level_stop``): ``cum_logp`` of the tree's nodes
+        (root first), ``frontier`` the nodes the next level would expand, after ``draft_forwards``. Any tree
+        after that level keeps some j old nodes (at most the j most probable's mass) and some new ones (at
+        most the frontier's mass, and at least one node to verify if they add anything, so at least the
+        cheapest verification of j + 2 tokens). Plain Python: a tree has a few dozen nodes and this runs
+        once a level."""
+        if not self.level_stop:
+            return True
+        p = sorted((math.exp(c) for c in cum_logp[1:]), reverse=True)
+        gain = sum(math.exp(cum_logp[u]) for u in frontier)
+        v, floor = self.verify_list, self.verify_floor
+        spent = self.spent(draft_forwards)
+        now = nxt = 0.0
+        s = 1.0
+        for j in range(len(p) + 1):
+            s += p[j - 1] if j else 0.0
+            now = max(now, s / (spent + v[j]))
+            nxt = max(nxt, (s + gain) / (spent + self.draft_ms + floor[j + 1]))
+        return nxt > now
+
+    def trim(self, tree: Tree, draft_forwards: int) -> Tree:
+        n = tree.n_drafted
+        if n <= 1:
+            return tree
+        p = tree.cum_logp[1:n + 1].exp()
+        order = p.sort(descending=True, stable=True).indices  # ties: the ancestor (smaller index) first
+        gain = torch.cat([p.new_ones(1), 1 + p[order].cumsum(0)])
+        spent = self.spent(draft_forwards)
+        j = int((gain / (spent + self.verify[:n + 1].to(p.device))).argmax())
+        if j == n:
+            return tree
+        return tree.subset(torch.cat([order.new_zeros(1), order[:j].sort().values + 1]))

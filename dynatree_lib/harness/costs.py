@@ -1,0 +1,222 @@
+"""Forward-cost curves and a cost model of speculative decoding built from them.
+
+``run_costs`` measures fwd(k), the time of one cached forward of k tokens (k = 1..64) over a cache of
+L_max tokens, for the target and the draft, in the timed and the exact precision, on the profile's
+engine; with the bandwidth bound of one-token decoding beside them. ``predict_ms_per_token`` turns the
+curves and a row's logged tree statistics into a predicted time per generated token:
+
+    per iteration:  fwd_target(nodes + 1)                          verify the tree (root included)
+                  + fwd_draft_after_target(L)                      draft reads the tokens committed last time
+                                                                   (its weights just evicted by the target's)
+                  + (draft_forwards - 1) * fwd_draft(nodes / depth)  one draft forward per further level
+                  + draft_forwards * level                         the drafter's own work per level
+                  + commit                                         path selection and the KV gather
+    per token:      iterations * that / tokens                     (prefill excluded; AR: fwd_target(1))
+
+``level`` and ``commit`` (``loop_costs``) time the loop's own code without model forwards: a drafting
+level with the real draft's logits replayed (log-softmax, top-k, selection, tree growth, masks) and a
+commit of a verified tree. What the model still leaves out shows as the gap between predicted and measured
+time in notebook 03.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from ..core.decoding import verify
+from ..core.drafting import DraftState, draft_tree
+from ..core.runners import Runner, as_runner, greedy
+from ..core.lookup import LookupRunner
+from ..core.tree import select_path
+from .environment import BandwidthProbe, bound, environment
+from .store import needs_run, results_path
+
+KS = (1, 2, 4, 8, 16, 32, 64)
+COLD = "draft_after_target"  # the curve of a draft forward that follows a target forward
+
+
+@torch.no_grad()
+def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000, seed: int = 0,
+                  between=None, argmax: bool = False) -> dict:
+    """Median milliseconds of one forward of k new tokens over ``context`` cached tokens, per k.
+    ``between``: a target runner (holding a cache) whose untimed one-token ``argmax`` precedes each timed
+    forward, as the decoding loop alternates target and draft (its weights push the timed model's out of the
+    CPU caches). ``argmax``: time ``runner.argmax`` (a target's call in the loops) instead of the logits and
+    their ``greedy`` (a draft's)."""
+    g = torch.Generator().manual_seed(seed)
+    dev = next(runner.model.parameters()).device
+    vocab = min(vocab, runner.model.config.vocab_size)
+    ids = torch.randint(vocab, (context + max(ks),), generator=g).to(dev)
+    for r in (runner, between) if between is not None else (runner,):
+        r.reset()
+        r.forward(ids[:context], torch.arange(context, device=dev), last_only=True)
+    one = torch.tensor([context], device=dev)
+    pos = {k: torch.arange(context, context + k, device=dev) for k in ks}
+    ts: dict = {k: [] for k in ks}
+    # In rounds (every k once per round, two warm-up rounds): a slow spell of a shared machine then hits
+    # every k alike instead of bending the curve at whichever k it fell on. Largest k first, so that each
+    # forward follows one of about its size (a one-token forward after a 64-token one would find the
+    # draft's weights pushed out of the CPU caches by 64 rows of logits: not back to back any more).
+    order = sorted(ks, reverse=True)
+    for _ in range(reps + 2):
+        for k in order:
+            if between is not None:
+                between.argmax(ids[context:context + 1], one).tolist()
+                between.truncate(context)
+            t0 = time.perf_counter()
+            new = ids[context:context + k]  # a target's argmax or a draft's logits, then the host sync, as the loops do
+            (runner.argmax(new, pos[k]) if argmax else greedy(runner.forward(new, pos[k]))).tolist()
+            ts[k].append(time.perf_counter() - t0)
+            runner.truncate(context)
+    return {k: _warm_median_ms(t) for k, t in ts.items()}
+
+
+def _warm_median_ms(seconds: list[float]) -> float:
+    """Median in milliseconds of timed repetitions, the first two (warm-up) dropped."""
+    t = sorted(seconds[2:])
+    return 1e3 * t[len(t) // 2]
+
+
+class _Replay(Runner):
+    """A draft stand-in answering every forward at once with rows of logits recorded from the real draft
+    (the ``Runner`` calls the drafter makes): drafting's own work, timed without its forwards."""
+
+    engine = "replay"
+
+    def __init__(self, logits: torch.Tensor, vocab):
+        self.logits, self.vocab, self.length = logits, vocab, 0
+
+    def forward(self, tokens, positions, visible=None, tree_start=None, last_only=False):
+        q = tokens.numel()
+        self.length += q
+        i = self.length % (self.logits.shape[0] - 64)  # vary the rows, hence the trees
+        return self.logits[i:i + (1 if last_only else q)]
+
+    def truncate(self, length: int) -> None:
+        self.length = length
+
+
+@torch.no_grad()
+def loop_costs(target, draft, policy, context: int, reps: int = 30, vocab: int = 1000, seed: int = 0) -> dict:
+    """Median milliseconds of the speculative loop's own work: ``level``, one drafting level without its
+    forward (the real draft's logits over ``context`` tokens replayed; ``policy`` shapes the trees), and
+    ``commit``, selecting the accepted path of such a tree (the first child at every level accepted, the
+    tree verified into the target's cache untimed) and gathering its KV entries there."""
+    g = torch.Generator().manual_seed(seed)
+    dev = next(target.model.parameters()).device
+    ids = torch.randint(min(vocab, target.model.config.vocab_size), (context + 1,), generator=g).to(dev)
+    pos = torch.arange(context, device=dev)
+    draft.reset()
+    replay = _Replay(draft.forward(ids[:context], pos), draft.vocab)
+    draft.reset()
+    target.reset()
+    target.forward(ids[:context], pos, last_only=True)
+    level, commit = [], []
+    for _ in range(reps + 2):
+        replay.length = context
+        t0 = time.perf_counter()
+        tree, n_fwd = draft_tree(replay, DraftState(context), ids, policy, 64)
+        level.append((time.perf_counter() - t0) / n_fwd)
+        parents = tree.parents[:tree.size].tolist()
+        nxt = torch.zeros(tree.size, dtype=torch.long, device=dev)
+        for i, par in reversed(list(enumerate(parents))):  # each node's first child is the target's choice
+            if par >= 0:
+                nxt[par] = tree.tokens[i]
+        verify(target, tree)  # untimed: puts the tree in the target's cache, as the loop has it here
+        t0 = time.perf_counter()
+        path = select_path(tree, nxt)
+        torch.cat([tree.tokens[path[1:]], nxt[path[-1:]]]).tolist()
+        target.commit(context, path)
+        commit.append(time.perf_counter() - t0)
+        target.truncate(context)
+    return {"level": _warm_median_ms(level), "commit": _warm_median_ms(commit)}
+
+
+def run_costs(profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
+    """Measure (or reuse) the forward-cost curves of the profile's pair; returns the JSON path.
+
+    Per precision: ``target`` and ``draft`` (back-to-back forwards of one model), ``draft_after_target``
+    (each draft forward right after a target forward: the first draft forward of every iteration), with a
+    ``draft_vocab`` profile ``draft_full_vocab`` (the same draft scoring every token: what the subset head
+    saves), ``loop`` (the loop's own work, ``loop_costs``), the bandwidth bound and the engine. ``rerun``, or
+    a file measured on another engine: measure everything again, the old file kept as ``costs.bak.json``."""
+    from .models import on_engine
+
+    path = results_path("costs", profile, root)
+    engine = str(profile.models.engine)
+    if path.exists() and (was := json.loads(path.read_text())["engine"]) != engine:
+        if render_only:
+            raise ValueError(f"{path} was measured on engine {was!r}, the profile runs {engine!r}: "
+                             "run without --render to measure it again")
+        print(f"{path}: measured on engine {was!r}; measuring {engine!r}")
+        rerun = True
+    if path.exists() and rerun and not render_only:
+        path.rename(path.with_suffix(".bak.json"))
+    if not needs_run(path, rerun, render_only):
+        return path
+    if profile.models.threads:
+        torch.set_num_threads(profile.models.threads)
+    context, curves = max(profile.protocol.L_max.values()), {}
+    probe = BandwidthProbe(profile.models.device)
+    for dtype in dict.fromkeys(d for d in (profile.models.dtype, profile.models.exact_dtype) if d):
+        target, draft, _ = profile.models.load_pair(dtype, profile.max_len)
+        t, d = as_runner(target), as_runner(draft)
+        if isinstance(d, LookupRunner):  # the costs of the network; the lookup's own work is in ``loop``
+            d = d.inner
+        curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context),
+                         COLD: forward_costs(d, context, ks=(1, 2, 4, 8), between=t),
+                         "loop": loop_costs(t, d, profile.method("dynatree", profile.datasets[0]).policy(), context),
+                         "bound": bound(t.model, probe), "engine": t.engine, "draft_vocab": profile.models.draft_vocab}
+        if profile.models.draft_vocab is not None:
+            full = as_runner(on_engine(d.model, profile.models.engine, profile.max_len))
+            curves[dtype]["draft_full_vocab"] = forward_costs(full, context)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = {"profile": profile.name, "engine": engine, "context": context, "ks": list(KS), "curves": curves,
+           "environment": environment(profile.models.device)}
+    path.write_text(json.dumps(out, indent=1))
+    return path
+
+
+def interp(curve: dict, k: float) -> float:
+    """fwd(k) by linear interpolation between measured k (clamped at the ends)."""
+    ks = sorted(int(x) for x in curve)
+    v = [curve[str(x)] if str(x) in curve else curve[x] for x in ks]
+    if k <= ks[0]:
+        return v[0]
+    for (k0, v0), (k1, v1) in zip(zip(ks, v), zip(ks[1:], v[1:])):
+        if k <= k1:
+            return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
+    return v[-1] + (v[-1] - v[-2]) * (k - ks[-1]) / (ks[-1] - ks[-2])
+
+
+def predict_ms_per_token(curves: dict, method: str, nodes: float, depth: float, draft_forwards: float,
+                         L_bar: float) -> float:
+    """Predicted milliseconds per generated token (see module docstring); ``curves`` is one precision's
+    entry of costs.json, the other arguments are a row's per-iteration means."""
+    if method == "ar":
+        return interp(curves["target"], 1)
+    return sum(predict_iteration(curves, nodes, depth, draft_forwards, L_bar)) / L_bar
+
+
+def predict_iteration(curves: dict, nodes: float, depth: float, draft_forwards: float,
+                      L_bar: float) -> tuple[float, float, float]:
+    """Predicted milliseconds of one iteration's drafting, verification and commit (see module docstring)."""
+    fd, loop = curves["draft"], curves["loop"]
+    draft = interp(curves[COLD], L_bar) + draft_forwards * loop["level"]
+    if draft_forwards > 1:
+        draft += (draft_forwards - 1) * interp(fd, nodes / max(depth, 1))
+    return draft, interp(curves["target"], nodes + 1), loop["commit"]
+
+
+def chain_speedup(curves: dict, alpha: float, K: int) -> float:
+    """Predicted speedup over AR of a K-token draft chain whose tokens the target accepts independently
+    with probability ``alpha``: (1 - alpha^(K+1)) / (1 - alpha) tokens per iteration (bonus included) for
+    fwd_target(K + 1) + fwd_draft(tokens) (after a target forward) + (K - 1) fwd_draft(1), plus the loop's
+    measured work where the curves have it; a ceiling for what a drafter of that acceptance can reach on
+    these costs (draft forwards priced back to back)."""
+    tokens = (1 - alpha ** (K + 1)) / (1 - alpha) if alpha < 1 else K + 1.0
+    # a chain is a tree of K nodes, K levels deep, drafted in K forwards
+    return interp(curves["target"], 1) / predict_ms_per_token(curves, "linear", K, K, K, tokens)

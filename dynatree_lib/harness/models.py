@@ -1,0 +1,120 @@
+"""Model loading: the same ``from_pretrained`` code for hub ids, local folders, ``embedded:*`` and the tiny
+fixtures, as eager transformers models or fast-path runners."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..core.lookup import LookupRunner
+from ..core.runners import HFRunner, as_runner, check_pair, context_limit
+from . import tiny
+from .weights import frequent_tokens, lookup_config, resolve
+
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How the models run: ``eager`` (transformers) or our static-cache Llama (``core.fastpath``), plain
+    (``static``), compiled (``static+compile``), or as one C++ call per forward where the bf16 kernels run and
+    the compiled graph elsewhere (``static+fused``)."""
+
+    name: str = "eager"
+    NAMES = ("eager", "static", "static+compile", "static+fused")
+
+    def __post_init__(self) -> None:
+        if self.name not in self.NAMES:
+            raise ValueError(f"engine must be one of {self.NAMES}, got {self.name!r}")
+
+    @property
+    def static(self) -> bool:
+        return self.name != "eager"
+
+    @property
+    def compile(self) -> bool:
+        return self.name in ("static+compile", "static+fused")
+
+    @property
+    def fused(self) -> bool:
+        return self.name == "static+fused"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
+    """(model, tokenizer) for a hub id, a local folder or ``embedded:*``, through ``from_pretrained``;
+    ``tiny:target`` / ``tiny:draft`` are random fixtures (GPT-NeoX, Pythia's architecture) with a byte
+    tokenizer, ``tiny-llama:*`` the same in Llama shape (the fast path's architecture) and ``tiny-pythia:*``
+    in Pythia-2.8B's shape family (the draft is the target with noisy weights in every tiny pair)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    torch_dtype = getattr(torch, dtype)
+    if ref.split(":")[0] in ("tiny", "tiny-llama", "tiny-pythia"):
+        kind, part = ref.split(":", 1)
+        if part not in ("target", "draft"):
+            raise ValueError(f"unknown tiny model {ref!r}; use {kind}:target or {kind}:draft")
+        tok = tiny.tiny_tokenizer()
+        if kind == "tiny-pythia":
+            base = tiny.tiny_pythia()
+        else:
+            make = tiny.tiny_gpt_neox if kind == "tiny" else tiny.tiny_llama
+            base = make(seed=0, vocab_size=len(tok), hidden_size=64, layers=2, max_positions=512)
+        if part == "draft":  # the target with noisy weights: a draft that agrees often, not always
+            tiny.perturb(base, 0.03, seed=1)
+        return base.to(device=device, dtype=torch_dtype), tok
+    path = resolve(ref)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def load_tokenizer(ref: str):
+    """The tokenizer of a model reference, without loading the model."""
+    if ref.split(":")[0] in ("tiny", "tiny-llama", "tiny-pythia"):
+        return tiny.tiny_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve(ref))
+
+
+def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str = "float32",
+              context_override: int | None = None, engine: "Engine | str" = "eager", max_len: int = 2048,
+              draft_vocab: int | None = None, draft_lookup: bool = False):
+    """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ.
+
+    ``engine`` (an ``Engine`` or its name): "eager" returns the transformers models; the static engines return
+    fast-path runners (``core.fastpath.StaticRunner`` with a ``max_len``-slot cache) over them, for Llama models.
+    ``context_override`` raises both models' declared context (``max_position_embeddings``), for
+    rotary-position models run past it on purpose (the paper's PG-19 setting); it is logged by the caller.
+    ``draft_vocab``: the draft scores only its ``draft_vocab`` most frequent tokens (``frequent_tokens``);
+    the draft is then a runner (an ``HFRunner`` on the eager engine) whose ``vocab`` says which.
+    ``draft_lookup``: the draft runner mixes in its context lookup (``core.lookup.LookupRunner``, weights from
+    ``lookup.json`` beside the draft's, ``lookup_config``).
+    """
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available; use the 'cpu' profile")
+    engine = Engine(engine) if isinstance(engine, str) else engine
+    vocab = None if draft_vocab is None else frequent_tokens(draft_ref, draft_vocab)
+    target, tt = load_model(target_ref, device, dtype)
+    draft, dt = load_model(draft_ref, device, dtype)
+    check_pair(target, draft, tt, dt)
+    if context_override is not None:
+        for m in (target, draft):
+            m.config.max_position_embeddings = max(context_override, context_limit(m) or 0)
+    cfg = lookup_config(draft_ref) if draft_lookup else None
+    draft = on_engine(draft, engine, max_len, vocab)
+    if cfg is not None:
+        draft = LookupRunner(as_runner(draft), cfg)
+    return on_engine(target, engine, max_len), draft, tt
+
+
+def on_engine(model, engine: Engine, max_len: int, vocab=None):
+    """``model`` as ``engine`` serves it: the transformers model itself ("eager"; an ``HFRunner`` over it
+    when ``vocab`` limits its logits) or a fast-path runner with a ``max_len``-slot cache."""
+    if not engine.static:
+        return model if vocab is None else HFRunner(model, vocab)
+    from ..core.fastpath import StaticRunner
+
+    return StaticRunner(model, max_len, compile=engine.compile, vocab=vocab, fused=engine.fused)

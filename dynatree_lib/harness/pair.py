@@ -1,0 +1,163 @@
+"""How well a draft predicts its target: teacher-forced agreement, calibration, bits per byte.
+
+All on held-out text. Agreement is measured where drafting works: on the target's own greedy
+continuations of the experiment prompts (the text a speculative decoder actually drafts), teacher-forced
+(both models read the same tokens), and, for contrast, on the human-written prompts themselves.
+
+- agreement: share of positions where the draft's argmax equals the target's.
+- calibration: the draft's top-1 probability against that agreement in 10 equal-width bins; ECE is the
+  bin-size-weighted mean |accuracy - confidence|.
+- chain acceptance by depth: a linear draft of K started at position t is accepted up to depth j iff the
+  teacher-forced agreements t..t+j-1 all hold (while the draft agrees, it reads the target's tokens), so
+  P(depth j accepted) is a run-length statistic of the agreement sequence.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+@torch.no_grad()
+def teacher_forced(model, ids: Tensor, chunk: int = 1024, vocab: Tensor | None = None) -> Tensor:
+    """Log-probabilities [n, V] of the next token after every position of ``ids`` (fp32); with ``vocab``,
+    [n, len(vocab)] over those tokens only (a draft head over a token subset)."""
+    out = []
+    for s in range(0, ids.numel(), chunk):  # long texts: independent windows (bits/byte is a lower bound)
+        logits = model(input_ids=ids[None, s:s + chunk]).logits[0].float()
+        out.append(torch.log_softmax(logits if vocab is None else logits[:, vocab], -1))
+    return torch.cat(out)
+
+
+def calibration_bins(conf: Tensor, correct: Tensor, n_bins: int = 10) -> tuple[list[dict], float]:
+    """Reliability bins (equal width on [0, 1]) and the expected calibration error."""
+    bins, ece = [], 0.0
+    edges = torch.linspace(0, 1, n_bins + 1)
+    for i in range(n_bins):
+        sel = (conf >= edges[i]) & ((conf < edges[i + 1]) if i < n_bins - 1 else (conf <= 1))
+        n = int(sel.sum())
+        if n:
+            c, a = float(conf[sel].mean()), float(correct[sel].float().mean())
+            ece += n / conf.numel() * abs(a - c)
+        else:
+            c, a = float("nan"), float("nan")
+        bins.append({"lo": round(float(edges[i]), 2), "hi": round(float(edges[i + 1]), 2), "n": n,
+                     "confidence": c, "accuracy": a})
+    return bins, ece
+
+
+def chain_acceptance(agree: list[Tensor], depth: int = 8) -> list[float]:
+    """P(a linear draft is accepted at least to depth j), j = 1..depth, from agreement sequences."""
+    out = []
+    for j in range(1, depth + 1):
+        hits = tot = 0
+        for a in agree:
+            if a.numel() < j:
+                continue
+            win = a.float().unfold(0, j, 1).prod(1)
+            hits, tot = hits + float(win.sum()), tot + win.numel()
+        out.append(hits / tot if tot else float("nan"))
+    return out
+
+
+def top1(lp: Tensor, vocab: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Top-1 probability and token id at every row of log-probabilities whose columns are ``vocab``'s
+    tokens (all tokens if None)."""
+    conf, top = lp.max(-1)
+    return conf.exp(), top if vocab is None else vocab[top]
+
+
+def agreement_stats(conf: list[Tensor], agree: list[Tensor]) -> dict:
+    """Agreement, calibration and chain acceptance from per-sequence draft confidences and agreement flags
+    (the draft's argmax equals the target's) at the same positions."""
+    c, ok = torch.cat(conf), torch.cat(agree)
+    bins, ece = calibration_bins(c, ok)
+    return {"positions": int(c.numel()), "agreement": float(ok.float().mean()),
+            "mean_confidence": float(c.mean()), "ece": ece, "bins": bins, "chain_acceptance": chain_acceptance(agree)}
+
+
+@torch.no_grad()
+def bits_per_byte(model, tokenizer, text: str, max_tokens: int = 8192) -> float:
+    """Held-out bits per UTF-8 byte of the first ``max_tokens`` tokens of ``text``."""
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"][:max_tokens])
+    lp = teacher_forced(model, ids)[:-1].gather(1, ids[1:, None]).squeeze(1)
+    n_bytes = len(tokenizer.decode(ids[1:]).encode("utf-8"))
+    return float(-lp.sum()) / math.log(2) / n_bytes
+
+
+def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False):
+    """Notebook 00's facts about the profile's pair, measured once into ``results/<profile>/pair.json``:
+    held-out bits/byte of both models, a greedy sample, teacher-forced agreement and calibration on the
+    target's greedy continuations of the test prompts and on the prompts themselves. With a ``draft_vocab``
+    profile the agreement is the draft's as drafting uses it (its head over the frequent tokens), and
+    ``agreement_full_vocab`` the same draft scoring every token; with ``draft_lookup`` the draft's
+    distribution carries its context lookup (``core.lookup.mix``) and ``agreement_no_lookup`` is the network
+    alone; bits/byte always score the network alone, over every token."""
+    import json
+
+    from ..core.lookup import mix
+    from ..methods import generate
+    from .data import load_prompts, load_texts
+    from .environment import environment
+    from .models import load_pair
+    from .store import needs_run, results_path
+    from .weights import frequent_tokens, lookup_config, weights_info
+
+    path = results_path("pair", profile, root)
+    if not needs_run(path, rerun, render_only):
+        return path
+    if profile.models.threads:
+        torch.set_num_threads(profile.models.threads)
+    target, draft, tok = load_pair(profile.models.target, profile.models.draft, profile.models.device, "float32",
+                                   profile.models.context_override)
+    T, n = profile.extras.pair_T or profile.protocol.T, profile.extras.pair_n_prompts or profile.protocol.n_prompts
+    vocab = None if profile.models.draft_vocab is None else frequent_tokens(profile.models.draft, profile.models.draft_vocab)
+    report = {"profile": profile.name, "T": T, "n_prompts": n, "draft_vocab": profile.models.draft_vocab,
+              "draft_lookup": profile.models.draft_lookup, "models": {},
+              "bits_per_byte": {}}
+    for role, m, ref in (("target", target, profile.models.target), ("draft", draft, profile.models.draft)):
+        report["models"][role] = {"ref": ref, "params": sum(p.numel() for p in m.parameters()),
+                                  "layers": m.config.num_hidden_layers, "hidden": m.config.hidden_size,
+                                  "weights": weights_info(ref)}
+    for ds in profile.datasets:
+        docs = [text for _, text in load_texts(ds, profile.protocol.data_source)]
+        texts = ["".join(docs)] if ds == "wikitext2" else docs[:4]
+        n_tok = 8192 if ds == "wikitext2" else 2048
+        for role, m in (("target", target), ("draft", draft)):
+            bpb = [bits_per_byte(m, tok, t, n_tok) for t in texts]
+            report["bits_per_byte"].setdefault(role, {})[ds] = sum(bpb) / len(bpb)
+    seqs = []
+    for ds in profile.datasets:
+        for p in load_prompts(ds, tok, n, profile.protocol.L_max[ds], profile.protocol.seed, profile.protocol.data_source):
+            out = generate(target, p.ids, T).tokens
+            seqs.append((ds, torch.cat([p.ids, torch.tensor(out)]), p.ids.numel() - 1))
+            if not report.get("sample"):
+                report["sample"] = {"prompt_id": p.id, "prompt_tail": tok.decode(p.ids[-40:]),
+                                    "continuation": tok.decode(out[:64])}
+    # Teacher-forced once per sequence and text (its continuation, its human prompt): every dataset group
+    # and draft head below reads these.
+    lookup = lookup_config(profile.models.draft) if profile.models.draft_lookup else None
+    heads = ({"agreement": (vocab, lookup)} | ({"agreement_full_vocab": (None, lookup)} if vocab is not None else {})
+             | ({"agreement_no_lookup": (vocab, None)} if lookup is not None else {}))
+    flags = {key: [] for key in heads}  # (dataset, text, draft confidences, agreement with the target)
+    for ds, ids, s in seqs:
+        for text, x, lo in (("", ids, s), ("_human", ids[:s + 1], 0)):
+            t_top = teacher_forced(target, x)[lo:-1].argmax(-1)
+            lps = {}  # one draft forward per head: the rows with and without the lookup share it
+            for key, (v, lk) in heads.items():
+                if (v is None) not in lps:
+                    lps[v is None] = teacher_forced(draft, x, vocab=v)[:-1]
+                lp = lps[v is None]
+                conf, top = top1(lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v), v)
+                flags[key].append((ds, text, conf, top == t_top))
+    for key in heads:
+        report[key] = {}
+        for ds in profile.datasets + ("all",):
+            for text in ("", "_human"):
+                sel = [f for f in flags[key] if f[1] == text and ds in ("all", f[0])]
+                report[key][ds + text] = agreement_stats([f[2] for f in sel], [f[3] for f in sel])
+    report["environment"] = environment(profile.models.device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
+    return path

@@ -1,0 +1,7 @@
+"""Where the repository keeps what the harness reads and writes."""
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "results"
+FIGURES = REPO / "figures"
+DRAFT_DIR = REPO / "weights" / "smollm2-draft"

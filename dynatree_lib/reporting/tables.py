@@ -1,0 +1,430 @@
+"""Tables from logged JSON only: load records, recompute speedups, format, save Markdown + LaTeX.
+
+Also the "reported (paper) vs reproduced (ours)" tables, from the repository's ``data/paper_reported.json``.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .. import methods as registry
+from ..harness.data import REPO_DATA
+from ..harness.experiments import EXPERIMENTS, PAPER_DYNATREE, cell_key, label
+from ..harness.metrics import TIE_GAP
+
+DATASET_LABELS = {"wikitext2": "WikiText-2", "pg19": "PG-19"}
+
+
+def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
+    """The records of an experiment file that belong to ``profile``'s current cells (all if None).
+
+    A file can hold runs of other settings (fewer prompts, another precision); those are skipped, and
+    said so, so a table never mixes two runs of one cell."""
+    recs = json.loads(Path(path).read_text())["records"]
+    if profile is None:
+        return recs
+    name = Path(path).stem
+    want = {cell_key(name, profile, c) for c in EXPERIMENTS[name](profile, Path(path).parents[1])}
+    keep = [r for r in recs if r["key"] in want]
+    if verbose and len(keep) < len(recs):
+        print(f"{Path(path).name}: skipped {len(recs) - len(keep)} record(s) of other settings "
+              f"(kept the {len(keep)} of profile {profile.name!r})")
+    return keep
+
+
+def load(path: str | Path, profile=None) -> pd.DataFrame:
+    """One row per record: identifiers, tags, ``<metric>`` / ``<metric>_std`` means, equality counts."""
+    rows = []
+    for r in records(path, profile):
+        row = {"dataset": r["dataset"], "method": r["method"], "label": r.get("label", r["method"]), "T": r["T"],
+               "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
+               "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
+               "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
+               "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r),
+               "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"]},
+               **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in r.get("tags", {}).items()}}
+        for k, v in r["aggregate"].items():
+            if isinstance(v, dict):
+                row[k], row[f"{k}_std"] = v["mean"], v["std"]
+        rows.append(row)
+    return add_speedup(pd.DataFrame(rows))
+
+
+def bound_ms(record: dict) -> float | None:
+    """A record's bandwidth bound (ms per token): weight bytes over the read bandwidth probed after each of
+    its generations (AR records), else over the probe taken when the models were loaded."""
+    b = record.get("bound") or {}
+    bw = record["aggregate"].get("read_bandwidth_gbs", {}).get("mean")
+    if bw is None or "weight_bytes" not in b:
+        return b.get("ms_per_token")
+    return b["weight_bytes"] / bw / 1e6
+
+
+def bound_ratios(record: dict) -> list[float] | None:
+    """Each AR generation's TPOT over the bound from the probe taken right after it (None where the rows carry
+    no probes). This VM's read bandwidth flips between two phases within seconds, so a record's mean probe
+    can describe no moment of the run; a generation and its own probe are the closer pair."""
+    wb = (record.get("bound") or {}).get("weight_bytes")
+    rows = record["rows"]
+    if not wb or not rows or any(not r.get("read_bandwidth_gbs") for r in rows):
+        return None
+    return [r["tpot_ms"] / (wb / r["read_bandwidth_gbs"] / 1e6) for r in rows]
+
+
+BOOTSTRAP = 2000  # resamples of the prompts for a confidence interval (seeded: tables are deterministic)
+
+
+def ratio_ci(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(a) / mean(b) over the prompts both measured (``{prompt id:
+    tps}``), resampling prompts in pairs: a prompt that is slow for one method is slow for the other, so the
+    pairing keeps the prompts' spread out of the ratio. (nan, nan) with fewer than 2 common prompts."""
+    ids = sorted(set(a) & set(b))
+    if len(ids) < 2:
+        return float("nan"), float("nan")
+    x, y = torch.tensor([a[i] for i in ids]), torch.tensor([b[i] for i in ids])
+    pick = torch.randint(len(ids), (BOOTSTRAP, len(ids)), generator=torch.Generator().manual_seed(seed))
+    r = x[pick].mean(1) / y[pick].mean(1)
+    lo, hi = r.quantile(torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=r.dtype)).tolist()
+    return lo, hi
+
+
+def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
+    """speedup = TPS / TPS_AR of the same dataset, T, L_max and precision in the same file (never taken
+    from a log), with its 95% paired bootstrap interval over prompts (``speedup_lo``, ``speedup_hi``)."""
+    df = df.copy()
+    key = ["dataset", "T", "L_max", "dtype"]
+    ar = df[df.method == "ar"].set_index(key)
+    keys = list(df[key].itertuples(index=False, name=None))
+    df["speedup"] = [t / ar.tps.get(k, float("nan")) for t, k in zip(df.tps, keys)]
+    ci = [ratio_ci(m, ar.tps_by_prompt[k]) if k in ar.index else (float("nan"),) * 2
+          for m, k in zip(df.tps_by_prompt, keys)]
+    df["speedup_lo"], df["speedup_hi"] = [c[0] for c in ci], [c[1] for c in ci]
+    return df
+
+
+def paired_vs_best(df: pd.DataFrame, methods=("dynatree", "dynatree_cost")) -> pd.DataFrame:
+    """Each DynaTree row of the timed run against the fastest method outside the DynaTree family on the same
+    dataset: the ratio of their throughputs with its 95% paired bootstrap interval over prompts (an interval
+    that contains 1 is no measured difference)."""
+    rows = []
+    timed = role(df)
+    for ds in [d for d in DATASET_LABELS if d in set(timed.dataset)]:
+        sub = timed[timed.dataset == ds]
+        others = sub[~sub.method.isin(("ar", "dynatree", "dynatree_cost"))]
+        if others.empty:
+            continue
+        best = others.loc[others.tps.idxmax()]
+        for _, r in order(sub[sub.method.isin(methods)]).iterrows():
+            lo, hi = ratio_ci(r.tps_by_prompt, best.tps_by_prompt)
+            rows.append({"Dataset": DATASET_LABELS[ds], "Method": r.label, "vs": best.label,
+                         "throughput ratio": f"{r.tps / best.tps:.3f}", "95% CI": f"[{lo:.3f}, {hi:.3f}]",
+                         "prompts": len(set(r.tps_by_prompt) & set(best.tps_by_prompt))})
+    return pd.DataFrame(rows).set_index(["Dataset", "Method"]) if rows else pd.DataFrame()
+
+
+def pm(mean: float, std: float, fmt: str = "{:.1f}") -> str:
+    if pd.isna(mean):
+        return "–"
+    return f"{fmt.format(mean)} ± {fmt.format(std)}"
+
+
+def order(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the paper's method order (DynaTree with the paper's settings right after DynaTree)."""
+    rank = {m: i for i, m in enumerate(registry.REGISTRY)}
+    r = [rank.get(m, 99) + (0.5 if lab == PAPER_DYNATREE else 0) for m, lab in zip(df.method, df.label)]
+    return df.assign(_r=r).sort_values(["_r"], kind="stable").drop(columns="_r")
+
+
+def _per_dataset(df: pd.DataFrame, cols: dict) -> pd.DataFrame:
+    """Methods as rows, (dataset, column) pairs as columns; ``cols`` maps a header to a row formatter."""
+    out = {}
+    for ds in [d for d in DATASET_LABELS if d in set(df.dataset)]:
+        sub = order(df[df.dataset == ds]).set_index("label")
+        for name, f in cols.items():
+            out[(DATASET_LABELS[ds], name)] = {lab: f(r) for lab, r in sub.iterrows()}
+    t = pd.DataFrame(out)
+    t.index.name = "Method"
+    return t
+
+
+def role(df: pd.DataFrame, name: str = "timed") -> pd.DataFrame:
+    """The records of one role of the main run: "timed" (the timed precision) or "exact" (fp32)."""
+    return df[df.get("tag_role", pd.Series("timed", index=df.index)).fillna("timed") == name]
+
+
+def exactness_failures(df: pd.DataFrame) -> pd.DataFrame:
+    """fp32 rows of exact decoders that left AR's tokens anywhere but at a numerical near-tie (a target
+    top-1/top-2 logit gap of at most ``TIE_GAP`` where they diverged): these would be decoder bugs."""
+    exact = df[(df.dtype == "float32") & ~df.method.isin(["ar", "streaming_spec"])]
+    gap = exact.max_divergence_gap.astype(float)
+    return exact[(exact.equals_ar < exact.n) & ~(gap <= TIE_GAP)]
+
+
+def _agree(r) -> str:
+    """Prompts whose output equals AR's, and where the others first diverged (mean token index)."""
+    if r.method == "ar":
+        return "–"
+    s = f"{r.equals_ar}/{r.n}"
+    if r.equals_ar < r.n and not pd.isna(r.get("first_divergence")):
+        s += f" (div. @{r.first_divergence:.0f}"
+        s += f", gap {r.max_divergence_gap:.0e})" if not pd.isna(r.get("max_divergence_gap")) else ")"
+    return s
+
+
+def table1(df):
+    """Throughput and speedup (timed precision), with agreement with AR at that precision."""
+    return _per_dataset(role(df), {"Throughput (tok/s)": lambda r: pm(r.tps, r.tps_std),
+                                   "Speedup": lambda r: f"{r.speedup:.2f}×", "95% CI": _ci, "= AR": _agree})
+
+
+def _ci(r) -> str:
+    return "–" if r.method == "ar" or pd.isna(r.speedup_lo) else f"{r.speedup_lo:.2f}–{r.speedup_hi:.2f}"
+
+
+def table1_exact(df):
+    """The exactness run (fp32): every exact method must equal AR on every prompt."""
+    return _per_dataset(role(df, "exact"), {"= AR": _agree, "Speedup": lambda r: f"{r.speedup:.2f}×"})
+
+
+def table2(df):
+    return _per_dataset(role(df), {"TTFT (ms)": lambda r: pm(r.ttft_ms, r.ttft_ms_std),
+                                   "TPOT (ms)": lambda r: pm(r.tpot_ms, r.tpot_ms_std, "{:.2f}")})
+
+
+def _dash(x, fmt):
+    return "–" if pd.isna(x) else fmt.format(x)
+
+
+def table3(df):
+    return _per_dataset(role(df), {"Accept.": lambda r: _dash(r.accept_rate, "{:.1%}") if r.method != "ar" else "–",
+                                   "L̄": lambda r: f"{r.L_bar:.2f}",
+                                   "ℓ̄": lambda r: _dash(r.ell_bar, "{:.2f}") if r.method != "ar" else "–",
+                                   "#Iter.": lambda r: f"{r.iterations:.0f}"})
+
+
+def table5(df):
+    t = {}
+    ar_avg = df[df.method == "ar"].peak_mem_mb.mean()
+    for lab, sub in order(df).groupby("label", sort=False):
+        row = {DATASET_LABELS[d]: f"{sub[sub.dataset == d].peak_mem_mb.mean():.1f}" for d in ("pg19", "wikitext2")
+               if d in set(sub.dataset)}
+        avg = sub.peak_mem_mb.mean()
+        row.update({"Average (MB)": f"{avg:.1f}", "Rel. change": f"{(avg / ar_avg - 1):+.2%}"})
+        t[lab] = row
+    out = pd.DataFrame(t).T
+    out.index.name = "Method"
+    return out
+
+
+def table4(df):
+    fixed = df[df.tag_step == 0].tps.iloc[0]
+    sub = df[df.method != "ar"].sort_values("tag_step")
+    out = pd.DataFrame({"Variant": sub.label,
+                        "Throughput (tok/s)": [pm(a, b) for a, b in zip(sub.tps, sub.tps_std)],
+                        "Speedup": [f"{s:.2f}×" for s in sub.speedup],
+                        "Δ vs Fixed": [f"{t / fixed - 1:+.1%}" for t in sub.tps],
+                        "L̄": [f"{x:.2f}" for x in sub.L_bar], "#Iter.": [f"{x:.0f}" for x in sub.iterations],
+                        "= AR": [f"{a}/{n}" for a, n in zip(sub.equals_ar, sub.n)]}).set_index("Variant")
+    return out
+
+
+def reported() -> dict:
+    """The paper's numbers as transcribed in data/paper_reported.json (not our measurements). Always the
+    repository's copy: ``$DYNATREE_DATA`` moves the evaluation text, never the reference numbers."""
+    return json.loads((REPO_DATA / "paper_reported.json").read_text(encoding="utf-8"))
+
+
+def reported_vs_reproduced_main(df: pd.DataFrame) -> pd.DataFrame:
+    """Speedup and verification numbers: the paper (Pythia-2.8B/70M, A100) beside ours (this profile)."""
+    rep = reported()
+    rows = []
+    df = role(df)
+    for ds in [d for d in ("wikitext2", "pg19") if d in set(df.dataset)]:
+        for m, lab in [(m, label(m)) for m in registry.names("paper")] + [("dynatree", PAPER_DYNATREE)]:
+            ours = df[(df.dataset == ds) & (df.label == lab)]
+            if ours.empty:
+                continue
+            o = ours.iloc[0]
+            key = registry.REGISTRY[m].reported
+            p1 = rep["table1_throughput_tokens_per_s"][ds][key]
+            p3 = rep["table3_verification_efficiency"][ds][key]
+            rows.append({"Dataset": DATASET_LABELS[ds], "Method": lab,
+                         "Speedup (paper)": f"{p1['speedup']:.2f}×", "Speedup (ours)": f"{o.speedup:.2f}×",
+                         "L̄ (paper)": f"{p3['L_bar']:.2f}", "L̄ (ours)": f"{o.L_bar:.2f}",
+                         "Accept. (paper)": "–" if p3["accept"] is None else f"{p3['accept']:.1%}",
+                         "Accept. (ours)": "–" if m == "ar" else f"{o.accept_rate:.1%}"})
+    return pd.DataFrame(rows).set_index(["Dataset", "Method"])
+
+
+def reported_vs_reproduced_v1(df: pd.DataFrame, dataset: str = "wikitext2") -> pd.DataFrame:
+    """The earlier paper version's Table 1 (one prompt, 500 tokens, with HF assisted generation and
+    StreamingLLM + spec) beside our speedups for the same methods on ``dataset``."""
+    rep = reported()["earlier_version_500_tokens"]["table1"]
+    pairs = [("ar", "ar"), ("hf_assisted", "hf_assisted"), ("linear_spec_K6", "linear"),
+             ("streamingllm_spec_cache1024", "streaming_spec"), ("dynatree_v1", "dynatree")]
+    rows = []
+    df = role(df)
+    for rk, m in pairs:
+        ours = df[(df.dataset == dataset) & (df.label == label(m))]
+        rows.append({"Method": label(m), "Speedup (paper v1)": f"{rep[rk]['speedup']:.2f}×",
+                     "Speedup (ours)": "–" if ours.empty else f"{ours.iloc[0].speedup:.2f}×",
+                     "Agreement with AR (ours)": "–" if ours.empty or pd.isna(ours.iloc[0].get("ar_agreement"))
+                     else f"{ours.iloc[0].ar_agreement:.1%}"})
+    return pd.DataFrame(rows).set_index("Method")
+
+
+def to_markdown(t: pd.DataFrame) -> str:
+    """GitHub Markdown without extra dependencies; MultiIndex columns are joined with ' / '."""
+    cols = [" / ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in t.columns]
+    idx = t.index.names if any(t.index.names) else [""]
+    head = [" / ".join(str(x) for x in idx if x)] + cols
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, row in t.iterrows():
+        i = " / ".join(map(str, i)) if isinstance(i, tuple) else str(i)
+        lines.append("| " + " | ".join([i] + [str(v) for v in row]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def save(t: pd.DataFrame, name: str, out_dir: Path) -> str:
+    """Write ``name.md`` and ``name.tex`` into ``out_dir``; return the Markdown."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = to_markdown(t)
+    (out_dir / f"{name}.md").write_text(md)
+    (out_dir / f"{name}.tex").write_text(t.to_latex(escape=True))
+    return md
+
+
+def tuning_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Every tuning candidate (equal budget per family) with its throughput; the chosen one marked."""
+    rows = []
+    for (ds, fam), g in df.groupby(["dataset", "method"], sort=False):
+        best = g.tps.idxmax()
+        for i, r in g.iterrows():
+            rows.append({"Dataset": DATASET_LABELS[ds], "Candidate": r.label, "tok/s": pm(r.tps, r.tps_std),
+                         "Speedup": f"{r.speedup:.2f}×", "L̄": f"{r.L_bar:.2f}",
+                         "nodes/iter": f"{r.draft_nodes_per_iter:.1f}", "chosen": "✓" if i == best and fam != "ar" else ""})
+    return pd.DataFrame(rows).set_index(["Dataset", "Candidate"])
+
+
+def pair_table(pair: dict) -> pd.DataFrame:
+    """The model pair on held-out text: size, bits/byte, agreement and calibration (pair.json)."""
+    rows = {}
+    for role in ("target", "draft"):
+        m = pair["models"][role]
+        rows[role] = {"params (M)": f"{m['params'] / 1e6:.1f}", "layers × width": f"{m['layers']} × {m['hidden']}",
+                      **{f"bits/byte {DATASET_LABELS.get(ds, ds)}": f"{v:.3f}" for ds, v in pair["bits_per_byte"][role].items()}}
+    t = pd.DataFrame(rows).T
+    t.index.name = "model"
+    return t
+
+
+def agreement_table(pair: dict) -> pd.DataFrame:
+    """Teacher-forced draft/target agreement, mean confidence and ECE, on the target's greedy continuations
+    and on the human-written prompts; with a draft head over a token subset, also with the full head; with a
+    context lookup, also the network alone."""
+    rows = {}
+    heads = [("agreement", "")] + ([("agreement_full_vocab", ", full-vocabulary head")]
+                                   if "agreement_full_vocab" in pair else []) + \
+        ([("agreement_no_lookup", ", network alone (no lookup)")] if "agreement_no_lookup" in pair else [])
+    for field_, head in heads:
+        for key, a in pair[field_].items():
+            text = ("human text (prompts)" if key.endswith("_human") else "target's greedy continuations") + head
+            ds = key.replace("_human", "")
+            rows[(DATASET_LABELS.get(ds, "all"), text)] = {
+                "positions": a["positions"], "agreement": f"{a['agreement']:.3f}",
+                "mean top-1 prob": f"{a['mean_confidence']:.3f}", "ECE": f"{a['ece']:.3f}"}
+    t = pd.DataFrame(rows).T
+    t.index.names = ["dataset", "text"]
+    return t
+
+
+def forward_cost_table(costs: dict) -> pd.DataFrame:
+    """fwd(k) in ms for target and draft (back to back, and the draft right after a target forward; with a
+    draft head over a token subset also the same draft scoring every token) in each precision, with the
+    bandwidth bound of one token."""
+    from ..harness.costs import COLD
+
+    cols = {}
+    for dtype, c in costs["curves"].items():
+        for role in ("target", "draft", "draft_full_vocab", COLD):
+            if role in c:
+                cols[(dtype, role.replace("_", " "))] = {int(k): f"{v:.2f}" for k, v in c[role].items()}
+        cols[(dtype, "draft / target")] = {int(k): f"{c['draft'][k] / c['target'][k]:.3f}" for k in c["target"]}
+    t = pd.DataFrame(cols)
+    t.index.name = "k tokens"
+    bounds = {d: c["bound"]["ms_per_token"] for d, c in costs["curves"].items()}
+    t.attrs["bound"] = bounds
+    return t
+
+
+def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
+    """AR's time per token (TPOT) beside the bandwidth bound of the same record (``bound_ms``: record means),
+    and each generation against its own probe (``bound_ratios``: median [min, max])."""
+    ar = df[df.method == "ar"]
+    bw = ar.read_bandwidth_gbs if "read_bandwidth_gbs" in ar else pd.Series(float("nan"), index=ar.index)
+    per = ar.bound_ratios if "bound_ratios" in ar else pd.Series(None, index=ar.index, dtype=object)
+    out = pd.DataFrame({"dataset": ar.dataset.map(DATASET_LABELS), "precision": ar.dtype,
+                        "AR TPOT (ms)": ar.tpot_ms.map(lambda x: f"{x:.2f}"),
+                        "read bandwidth (GB/s)": bw.map(lambda x: "–" if pd.isna(x) else f"{x:.1f}"),
+                        "bound (ms)": ar.bound_ms.map(lambda x: f"{x:.2f}"),
+                        "TPOT / bound": (ar.tpot_ms / ar.bound_ms).map(lambda x: f"{x:.2f}×"),
+                        "each generation / its probe": per.map(
+                            lambda xs: "–" if not isinstance(xs, list)
+                            else f"{statistics.median(xs):.2f}× [{min(xs):.2f}, {max(xs):.2f}]")})
+    return out.set_index(["dataset", "precision"])
+
+
+def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
+    """Predicted (cost model) vs measured milliseconds per generated token, prefill excluded; for the
+    speculative rows also one iteration's drafting and verification, predicted and measured (ms).
+
+    ``gap``: measured / predicted - 1. ``gap, AR-scaled``: the same with the prediction multiplied by AR's
+    measured / predicted on the same dataset and precision (0 for AR by construction): the curves are timed in
+    notebook 00, minutes before or after the main run, and this VM's overall speed drifts by up to 40%
+    between the two; this gap is what remains once that common factor is taken out."""
+    from ..harness.costs import predict_iteration, predict_ms_per_token
+
+    rows, ar_scale = [], {}  # (dataset, precision) -> AR's measured / predicted
+    for _, r in order(df).iterrows():
+        prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
+        if prec not in costs["curves"] or r.method == "hf_assisted":
+            continue
+        c = costs["curves"][prec]
+        stats = (r.draft_nodes_per_iter, r.depth_per_iter, r.draft_forwards_per_iter, r.L_bar)
+        pred = predict_ms_per_token(c, r.method, *stats)
+        row = {"Dataset": DATASET_LABELS[r.dataset], "Method": r.label, "precision": prec,
+               "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}
+        if r.method != "ar":
+            d, v, cm = predict_iteration(c, *stats)
+            row |= {"draft/iter pred.": d, "draft/iter meas.": 1e3 * r.draft_s / r.iterations,
+                    "verify/iter pred.": v, "verify/iter meas.": 1e3 * r.verify_s / r.iterations,
+                    "commit/iter pred.": cm, "commit/iter meas.": 1e3 * r.commit_s / r.iterations}
+        if r.method == "ar":
+            ar_scale[(row["Dataset"], prec)] = r.ms_per_token / pred
+        rows.append(row)
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    scale = pd.Series([ar_scale.get(k, float("nan")) for k in zip(t.Dataset, t.precision)], index=t.index)
+    t.insert(t.columns.get_loc("gap") + 1, "gap, AR-scaled", t.measured / (t.predicted * scale) - 1)
+    return t
+
+
+def ceiling_table(costs: dict, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(1, 9)) -> pd.DataFrame:
+    """Per per-token acceptance and precision: the best chain length K and its predicted speedup over AR
+    from that precision's forward-cost curves (``costmodel.chain_speedup``): what acceptance a drafter
+    needs on this hardware."""
+    from ..harness.costs import chain_speedup
+
+    cols = {}
+    for prec, curves in costs["curves"].items():
+        best = {a: max(Ks, key=lambda K: chain_speedup(curves, a, K)) for a in alphas}
+        cols[(prec, "best K")] = {a: str(best[a]) for a in alphas}
+        cols[(prec, "predicted speedup")] = {a: f"{chain_speedup(curves, a, best[a]):.2f}x" for a in alphas}
+    t = pd.DataFrame(cols)
+    t.index.name = "acceptance per token"
+    return t

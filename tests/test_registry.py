@@ -1,0 +1,62 @@
+"""One method registry: a method registered in one place is decoded by ``generate``, gets main-table and memory
+cells, and shows up with its label and colour in the tables and plots, with no other file touched."""
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pandas as pd
+import pytest
+import torch
+
+from dynatree_lib import Method, generate, register
+from dynatree_lib.core.policies import StaticPolicy
+from dynatree_lib.harness import experiments
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.methods import REGISTRY, method_names, unregister
+from dynatree_lib.reporting import plots, tables
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    """A chain of two draft tokens: the smallest drafting policy."""
+
+    method: ClassVar[str] = "toy"
+
+    def policy(self) -> StaticPolicy:
+        return StaticPolicy(breadth=1, depth=2, tau=0.0, n_max=2)
+
+
+@pytest.fixture
+def toy():
+    m = register(Method("toy", ToyConfig, "Toy chain", "#123456", "extension", False, lambda s, ds: ToyConfig()))
+    yield m
+    unregister("toy")
+
+
+def test_a_registered_method_runs_everywhere(toy, target, draft):
+    assert "toy" in method_names()
+    ar = generate(target, torch.arange(1, 9), 12)
+    res = generate(target, torch.arange(1, 9), 12, draft=draft, method=ToyConfig())
+    assert res.tokens == ar.tokens and res.drafted_depth <= 2 * res.iterations
+    assert generate(target, torch.arange(1, 9), 12, draft=draft, method="toy").tokens == ar.tokens
+    prof = get_profile("smoke", candidates=None)
+    main = [c for c in experiments.main_cells(prof) if c.method == "toy"]
+    assert len(main) == 2 * len(prof.datasets) and main[0].label == "Toy chain"  # timed and exact, each dataset
+    assert any(c.method == "toy" for c in experiments.memory_cells(prof))
+    df = pd.DataFrame([{"dataset": "wikitext2", "method": m, "label": REGISTRY[m].label, "T": 8, "L_max": 8,
+                        "dtype": "bfloat16", "tps": tps, "tps_std": 0.0, "speedup": tps / 10, "speedup_lo": float("nan"),
+                        "speedup_hi": float("nan"), "equals_ar": 1, "n": 1}
+                       for m, tps in (("ar", 10.0), ("toy", 15.0))])
+    assert "Toy chain" in tables.table1(df).index
+    fig = plots.main_throughput(df)
+    ax = fig.axes[0]
+    assert any("Toy" in t.get_text() for t in ax.get_xticklabels())
+    assert plots.color("toy") == "#123456" and ax.patches[1].get_facecolor()[:3] == pytest.approx((0x12 / 255, 0x34 / 255, 0x56 / 255))
+
+
+def test_registering_twice_or_a_mismatched_name_is_refused(toy):
+    with pytest.raises(ValueError, match="already registered"):
+        register(toy)
+    with pytest.raises(ValueError, match="ToyConfig.method must be 'other'"):
+        register(Method("other", ToyConfig, "Other", "#000000", "extension", False, None))
+    with pytest.raises(ValueError, match="role must be one of"):
+        register(Method("third", None, "Third", "#000000", "sideline", False, None))
