@@ -3,8 +3,8 @@
 // dynatree::forward_bf16(...): a whole Llama forward with both, in one parallel region (see "the whole forward").
 //
 // Why: decoding reads every weight once per forward, so a forward of k <= 16 tokens should cost about what
-// one token costs. oneDNN's bf16 matmul on plain weights re-lays the weight out on every call (about half
-// of bandwidth); its prepacked form needs inductor's freezing, which keeps graphs out of the on-disk cache.
+// one token costs. oneDNN's bf16 matmul on plain weights re-lays the weight out on every call, so it cannot
+// read at memory speed; its prepacked form needs inductor's freezing, which keeps graphs out of the on-disk cache.
 // Here the weight is packed once, as an ordinary tensor, into [n/16, d/2, 16, 2]: one 64-byte load holds
 // two input features for 16 outputs, which VDPBF16PS multiplies by two broadcast features of a row of x
 // and adds into 16 fp32 sums. No horizontal sums; the weight streams from memory once per call.
@@ -32,26 +32,20 @@ inline __m512 round16(__m512 v) { return _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(v))
 inline void store16(c10::BFloat16* p, __m512 v) { _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh(v)); }
 
 // Software prefetch distance, in 64-byte lines. The hardware prefetcher falls behind once each line feeds
-// several rows (measured on the cpu profile's weights, 2 cores: 16 rows 17.3 -> 10.2 ms, 8 rows 10.6 -> 8.4;
-// one row unchanged); 64 lines beat 32 and 16 for 8 and 16 rows (+5% and +9%, one block at a time).
-// Prefetching past the end of the weight is harmless.
+// several rows, so the kernel asks for each line this far ahead of its use. Prefetching past the end of the
+// weight is harmless.
 constexpr int64_t kPrefetch = 64;
 // Where a weight line is used by one pass only (at most 8 rows), it is prefetched non-temporally: it then
 // does not displace the shared L3's other contents (the KV cache, the activations, a draft model's weights)
-// on its way out. The cpu profile's one-token target forward, 2 cores, medians of 20 calls in alternating
-// rounds against the T0 hint: 2-4% faster (8.62 -> 8.36 ms at 36 GB/s). A line that a second 8-row pass reads
-// again keeps the T0 hint.
+// on its way out. A line that a second 8-row pass reads again keeps the T0 hint.
 
 // K rows of x against 16-output blocks [b0, b1), one block at a time: each thread reads its share of the weight
-// as one sequential stream. Interleaving 2 or 4 blocks (more independent sums per row, as this kernel first
-// did) read slower: 1 GB of the target's weight shapes, 2 cores, GB/s for 1 / 2 / 4 / 8 / 16 rows: interleaved
-// 39 / 40 / 39 / 37 / 34, one block 43 / 46 / 44 / 44 / 37, torch's fp32 sum over 1 GB 44-46 in the same runs.
-// Each row keeps two sums, over even and over odd feature pairs, added at the end: with one sum a row is one
-// chain of dependent VDPBF16PS (6-cycle latency), which capped one row at ~70 GB/s from cache and so at the
-// memory's speed whenever the VM's memory ran fast (measured, weights in L2/L3, 2 cores, GB/s for 1 / 2 / 4
-// rows: one sum 68-78 / 66-75 / 64-65, two sums 113-126 / 106-114 / 85-98; 8 and 16 rows compute-bound either
-// way). Hence at most 8 rows a pass (16 sums in registers); more rows take more passes over a block that
-// sits in L1/L2. Every output adds its products in one order whatever the rows: the same bits alone or batched.
+// as one sequential stream (interleaving 2 or 4 blocks, for more independent sums per row, breaks the stream
+// into several and reads slower). Each row keeps two sums, over even and over odd feature pairs, added at the
+// end: with one sum a row is one chain of dependent VDPBF16PS (each waits for the last one's result), which is
+// latency-bound: slower than the weights arrive when they come from cache. Hence at most 8 rows a pass
+// (16 sums in registers); more rows take more passes over a block that sits in L1/L2. Every output adds its
+// products in one order whatever the rows: the same bits alone or batched.
 // Add: the output is a residual stream, out = bf16(out + bf16(x @ w.T)) (eager's rounding of `x + linear(..)`).
 template <int K, bool Add = false, _mm_hint Hint = _MM_HINT_T0>
 void rows(const uint32_t* x, int64_t d2, const __m512i* w, c10::BFloat16* out, int64_t ostride, int64_t b0,
@@ -129,8 +123,8 @@ at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
 
 // ---- attention ----
 // Why: a tree's attention over the cache with ATen's bmm copies each layer's cache slice first (the slice
-// of a [KV, slots, hd] buffer is not contiguous), ~30 us per product, two per layer: ~1.8 ms of a
-// multi-token forward of the cpu profile's target. Here each query row reads its KV head's rows in place.
+// of a [KV, slots, hd] buffer is not contiguous), for both products of every layer. Here each query row reads
+// its KV head's rows in place.
 // Each output row is computed from its query, the visible cache rows and its mask row alone, in a fixed
 // order: a hidden slot's weight is exactly 0 (skipped, or +0 that leaves a sum unchanged) and the softmax sum
 // runs over visible slots by rank, so a row gets the same bits alone or inside a tree.
@@ -180,11 +174,10 @@ inline void transpose16(__m512i* r) {
 constexpr int kChunk = 16;  // rows per attention task: the per-task arrays below are sized by it
 
 // Rows [r0, r1) (at most kChunk) of the g * n rows (head-major: row = head_in_group * n + token) that share KV
-// head kh; C is the head size in 16-lane vectors. Every (row, slot) score, weight and (row, feature) sum is computed by the same
-// operations in the same order whatever the rows around it, so the layout of the loops below is free: it is
-// chosen for throughput on a 2-core Zen 4. Per layer (9 query / 3 KV heads, hd 64), 1 thread, this kernel against
-// the first one (one row's dot-product chain at a time, a compress straight to memory, the value sums in memory),
-// bitwise equal: 1 row over 300 slots 16.6 / 28.1 us, 4 rows over 450 53 / 122, 16 rows over 450 192 / 470.
+// head kh; C is the head size in 16-lane vectors. Every (row, slot) score, weight and (row, feature) sum is
+// computed by the same operations in the same order whatever the rows around it, so the layout of the loops
+// below is free: it is chosen for throughput (several rows' dot-product chains at once, the softmax weights
+// packed in a register, the value sums in registers), and gives the bits a one-row-at-a-time loop gives.
 template <int C>
 void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat16* K, int64_t ks,
             const c10::BFloat16* V, int64_t vs, const c10::BFloat16* mp, int64_t ms, c10::BFloat16* op, int64_t os,
@@ -237,7 +230,7 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
   // softmax weights in place; their sum adds the nonzero weights in slot order, 16 lanes by rank (not by
   // slot: in a tree a node's ancestors sit at other slots than the same tokens in a plain sequence, but
   // their ranks among visible slots are the same). The nonzero weights are packed in a register and stored
-  // whole (a compress straight to memory is microcoded on Zen 4: ~3x slower softmax).
+  // whole (a compress straight to memory is microcoded on Zen 4).
   float inv[kChunk];
   for (int64_t r = 0; r < R; ++r) {
     float* s = S + r * kvp;
@@ -316,10 +309,8 @@ at::Tensor attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Te
   const int64_t g = H / KV, rows = g * n;
   auto out = at::empty({n, H * hd}, q.options());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // tasks: (KV head, chunk of up to kChunk of its rows); threads only when there is work enough to wake them
-  // (measured with the first kernel: SmolLM2's 3 KV heads, 2 cores, us per layer, one thread below 32768 /
-  // below 2048 row-slot-heads: 8 rows over 200 slots 63 / 41, over 400 124 / 75; 16 rows over 200 120 / 73;
-  // 1 row over 400 28 / 23)
+  // tasks: (KV head, chunk of up to kChunk of its rows); threads only when there is work enough to pay for
+  // waking them: below 2048 (row, slot, KV head) triples one thread does all tasks
   const int64_t chunk = kChunk, per = (rows + chunk - 1) / chunk, tasks = KV * per;
   const int64_t grain = rows * kv * KV < 2048 ? tasks : 1;
   const int64_t kvp = (kv + 15) / 16 * 16;
@@ -344,15 +335,14 @@ at::Tensor attention_bf16_meta(const at::Tensor& q, const at::Tensor& k, const a
 
 
 // ---- the whole forward ----
-// Why: a compiled graph of the same layers calls ~12 kernels a layer (matmuls, attention, norms, RoPE, the
-// cache writes, SiLU, residual adds), each its own parallel region: on 2 cores a region costs ~5-7 us to start
-// and its weight stream restarts cold, so the cpu profile's one-token forward ran at 1.6-1.9x its bandwidth bound
-// although each matmul alone reads at memory speed. Here the whole forward is one parallel region: every thread
-// streams its share of each weight in turn and the threads meet at a barrier (7 a layer) between the steps that
-// need a whole row: 1.0-1.4 ms less a one-token forward (tools/forward_bench.py). The arithmetic is the graph's,
-// rounded where eager rounds (RMSNorm statistics in fp32, RoPE and SiLU from bf16 operands, bf16 residual adds),
-// and every row is computed from its own inputs in a fixed order: a token's bits do not depend on the rows that
-// come with it.
+// Why: a compiled graph of the same layers calls a dozen kernels a layer (matmuls, attention, norms, RoPE, the
+// cache writes, SiLU, residual adds), each its own parallel region: every region pays its start-up and restarts
+// its weight stream cold, so a one-token forward stays well above its bandwidth bound although each matmul alone
+// reads at memory speed. Here the whole forward is one parallel region: every thread streams its share of each
+// weight in turn and the threads meet at a barrier (7 a layer) between the steps that need a whole row
+// (tools/forward_bench.py compares the two). The arithmetic is the graph's, rounded where eager rounds (RMSNorm
+// statistics in fp32, RoPE and SiLU from bf16 operands, bf16 residual adds), and every row is computed from its
+// own inputs in a fixed order: a token's bits do not depend on the rows that come with it.
 
 // RMSNorm of a row (d a multiple of 16): bf16(w * bf16(x * rsqrt(mean(x^2) + eps))), as transformers' Llama.
 void rms_row(const c10::BFloat16* x, const c10::BFloat16* w, int64_t d, float eps, c10::BFloat16* out) {
@@ -409,156 +399,322 @@ std::pair<float, int64_t> argmax_range(const c10::BFloat16* row, int64_t c0, int
   return {mx, _mm512_mask_reduce_min_epi32(at, bi)};
 }
 
-// Logits of `tokens` at `positions`, their keys and values written to cache `slots` (rows of the flat caches,
-// [layer, KV head, slot]), attending through the additive `mask` [q, kv] to slots [0, kv). Weights packed by
-// kernels.pack and stacked over layers; `last_only`: logits of the last token only; `greedy`: each row's argmax
-// (int64, the first index of the largest logit) instead of its logits, found by each thread in the columns it
-// computed while they are still in its cache (a [q, V] copy to fp32 and torch's argmax cost 60 us a row here).
+using bf16 = c10::BFloat16;
+
+// The model as forward_bf16 takes it: the embedding; the matmul weights packed by kernels.pack and stacked over
+// layers (wqkv: the q, k and v projections; w13: gate and up); the norms' weights; the packed head; the flat KV
+// caches, written in place ([layer, KV head, slot] rows of head_dim); the RoPE tables [position, head_dim].
+struct LlamaWeights {
+  const at::Tensor &embed, &wqkv, &wo, &w13, &w2, &ln1, &ln2, &norm, &head, &kc, &vc, &cos, &sin;
+  int64_t H, KV;  // query heads, key-value heads
+  double eps;     // RMSNorm's
+};
+
+// One call: logits of `tokens` at `positions`, their keys and values written to cache `slots`, attending through
+// the additive `mask` [q, kv] to slots [0, kv). `last_only`: of the last token only; `greedy`: each row's argmax
+// (int64, the first index of the largest logit) instead of its logits.
+struct Request {
+  const at::Tensor &tokens, &positions, &slots, &mask;
+  bool last_only, greedy;
+};
+
+// The sizes of a call: q tokens and nout output rows; hidden size d, L layers; H query and KV key-value heads of
+// hd features; kv visible slots, n_slots per layer and KV head in the cache; ncol q, k and v columns; the MLP's
+// inter; V logits.
+struct Dims {
+  int64_t q, nout, d, L, H, KV, hd, kv, n_slots, ncol, inter, V;
+};
+
+// Dtypes, layouts and ranks: index vectors of int64, everything else bf16 with the weights packed and stacked.
+void check_layouts(const LlamaWeights& w, const Request& r) {
+  for (const auto* t : {&r.tokens, &r.positions, &r.slots})
+    TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->is_contiguous(),
+                "forward_bf16: tokens, positions, slots must be contiguous 1-D int64");
+  for (const auto* t : {&r.mask, &w.embed, &w.wqkv, &w.wo, &w.w13, &w.w2, &w.ln1, &w.ln2, &w.norm, &w.head, &w.kc,
+                        &w.vc, &w.cos, &w.sin})
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous(),
+                "forward_bf16: contiguous bf16 CPU tensors only");
+  TORCH_CHECK(w.embed.dim() == 2 && r.mask.dim() == 2 && w.kc.dim() == 2 && w.cos.dim() == 2 && w.ln1.dim() == 2 &&
+                  w.norm.dim() == 1 && w.head.dim() == 3 && w.wqkv.dim() == 4 && w.wo.dim() == 4 &&
+                  w.w13.dim() == 4 && w.w2.dim() == 4,
+              "forward_bf16: weights must be packed by dynatree_lib.core.kernels.pack and stacked over layers");
+}
+
+// The sizes of a call, each checked against the others and against what the kernels take.
+Dims check_sizes(const LlamaWeights& w, const Request& r) {
+  const int64_t q = r.tokens.size(0), d = w.embed.size(1), L = w.wqkv.size(0), hd = w.kc.size(1), kv = r.mask.size(1);
+  const int64_t H = w.H, KV = w.KV;
+  TORCH_CHECK(q > 0 && r.positions.size(0) == q && r.slots.size(0) == q && r.mask.size(0) == q,
+              "forward_bf16: ", q, " tokens need as many positions and slots and a [", q, ", kv] mask");
+  TORCH_CHECK(hd % 32 == 0 && hd <= 256 && KV > 0 && H % KV == 0 && d % 16 == 0 && L > 0, "forward_bf16: head dim ",
+              hd, ", hidden size ", d, ", ", H, " / ", KV, " heads, ", L, " layers");
+  const int64_t d2 = d / 2, ncol = (H + 2 * KV) * hd, inter = w.w13.size(1) * 8, n_slots = w.kc.size(0) / (L * KV);
+  TORCH_CHECK(inter % 16 == 0, "forward_bf16: intermediate size ", inter, " is not a multiple of 16");
+  TORCH_CHECK(w.wqkv.size(1) * 16 == ncol && w.wqkv.size(2) == d2 && w.wo.size(1) * 16 == d &&
+                  w.wo.size(2) * 2 == H * hd && w.w13.size(2) == d2 && w.w2.size(1) * 16 == d &&
+                  w.w2.size(2) * 2 == inter && w.head.size(1) == d2 && w.ln1.size(1) == d && w.norm.size(0) == d,
+              "forward_bf16: weights must be packed by dynatree_lib.core.kernels.pack and stacked over layers");
+  TORCH_CHECK(w.kc.sizes() == w.vc.sizes() && w.kc.size(0) == L * KV * n_slots && w.cos.size(1) == hd,
+              "forward_bf16: caches must be [layers * KV heads * slots, head dim]");
+  return {q, r.last_only ? 1 : q, d, L, H, KV, hd, kv, n_slots, ncol, inter, w.head.size(0) * 16};
+}
+
+// Every token id, position and slot in range: the threads index with them unchecked.
+void check_indices(const LlamaWeights& w, const Request& r, const Dims& n) {
+  const auto* tk = r.tokens.data_ptr<int64_t>();
+  const auto* ps = r.positions.data_ptr<int64_t>();
+  const auto* sl = r.slots.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n.q; ++i) {
+    TORCH_CHECK(tk[i] >= 0 && tk[i] < w.embed.size(0), "forward_bf16: token id ", tk[i], " outside the vocabulary");
+    TORCH_CHECK(ps[i] >= 0 && ps[i] < w.cos.size(0), "forward_bf16: position ", ps[i], " past the RoPE table");
+    TORCH_CHECK(sl[i] >= 0 && sl[i] < n.kv && n.kv <= n.n_slots, "forward_bf16: slot ", sl[i], " outside the mask");
+  }
+}
+
+// The checks above, in order: the sizes of a call that the threads can run unchecked.
+Dims check_inputs(const LlamaWeights& w, const Request& r) {
+  check_layouts(w, r);
+  const Dims n = check_sizes(w, r);
+  check_indices(w, r, n);
+  return n;
+}
+
+// The model as the threads read it: raw pointers, and each stacked matmul weight's layer stride in 64-byte lines.
+struct Model {
+  const bf16 *embed, *ln1, *ln2, *norm, *cos, *sin;
+  const __m512i *wqkv, *wo, *w13, *w2, *head;
+  int64_t sqkv, so, s13, s2;
+  bf16 *kc, *vc;
+  float eps;
+};
+
+const __m512i* lines(const at::Tensor& w) { return reinterpret_cast<const __m512i*>(w.data_ptr<bf16>()); }
+int64_t layer_lines(const at::Tensor& w) { return w.numel() / w.size(0) / 32; }
+
+Model model_of(const LlamaWeights& w) {
+  return {w.embed.data_ptr<bf16>(), w.ln1.data_ptr<bf16>(), w.ln2.data_ptr<bf16>(), w.norm.data_ptr<bf16>(),
+          w.cos.data_ptr<bf16>(),   w.sin.data_ptr<bf16>(), lines(w.wqkv),          lines(w.wo),
+          lines(w.w13),             lines(w.w2),            lines(w.head),          layer_lines(w.wqkv),
+          layer_lines(w.wo),        layer_lines(w.w13),     layer_lines(w.w2),      w.kc.data_ptr<bf16>(),
+          w.vc.data_ptr<bf16>(),    static_cast<float>(w.eps)};
+}
+
+// A layer's attention as tasks (a chunk of a KV head's g * q rows, that KV head), chunk-major so that threads
+// taking every T-th task get equal shares; more, smaller chunks where that evens the count out and a chunk keeps
+// at least 4 rows (a task's fixed cost is its pass over the keys, which every chunk repeats).
+struct AttentionTasks {
+  int64_t g, rows, chunk, count;  // query heads per KV head, rows per KV head, rows per task, tasks
+};
+
+AttentionTasks split_attention(const Dims& n, int nt) {
+  const int64_t g = n.H / n.KV, rows = g * n.q;
+  int64_t per = (rows + kChunk - 1) / kChunk;
+  while ((n.KV * per) % nt != 0 && (rows + per) / (per + 1) >= 4) ++per;
+  return {g, rows, (rows + per - 1) / per, n.KV * per};
+}
+
+// Floats of attention scratch a thread needs: a task's scores [kChunk, kvp] and one row's packed weights.
+int64_t attention_scratch(int64_t kvp) { return kChunk * kvp + kvp + 16; }
+
+// A buffer of a call: the tensor that owns it and its data.
+template <class T>
+struct Buffer {
+  at::Tensor t;
+  T* p;
+  Buffer(at::IntArrayRef sizes, const at::TensorOptions& o) : t(at::empty(sizes, o)), p(t.data_ptr<T>()) {}
+};
+
+// One forward_bf16 call: its sizes, the model, the request's indices and the activations, with the steps each
+// thread of the one parallel region runs. Threads split each matmul's output blocks and meet at a barrier
+// wherever the next step reads what other threads wrote (each normalises every row itself: no barrier there).
+class Forward {
+ public:
+  Forward(const Dims& n, const LlamaWeights& w, const Request& r);
+  at::Tensor run();
+
+ private:
+  // A thread of the region: its index t of T, its own normalised rows [q, d] and its attention scratch.
+  struct Thread {
+    int t, T;
+    bf16* xn;
+    float* scratch;
+    // this thread's share [b0, b1) of n output blocks (contiguous: one stream per weight)
+    std::pair<int64_t, int64_t> share(int64_t n) const { return {n * t / T, n * (t + 1) / T}; }
+  };
+  void embed(const Thread& th);
+  void layer(int64_t i, const Thread& th);
+  void normalise(const Thread& th, const bf16* w, int64_t r0);
+  void matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, const __m512i* w, bf16* out, int64_t n,
+              bool add = false);
+  void rope_to_cache(int64_t i, const Thread& th);
+  void attention(int64_t i, const Thread& th);
+  void silu(const Thread& th);
+  void head(const Thread& th);
+  void argmax(const Thread& th);
+
+  const Dims n_;
+  const Model m_;
+  const int64_t *tok_, *pos_, *slot_;
+  const bf16* mask_;
+  const int64_t mask_stride_;
+  const bool greedy_;
+  const int nt_;  // threads of the region
+  const AttentionTasks tasks_;
+  const int64_t kvp_;  // visible slots rounded up to 16
+  const float scale_;  // 1 / sqrt(head dim)
+  const AttendFn attend_;
+  Buffer<bf16> x_, qkv_, att_, h13_, act_, out_;  // the residual stream, the matmuls' outputs, the logits
+  Buffer<int64_t> ids_;                           // the argmaxes if greedy
+  Buffer<bf16> xn_;                               // [thread, q, d]: each thread's normalised rows
+  std::vector<std::pair<float, int64_t>> best_;   // [thread, row]: each thread's argmax over its columns
+  std::vector<float> scratch_;                    // [thread, attention_scratch(kvp)]
+};
+
+Forward::Forward(const Dims& n, const LlamaWeights& w, const Request& r)
+    : n_(n), m_(model_of(w)), tok_(r.tokens.data_ptr<int64_t>()), pos_(r.positions.data_ptr<int64_t>()),
+      slot_(r.slots.data_ptr<int64_t>()), mask_(r.mask.data_ptr<bf16>()), mask_stride_(r.mask.stride(0)),
+      greedy_(r.greedy), nt_(std::max(1, at::get_num_threads())), tasks_(split_attention(n, nt_)),
+      kvp_((n.kv + 15) / 16 * 16), scale_(1.0f / std::sqrt(static_cast<float>(n.hd))), attend_(kAttend[n.hd / 16]),
+      x_({n.q, n.d}, w.embed.options()), qkv_({n.q, n.ncol}, w.embed.options()),
+      att_({n.q, n.H * n.hd}, w.embed.options()), h13_({n.q, 2 * n.inter}, w.embed.options()),
+      act_({n.q, n.inter}, w.embed.options()), out_({n.nout, n.V}, w.embed.options()),
+      ids_({greedy_ ? n.nout : 0}, r.tokens.options()), xn_({nt_, n.q, n.d}, w.embed.options()),
+      best_(greedy_ ? static_cast<size_t>(nt_) * n.nout : 0),
+      scratch_(static_cast<size_t>(nt_) * attention_scratch(kvp_)) {}
+
+// The whole forward in one parallel region: logits [nout, V], or int64 argmaxes [nout] if greedy.
+at::Tensor Forward::run() {
+#pragma omp parallel num_threads(nt_)
+  {
+    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+    const Thread th{t, T, xn_.p + t * n_.q * n_.d, scratch_.data() + t * attention_scratch(kvp_)};
+    embed(th);
+#pragma omp barrier
+    for (int64_t i = 0; i < n_.L; ++i) layer(i, th);
+    head(th);
+    if (greedy_) argmax(th);
+  }
+  return greedy_ ? ids_.t : out_.t;
+}
+
+// The tokens' embedding rows, every T-th row by this thread.
+void Forward::embed(const Thread& th) {
+  for (int64_t r = th.t; r < n_.q; r += th.T)
+    std::memcpy(x_.p + r * n_.d, m_.embed + tok_[r] * n_.d, n_.d * sizeof(bf16));
+}
+
+// Layer i: attention, then the MLP, each added to the residual stream x. A barrier follows every step whose
+// output the next step reads outside this thread's share.
+void Forward::layer(int64_t i, const Thread& th) {
+  const Dims& n = n_;
+  normalise(th, m_.ln1 + i * n.d, 0);
+  matmul(th, th.xn, n.q, n.d, m_.wqkv + i * m_.sqkv, qkv_.p, n.ncol);
+#pragma omp barrier
+  rope_to_cache(i, th);
+#pragma omp barrier
+  attention(i, th);
+#pragma omp barrier
+  matmul(th, att_.p, n.q, n.H * n.hd, m_.wo + i * m_.so, x_.p, n.d, true);
+#pragma omp barrier
+  normalise(th, m_.ln2 + i * n.d, 0);
+  matmul(th, th.xn, n.q, n.d, m_.w13 + i * m_.s13, h13_.p, 2 * n.inter);
+#pragma omp barrier
+  silu(th);
+#pragma omp barrier
+  matmul(th, act_.p, n.q, n.inter, m_.w2 + i * m_.s2, x_.p, n.d, true);
+#pragma omp barrier
+}
+
+// RMSNorm (weight w) of the residual rows [r0, q) into this thread's rows [0, q - r0).
+void Forward::normalise(const Thread& th, const bf16* w, int64_t r0) {
+  for (int64_t r = r0; r < n_.q; ++r) rms_row(x_.p + r * n_.d, w, n_.d, m_.eps, th.xn + (r - r0) * n_.d);
+}
+
+// out [rows, n] = x [rows, k] @ w.T (add: out += ..., a residual add) in this thread's share of the n / 16 blocks.
+void Forward::matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, const __m512i* w, bf16* out,
+                     int64_t n, bool add) {
+  const auto [b0, b1] = th.share(n / 16);
+  linear_blocks(reinterpret_cast<const uint32_t*>(x), rows, k / 2, w, out, n, b0, b1, add);
+}
+
+// RoPE of the queries in place and of the keys into layer i's cache slots; the values copied there.
+void Forward::rope_to_cache(int64_t i, const Thread& th) {
+  const int64_t H = n_.H, KV = n_.KV, hd = n_.hd, heads = H + 2 * KV;
+  for (int64_t it = th.t; it < n_.q * heads; it += th.T) {
+    const int64_t r = it / heads, hh = it % heads;
+    bf16* src = qkv_.p + r * n_.ncol + hh * hd;
+    const bf16 *cs = m_.cos + pos_[r] * hd, *sn = m_.sin + pos_[r] * hd;
+    if (hh < H) {
+      rope_head(src, cs, sn, hd, src);
+    } else {
+      const bool key = hh < H + KV;
+      const int64_t kh = key ? hh - H : hh - H - KV;
+      bf16* dst = (key ? m_.kc : m_.vc) + ((i * KV + kh) * n_.n_slots + slot_[r]) * hd;
+      if (key) rope_head(src, cs, sn, hd, dst);
+      else std::memcpy(dst, src, hd * sizeof(bf16));
+    }
+  }
+}
+
+// This thread's attention tasks of layer i (every T-th), each reading its KV head's cache rows in place.
+void Forward::attention(int64_t i, const Thread& th) {
+  const Dims& n = n_;
+  const AttentionTasks& a = tasks_;
+  for (int64_t task = th.t; task < a.count; task += th.T) {
+    const int64_t kh = task % n.KV, r0 = (task / n.KV) * a.chunk;
+    const int64_t base = (i * n.KV + kh) * n.n_slots * n.hd;
+    if (r0 < a.rows)
+      attend_(qkv_.p, n.hd, n.ncol, m_.kc + base, n.hd, m_.vc + base, n.hd, mask_, mask_stride_, att_.p, n.H * n.hd,
+              kh * a.g, n.q, n.kv, r0, std::min(a.rows, r0 + a.chunk), scale_, th.scratch,
+              th.scratch + kChunk * kvp_);
+  }
+}
+
+// silu(gate) * up of every row, in this thread's share of the MLP's columns.
+void Forward::silu(const Thread& th) {
+  const int64_t inter = n_.inter;
+  const auto [b0, b1] = th.share(inter / 16);
+  for (int64_t r = 0; r < n_.q; ++r)
+    silu_mul(h13_.p + r * 2 * inter, h13_.p + r * 2 * inter + inter, 16 * b0, 16 * b1, act_.p + r * inter);
+}
+
+// The final norm of the output rows (the last nout) and this thread's share of their logits.
+void Forward::head(const Thread& th) {
+  normalise(th, m_.norm, n_.q - n_.nout);
+  matmul(th, th.xn, n_.nout, n_.d, m_.head, out_.p, n_.V);
+}
+
+// Each output row's argmax, found by each thread in the columns it computed while they are still in its cache
+// (no copy of the logits to fp32 for torch's argmax); then the first of the largest over the threads: their
+// columns ascend, so a tie keeps the earlier thread's index.
+void Forward::argmax(const Thread& th) {
+  const int64_t nout = n_.nout, V = n_.V;
+  const auto [b0, b1] = th.share(V / 16);
+  for (int64_t r = 0; r < nout; ++r)
+    best_[th.t * nout + r] =
+        b0 < b1 ? argmax_range(out_.p + r * V, 16 * b0, 16 * b1) : std::make_pair(-INFINITY, int64_t{-1});
+#pragma omp barrier
+#pragma omp for
+  for (int64_t r = 0; r < nout; ++r) {
+    std::pair<float, int64_t> b{-INFINITY, -1};
+    for (int u = 0; u < th.T; ++u) {
+      const auto& c = best_[u * nout + r];
+      if (c.second >= 0 && (b.second < 0 || c.first > b.first)) b = c;
+    }
+    ids_.p[r] = b.second;
+  }
+}
+
+// dynatree::forward_bf16, with the arguments its schema names: bundled, checked, run (see Request, LlamaWeights).
 at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
                         const at::Tensor& mask, const at::Tensor& embed, const at::Tensor& wqkv, const at::Tensor& wo,
                         const at::Tensor& w13, const at::Tensor& w2, const at::Tensor& ln1, const at::Tensor& ln2,
                         const at::Tensor& norm, const at::Tensor& head, const at::Tensor& kc, const at::Tensor& vc,
                         const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t KV, double eps,
                         bool last_only, bool greedy) {
-  for (const auto* t : {&tokens, &positions, &slots})
-    TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->is_contiguous(),
-                "forward_bf16: tokens, positions, slots must be contiguous 1-D int64");
-  for (const auto* t : {&mask, &embed, &wqkv, &wo, &w13, &w2, &ln1, &ln2, &norm, &head, &kc, &vc, &cos, &sin})
-    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous(),
-                "forward_bf16: contiguous bf16 CPU tensors only");
-  TORCH_CHECK(embed.dim() == 2 && mask.dim() == 2 && kc.dim() == 2 && cos.dim() == 2 && ln1.dim() == 2 &&
-                  norm.dim() == 1 && head.dim() == 3 && wqkv.dim() == 4 && wo.dim() == 4 && w13.dim() == 4 &&
-                  w2.dim() == 4,
-              "forward_bf16: weights must be packed by dynatree_lib.core.kernels.pack and stacked over layers");
-  const int64_t q = tokens.size(0), d = embed.size(1), L = wqkv.size(0), hd = kc.size(1), kv = mask.size(1);
-  TORCH_CHECK(q > 0 && positions.size(0) == q && slots.size(0) == q && mask.size(0) == q,
-              "forward_bf16: ", q, " tokens need as many positions and slots and a [", q, ", kv] mask");
-  TORCH_CHECK(hd % 32 == 0 && hd <= 256 && KV > 0 && H % KV == 0 && d % 16 == 0 && L > 0, "forward_bf16: head dim ",
-              hd, ", hidden size ", d, ", ", H, " / ", KV, " heads, ", L, " layers");
-  const int64_t d2 = d / 2, ncol = (H + 2 * KV) * hd, inter = w13.size(1) * 8, n_slots = kc.size(0) / (L * KV);
-  TORCH_CHECK(inter % 16 == 0, "forward_bf16: intermediate size ", inter, " is not a multiple of 16");
-  TORCH_CHECK(wqkv.size(1) * 16 == ncol && wqkv.size(2) == d2 && wo.size(1) * 16 == d &&
-                  wo.size(2) * 2 == H * hd && w13.size(2) == d2 && w2.size(1) * 16 == d && w2.size(2) * 2 == inter &&
-                  head.size(1) == d2 && ln1.size(1) == d && norm.size(0) == d,
-              "forward_bf16: weights must be packed by dynatree_lib.core.kernels.pack and stacked over layers");
-  TORCH_CHECK(kc.sizes() == vc.sizes() && kc.size(0) == L * KV * n_slots && cos.size(1) == hd,
-              "forward_bf16: caches must be [layers * KV heads * slots, head dim]");
-  const auto* tk = tokens.data_ptr<int64_t>();
-  const auto* ps = positions.data_ptr<int64_t>();
-  const auto* sl = slots.data_ptr<int64_t>();
-  for (int64_t r = 0; r < q; ++r) {
-    TORCH_CHECK(tk[r] >= 0 && tk[r] < embed.size(0), "forward_bf16: token id ", tk[r], " outside the vocabulary");
-    TORCH_CHECK(ps[r] >= 0 && ps[r] < cos.size(0), "forward_bf16: position ", ps[r], " past the RoPE table");
-    TORCH_CHECK(sl[r] >= 0 && sl[r] < kv && kv <= n_slots, "forward_bf16: slot ", sl[r], " outside the mask");
-  }
-  using bf16 = c10::BFloat16;
-  auto opt = embed.options();
-  const int64_t nout = last_only ? 1 : q, V = head.size(0) * 16;
-  auto x = at::empty({q, d}, opt), qkv = at::empty({q, ncol}, opt), att = at::empty({q, H * hd}, opt);
-  auto h13 = at::empty({q, 2 * inter}, opt), act = at::empty({q, inter}, opt), out = at::empty({nout, V}, opt);
-  auto ids_t = at::empty({greedy ? nout : 0}, tokens.options());
-  int64_t* ids = ids_t.data_ptr<int64_t>();
-  const int nt = std::max(1, at::get_num_threads());
-  auto xn = at::empty({nt, q, d}, opt);  // each thread's normalised rows (computed by every thread: no barrier)
-  std::vector<std::pair<float, int64_t>> best(greedy ? static_cast<size_t>(nt) * nout : 0);  // [thread, row]
-  // attention tasks: (chunk of a KV head's rows, KV head), chunk-major so that threads taking every T-th task get
-  // equal shares; more, smaller chunks where that evens the count out and a chunk keeps >= 4 rows (a task's fixed
-  // cost is its pass over the keys: for one token, 3 KV heads on 2 threads, splitting rows did not pay, measured)
-  const int64_t g = H / KV, arows = g * q;
-  int64_t per = (arows + kChunk - 1) / kChunk;
-  while ((KV * per) % nt != 0 && (arows + per) / (per + 1) >= 4) ++per;
-  const int64_t chunk = (arows + per - 1) / per, tasks = KV * per;
-  const int64_t kvp = (kv + 15) / 16 * 16;
-  std::vector<float> scratch(static_cast<size_t>(nt) * (kChunk * kvp + kvp + 16));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const AttendFn attend_fn = kAttend[hd / 16];
-  bf16 *X = x.data_ptr<bf16>(), *QKV = qkv.data_ptr<bf16>(), *ATT = att.data_ptr<bf16>(), *H13 = h13.data_ptr<bf16>();
-  bf16 *ACT = act.data_ptr<bf16>(), *OUT = out.data_ptr<bf16>(), *KC = kc.data_ptr<bf16>(), *VC = vc.data_ptr<bf16>();
-  const bf16 *EMB = embed.data_ptr<bf16>(), *MASK = mask.data_ptr<bf16>(), *COS = cos.data_ptr<bf16>(),
-             *SIN = sin.data_ptr<bf16>(), *LN1 = ln1.data_ptr<bf16>(), *LN2 = ln2.data_ptr<bf16>();
-  const auto* WQKV = reinterpret_cast<const __m512i*>(wqkv.data_ptr<bf16>());
-  const auto* WO = reinterpret_cast<const __m512i*>(wo.data_ptr<bf16>());
-  const auto* W13 = reinterpret_cast<const __m512i*>(w13.data_ptr<bf16>());
-  const auto* W2 = reinterpret_cast<const __m512i*>(w2.data_ptr<bf16>());
-  const auto* HEAD = reinterpret_cast<const __m512i*>(head.data_ptr<bf16>());
-  const int64_t sqkv = wqkv[0].numel() / 32, so = wo[0].numel() / 32, s13 = w13[0].numel() / 32, s2 = w2[0].numel() / 32;
-  const float feps = static_cast<float>(eps);
-  const int64_t ms = mask.stride(0);
-
-#pragma omp parallel num_threads(nt)
-  {
-    const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    // this thread's share of n output blocks (contiguous: one stream per weight)
-    auto share = [&](int64_t n, int64_t& b0, int64_t& b1) { b0 = n * t / T, b1 = n * (t + 1) / T; };
-    bf16* XN = xn.data_ptr<bf16>() + t * q * d;
-    float* S = scratch.data() + t * (kChunk * kvp + kvp + 16);
-    const auto* XNu = reinterpret_cast<const uint32_t*>(XN);
-    int64_t b0, b1;
-    for (int64_t r = t; r < q; r += T) std::memcpy(X + r * d, EMB + tk[r] * d, d * sizeof(bf16));
-#pragma omp barrier
-    for (int64_t i = 0; i < L; ++i) {
-      for (int64_t r = 0; r < q; ++r) rms_row(X + r * d, LN1 + i * d, d, feps, XN + r * d);
-      share(ncol / 16, b0, b1);
-      linear_blocks(XNu, q, d2, WQKV + i * sqkv, QKV, ncol, b0, b1);
-#pragma omp barrier
-      // RoPE of the queries in place, the keys into the cache; the values copied there
-      for (int64_t it = t; it < q * (H + 2 * KV); it += T) {
-        const int64_t r = it / (H + 2 * KV), hh = it % (H + 2 * KV);
-        bf16* src = QKV + r * ncol + hh * hd;
-        const bf16 *cs = COS + ps[r] * hd, *sn = SIN + ps[r] * hd;
-        if (hh < H) {
-          rope_head(src, cs, sn, hd, src);
-        } else {
-          const bool key = hh < H + KV;
-          const int64_t kh = key ? hh - H : hh - H - KV;
-          bf16* dst = (key ? KC : VC) + ((i * KV + kh) * n_slots + sl[r]) * hd;
-          if (key) rope_head(src, cs, sn, hd, dst);
-          else std::memcpy(dst, src, hd * sizeof(bf16));
-        }
-      }
-#pragma omp barrier
-      for (int64_t task = t; task < tasks; task += T) {
-        const int64_t kh = task % KV, r0 = (task / KV) * chunk;
-        const int64_t base = (i * KV + kh) * n_slots * hd;
-        if (r0 < arows)
-          attend_fn(QKV, hd, ncol, KC + base, hd, VC + base, hd, MASK, ms, ATT, H * hd, kh * g, q, kv, r0,
-                    std::min(arows, r0 + chunk), scale, S, S + kChunk * kvp);
-      }
-#pragma omp barrier
-      share(d / 16, b0, b1);
-      linear_blocks(reinterpret_cast<const uint32_t*>(ATT), q, H * hd / 2, WO + i * so, X, d, b0, b1, true);
-#pragma omp barrier
-      for (int64_t r = 0; r < q; ++r) rms_row(X + r * d, LN2 + i * d, d, feps, XN + r * d);
-      share(2 * inter / 16, b0, b1);
-      linear_blocks(XNu, q, d2, W13 + i * s13, H13, 2 * inter, b0, b1);
-#pragma omp barrier
-      share(inter / 16, b0, b1);
-      for (int64_t r = 0; r < q; ++r)
-        silu_mul(H13 + r * 2 * inter, H13 + r * 2 * inter + inter, 16 * b0, 16 * b1, ACT + r * inter);
-#pragma omp barrier
-      share(d / 16, b0, b1);
-      linear_blocks(reinterpret_cast<const uint32_t*>(ACT), q, inter / 2, W2 + i * s2, X, d, b0, b1, true);
-#pragma omp barrier
-    }
-    for (int64_t r = q - nout; r < q; ++r) rms_row(X + r * d, norm.data_ptr<bf16>(), d, feps, XN + (r - q + nout) * d);
-    share(V / 16, b0, b1);
-    linear_blocks(XNu, nout, d2, HEAD, OUT, V, b0, b1);
-    if (greedy) {
-      for (int64_t r = 0; r < nout; ++r)
-        best[t * nout + r] = b0 < b1 ? argmax_range(OUT + r * V, 16 * b0, 16 * b1) : std::make_pair(-INFINITY, int64_t{-1});
-#pragma omp barrier
-#pragma omp for
-      for (int64_t r = 0; r < nout; ++r) {  // the threads' columns ascend: a tie keeps the earlier thread's index
-        std::pair<float, int64_t> b{-INFINITY, -1};
-        for (int u = 0; u < T; ++u) {
-          const auto& c = best[u * nout + r];
-          if (c.second >= 0 && (b.second < 0 || c.first > b.first)) b = c;
-        }
-        ids[r] = b.second;
-      }
-    }
-  }
-  return greedy ? ids_t : out;
+  const LlamaWeights w{embed, wqkv, wo, w13, w2, ln1, ln2, norm, head, kc, vc, cos, sin, H, KV, eps};
+  const Request r{tokens, positions, slots, mask, last_only, greedy};
+  return Forward(check_inputs(w, r), w, r).run();
 }
 
 at::Tensor forward_bf16_meta(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
