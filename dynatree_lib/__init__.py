@@ -5,13 +5,14 @@ Layers, each a sub-package importing only the ones before it (``tests/test_struc
 ``methods`` (the registry and ``generate``) < ``harness`` (profiles, data, models, measurement, experiments) <
 ``draft`` (building the cpu profile's draft) < ``reporting`` (tables, plots, RESULTS.md) < ``cli``.
 """
-from .baselines.hf_assisted import HFAssistedConfig
+from .baselines.hf_generate import HFARConfig, HFAssistedConfig
 from .baselines.streaming import StreamingConfig
 from .core.policies import DraftPolicy, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 from .core.result import GenerationResult
+from .core.sampling import Sampling
 from .extensions.cost_aware import CostAwareConfig
 from .methods import REGISTRY, Method, generate, method_names, register
 
-__all__ = ["generate", "GenerationResult", "REGISTRY", "Method", "register", "method_names", "DraftPolicy",
-           "LinearConfig", "FixedTreeConfig", "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "StreamingConfig",
+__all__ = ["generate", "GenerationResult", "Sampling", "REGISTRY", "Method", "register", "method_names", "DraftPolicy",
+           "LinearConfig", "FixedTreeConfig", "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "HFARConfig", "StreamingConfig",
            "CostAwareConfig"]

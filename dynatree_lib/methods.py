@@ -15,27 +15,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .baselines.hf_assisted import HFAssistedConfig, generate_hf_assisted
+import torch
+
+from .baselines.hf_generate import HFARConfig, HFAssistedConfig, generate_hf
 from .baselines.streaming import StreamingConfig, generate_streaming_spec
-from .core.decoding import KV_MODES, generate_ar, speculative_decode
+from .core.decoding import Options, generate_ar, speculative_decode
 from .core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 from .core.result import GenerationResult
+from .core.sampling import Sampling
 from .extensions.cost_aware import CostAwareConfig
 
 ROLES = ("paper", "seed", "extension")
 
 
-def tree_decoder(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees) -> GenerationResult:
+def tree_decoder(target, draft, prompt, T, cfg, opts: Options) -> GenerationResult:
     """A method whose config has ``policy()``: our speculative loop with that drafting policy."""
-    return speculative_decode(target, draft, prompt, T, cfg.policy(), kv_mode, eos_token_id, None, record_trees)
-
-
-def _hf_assisted(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees) -> GenerationResult:
-    return generate_hf_assisted(target, draft, prompt, T, cfg, eos_token_id, kv_mode)
-
-
-def _streaming(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees) -> GenerationResult:
-    return generate_streaming_spec(target, draft, prompt, T, cfg, eos_token_id, kv_mode, record_trees)
+    return speculative_decode(target, draft, prompt, T, cfg.policy(opts.session), opts)
 
 
 @dataclass(frozen=True)
@@ -46,7 +41,9 @@ class Method:
     systems: the main table and memory) or "extension" (ours: the main table, never in a paper method's place).
     ``paper(settings, dataset)``: the paper's setting from a profile's ``PaperSettings`` (the profile may
     override it). ``reported``: its key in ``data/paper_reported.json``'s Table 1 and 3, if the paper reports it.
-    ``decode(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees)`` runs it."""
+    ``decode(target, draft, prompt, T, cfg, opts)`` runs it (``opts``: ``core.decoding.Options``); ``drafts``:
+    whether it needs a draft (HF's AR does not); ``engine``: whose engine runs its forwards ("ours", or
+    "transformers" for HF's own loop: its speedups are shown over that engine's AR as well as ours)."""
 
     name: str
     config: type | None
@@ -57,6 +54,8 @@ class Method:
     paper: Callable | None
     decode: Callable | None = tree_decoder
     reported: str | None = None
+    drafts: bool = True
+    engine: str = "ours"
 
 
 REGISTRY: dict[str, Method] = {}
@@ -88,9 +87,11 @@ for _m in (
            reported="dynatree"),
     Method("dynatree_cost", CostAwareConfig, "DynaTree + cost budget (ext.)", "#98df8a", "extension", False, None),
     Method("hf_assisted", HFAssistedConfig, "HF Assisted", "#9467bd", "seed", True,
-           lambda s, ds: HFAssistedConfig(s.linear_K[ds], s.hf_schedule, 0.0), _hf_assisted),
+           lambda s, ds: HFAssistedConfig(s.linear_K[ds], s.hf_schedule, 0.0), generate_hf, engine="transformers"),
+    Method("hf_ar", HFARConfig, "HF AR", "#bcbd22", "seed", False, lambda s, ds: HFARConfig(), generate_hf,
+           drafts=False, engine="transformers"),
     Method("streaming_spec", StreamingConfig, "StreamingLLM + Spec", "#8c564b", "seed", False,
-           lambda s, ds: StreamingConfig(s.linear_K[ds], s.streaming_cache, 4), _streaming),
+           lambda s, ds: StreamingConfig(s.linear_K[ds], s.streaming_cache, 4), generate_streaming_spec),
     Method("talon", TalonConfig, "TALON", "#d62728", "seed", True, lambda s, ds: s.talon),
 ):
     register(_m)
@@ -127,14 +128,20 @@ def method_config(method):
 
 
 def generate(target, prompt, T: int, draft=None, method=None, kv_mode: str = "gather",
-             eos_token_id: int | None = None, record_trees: int = 0) -> GenerationResult:
-    """Greedy decoding of ``T`` new tokens with ``method`` (see module docstring). ``record_trees``: keep
-    the first that many drafted trees of a tree method in ``result.trees`` (tokens are unchanged)."""
+             eos_token_id: int | None = None, record_trees: int = 0, temperature: float = 0.0,
+             top_k: int | None = None, top_p: float | None = None,
+             generator: torch.Generator | None = None, session: dict | None = None) -> GenerationResult:
+    """``T`` new tokens with ``method`` (see module docstring): greedy at ``temperature=0``, else sampled from the
+    target's softmax at that temperature after ``top_k`` / ``top_p``, every draw from ``generator`` (a run is
+    reproducible from its seed), the target's law kept exactly by every method but StreamingLLM (whose window
+    changes what the target sees). ``record_trees``: keep the first that many drafted trees of a tree method in
+    ``result.trees`` (tokens are unchanged). ``session``: a dict kept across a run's generations, for a policy that
+    adapts across prompts (``DynaTreeConfig.history_scope="prompt"``)."""
     cfg = method_config(method)
-    if kv_mode not in KV_MODES:
-        raise ValueError(f"kv_mode must be one of {KV_MODES}, got {kv_mode!r}")
+    opts = Options(kv_mode, eos_token_id, record_trees, Sampling(temperature, top_k, top_p), generator, session)
     if cfg is None:
-        return generate_ar(target, prompt, T, eos_token_id, kv_mode)
-    if draft is None:
+        return generate_ar(target, prompt, T, opts)
+    m = of_config(cfg)
+    if draft is None and m.drafts:
         raise ValueError(f"{type(cfg).__name__} needs a draft model (draft=...)")
-    return of_config(cfg).decode(target, draft, prompt, T, cfg, kv_mode, eos_token_id, record_trees)
+    return m.decode(target, draft, prompt, T, cfg, opts)

@@ -4,8 +4,8 @@ TALON lives in test_exactness / test_drafting."""
 import pytest
 import torch
 
-from dynatree_lib import HFAssistedConfig, LinearConfig, StreamingConfig, generate
-from dynatree_lib.baselines.hf_assisted import generate_hf_assisted
+from dynatree_lib import HFARConfig, HFAssistedConfig, LinearConfig, StreamingConfig, generate
+from dynatree_lib.baselines.hf_generate import generate_hf
 from dynatree_lib.core.decoding import Window
 from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.core.runners import HFRunner, rerotate, rotary_inv_freq
@@ -17,9 +17,16 @@ from .conftest import prompts
                                  HFAssistedConfig(6, "constant", 0.4)])
 def test_hf_assisted_equals_ar(target, draft, cfg):
     for p, T in zip(prompts(3, seed=5), (1, 20, 45)):
-        res = generate_hf_assisted(target, draft, p, T, cfg)
+        res = generate_hf(target, draft, p, T, cfg)
         assert res.tokens == generate(target, p, T).tokens
         assert res.target_forwards == res.iterations >= 1 and res.log is None and res.engine == "hf-generate"
+
+
+def test_hf_ar_is_ar_on_transformers_engine(target):
+    for p, T in zip(prompts(2, seed=6), (1, 30)):
+        res = generate(target, p, T, method=HFARConfig())  # no draft needed
+        assert res.tokens == generate(target, p, T).tokens
+        assert res.iterations == res.target_forwards == T and res.drafted_nodes == 0 and res.engine == "hf-generate"
 
 
 def test_hf_assisted_ignores_the_checkpoints_generation_config(target, draft):

@@ -24,6 +24,10 @@ METHODS = {
     "streaming_fits": StreamingConfig(K=4, cache_size=128, n_sink=4),  # exact while the text fits the window
     "dynatree_cost": CostAwareConfig(),
     "dynatree_cost_steep": CostAwareConfig(DynaTreeConfig(B_max=4, n_max=40), ((1, 1.0), (2, 3.0)), 0.5, 2.0),
+    # the authors' code's rules (top-1 root, tau on parents, the per-prompt history controller)
+    "fixed_authors": FixedTreeConfig(D=6, B=3, tau=0.1, n_max=64, root_siblings=False, tau_on_parent=True),
+    "dynatree_authors": DynaTreeConfig(rho_stop=0.1, tau=0.05, W=10, a_star=0.7, root_siblings=False,
+                                       tau_on_parent=True, history_scope="prompt"),
 }
 # every on/off combination of the three DynaTree mechanisms
 for b in (False, True):

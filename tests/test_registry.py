@@ -21,7 +21,7 @@ class ToyConfig:
 
     method: ClassVar[str] = "toy"
 
-    def policy(self) -> StaticPolicy:
+    def policy(self, session: dict | None = None) -> StaticPolicy:
         return StaticPolicy(breadth=1, depth=2, tau=0.0, n_max=2)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..core.decoding import Window, speculative_decode
+from ..core.decoding import Options, Window, speculative_decode
 from ..core.policies import LinearConfig
 from ..core.result import GenerationResult
 from ..core.validate import check_field_types, require
@@ -32,8 +32,8 @@ class StreamingConfig:
 
 
 def generate_streaming_spec(target, draft, prompt, T: int, cfg: StreamingConfig = StreamingConfig(),
-                            eos_token_id: int | None = None, kv_mode: str = "gather",
-                            record_trees: int = 0) -> GenerationResult:
-    """Linear speculative decoding over StreamingLLM caches: the speculative loop with a ``Window``."""
-    return speculative_decode(target, draft, prompt, T, LinearConfig(cfg.K).policy(), kv_mode, eos_token_id,
-                              Window(cfg.cache_size, cfg.n_sink, cfg.K + 1), record_trees)
+                            opts: Options = Options()) -> GenerationResult:
+    """Linear speculative decoding over StreamingLLM caches: the speculative loop with a ``Window``. Sampled, it
+    keeps the law of a target that sees only the window, not the full target's."""
+    return speculative_decode(target, draft, prompt, T, LinearConfig(cfg.K).policy(), opts,
+                              Window(cfg.cache_size, cfg.n_sink, cfg.K + 1))

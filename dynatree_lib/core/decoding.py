@@ -22,10 +22,34 @@ from .drafting import DraftState, draft_tree
 from .policies import DraftPolicy
 from .result import GenerationResult, IterationLog
 from .runners import Runner, as_runner, check_pair, check_supported, context_limit, rotary_inv_freq, vocab_rows
+from .sampling import Sampling, chain_rejection, draw, full_rows, target_probs, walk
 from .tree import Tree, copy_outcomes, select_path
 from .validate import is_int
 
 KV_MODES = ("gather", "rebuild")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to decode, beyond the method. ``kv_mode``: commit by gathering the accepted path's KV entries or by
+    re-running it (``KV_MODES``); ``eos_token_id``: stop after it (None: exactly T tokens); ``record_trees``: keep
+    the first that many drafted trees; ``sampling``: greedy, or the target's law at a temperature
+    (``sampling.Sampling``); ``generator``: every random draw (on the target's device; at temperature > 0
+    without one, a generator seeded once from torch's global generator); ``session``: state a drafting policy may
+    keep across the generations of one run (``DynaTreeConfig.history_scope="prompt"``; None: none kept)."""
+
+    kv_mode: str = "gather"
+    eos_token_id: int | None = None
+    record_trees: int = 0
+    sampling: Sampling = Sampling()
+    generator: torch.Generator | None = None
+    session: dict | None = None
+
+    def rng(self, device: torch.device) -> torch.Generator | None:
+        """The generator the draws use (None when greedy)."""
+        if self.sampling.greedy or self.generator is not None:
+            return self.generator
+        return torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,))))
 
 
 @dataclass(frozen=True)
@@ -50,9 +74,10 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def check_inputs(target, draft, prompt, T, kv_mode: str, eos_token_id=None, window: Window | None = None) -> Tensor:
+def check_inputs(target, draft, prompt, T, opts: Options, window: Window | None = None) -> Tensor:
     """Validate every argument of a decoder with a message naming it; returns the prompt as a 1-D long
     tensor on the target's device (a list or tuple of ints is accepted)."""
+    kv_mode, eos_token_id = opts.kv_mode, opts.eos_token_id
     runner = as_runner(target)
     model = runner.model
     if runner.vocab is not None:
@@ -80,6 +105,10 @@ def check_inputs(target, draft, prompt, T, kv_mode: str, eos_token_id=None, wind
         raise ValueError(f"kv_mode must be one of {KV_MODES}, got {kv_mode!r}")
     if eos_token_id is not None and (not is_int(eos_token_id) or not 0 <= eos_token_id < V):
         raise ValueError(f"eos_token_id must be None or a token id in [0, {V}), got {eos_token_id!r}")
+    if not is_int(opts.record_trees) or opts.record_trees < 0:
+        raise ValueError(f"record_trees must be an integer >= 0, got {opts.record_trees!r}")
+    if opts.generator is not None and not isinstance(opts.generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(opts.generator).__name__}")
     models = [("target", model)] + ([("draft", as_runner(draft).model)] if draft is not None else [])
     for name, m in models:
         need = prompt.numel() + T
@@ -126,22 +155,27 @@ def prefill(runner: Runner, ids: Tensor, window: Window | None = None) -> int:
 
 
 @torch.no_grad()
-def generate_ar(target, prompt, T: int, eos_token_id: int | None = None, kv_mode: str = "gather") -> GenerationResult:
-    """Greedy autoregressive decoding with a KV cache: one target forward per token."""
+def generate_ar(target, prompt, T: int, opts: Options = Options()) -> GenerationResult:
+    """Autoregressive decoding with a KV cache, one target forward per token: greedy, or sampled from the
+    target's law (``opts.sampling``)."""
     tgt = as_runner(target)
-    prompt = check_inputs(tgt, None, prompt, T, kv_mode, eos_token_id)
-    dev = prompt.device
+    prompt = check_inputs(tgt, None, prompt, T, opts)
+    dev, gen, eos = prompt.device, opts.rng(prompt.device), opts.eos_token_id
     t0 = clock(dev)
     res = GenerationResult([], engine=tgt.engine, target_forwards=prefill(tgt, prompt[:-1]))
     res.prefill_s = clock(dev) - t0
     tok = prompt[-1:]
     out = []
     for i in range(int(T)):
-        tok = tgt.argmax(tok, tgt.length + torch.zeros(1, dtype=torch.long, device=dev), last_only=True)
+        pos = tgt.length + torch.zeros(1, dtype=torch.long, device=dev)
+        if opts.sampling.greedy:
+            tok = tgt.argmax(tok, pos, last_only=True)
+        else:
+            tok = draw(target_probs(tgt.forward(tok, pos, last_only=True), opts.sampling), gen)
         out.append(tok)
         if i == 0:
             res.ttft_s = clock(dev) - t0
-        if eos_token_id is not None and int(tok) == eos_token_id:  # the only per-token host sync, and only when asked
+        if eos is not None and int(tok) == eos:  # the only per-token host sync, and only when asked
             break
     res.tokens = torch.cat(out).tolist()
     res.wall_s = clock(dev) - t0
@@ -149,13 +183,49 @@ def generate_ar(target, prompt, T: int, eos_token_id: int | None = None, kv_mode
     return res
 
 
-def verify(target: Runner, tree: Tree) -> Tensor:
-    """Target argmax after every tree node, [n+1], from one forward over the BFS-serialized tree: node i
-    sits at position ``length + depth(i)`` and sees the cache plus its ancestors and itself (a chain is
-    plain causal attention: no mask)."""
-    start = target.length
-    visible = None if tree.is_chain else tree.anc
-    return target.argmax(tree.tokens, start + tree.depth, visible, start)
+class GreedyVerifier:
+    """Verification at temperature 0: the target's argmax after every node; the longest agreeing path."""
+
+    generator = None  # greedy decoding draws nothing
+
+    def verify(self, target: Runner, tree: Tree) -> Tensor:
+        """Target argmax after every tree node, [n+1], from one forward over the BFS-serialized tree: node i
+        sits at position ``length + depth(i)`` and sees the cache plus its ancestors and itself (a chain is
+        plain causal attention: no mask)."""
+        start = target.length
+        return target.argmax(tree.tokens, start + tree.depth, None if tree.is_chain else tree.anc, start)
+
+    def accept(self, tree: Tree, target_next: Tensor) -> tuple[Tensor, int]:
+        path = select_path(tree, target_next)
+        return path, int(target_next[path[-1]])
+
+
+class SampledVerifier:
+    """Verification at temperature > 0: the target's law after every node (one forward, as greedy), then the
+    lossless rule for the way the tree was drafted (``sampling``: ``walk`` or ``chain_rejection``)."""
+
+    def __init__(self, sampling: Sampling, generator: torch.Generator, draft: Runner, vocab_size: int):
+        self.sampling, self.generator, self.draft_vocab, self.V = sampling, generator, draft.vocab, vocab_size
+
+    def verify(self, target: Runner, tree: Tree) -> Tensor:
+        start = target.length
+        logits = target.forward(tree.tokens, start + tree.depth, None if tree.is_chain else tree.anc, start)
+        return target_probs(logits, self.sampling)
+
+    def accept(self, tree: Tree, p: Tensor) -> tuple[Tensor, int]:
+        if tree.q is None:
+            return walk(tree, p, self.generator)
+        return chain_rejection(tree, p, full_rows(tree.q, self.draft_vocab, self.V), self.generator)
+
+
+def verifier(opts: Options, draft: Runner, vocab_size: int, policy: DraftPolicy, device) -> "GreedyVerifier | SampledVerifier":
+    """The verification of ``opts.sampling`` (a sampled chain policy is checked to be one)."""
+    if opts.sampling.greedy:
+        return GreedyVerifier()
+    if policy.sampled and (policy.max_breadth != 1 or policy.lookup_skip is not None):
+        raise ValueError(f"{type(policy).__name__} samples its children, which needs a chain (max_breadth 1) "
+                         "drafted by the network at every level (no lookup_skip)")
+    return SampledVerifier(opts.sampling, opts.rng(device), draft, vocab_size)
 
 
 def commit(target: Runner, start: int, tree: Tree, path: Tensor, kv_mode: str) -> int:
@@ -176,14 +246,15 @@ def position_limit(target: Runner, draft: Runner, window: Window | None) -> int:
 
 
 @torch.no_grad()
-def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, kv_mode: str = "gather",
-                       eos_token_id: int | None = None, window: Window | None = None,
-                       record_trees: int = 0) -> GenerationResult:
-    """Greedy speculative decoding with draft trees shaped by ``policy``; in fp32 its output equals
-    ``generate_ar``'s. ``record_trees``: keep the first that many drafted trees in ``result.trees``."""
+def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, opts: Options = Options(),
+                       window: Window | None = None) -> GenerationResult:
+    """Speculative decoding with draft trees shaped by ``policy``: greedy (in fp32 its output equals
+    ``generate_ar``'s) or sampled (the target's law exactly; ``sampling``)."""
     tgt, drf = as_runner(target), as_runner(draft)
-    prompt = check_inputs(tgt, drf, prompt, T, kv_mode, eos_token_id, window)
+    prompt = check_inputs(tgt, drf, prompt, T, opts, window)
     limit, dev = position_limit(tgt, drf, window), prompt.device
+    check = verifier(opts, drf, vocab_rows(tgt.model), policy, dev)
+    gen = check.generator
     res = GenerationResult([], engine=tgt.engine, log=IterationLog())
     t0 = clock(dev)
     res.target_forwards = prefill(tgt, prompt[:-1], window)
@@ -194,31 +265,32 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, kv_mo
         room = int(T) - len(res.tokens)
         times = [clock(dev)]
         # 1. draft: nodes deeper than room - 1 could never be committed (the bonus fills the last slot)
-        tree, n_fwd = draft_tree(drf, state, ids, policy, min(room - 1, limit - ids.numel()))
+        tree, n_fwd = draft_tree(drf, state, ids, policy, min(room - 1, limit - ids.numel()), opts.sampling, gen)
         tree = policy.trim(tree, n_fwd)
         if window is not None:
             window.evict(drf)
         times.append(clock(dev))
         # 2. verify: one target forward over the whole tree
         start = tgt.length
-        target_next = verify(tgt, tree)
+        verified = check.verify(tgt, tree)
         times.append(clock(dev))
-        # 3. accept the longest path the target agrees with, plus its bonus token; 4. commit its KV entries
-        path = select_path(tree, target_next)
-        new_t = torch.cat([tree.tokens[path[1:]], target_next[path[-1:]]])
-        res.target_forwards += 1 + commit(tgt, start, tree, path, kv_mode)
+        # 3. accept a path and its bonus token; 4. commit the path's KV entries
+        path, bonus = check.accept(tree, verified)
+        new_t = tree.tokens[path[1:]].tolist() + [bonus]
+        res.target_forwards += 1 + commit(tgt, start, tree, path, opts.kv_mode)
         if window is not None:
             window.evict(tgt)
-        new, done = cut(new_t.tolist(), room, eos_token_id)
+        new, done = cut(new_t, room, opts.eos_token_id)
         policy.observe(path.numel() - 1, tree.levels)
-        policy.observe_copies(*copy_outcomes(tree, path, target_next))
-        if len(res.trees) < record_trees:
+        policy.observe_copies(*copy_outcomes(tree, path, new_t))
+        if len(res.trees) < opts.record_trees:
             res.trees.append(tree.record(path, ids.numel() - 1))
-        ids = torch.cat([ids, new_t[: len(new)]])
+        ids = torch.cat([ids, torch.tensor(new, device=dev)])
         res.tokens += new
         times.append(clock(dev))
         res.log.add(tree, path.numel() - 1, len(new), n_fwd, times)
         if len(res.log.nodes) == 1:
             res.ttft_s = times[-1] - t0
+    policy.finish(len(res.tokens), len(res.log.nodes))
     res.wall_s = clock(dev) - t0
     return res

@@ -10,7 +10,10 @@ from torch import Tensor
 from .lookup import MAX_MATCH
 from .policies import DraftPolicy
 from .runners import Runner
+from .sampling import Sampling
 from .tree import Tree, bit_matrix
+
+GREEDY = Sampling()
 
 
 @dataclass
@@ -21,7 +24,8 @@ class DraftState:
 
 
 @torch.no_grad()
-def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolicy, max_depth: int) -> tuple[Tree, int]:
+def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolicy, max_depth: int,
+               sampling: Sampling = GREEDY, generator: torch.Generator | None = None) -> tuple[Tree, int]:
     """Grow a draft tree rooted at the last committed token ``ids[-1]``; returns it and the number of
     draft forwards.
 
@@ -31,19 +35,25 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     A level whose every node to expand has a strong context-lookup copy may be drafted without a forward
     (``LookupSkip``). The tree grows in Python lists (``Growth``) and becomes a ``Tree`` once, at the end:
     a level has a few nodes, and as tensors its bookkeeping would cost more than the rule itself.
+    Children are ranked by the draft's probabilities at ``sampling.draft_temperature``; a ``sampled`` policy
+    draws its one child per node from them instead (with ``generator``) when ``sampling`` is not greedy.
     """
     max_depth = min(max_depth, policy.max_depth)
     if max_depth <= 0:
         return Tree.new(ids[-1], ids.device), 0
-    grow, feed, skip = Growth(int(ids[-1])), Feed(draft, state, ids), LookupSkip.of(draft, policy, ids)
+    sampled = policy.sampled and not sampling.greedy
+    grow, skip = Growth(int(ids[-1])), LookupSkip.of(draft, policy, ids)
+    feed = Feed(draft, state, ids, sampling.draft_temperature)
     frontier = [0]
     copies = skip.level(grow, frontier) if skip else None
-    logits = None if copies is not None else feed.catch_up()
+    logp = None if copies is not None else feed.catch_up()
     while True:
         if copies is not None:
             children = grow.copy_children(frontier, copies)
+        elif sampled:
+            children = grow.sampled_children(frontier, logp, draft.vocab, generator)
         else:
-            children = grow.top_children(frontier, logits, policy.max_breadth, draft.vocab)
+            children = grow.top_children(frontier, logp, policy.max_breadth, draft.vocab)
         picked = pick(policy, grow, frontier, children)
         if not picked:
             break
@@ -59,7 +69,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
             continue
         if not policy.more(grow.cum, frontier, feed.forwards):
             break
-        logits = feed.level(grow, frontier)
+        logp = feed.level(grow, frontier)
     draft.truncate(feed.prefix)
     return grow.tree(ids.device, skip.strong if skip else ()), feed.forwards
 
@@ -72,22 +82,31 @@ class Growth:
         self.tokens, self.parents, self.depth = [root], [-1], [0]
         self.logp, self.cum, self.masks = [0.0], [0.0], [1]
         self.chain, self.root_conf = True, float("nan")
+        self.q: list[Tensor] = []  # a sampled chain: the distribution each node was drawn from
 
     @property
     def n_drafted(self) -> int:
         return len(self.tokens) - 1
 
-    def top_children(self, frontier: list[int], logits: Tensor, breadth: int, vocab: Tensor | None) -> "Children":
-        """Each frontier node's ``breadth`` most probable children (sorted). ``vocab``: a head over a token subset
-        scores columns, not ids."""
-        top_lp, top_tok = torch.log_softmax(logits.float(), dim=-1).topk(min(breadth, logits.shape[-1]), dim=-1)
-        if vocab is not None:
-            top_tok = vocab[top_tok]
-        child_cum = torch.tensor([self.cum[u] for u in frontier], device=top_lp.device)[:, None] + top_lp
-        logp = top_lp.tolist()
+    def top_children(self, frontier: list[int], logp: Tensor, breadth: int, vocab: Tensor | None) -> "Children":
+        """Each frontier node's ``breadth`` most probable children (sorted), from the draft's log-probabilities
+        [f, V'] after each. ``vocab``: a head over a token subset scores columns, not ids."""
+        top_lp, top_col = logp.topk(min(breadth, logp.shape[-1]), dim=-1)
+        return self._children(frontier, logp, top_lp, top_col, vocab)
+
+    def sampled_children(self, frontier: list[int], logp: Tensor, vocab: Tensor | None,
+                         generator: torch.Generator | None) -> "Children":
+        """One child per frontier node drawn from the draft's distribution there (kept for verification)."""
+        col = torch.multinomial(logp.exp(), 1, generator=generator)
+        self.q += list(logp)
+        return self._children(frontier, logp, logp.gather(1, col), col, vocab)
+
+    def _children(self, frontier: list[int], logp: Tensor, child_lp: Tensor, col: Tensor, vocab: Tensor | None):
+        tokens = col if vocab is None else vocab[col]
+        child_cum = torch.tensor([self.cum[u] for u in frontier], device=child_lp.device)[:, None] + child_lp
         if len(self.tokens) == 1:
-            self.root_conf = math.exp(logp[0][0])
-        return Children(logp, top_tok.tolist(), child_cum.tolist())
+            self.root_conf = math.exp(float(logp[0].max()))
+        return Children(child_lp.tolist(), tokens.tolist(), child_cum.tolist())
 
     def copy_children(self, frontier: list[int], copies: list[tuple[int, float]]) -> "Children":
         """One child per frontier node, its copy token, scored log(weight): a lower bound on its mixture
@@ -116,7 +135,8 @@ class Growth:
         return out[::-1]
 
     def tree(self, device, copies: tuple = ()) -> Tree:
-        return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies))
+        q = torch.stack(self.q) if self.q else None
+        return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies), q)
 
 
 @dataclass
@@ -145,38 +165,38 @@ class Feed:
     nodes in cache order (``processed``) and the nodes whose level came from the lookup and wait to be fed
     with the next level that runs the draft (``waiting``); ``forwards`` counts draft forwards."""
 
-    def __init__(self, draft: Runner, state: DraftState, ids: Tensor):
-        self.draft, self.state, self.ids = draft, state, ids
+    def __init__(self, draft: Runner, state: DraftState, ids: Tensor, temperature: float = 1.0):
+        self.draft, self.state, self.ids, self.temperature = draft, state, ids, temperature
         self.prefix, self.forwards = draft.length, 0
         self.processed: list[int] = []
         self.waiting: list[int] = []
 
     def catch_up(self) -> Tensor:
-        """Feed the committed tokens the draft has not consumed (causal); logits [1, V] after the last."""
+        """Feed the committed tokens the draft has not consumed (causal); log-probs [1, V'] after the last."""
         new = self.ids[self.state.consumed:]
-        logits = self.draft.forward(new, self.draft.length + torch.arange(new.numel(), device=self.ids.device),
-                                    last_only=True)
+        logp = self.draft.logprobs(new, self.draft.length + torch.arange(new.numel(), device=self.ids.device),
+                                   last_only=True, temperature=self.temperature)
         self.state.consumed = self.ids.numel()
         self.prefix, self.forwards = self.draft.length, self.forwards + 1
-        return logits
+        return logp
 
     def wait(self, nodes: list[int]) -> None:
         self.waiting += nodes
 
     def level(self, grow: Growth, frontier: list[int]) -> Tensor:
         """One draft forward over the waiting nodes and the frontier (each seeing the prefix and its
-        ancestors; a chain is plain causal attention over the cache: no mask); the frontier's logits."""
+        ancestors; a chain is plain causal attention over the cache: no mask); the frontier's log-probs."""
         if self.state.consumed < self.ids.numel():  # level 0 came from the lookup: the committed tokens go in first
             self.catch_up()
         fed = self.waiting + frontier
         cols = self.processed + fed
         dev = self.ids.device
         visible = None if grow.chain else bit_matrix([grow.masks[u] for u in fed], len(grow.tokens), dev)[:, cols]
-        logits = self.draft.forward(torch.tensor([grow.tokens[u] for u in fed], device=dev),
-                                    torch.tensor([self.prefix - 1 + grow.depth[u] for u in fed], device=dev),
-                                    visible, self.prefix)
+        logp = self.draft.logprobs(torch.tensor([grow.tokens[u] for u in fed], device=dev),
+                                   torch.tensor([self.prefix - 1 + grow.depth[u] for u in fed], device=dev),
+                                   visible, self.prefix, temperature=self.temperature)
         self.processed, self.waiting, self.forwards = cols, [], self.forwards + 1
-        return logits[len(fed) - len(frontier):]
+        return logp[len(fed) - len(frontier):]
 
 
 class LookupSkip:

@@ -15,7 +15,7 @@ exact; only what gets drafted changes.
 
 ``LookupRunner`` wraps a draft runner: it mirrors the tokens of the inner cache's slots, indexes the
 committed ones (forwards without a ``tree_start``: the draft's level-0 feed and prefill) and mixes the copy
-mass into the logits it returns (as log-probabilities). ``mix`` is the same rule on a whole teacher-forced
+mass into the log-probabilities it returns (at the drafting temperature: ``logprobs``). ``mix`` is the same rule on a whole teacher-forced
 sequence (agreement and calibration).
 """
 from __future__ import annotations
@@ -136,7 +136,7 @@ def mix(logp: Tensor, ids: list[int], start: int, cfg: LookupConfig, vocab: Tens
 
 
 class LookupRunner(Runner):
-    """A draft ``Runner`` whose logits carry the context lookup's copy mass (see module docstring)."""
+    """A draft ``Runner`` whose distribution carries the context lookup's copy mass (see module docstring)."""
 
     def __init__(self, inner: Runner, cfg: LookupConfig):
         self.inner, self.cfg = inner, cfg
@@ -158,16 +158,37 @@ class LookupRunner(Runner):
 
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
-        logits = self.inner.forward(tokens, positions, visible, tree_start, last_only)
-        new, base = tokens.tolist(), len(self.slots)
+        """The mixture's log-probabilities at temperature 1 (valid logits: the drafter ranks by them)."""
+        return self.logprobs(tokens, positions, visible, tree_start, last_only)
+
+    def logprobs(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None, tree_start: int | None = None,
+                 last_only: bool = False, temperature: float = 1.0) -> Tensor:
+        """The draft network's log-probabilities at ``temperature``, mixed with the copy of each row's lookup
+        (rows whose context matches nothing keep the network's)."""
+        logits = self.inner.forward(tokens, positions, visible, tree_start, last_only).float()
+        scaled = logits if temperature == 1.0 else logits / temperature
+        rows, cols, ws = self._match_rows(tokens.tolist(), visible, tree_start, last_only)
+        if not rows:
+            return torch.log_softmax(scaled, dim=-1)
+        cols, ws = torch.tensor(cols), torch.tensor(ws)
+        if len(rows) == scaled.shape[0]:  # every row matched (the usual case): no gather or scatter
+            return mix_rows(scaled, cols, ws)
+        out = torch.log_softmax(scaled, dim=-1)
+        r = torch.tensor(rows)
+        out[r] = mix_rows(scaled[r], cols, ws)
+        return out
+
+    def _match_rows(self, new: list[int], visible: Tensor | None, tree_start: int | None, last_only: bool):
+        """Record the new tokens' slots (indexing committed ones: forwards without a ``tree_start``) and find
+        each returned row's copy: (rows, their copy's column, its weight)."""
+        base = len(self.slots)
         self.slots += new
-        if tree_start is None:  # committed tokens (the draft's catch-up feed, prefill): index them
+        if tree_start is None:
             self.index.extend(new)
         q = len(new)
-        rows = range(q - 1, q) if last_only else range(q)
         vis = None if visible is None else visible.tolist()
         out_rows, cols, ws = [], [], []
-        for r, i in enumerate(rows):
+        for r, i in enumerate(range(q - 1, q) if last_only else range(q)):
             if vis is None:
                 ctx = self.slots[max(0, base + i + 1 - self.cfg.max_n):base + i + 1]
             else:
@@ -176,15 +197,7 @@ class LookupRunner(Runner):
             c = self.lookup(ctx)
             if c is not None:
                 out_rows.append(r), cols.append(self._col[c[0]]), ws.append(c[1])
-        if not out_rows:
-            return logits
-        cols, ws = torch.tensor(cols), torch.tensor(ws)
-        if len(out_rows) == len(rows):  # every row matched (the usual case): no copy, gather or scatter
-            return mix_rows(logits, cols, ws)
-        out = logits.to(torch.float32, copy=True)  # rows without a match keep raw logits: the drafter normalizes
-        r = torch.tensor(out_rows)
-        out[r] = mix_rows(out[r], cols, ws)
-        return out
+        return out_rows, cols, ws
 
     def lookup(self, context: list[int]) -> tuple[int, float] | None:
         """The copy token after ``context`` (committed tokens, then drafted ones) and its mixture weight, or

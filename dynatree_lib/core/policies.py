@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from math import log
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -33,6 +34,10 @@ class DraftPolicy:
     #: with a draft that has a context lookup: the copy weight at which a level is drafted without a draft
     #: forward (``drafting``); None: every level runs the draft
     lookup_skip: float | None = None
+    #: when sampling (temperature > 0), a chain whose one child per node is drawn from the draft's distribution and
+    #: verified by the speculative-sampling rule (``sampling.chain_rejection``); False: the top-k children,
+    #: verified by ``sampling.walk``
+    sampled: bool = False
 
     def select(self, top_logp: list[list[float]], child_cum_logp: list[list[float]], depth: list[int]) -> list[list[bool]]:
         """Which candidate children to keep: ``top_logp[r]`` are the draft's sorted top-k log-probs under the
@@ -46,6 +51,9 @@ class DraftPolicy:
 
     def observe(self, accepted: int, tree_depth: int) -> None:
         """After verification: ``accepted`` draft tokens of a tree ``tree_depth`` deep were committed."""
+
+    def finish(self, tokens: int, iterations: int) -> None:
+        """After a generation: ``tokens`` committed in ``iterations`` verifications."""
 
     def more(self, cum_logp: list[float], frontier: list[int], draft_forwards: int) -> bool:
         """Before each further level: draft it? (``cum_logp`` of the tree's nodes, the ``frontier`` to expand,
@@ -67,7 +75,8 @@ class DraftPolicy:
 
 @dataclass(frozen=True)
 class LinearConfig:
-    """Linear speculative decoding: a chain of K draft tokens (Leviathan et al.)."""
+    """Linear speculative decoding: a chain of K draft tokens (Leviathan et al.); when sampling, each drawn from
+    the draft's distribution and verified by the speculative-sampling rule."""
 
     method: ClassVar[str] = "linear"
 
@@ -77,14 +86,15 @@ class LinearConfig:
         check_field_types(self)
         require(is_int(self.K) and self.K >= 1, f"K must be an integer >= 1, got {self.K!r}")
 
-    def policy(self) -> "StaticPolicy":
-        return StaticPolicy(breadth=1, depth=self.K, tau=0.0, n_max=self.K)
+    def policy(self, session: dict | None = None) -> "StaticPolicy":
+        return StaticPolicy(breadth=1, depth=self.K, tau=0.0, n_max=self.K, sampled=True)
 
 
 @dataclass(frozen=True)
 class FixedTreeConfig:
     """Static tree: every node above depth D gets its top-B children; children whose cumulative draft
-    probability falls below tau are pruned; at most n_max drafted nodes (best cumulative first)."""
+    probability falls below tau are pruned; at most n_max drafted nodes (best cumulative first).
+    ``root_siblings=False`` and ``tau_on_parent=True`` follow the authors' code (``DynaTreeConfig``)."""
 
     method: ClassVar[str] = "fixed_tree"
 
@@ -92,6 +102,8 @@ class FixedTreeConfig:
     B: int = 3
     tau: float = 0.1
     n_max: int = 256
+    root_siblings: bool = True
+    tau_on_parent: bool = False
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -100,8 +112,9 @@ class FixedTreeConfig:
         require(0.0 <= self.tau < 1.0, f"pruning threshold tau must be in [0, 1), got {self.tau!r}")
         require(is_int(self.n_max) and self.n_max >= 1, f"node budget n_max must be >= 1, got {self.n_max!r}")
 
-    def policy(self) -> "StaticPolicy":
-        return StaticPolicy(breadth=self.B, depth=self.D, tau=self.tau, n_max=self.n_max)
+    def policy(self, session: dict | None = None) -> "StaticPolicy":
+        return StaticPolicy(breadth=self.B, depth=self.D, tau=self.tau, n_max=self.n_max,
+                            root_siblings=self.root_siblings, tau_on_parent=self.tau_on_parent)
 
 
 @dataclass(frozen=True)
@@ -116,7 +129,14 @@ class DynaTreeConfig:
     Choices the paper leaves open (ours): rho_stop=0.05, rho_deep=0.5, tau=0.02, W=8, a*=0.6,
     eta_D=2.0, eta_h=0.2. The acceptance statistic fed to History Adaptation is the accepted path length
     divided by the tree's depth (see ``DynaTreePolicy.observe``).
-    """
+
+    Where the authors' code departs from the paper's text (``docs/fidelity.md``), three switches follow it:
+    ``root_siblings=False``: the first drafted level is the draft's top-1 token alone (the code, and Algorithm 1);
+    ``tau_on_parent=True``: a node whose path probability is below tau is not expanded, and an expanded node gets
+    all B(u) children (the code, Fig. 3c; §3.3 prunes the children instead); ``history_scope="prompt"``: the
+    code's controller, once per generation over the last W generations (kept in the run's ``session``),
+    bang-bang with a dead band of 0.1 around a*, stepping D0 by 1 and tau_h and rho_deep by 0.05
+    (``AuthorsHistory``)."""
 
     method: ClassVar[str] = "dynatree"
 
@@ -138,6 +158,9 @@ class DynaTreeConfig:
     a_star: float = 0.6
     eta_D: float = 2.0
     eta_h: float = 0.2
+    root_siblings: bool = True
+    tau_on_parent: bool = False
+    history_scope: str = "iteration"
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -155,8 +178,15 @@ class DynaTreeConfig:
         require(is_int(self.W) and self.W >= 1, f"history window W must be >= 1, got {self.W!r}")
         require(0.0 < self.a_star < 1.0, f"target acceptance a_star must be in (0, 1), got {self.a_star}")
         require(self.eta_D >= 0 and self.eta_h >= 0, "step sizes eta_D, eta_h must be >= 0")
+        require(self.history_scope in ("iteration", "prompt"),
+                f"history_scope must be 'iteration' or 'prompt', got {self.history_scope!r}")
 
-    def policy(self) -> "DynaTreePolicy":
+    def policy(self, session: dict | None = None) -> "DynaTreePolicy":
+        """A policy for one generation; ``session`` (a dict kept across a run's generations) holds the history of
+        ``history_scope="prompt"``, which without one starts afresh."""
+        if self.history_scope == "prompt":
+            state = (session if session is not None else {}).setdefault(("authors_history", self), AuthorsHistory(self))
+            return DynaTreePolicy(self, state)
         return DynaTreePolicy(self)
 
 
@@ -168,6 +198,9 @@ class StaticPolicy(DraftPolicy):
     depth: int
     tau: float
     n_max: int
+    sampled: bool = False
+    root_siblings: bool = True
+    tau_on_parent: bool = False
 
     @property
     def max_breadth(self) -> int:
@@ -178,10 +211,12 @@ class StaticPolicy(DraftPolicy):
         return self.depth
 
     def select(self, top_lp: list[list[float]], child_cum: list[list[float]], depth: list[int]) -> list[list[bool]]:
-        return [keep_top(self.breadth, self.tau, cc) for cc in child_cum]
+        tau = 0.0 if self.tau_on_parent else self.tau
+        return [keep_top(1 if d == 0 and not self.root_siblings else self.breadth, tau, cc)
+                for d, cc in zip(depth, child_cum)]
 
     def expandable(self, depth: int, cum_logp: float) -> bool:
-        return depth < self.depth
+        return depth < self.depth and not (self.tau_on_parent and self.tau > 0 and cum_logp < log(self.tau))
 
 
 @dataclass
@@ -189,12 +224,15 @@ class DynaTreePolicy(DraftPolicy):
     """DynaTree's confidence rules plus the History Adaptation state of one generation."""
 
     cfg: DynaTreeConfig
+    session: "AuthorsHistory | None" = None  # history_scope="prompt": the run's controller
     D0: float = field(init=False)
     tau_h: float = field(init=False)
+    rho_deep: float = field(init=False)
     window: deque = field(init=False)
 
     def __post_init__(self) -> None:
-        self.D0, self.tau_h = float(self.cfg.D0), self.cfg.tau_h
+        src = self.session or self.cfg
+        self.D0, self.tau_h, self.rho_deep = float(src.D0), src.tau_h, src.rho_deep
         self.window = deque(maxlen=self.cfg.W)
 
     @property
@@ -217,14 +255,19 @@ class DynaTreePolicy(DraftPolicy):
         return c.B_min if conf >= self.tau_h else c.B_max if conf < c.tau_l else c.B_mid
 
     def select(self, top_lp: list[list[float]], child_cum: list[list[float]], depth: list[int]) -> list[list[bool]]:
-        return [keep_top(self.breadth(math.exp(lp[0])), self.cfg.tau, cc) for lp, cc in zip(top_lp, child_cum)]
+        c = self.cfg
+        tau = 0.0 if c.tau_on_parent else c.tau
+        return [keep_top(1 if d == 0 and not c.root_siblings else self.breadth(math.exp(lp[0])), tau, cc)
+                for lp, cc, d in zip(top_lp, child_cum, depth)]
 
     def expandable(self, depth: int, cum_logp: float) -> bool:
         c = self.cfg
+        if c.tau_on_parent and c.tau > 0 and cum_logp < log(c.tau):
+            return False
         if not c.dynamic_depth:
             return depth < self.D0
         p = math.exp(cum_logp)
-        return depth < c.D_max and p >= c.rho_stop and (depth < self.D0 or p > c.rho_deep)
+        return depth < c.D_max and p >= c.rho_stop and (depth < self.D0 or p > self.rho_deep)
 
     def observe(self, accepted: int, tree_depth: int) -> None:
         """History Adaptation: a_r = accepted path length / tree depth, proportional control around a*.
@@ -234,12 +277,49 @@ class DynaTreePolicy(DraftPolicy):
         [1, D_max - 1] and tau_h in [tau_l, 1) so the breadth rule stays well ordered.
         """
         c = self.cfg
-        if not c.history or tree_depth == 0:
+        if not c.history or tree_depth == 0 or self.session is not None:
             return
         self.window.append(accepted / tree_depth)
         err = sum(self.window) / len(self.window) - c.a_star
         self.D0 = min(max(self.D0 + c.eta_D * err, 1.0), c.D_max - 1.0)
         self.tau_h = min(max(self.tau_h - c.eta_h * err, c.tau_l + 1e-6), 1.0 - 1e-6)
+
+
+    def finish(self, tokens: int, iterations: int) -> None:
+        if self.session is not None and self.cfg.history:
+            self.session.observe(tokens, iterations)
+
+
+@dataclass
+class AuthorsHistory:
+    """The authors' history controller (``history_scope="prompt"``; their ``tree_speculative_generator_adaptive``):
+    after each generation, committed tokens / (verifications x (the initial D0 + 2)) joins a window of the last
+    W generations; from 5 entries on, a mean above a* + 0.1 deepens (D0 + 1 up to D_max - 1, tau_h - 0.05 down to
+    0.5, rho_deep - 0.05 down to 0.3), below a* - 0.1 the opposite (D0 - 1 down to 2, tau_h + 0.05 up to 0.95,
+    rho_deep + 0.05 up to 0.8), in between nothing changes."""
+
+    cfg: DynaTreeConfig
+    D0: int = field(init=False)
+    tau_h: float = field(init=False)
+    rho_deep: float = field(init=False)
+    window: deque = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.D0, self.tau_h, self.rho_deep = self.cfg.D0, self.cfg.tau_h, self.cfg.rho_deep
+        self.window = deque(maxlen=self.cfg.W)
+
+    def observe(self, tokens: int, iterations: int) -> None:
+        c = self.cfg
+        self.window.append(tokens / (max(iterations, 1) * (c.D0 + 2)))
+        if len(self.window) < 5:
+            return
+        mean = sum(self.window) / len(self.window)
+        if mean > c.a_star + 0.1:
+            self.D0, self.tau_h, self.rho_deep = min(self.D0 + 1, c.D_max - 1), max(self.tau_h - 0.05, 0.5), \
+                max(self.rho_deep - 0.05, 0.3)
+        elif mean < c.a_star - 0.1:
+            self.D0, self.tau_h, self.rho_deep = max(self.D0 - 1, 2), min(self.tau_h + 0.05, 0.95), \
+                min(self.rho_deep + 0.05, 0.8)
 
 
 def keep_top(k: int, tau: float, child_cum: list[float]) -> list[bool]:
@@ -268,7 +348,7 @@ class TalonConfig:
         require(is_int(self.N) and self.N >= 1, f"TALON budget N must be >= 1, got {self.N!r}")
         require(is_int(self.K) and self.K >= 1, f"TALON root width K must be >= 1, got {self.K!r}")
 
-    def policy(self) -> "TalonPolicy":
+    def policy(self, session: dict | None = None) -> "TalonPolicy":
         return TalonPolicy(self)
 
 

@@ -31,7 +31,7 @@ _ALIBI_TYPES = ("bloom", "mpt", "jais")
 
 class Runner:
     """A causal LM with a KV cache for one sequence (see module docstring): the interface every runner
-    implements in full. ``argmax`` and ``lookup`` have defaults here; the rest each runner writes."""
+    implements in full. ``argmax``, ``logprobs`` and ``lookup`` have defaults here; the rest each runner writes."""
 
     model: torch.nn.Module      # the transformers model (config, generation config)
     length: int = 0             # cached positions
@@ -51,6 +51,13 @@ class Runner:
                tree_start: int | None = None, last_only: bool = False) -> Tensor:
         """``greedy`` of ``forward``'s logits: each new row's argmax column."""
         return greedy(self.forward(tokens, positions, visible, tree_start, last_only))
+
+    def logprobs(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None, tree_start: int | None = None,
+                 last_only: bool = False, temperature: float = 1.0) -> Tensor:
+        """Log-probabilities [q, V] of each new row's next token at ``temperature`` (fp32): what a drafter ranks
+        and samples children by."""
+        logits = self.forward(tokens, positions, visible, tree_start, last_only).float()
+        return torch.log_softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` slots (the paper's rollback)."""

@@ -29,6 +29,7 @@ class Tree:
     levels: int = 0        # depth of the deepest node
     root_conf: float = float("nan")  # the draft's top-1 probability at the root (set by the drafter)
     copies: tuple = ()     # (node, token): nodes to expand whose context-lookup copy was strong (set by the drafter)
+    q: Tensor | None = None  # [size - 1, V'] log-probs: node i was sampled from row i - 1 (a sampled chain), else None
 
     @staticmethod
     def new(root_token: Tensor | int, device: torch.device | str = "cpu") -> "Tree":
@@ -37,7 +38,8 @@ class Tree:
 
     @staticmethod
     def build(tokens: list[int], parents: list[int], logp: list[float], cum_logp: list[float],
-              device: torch.device | str = "cpu", root_conf: float = float("nan"), copies: tuple = ()) -> "Tree":
+              device: torch.device | str = "cpu", root_conf: float = float("nan"), copies: tuple = (),
+              q: Tensor | None = None) -> "Tree":
         """The tree of the given nodes (BFS order, node 0 the root with parent -1), built in one go: the
         drafter grows a tree of a few nodes in Python lists and makes its tensors once."""
         n = len(tokens)
@@ -47,7 +49,7 @@ class Tree:
         chain = all(parents[i] == i - 1 for i in range(1, n))
         t = lambda xs, dt: torch.tensor(xs, dtype=dt, device=device)
         return Tree(t(tokens, torch.long), t(parents, torch.long), t(depth, torch.long), t(logp, torch.float32),
-                    t(cum_logp, torch.float32), bit_matrix(masks, n, device), n, chain, max(depth), root_conf, copies)
+                    t(cum_logp, torch.float32), bit_matrix(masks, n, device), n, chain, max(depth), root_conf, copies, q)
 
     @property
     def n_drafted(self) -> int:
@@ -65,8 +67,9 @@ class Tree:
         if self.copies:
             at = {u: i for i, u in enumerate(keep.tolist())}
             copies = tuple((at[u], c) for u, c in self.copies if u in at)
+        q = None if self.q is None else self.q[keep[1:] - 1]
         return Tree(self.tokens[keep], parents, depth, self.logp[keep], self.cum_logp[keep], self.anc[keep][:, keep],
-                    keep.numel(), self.is_chain or levels == keep.numel() - 1, levels, self.root_conf, copies)
+                    keep.numel(), self.is_chain or levels == keep.numel() - 1, levels, self.root_conf, copies, q)
 
     def record(self, path: Tensor, position: int) -> dict:
         """A JSON-ready picture of this tree and its verification (a few hundred bytes per node)."""
@@ -98,11 +101,12 @@ def select_path(tree: Tree, target_next: Tensor) -> Tensor:
     return tree.anc[best].nonzero().squeeze(1)
 
 
-def copy_outcomes(tree: Tree, path: Tensor, target_next: Tensor) -> tuple[int, int]:
+def copy_outcomes(tree: Tree, path: Tensor, new_tokens: list[int]) -> tuple[int, int]:
     """Of the tree's strong-copy nodes (``Tree.copies``) on the accepted ``path``: how many there were, and after
-    how many the target's next token was the copy (whether or not the drafter skipped the draft for it)."""
+    how many the committed next token (``new_tokens[i]`` follows ``path[i]``) was the copy, whether or not the
+    drafter skipped the draft for it."""
     if not tree.copies:
         return 0, 0
-    nxt = dict(zip(path.tolist(), target_next[path].tolist()))
+    nxt = dict(zip(path.tolist(), new_tokens))
     taken = [nxt[u] == c for u, c in tree.copies if u in nxt]
     return len(taken), sum(taken)

@@ -72,7 +72,7 @@ class CostAwareConfig:
         require(self.draft_ms >= 0, f"draft_ms must be >= 0, got {self.draft_ms!r}")
         require(self.fixed_ms >= 0, f"fixed_ms must be >= 0, got {self.fixed_ms!r}")
 
-    def policy(self) -> "CostAwarePolicy":
+    def policy(self, session: dict | None = None) -> "CostAwarePolicy":
         return CostAwarePolicy(self)
 
 

@@ -1,0 +1,254 @@
+"""Sampling is lossless: the verification rules keep the target's law, shown by the empirical laws of the
+committed tokens, and the same tests reject deliberately broken samplers (their power).
+
+Statistic: Pearson's chi-square over the cells of the exact law (cells expected to hold fewer than 5 draws
+merged into one), its p-value from the chi-square survival function. Every draw comes from seeded generators, so
+each test is deterministic. A correct sampler must give p > 1e-3; a broken one p < 1e-9.
+
+Fast tier (``./test.sh``): each rule with 20,000 draws, and every method end to end at temperature 1. Slow tier
+(``pytest -m slow``): each rule with 100,000 draws on peaked and flat laws, and every method at temperature 0.7
+with top-k and with top-p.
+"""
+import itertools
+
+import pytest
+import torch
+
+from dynatree_lib import generate
+from dynatree_lib.core import sampling as smp
+from dynatree_lib.core.sampling import Sampling, chain_rejection, target_probs, walk
+from dynatree_lib.core.tree import Tree
+from dynatree_lib.harness.tiny import perturb, tiny_llama
+from dynatree_lib.methods import REGISTRY
+
+OK, BROKEN = 1e-3, 1e-9
+
+
+def chi2_pvalue(counts: dict, law: dict, n: int) -> float:
+    """Pearson's chi-square test of observed ``counts`` (cell -> draws) against ``law`` (cell -> probability)."""
+    small = [c for c, p in law.items() if p * n < 5]
+    cells = [c for c in law if c not in small]
+    obs = [counts.get(c, 0) for c in cells] + [sum(counts.get(c, 0) for c in small)]
+    exp = [law[c] * n for c in cells] + [sum(law[c] for c in small) * n]
+    extra = sum(v for c, v in counts.items() if c not in law)  # draws outside the law's support
+    if extra:
+        return 0.0
+    pairs = [(o, e) for o, e in zip(obs, exp) if e > 0]
+    stat = sum((o - e) ** 2 / e for o, e in pairs)
+    df = len(pairs) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def random_law(rows: int, V: int, peaked: bool, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(rows, V, generator=g) * (3.0 if peaked else 0.5), -1)
+
+
+# ---- the rules, on hand-built trees -----------------------------------------------------------------------------
+
+V = 6
+#   root -> 1, 3;   1 -> 0, 2;   3 -> 5   (deterministic children, as a top-k tree drafts them)
+TREE = Tree.build([4, 1, 3, 0, 2, 5], [-1, 0, 0, 1, 1, 2], [0.0] * 6, [0.0] * 6)
+CHILD_ROW = {1: 1, 3: 2}  # first token -> the node whose law gives the second
+
+
+def walk_draws(p: torch.Tensor, n: int, rule=walk, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    first, second = {}, {}
+    for _ in range(n):
+        path, bonus = rule(TREE, p, g)
+        out = TREE.tokens[path[1:]].tolist() + [bonus]
+        first[out[0]] = first.get(out[0], 0) + 1
+        if len(out) > 1:
+            second[(out[0], out[1])] = second.get((out[0], out[1]), 0) + 1
+    return first, second
+
+
+def walk_pvalues(p: torch.Tensor, n: int, rule=walk) -> tuple[float, float]:
+    """p-values of the first committed token against p[0], and of the second given the first (when the first is
+    a child, so the iteration goes on) against that child's law."""
+    first, second = walk_draws(p, n, rule)
+    law1 = {x: float(p[0, x]) for x in range(V)}
+    n2 = sum(second.values())
+    law2 = {(x, y): float(p[0, x] * p[CHILD_ROW[x], y]) / float(sum(p[0, c] for c in CHILD_ROW))
+            for x in CHILD_ROW for y in range(V)}
+    return chi2_pvalue(first, law1, n), chi2_pvalue(second, law2, n2)
+
+
+def chain_draws(p: torch.Tensor, q: torch.Tensor, n: int, rule=chain_rejection, seed: int = 0):
+    """A two-token chain drawn from q's rows (the second independent of the first, as is p's second row), verified."""
+    g = torch.Generator().manual_seed(seed)
+    first, second = {}, {}
+    for _ in range(n):
+        x = [int(torch.multinomial(q[i], 1, generator=g)) for i in range(2)]
+        tree = Tree.build([0] + x, [-1, 0, 1], [0.0] * 3, [0.0] * 3, q=q.log())
+        path, bonus = rule(tree, p, q, g)
+        out = tree.tokens[path[1:]].tolist() + [bonus]
+        first[out[0]] = first.get(out[0], 0) + 1
+        if len(out) > 1:
+            second[out[1]] = second.get(out[1], 0) + 1
+    return first, second
+
+
+def chain_pvalues(p, q, n, rule=chain_rejection) -> tuple[float, float]:
+    first, second = chain_draws(p, q, n, rule)
+    return (chi2_pvalue(first, {x: float(p[0, x]) for x in range(V)}, n),
+            chi2_pvalue(second, {x: float(p[1, x]) for x in range(V)}, sum(second.values())))
+
+
+def unverified(tree, p, q, g):
+    """Broken: the draft's samples committed as they are."""
+    return torch.arange(tree.size), int(smp.draw(p[tree.size - 1], g))
+
+
+def no_residual(tree, p, q, g):
+    """Broken: a rejected token replaced by a draw from the target, not from the residual max(0, p - q)."""
+    path, bonus = chain_rejection(tree, p, q, g)
+    if path.numel() < tree.size:
+        bonus = int(smp.draw(p[path.numel() - 1], g))
+    return path, bonus
+
+
+def first_child(tree, p, g):
+    """Broken: a drawn token outside the children still descends into the first child."""
+    path, bonus = walk(tree, p, g)
+    if path.numel() == 1:
+        return torch.tensor([0, 1]), int(smp.draw(p[1], g))
+    return path, bonus
+
+
+@pytest.mark.parametrize("peaked", [True, False], ids=["peaked", "flat"])
+def test_walk_keeps_the_target_law(peaked):
+    p = random_law(6, V, peaked, seed=1)
+    assert min(walk_pvalues(p, 20_000)) > OK
+
+
+@pytest.mark.parametrize("peaked", [True, False], ids=["peaked", "flat"])
+def test_chain_rejection_keeps_the_target_law(peaked):
+    p, q = random_law(3, V, peaked, seed=2), random_law(2, V, peaked, seed=3)
+    assert min(chain_pvalues(p, q, 20_000)) > OK
+
+
+def test_the_rule_tests_catch_broken_samplers():
+    p, q = random_law(3, V, True, seed=2), random_law(2, V, True, seed=3)
+    assert chain_pvalues(p, q, 20_000, unverified)[0] < BROKEN
+    assert chain_pvalues(p, q, 20_000, no_residual)[0] < BROKEN
+    assert walk_pvalues(random_law(6, V, True, seed=1), 20_000, first_child)[1] < BROKEN
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("peaked", [True, False], ids=["peaked", "flat"])
+def test_rules_keep_the_target_law_over_100k_draws(peaked):
+    p = random_law(6, V, peaked, seed=11)
+    assert min(walk_pvalues(p, 100_000)) > OK
+    p, q = random_law(3, V, peaked, seed=12), random_law(2, V, peaked, seed=13)
+    assert min(chain_pvalues(p, q, 100_000)) > OK
+    assert chain_pvalues(p, q, 100_000, no_residual)[0] < BROKEN
+
+
+def test_target_probs_filters_as_transformers_does():
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 2
+    for s in (Sampling(0.7), Sampling(1.0, top_k=5), Sampling(1.3, top_p=0.8), Sampling(0.9, top_k=10, top_p=0.5)):
+        x = TemperatureLogitsWarper(s.temperature)(None, logits.clone())
+        if s.top_k:
+            x = TopKLogitsWarper(s.top_k)(None, x)
+        if s.top_p:
+            x = TopPLogitsWarper(s.top_p)(None, x)
+        assert torch.allclose(target_probs(logits, s), torch.softmax(x, -1), atol=1e-6), s
+
+
+@pytest.mark.parametrize("bad,match", [(dict(temperature=-0.1), "temperature must be"), (dict(top_p=0.0), "top_p"),
+                                       (dict(top_p=1.5), "top_p"), (dict(top_k=0), "top_k"), (dict(top_k=2.5), "top_k")])
+def test_bad_sampling_settings_are_refused(bad, match, target):
+    with pytest.raises(ValueError, match=match):
+        generate(target, torch.arange(1, 5), 4, **bad)
+
+
+# ---- every method end to end: the joint law of the first three tokens of a tiny model ---------------------------
+
+VOCAB, PROMPT, T = 8, torch.tensor([1, 5]), 3
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    t = tiny_llama(seed=3, vocab_size=VOCAB, hidden_size=32, layers=1, heads=2, kv_heads=1, max_positions=32,
+                   init_range=0.15)
+    d = perturb(tiny_llama(seed=3, vocab_size=VOCAB, hidden_size=32, layers=1, heads=2, kv_heads=1, max_positions=32,
+                           init_range=0.15), 0.05, seed=4)
+    return t, d
+
+
+@torch.no_grad()
+def exact_law(target, s: Sampling) -> dict:
+    """P(x1, x2, x3) of the target's sampling law, enumerated."""
+    law = {}
+    for seq in itertools.product(range(VOCAB), repeat=T):
+        p = 1.0
+        for i in range(T):
+            ids = torch.cat([PROMPT, torch.tensor(seq[:i], dtype=torch.long)])[None]
+            p *= float(target_probs(target(input_ids=ids).logits[0, -1], s)[seq[i]])
+        if p > 0:
+            law[seq] = p
+    return law
+
+
+def method_config(name: str):
+    from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig
+    from dynatree_lib.baselines.hf_generate import HFARConfig, HFAssistedConfig
+    from dynatree_lib.extensions.cost_aware import CostAwareConfig
+
+    return {"ar": None, "linear": LinearConfig(2), "fixed_tree": FixedTreeConfig(2, 2, 0.0, 8),
+            "dynatree": DynaTreeConfig(D0=2, D_max=3, n_max=8), "dynatree_cost": CostAwareConfig(DynaTreeConfig(D0=2, D_max=3, n_max=8)),
+            "talon": TalonConfig(0.1, 6, 2), "streaming_spec": StreamingConfig(2, 24, 2), "hf_ar": HFARConfig(),
+            "hf_assisted": HFAssistedConfig(2)}[name]
+
+
+def empirical(target, draft, name: str, s: Sampling, n: int, seed: int = 0) -> dict:
+    g, counts = torch.Generator().manual_seed(seed), {}
+    cfg = method_config(name)
+    for _ in range(n):
+        out = tuple(generate(target, PROMPT, T, draft=draft, method=cfg, temperature=s.temperature, top_k=s.top_k,
+                             top_p=s.top_p, generator=g).tokens)
+        counts[out] = counts.get(out, 0) + 1
+    return counts
+
+
+METHODS = [m for m in REGISTRY]
+
+
+def test_every_registered_method_is_covered():
+    assert set(METHODS) == {"ar", "linear", "fixed_tree", "dynatree", "dynatree_cost", "talon", "streaming_spec",
+                            "hf_ar", "hf_assisted"}
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_samples_the_target_law(tiny_pair, name):
+    target, draft = tiny_pair
+    s = Sampling(1.0)
+    assert chi2_pvalue(empirical(target, draft, name, s, 2000), exact_law(target, s), 2000) > OK
+
+
+def test_the_end_to_end_test_catches_a_broken_sampler(tiny_pair, monkeypatch):
+    target, draft = tiny_pair
+    s = Sampling(1.0)
+    monkeypatch.setattr("dynatree_lib.core.decoding.chain_rejection", lambda tree, p, q, g: unverified(tree, p, q, g))
+    assert chi2_pvalue(empirical(target, draft, "linear", s, 2000), exact_law(target, s), 2000) < BROKEN
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("s", [Sampling(0.7), Sampling(0.7, top_k=3), Sampling(1.0, top_p=0.8)],
+                         ids=["t0.7", "t0.7-top3", "t1-p0.8"])
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_samples_the_target_law_tempered_and_filtered(tiny_pair, name, s):
+    target, draft = tiny_pair
+    assert chi2_pvalue(empirical(target, draft, name, s, 4000), exact_law(target, s), 4000) > OK
+
+
+def test_sampling_is_reproducible_from_the_seed(tiny_pair):
+    target, draft = tiny_pair
+    for name in ("ar", "linear", "dynatree", "hf_assisted"):
+        a, b = (generate(target, PROMPT, 12, draft=draft, method=method_config(name), temperature=1.0,
+                         generator=torch.Generator().manual_seed(7)).tokens for _ in range(2))
+        assert a == b, name
