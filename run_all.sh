@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The README's main command: runs notebooks 00-09 in order with papermill for one profile.
+# The README's main command: runs the numbered notebooks in order with papermill for one profile.
 #   ./run_all.sh                 the cpu reproduction (SmolLM2-135M + our committed draft; no training)
 #   ./run_all.sh paper           Pythia-2.8B/70M on a GPU with hub access (./run_all.sh paper --plan first)
 #   ./run_all.sh paper-dryrun    the paper profile's code path on a CPU with tiny Pythia-shaped models
+#   ./run_all.sh authors         the authors' code's protocol (character-cut prompts, their settings) on a GPU
 #   ./run_all.sh smoke           tiny models, about a minute
 #   --render    rebuild every table and figure from the logged JSON only (measure nothing)
 #   --rerun     archive each notebook's JSON (kept as *.bak.json) and measure again
-#   --quick     a first look: 2 prompts per cell, no sweep notebooks (05-07)
-#   --plan      print generations, tokens and estimated GPU hours per notebook; run nothing
+#   --quick     a first look: 2 prompts per dataset, 1 per Spec-Bench category, 1 replicate, no sweeps (05-07)
+#   --plan      print generations, tokens and estimated hours per notebook; run nothing
 # Executed notebooks go to executed/<profile>/, JSON to results/<profile>/, figures and tables to
 # figures/<profile>/. Stops at the first failing notebook.
 set -euo pipefail
@@ -19,13 +20,13 @@ for arg in "$@"; do
     --rerun) RERUN=True ;;
     --quick) QUICK=1 ;;
     --plan) PLAN=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     -*) echo "unknown option $arg (see ./run_all.sh --help)" >&2; exit 2 ;;
     *) PROFILE=$arg ;;
   esac
 done
-case "$PROFILE" in cpu|paper|paper-dryrun|smoke) ;;
-  *) echo "unknown profile '$PROFILE' (choose cpu, paper, paper-dryrun or smoke)" >&2; exit 2 ;; esac
+case "$PROFILE" in cpu|paper|paper-dryrun|authors|authors-dryrun|smoke) ;;
+  *) echo "unknown profile '$PROFILE' (choose cpu, paper, paper-dryrun, authors, authors-dryrun or smoke)" >&2; exit 2 ;; esac
 bash setup.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # kernels import the checkout even if the editable install is elsewhere
 PY=${PYTHON:-python3}
@@ -36,6 +37,8 @@ OVERRIDES="{}"
 [ "$QUICK" = 1 ] && OVERRIDES=$("$PY" -c "from dynatree_lib.cli import QUICK; import json; print(json.dumps(QUICK))")
 OUT=executed/$PROFILE
 mkdir -p "$OUT"
+# a full run renders every table and figure again: clear the old ones so none outlives the code that made it
+[ "$QUICK" = 0 ] && rm -f figures/"$PROFILE"/*.{md,tex,png,pdf}
 export PYTHONHASHSEED=0
 "$PY" -m jupytext --quiet --to ipynb notebooks/[0-9][0-9]_*.py  # the .py sources are the truth
 start=$(date +%s)
@@ -51,3 +54,4 @@ for nb in notebooks/[0-9][0-9]_*.ipynb; do
 done
 echo "[run_all] done in $(( $(date +%s) - start ))s: notebooks in $OUT, JSON in results/$PROFILE, figures in figures/$PROFILE"
 "$PY" -m dynatree_lib.reporting.results_md "$PROFILE" && echo "[run_all] results summary: RESULTS.md"
+if [ "$PROFILE" = cpu ]; then "$PY" -m dynatree_lib.reporting.scorecard cpu >/dev/null && echo "[run_all] README scorecard updated"; fi

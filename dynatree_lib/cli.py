@@ -17,7 +17,9 @@ import sys
 from .harness.profiles import get_profile
 from .methods import method_names
 
-QUICK = {"n_prompts": 2, "n_exact": 1, "tuning.n": 1, "warmup": 1}  # ./run_all.sh --quick: a first look
+# ./run_all.sh --quick: a first look (two prompts per continuation dataset, one per Spec-Bench category, one replicate)
+QUICK = {"n_prompts": 2, "n_questions": 1, "n_exact": 1, "replicates": 1, "tuning.n": 1, "tuning.n_questions": 1,
+         "warmup": 1}
 BUILD_STEPS = ("instructions", "teacher", "vocab", "lookup")
 
 
@@ -45,10 +47,12 @@ def parser() -> argparse.ArgumentParser:
     for name in ("generate", "show-tree"):
         g = sub.choices[name]
         g.add_argument("--method", default="dynatree", choices=method_names())
-        g.add_argument("--dataset", default="wikitext2")
-        g.add_argument("--text", default=None, help="prompt text (default: first prompt of --dataset)")
+        g.add_argument("--dataset", default="wikitext2", help="a workload (wikitext2, pg19, spec_bench)")
+        g.add_argument("--text", default=None, help="prompt text (default: the first dev prompt of --dataset)")
         g.add_argument("-T", type=int, default=None)
         g.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: the profile's)")
+        g.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sample the target's law")
+        g.add_argument("--seed", type=int, default=0, help="the sampling generator's seed")
     sub.choices["show-tree"].add_argument("--iterations", type=int, default=4, help="trees to print")
     sub.choices["bench"].add_argument("--experiment", default="main")
     sub.choices["bench"].add_argument("--rerun", action="store_true", help="archive the existing JSON and start over")
@@ -81,9 +85,9 @@ def decode(args, prof) -> None:
     """``generate`` and ``show-tree``: one prompt with the method's tuned setting (else the paper's)."""
     import torch
 
-    from .harness.data import load_prompts
-    from .harness.experiments import tuned
     from .harness.metrics import prompt_metrics
+    from .harness.prompts import load_prompts
+    from .harness.tuning import tuned
     from .methods import generate
 
     if prof.models.threads:
@@ -96,7 +100,7 @@ def decode(args, prof) -> None:
     if args.text:
         ids = torch.tensor(tok(args.text, add_special_tokens=False)["input_ids"])
     else:
-        ids = load_prompts(args.dataset, tok, 1, prof.protocol.L_max[args.dataset], prof.protocol.seed,
+        ids = load_prompts(args.dataset, tok, 1, prof.L_max(args.dataset), "dev", prof.protocol.seed,
                            prof.protocol.data_source)[0].ids
     T = args.T or prof.protocol.T
     if args.cmd == "show-tree":
@@ -108,20 +112,22 @@ def decode(args, prof) -> None:
             print(format_tree(rec, tok))
         print(f"output: {tok.decode(res.tokens)!r}")
         return
-    res = generate(target, ids, T, draft=draft, method=method, kv_mode=prof.protocol.kv_mode)
+    eos = tok.eos_token_id if args.dataset == "spec_bench" else None
+    res = generate(target, ids, T, draft=draft, method=method, kv_mode=prof.protocol.kv_mode, eos_token_id=eos,
+                   temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed))
     print(tok.decode(res.tokens))
     m = prompt_metrics(res)
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in m.items()}), file=sys.stderr)
 
 
 def setup(prof) -> None:
-    from .harness.data import load_prompts
+    from .harness.prompts import load_prompts
 
     _, _, tok = prof.load_pair()
-    for ds in prof.datasets:
-        ps = load_prompts(ds, tok, prof.protocol.n_prompts, prof.protocol.L_max[ds], prof.protocol.seed,
-                          prof.protocol.data_source)
-        print(f"{ds}: {len(ps)} prompts of {prof.protocol.L_max[ds]} tokens ok")
+    for ws in prof.workloads:
+        n = prof.protocol.n_questions if ws == "spec_bench" else prof.protocol.n_prompts
+        ps = load_prompts(ws, tok, n, prof.L_max(ws), "test", prof.protocol.seed, prof.protocol.data_source)
+        print(f"{ws}: {len(ps)} test prompts ok")
     print(f"models ok: target {prof.models.target}, draft {prof.models.draft}")
 
 

@@ -12,7 +12,7 @@
 # # 00 · Setup and the model pair
 # Checks the environment, loads the profile's models and prompts, confirms in fp32 that greedy AR, HF
 # `generate` and DynaTree emit the same tokens, and describes the pair every other notebook uses: held-out
-# bits per byte, a greedy sample, how often the draft agrees with the target and whether its confidence
+# bits per byte, how often the draft agrees with the target on each workload and whether its confidence
 # means something (calibration), and what one forward of k tokens costs each model.
 
 # %% tags=["parameters"]
@@ -24,9 +24,11 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib.harness import experiments
-from dynatree_lib.reporting import plots, tables
+from dynatree_lib.harness.costs import run_costs
+from dynatree_lib.harness.pair import run_pair
 from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.store import results_path
+from dynatree_lib.reporting import plots, tables
 from dynatree_lib.reporting.notebook import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
@@ -37,30 +39,30 @@ from dynatree_lib.harness.environment import environment
 environment(prof.models.device)
 
 # %% [markdown]
-# The prompts every experiment uses (deterministic by the profile's seed), and the exactness check in fp32
-# on the reference (eager transformers) path.
+# The workloads and their disjoint prompt splits: tuning prompts choose each method's setting, dev prompts serve
+# design and diagnosis (this notebook's agreement, the tree drawings), and the sealed test prompts appear only in
+# the final tables. The exactness check below runs in fp32 on the reference (eager transformers) path.
+
+# %%
+from dynatree_lib.harness.prompts import candidates
+
+{ws: {split: len(candidates(ws, split, prof.protocol.data_source)) for split in ("tuning", "dev", "test")}
+ for ws in prof.workloads}
 
 # %%
 if not render_only:
-    import pandas as pd
     import torch
 
     from dynatree_lib import generate
-    from dynatree_lib.harness.data import load_prompts
     from dynatree_lib.harness.models import load_pair
+    from dynatree_lib.harness.prompts import load_prompts
 
     if prof.models.threads:
         torch.set_num_threads(prof.models.threads)
-    target, draft, tok = load_pair(prof.models.target, prof.models.draft, prof.models.device, "float32", prof.models.context_override,
-                                   draft_vocab=prof.models.draft_vocab)
-    prompts = {ds: load_prompts(ds, tok, prof.protocol.n_prompts, prof.protocol.L_max[ds], prof.protocol.seed, prof.protocol.data_source)
-               for ds in prof.datasets}
-    display(pd.DataFrame([(ds, p.id, p.ids.numel()) for ds, ps in prompts.items() for p in ps],
-                         columns=["dataset", "prompt id", "tokens"]))
-
-# %%
-if not render_only:
-    p = prompts["wikitext2"][0].ids.to(prof.models.device)
+    target, draft, tok = load_pair(prof.models.target, prof.models.draft, prof.models.device, "float32",
+                                   prof.models.context_override, draft_vocab=prof.models.draft_vocab)
+    p = load_prompts("wikitext2", tok, 1, prof.L_max("wikitext2"), "dev", prof.protocol.seed,
+                     prof.protocol.data_source)[0].ids.to(prof.models.device)
     ar = generate(target, p, 32)
     hf = target.generate(p[None], max_new_tokens=32, do_sample=False, eos_token_id=None)[0, p.numel():].tolist()
     dt = generate(target, p, 32, draft=draft, method=prof.method("dynatree", "wikitext2"))
@@ -70,20 +72,17 @@ if not render_only:
 # %% [markdown]
 # ## The pair on held-out text
 # Bits per byte on the WikiText-2 test split and the PG-19 test books (never seen in training). Agreement is
-# teacher-forced on the target's own greedy continuations of the test prompts (the text drafting serves) and,
-# for contrast, on the human-written prompts. Where the profile sets `draft_vocab` (cpu: 8192), the draft drafts
-# with a head over its most frequent tokens only (FR-Spec; the target still verifies every token, so decoding
-# stays exact): the agreement rows are that head's, and the rows marked "full-vocabulary head" the same draft
-# scoring all 49152 tokens. Where it sets `draft_lookup` (cpu), the draft drafts with its context lookup
-# (`dynatree_lib/lookup.py`: the token that followed the longest earlier match of the text's suffix, mixed in
-# with a weight fitted per match length on non-test text), and the agreement rows are the mixture's; the rows
-# marked "network alone" are the draft without it. The target's greedy continuations loop, which a 17M network
-# copies poorly and a lookup copies well: compare the two.
+# teacher-forced on the target's own greedy output for the dev prompts of every workload (the continuations, and
+# the answers to Spec-Bench's questions by category: the text drafting serves) and, for contrast, on the
+# human-written prompts. Where the profile sets `draft_vocab` (cpu: 8192), the draft drafts with a head over its
+# most frequent tokens only (FR-Spec; the target still verifies every token, so decoding stays exact): the
+# agreement rows are that head's, and the rows marked "full-vocabulary head" the same draft scoring all tokens.
+# Where it sets `draft_lookup` (cpu), the draft drafts with its context lookup (`dynatree_lib/core/lookup.py`:
+# the token that followed the longest earlier match of the text's suffix, mixed in with a weight fitted per match
+# length on non-test text): the agreement rows are the mixture's, the rows marked "network alone" the draft
+# without it.
 
 # %%
-from dynatree_lib.harness.costs import run_costs
-from dynatree_lib.harness.pair import run_pair
-
 pair = json.loads(run_pair(prof, rerun, render_only=render_only).read_text())
 show_table(tables.pair_table(pair), "table_pair", prof)
 show_table(tables.agreement_table(pair), "table_draft_agreement", prof)
@@ -93,8 +92,18 @@ print("prompt ...", repr(pair["sample"]["prompt_tail"]))
 print("target's greedy continuation:", repr(pair["sample"]["continuation"]))
 
 # %% [markdown]
+# The draft against its previous version on the same dev prompts, where that version's report was kept
+# (`pair_v2.json`): agreement of the network alone, with its lookup, and its calibration error.
+
+# %%
+before = results_path("pair_v2", prof)
+if before.exists():
+    show_table(tables.draft_versions_table(pair, json.loads(before.read_text())), "table_draft_versions", prof)
+
+# %% [markdown]
 # A calibrated draft's top-1 probability predicts how often the target agrees with it: that is what
-# DynaTree's confidence thresholds (τ_h, τ_l) and pruning (τ) read. The right panel is where the positions lie.
+# DynaTree's confidence thresholds (τ_h, τ_l) and pruning (τ) read. One panel per workload; below each, where
+# the positions lie.
 
 # %%
 show_fig(plots.reliability(pair), "fig_draft_calibration", prof)
@@ -109,7 +118,7 @@ show_fig(plots.chain_acceptance(pair), "fig_chain_acceptance", prof)
 # ## What a forward costs
 # fwd(k): one cached forward of k tokens over a prompt-length cache, on the profile's engine, in the timed and
 # the exact precision (median of 15). Speculative decoding pays when fwd_target(k) grows slowly with k and the
-# draft is cheap; the dashed lines are the bandwidth bound of one-token decoding (weights / read bandwidth).
+# draft is cheap; the horizontal lines are the bandwidth bound of one-token decoding (weights / read bandwidth).
 # "draft full vocab" is the draft with its whole output layer, for comparison with the subset head it drafts with.
 
 # %%

@@ -55,7 +55,7 @@ pd.DataFrame({(ds, k): {m: f"{v[k][0]} ± {v[k][1]}" for m, v in rep[ds].items()
 # and bookkeeping (path selection, KV commit, per-iteration logging). The dashed line is AR's whole time per token.
 
 # %% tags=["nbval-ignore-output"]
-show_fig(plots.time_breakdown(tables.role(df)), "fig_time_breakdown", prof)
+show_fig(plots.time_breakdown(tables.replicate(tables.role(df))), "fig_time_breakdown", prof)
 
 # %% [markdown]
 # ## AR against the bandwidth bound

@@ -33,7 +33,7 @@ prof = get_profile(profile, **overrides)
 
 # %% tags=["nbval-ignore-output"]
 path = experiments.run("main", prof, render_only=render_only)
-df = tables.load(path, prof)
+df = tables.replicate(tables.load(path, prof))  # replicate 1
 
 # %%
 show_table(tables.table3(df), "table3_verification", prof)
@@ -46,8 +46,8 @@ show_table(tables.table3(df), "table3_verification", prof)
 import pandas as pd
 
 recs = tables.records(path, prof, verbose=False)
-rows = pd.DataFrame([{**r_, "method": r["method"]} for r in recs
-                     if r["method"] != "ar" and r["tags"].get("role") == "timed" for r_ in r["rows"]])
+rows = pd.DataFrame([{**r_, "method": r["method"]} for r in recs if r["method"] != "ar" and r.get("lookup", True)
+                     and r["tags"].get("role") == "timed" and r["tags"].get("replicate", 0) == 0 for r_ in r["rows"]])
 show_fig(plots.draft_efficiency(rows), "fig_draft_efficiency", prof)
 
 # %% [markdown]
@@ -66,8 +66,8 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # selection and the KV gather) and each row's mean tree size, depth, draft forwards and L̄, the model predicts
 # milliseconds per generated token (prefill excluded); HF assisted is left out (its loop logs no tree
 # statistics). Each iteration's first draft forward is priced with the draft-after-target curve (a draft
-# forward right after the target's runs two to three times as slow as back to back: its weights left the
-# cache while the target's streamed through it). Points inside the band are within 10%. For the speculative rows the table also splits one
+# forward right after the target's runs slower than back to back: its weights left the cache while the target's
+# streamed through it). Points inside the band are within 10%. For the speculative rows the table also splits one
 # iteration into drafting, verification and commit, predicted and measured: what lies off the band shows
 # there. Tree commits measure above their prediction: the policy's update and the loop's bookkeeping after
 # the gather are not in the timed commit. StreamingLLM's commits include its

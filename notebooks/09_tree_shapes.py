@@ -34,29 +34,28 @@ prof = get_profile(profile, **overrides)
 # %% tags=["nbval-ignore-output"]
 from dynatree_lib.reporting import treeviz
 
+from dynatree_lib.harness.models import load_tokenizer
+
 path = experiments.run("trees", prof, rerun=rerun, render_only=render_only)
 trees = treeviz.tree_table(tables.records(path, prof))
-tok = None
-if not render_only:
-    from dynatree_lib.harness.models import load_tokenizer
-
-    tok = load_tokenizer(prof.models.target)
+tok = load_tokenizer(prof.models.target)  # the drawings show token text
 
 # %% [markdown]
 # ## One iteration, three methods
-# The same prompt and position: edge width is the draft's probability of the child, the accepted path is green,
-# rejected branches are grey.
+# The trees are recorded on dev prompts. The drawings show an iteration where DynaTree's tree branches and
+# accepts the most tokens (the other methods at the same prompt and position, or the next iteration they reach):
+# edge width is the draft's probability of the child, the accepted path is green, rejected branches are grey.
 
 # %% tags=["nbval-ignore-output"]
 labels = [lab for lab in ("Fixed Tree", "DynaTree", "TALON") if lab in set(trees.label)]
-first = trees[trees.label == "DynaTree"].sort_values(["prompt_id", "position"]).iloc[min(3, len(trees) - 1)]
-show_fig(treeviz.side_by_side(trees, labels, first.prompt_id, first.position, tok), "fig_trees_side_by_side", prof)
+prompt_id, position = treeviz.informative(trees, "DynaTree")
+show_fig(treeviz.side_by_side(trees, labels, prompt_id, position, tok), "fig_trees_side_by_side", prof)
 
 # %% [markdown]
-# ## Consecutive iterations of DynaTree on one prompt
+# ## Consecutive iterations of DynaTree on one prompt, from that iteration
 
 # %% tags=["nbval-ignore-output"]
-show_fig(treeviz.strip(trees, "DynaTree", first.prompt_id, 0, 6, tok), "fig_trees_strip", prof)
+show_fig(treeviz.strip(trees, "DynaTree", prompt_id, position, 6, tok), "fig_trees_strip", prof)
 
 # %% [markdown]
 # ## Shape statistics

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from dynatree_lib.harness import experiments
+from dynatree_lib.harness import experiments, measure
 from dynatree_lib.reporting import tables
 from dynatree_lib.harness.store import ResultStore
 from dynatree_lib.harness.measure import agreement
@@ -78,26 +78,42 @@ def smoke_main(tmp_path_factory):
     return prof, root, path
 
 
+def expected_rows(prof, rec) -> int:
+    """Prompts behind a record: its cell's count, times the categories for Spec-Bench."""
+    from dynatree_lib.harness.splits import CATEGORIES
+
+    cell = experiments.Cell(rec["dataset"], rec["method"], rec["label"], None, rec["T"], rec["L_max"], rec["dtype"],
+                            rec["tags"])
+    per = len(set(CATEGORIES.values())) if rec["dataset"] == "spec_bench" else 1
+    return experiments.n_prompts("main", prof, cell) * per
+
+
 def test_main_json_schema(smoke_main):
     prof, root, path = smoke_main
     data = json.loads(path.read_text())
     recs = data["records"]
-    per_run = len(prof.datasets) * 9  # 7 methods + DynaTree with the paper's settings + the cost-aware extension
-    assert data["schema"] == 2 and len(recs) == 2 * per_run
+    assert data["schema"] == 2 and len(recs) == len(experiments.main_cells(prof, root))
     assert {r["dtype"] for r in recs} == {"bfloat16", "float32"}
+    assert {r["dataset"] for r in recs} == set(prof.workloads)
+    assert {r["tags"].get("replicate") for r in recs if r["tags"]["role"] == "timed"} == set(range(prof.protocol.replicates))
     for r in recs:
         for k in ("key", "dataset", "method", "label", "config", "T", "L_max", "dtype", "prompt_ids", "rows",
-                  "aggregate", "environment", "target", "draft", "warmup", "kv_mode", "engine", "weights", "bound"):
+                  "aggregate", "environment", "target", "draft", "warmup", "kv_mode", "engine", "weights", "bound",
+                  "split", "temperature", "replicate"):
             assert k in r, k
         for k in ("device", "device_name", "torch", "transformers", "python", "git_commit", "date"):
             assert k in r["environment"], k
-        assert r["bound"]["ms_per_token"] > 0 and r["bound"]["weight_bytes"] > 0
+        assert r["bound"]["ms_per_token"] > 0 and r["bound"]["weight_bytes"] > 0 and r["split"] == "test"
         exact = r["tags"]["role"] == "exact"
-        assert len(r["rows"]) == len(r["prompt_ids"]) == (prof.protocol.n_exact if exact else 2)
+        assert len(r["rows"]) == len(r["prompt_ids"]) == expected_rows(prof, r), r["label"]
         for row in r["rows"]:
-            assert row["tokens"] == prof.protocol.T and 0 <= row["ar_agreement"] <= 1
+            if r["dataset"] == "spec_bench":  # instructions stop at EOS
+                assert 1 <= row["tokens"] <= prof.protocol.T
+            else:
+                assert row["tokens"] == prof.protocol.T
+            assert 0 <= row["ar_agreement"] <= 1
             if exact and r["method"] != "streaming_spec":  # fp32: asserted; bf16: measured
-                assert row["equals_ar"] and row["first_divergence"] == prof.protocol.T, r["label"]
+                assert row["equals_ar"] and row["first_divergence"] == row["tokens"], r["label"]
             assert (row.get("read_bandwidth_gbs", 0) > 0) == (r["method"] == "ar")  # AR's bound, probed per row
         assert r["aggregate"]["tps"]["mean"] > 0
     assert (root / "smoke" / "tuning.json").exists()  # main ran the tuning it depends on
@@ -115,7 +131,8 @@ def test_main_json_schema(smoke_main):
 def test_tuned_settings_come_from_the_tuning_json(smoke_main):
     prof, root, _ = smoke_main
     recs = json.loads((root / "smoke" / "tuning.json").read_text())["records"]
-    for ds in prof.datasets:
+    recs = [r for r in recs if r.get("temperature", 0.0) == 0.0]  # greedy tuning (sampled: tested in test_sampling)
+    for ds in prof.workloads:
         for fam in ("linear", "fixed_tree", "dynatree", "talon", "hf_assisted"):
             cands = [r for r in recs if r["dataset"] == ds and r["method"] == fam]
             assert len(cands) == len(prof.tuning.candidates[fam])  # equal budget: every candidate measured
@@ -159,8 +176,8 @@ def test_main_runs_the_extension_also_without_its_lookup_skip():
     differs from the first in ``lookup_skip`` alone (what the skipped draft forwards are worth), one in
     ``skip_window`` alone (what the record of the copies is worth)."""
     prof = get_profile("cpu")
-    cells = [c for c in experiments.main_cells(prof) if c.method == "dynatree_cost"]
-    assert prof.models.draft_lookup and len(cells) == 3 * len(prof.datasets) * 2
+    cells = [c for c in experiments.main_cells(prof) if c.method == "dynatree_cost" and not c.tags.get("control")]
+    assert prof.models.draft_lookup and len(cells) == 3 * len(prof.workloads) * (prof.protocol.replicates + 1)
     for ext, off, blind in zip(cells[::3], cells[1::3], cells[2::3]):
         assert ext.config.lookup_skip < 1.0 and off.config == dataclasses.replace(ext.config, lookup_skip=1.0)
         assert ext.config.skip_window > 0 and blind.config == dataclasses.replace(ext.config, skip_window=0)
@@ -175,10 +192,12 @@ def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
     small = get_profile("smoke", n_prompts=1, T=12, **{"tuning.T": 8})
     experiments.run("main", small, root=root)
     df = tables.load(path, prof)
-    assert len(df) == 2 * len(prof.datasets) * 9 and set(df[df.tag_role == "timed"].n) == {2}
+    assert len(df) == len(experiments.main_cells(prof, root))
+    ours = (df.tag_role == "timed") & (df.dataset != "spec_bench") & (df.engine == "ours")
+    assert set(df[ours].n) == {2}
     assert "skipped" in capsys.readouterr().out
     df1 = tables.load(path, small)
-    assert set(df1[df1.tag_role == "timed"].n) == {1}
+    assert set(df1[(df1.tag_role == "timed") & (df1.dataset != "spec_bench") & (df1.engine == "ours")].n) == {1}
     tables.table1(df)  # renders
 
 
@@ -189,39 +208,41 @@ def test_resume_skips_finished_and_appends_missing(smoke_main, monkeypatch):
     data["records"] = [r for r in data["records"] if r["key"] != dropped["key"]]
     path.write_text(json.dumps(data))
     calls = []
-    real = experiments.measure.measure
-    monkeypatch.setattr(experiments.measure, "measure", lambda c, *a, **k: calls.append(c.label) or real(c, *a, **k))
-    experiments.run("main", prof, root=root)
+    real = measure.measure
+    monkeypatch.setattr(measure, "measure", lambda c, *a, **k: calls.append(c.label) or real(c, *a, **k))
+    experiments.run("main", prof, root=root, replicate=dropped["replicate"])  # in this process
     assert calls == [dropped["label"]] * len(dropped["rows"])  # its prompts, nothing else
     after = json.loads(path.read_text())
     assert after["records"][-1]["key"] == dropped["key"] and not after.get("partial")
     assert [r["key"] for r in after["records"][:-1]] == [r["key"] for r in data["records"]]
     assert [r["tokens_sha"] for r in after["records"][-1]["rows"]] == [r["tokens_sha"] for r in dropped["rows"]]
     experiments.run("main", prof, root=root)
-    assert len(calls) == len(dropped["rows"])    # nothing left to do
+    assert len(calls) == len(dropped["rows"])    # nothing left to do (no replicate process started)
 
 
 def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, monkeypatch):
-    prof = get_profile("smoke", n_prompts=2, T=8, candidates=None)
-    real = experiments.measure.measure
+    prof = get_profile("smoke", T=8, candidates=None, **{"sweeps.n_prompts": 2})
+    n_cells = len(experiments.ablation_cells(prof))
+    real = measure.measure
     calls = []
 
     def flaky(c, *a, **k):
-        if len(calls) == 5:
+        if len(calls) == n_cells + 1:
             raise KeyboardInterrupt
         calls.append(c.method)
         return real(c, *a, **k)
 
-    monkeypatch.setattr(experiments.measure, "measure", flaky)
+    monkeypatch.setattr(measure, "measure", flaky)
     with pytest.raises(KeyboardInterrupt):
         experiments.run("ablation", prof, root=tmp_path)
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
-    assert data["records"] == [] and sum(map(len, data["partial"].values())) == 5  # round 0: 4 cells, round 1: AR
-    monkeypatch.setattr(experiments.measure, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
+    # round 0: every cell's first prompt; round 1: AR's second prompt
+    assert data["records"] == [] and sum(map(len, data["partial"].values())) == n_cells + 1
+    monkeypatch.setattr(measure, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
     experiments.run("ablation", prof, root=tmp_path)
-    assert len(calls) == 8                      # the 3 missing rows only
+    assert len(calls) == 2 * n_cells                      # the missing rows only
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
-    assert len(data["records"]) == 4 and not data["partial"]
+    assert len(data["records"]) == n_cells and not data["partial"]
 
 
 def test_render_only_refuses_to_measure(tmp_path):
@@ -256,21 +277,24 @@ def test_profiles_and_bad_names():
         get_profile("cpu", engine="turbo")
 
 
-def test_peak_memory_covers_the_generation_alone(target, draft):
-    """AR's row probes the read bandwidth with a 512 MiB tensor (kept for the process) after its generation; a
-    memory row must not count it (it once made AR look ~500 MB heavier than every speculative method in
-    Table 5)."""
-    import psutil
-    import torch
+def test_memory_peaks_do_not_depend_on_the_order_of_cells():
+    """Each memory cell runs in a fresh process: two methods measured in both orders give the same peaks (1%)."""
+    from dynatree_lib.harness.memory import measure_in_process
+    from dynatree_lib.harness.measure import Cell
+    from dynatree_lib import DynaTreeConfig
 
-    from dynatree_lib.harness.data import Prompt
-    from dynatree_lib.harness.environment import BandwidthProbe
-    from dynatree_lib.harness.measure import Cell, measure
+    prof = get_profile("smoke", T=16)
+    cells = [Cell("wikitext2", "ar", "AR", None, 16, 24, "bfloat16", {"role": "memory"}),
+             Cell("wikitext2", "dynatree", "DynaTree", DynaTreeConfig(D_max=6, n_max=32), 16, 24, "bfloat16",
+                  {"role": "memory"})]
+    first = [measure_in_process(prof, c)["peak_mem_mb"] for c in cells]
+    second = [measure_in_process(prof, c)["peak_mem_mb"] for c in reversed(cells)][::-1]
+    assert all(abs(a - b) <= 0.01 * a for a, b in zip(first, second)), (first, second)
 
-    prompt = Prompt("p0", torch.arange(1, 9))
-    cell = Cell("wikitext2", "ar", "AR", None, 8, 8, "float32")
-    probe = BandwidthProbe()
-    measure(cell, target, None, prompt, "gather", None, probe)  # warm; leaves the probe's tensor allocated
-    before = psutil.Process().memory_info().rss / 2**20 - 512
-    row = measure(cell, target, None, prompt, "gather", None, probe, memory=True)
-    assert row["read_bandwidth_gbs"] > 0 and before - 64 < row["peak_mem_mb"] < before + 256
+
+def test_results_md_holds_every_table():
+    from dynatree_lib.harness.paths import REPO
+
+    text = (REPO / "RESULTS.md").read_text()
+    missing = [f.stem for f in (REPO / "figures" / "cpu").glob("*.md") if f.read_text().strip() not in text]
+    assert not missing, missing

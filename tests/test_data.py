@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dynatree_lib.harness.data import REPO_DATA, data_dir, load_prompts, load_texts, training_text, wikitext_valid_text
+from dynatree_lib.harness.data import REPO_DATA, data_dir, load_texts, training_text, wikitext_valid_text
+from dynatree_lib.harness.prompts import load_prompts
 from dynatree_lib.harness.tiny import tiny_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,9 +46,9 @@ def test_local_pg19_is_the_test_split():
 @needs_data
 @pytest.mark.parametrize("dataset", ["wikitext2", "pg19"])
 def test_prompts_deterministic_and_truncated(tok, dataset):
-    a = load_prompts(dataset, tok, n=5, L_max=64, seed=3)
-    b = load_prompts(dataset, tok, n=5, L_max=64, seed=3)
-    c = load_prompts(dataset, tok, n=5, L_max=64, seed=4)
+    a = load_prompts(dataset, tok, n=5, L_max=64, split="dev", seed=3)
+    b = load_prompts(dataset, tok, n=5, L_max=64, split="dev", seed=3)
+    c = load_prompts(dataset, tok, n=5, L_max=64, split="dev", seed=4)
     assert [p.id for p in a] == [p.id for p in b] and all((x.ids == y.ids).all() for x, y in zip(a, b))
     assert [p.id for p in a] != [p.id for p in c]
     assert all(p.ids.numel() == 64 for p in a) and len({p.id for p in a}) == 5
@@ -56,7 +57,7 @@ def test_prompts_deterministic_and_truncated(tok, dataset):
 
 def test_missing_local_data_is_a_clear_error(tmp_path, tok):
     with pytest.raises(FileNotFoundError, match="local data file missing"):
-        load_prompts("pg19", tok, 2, 16, data_dir=tmp_path)
+        load_prompts("pg19", tok, 2, 16, split="dev", data_dir=tmp_path)
 
 
 @pytest.mark.parametrize("load", [lambda: load_texts("wikitext2"), lambda: load_texts("pg19"), training_text,
@@ -103,13 +104,13 @@ import sys
 from pathlib import Path
 clone = Path(sys.argv[1]).resolve()
 import dynatree_lib
-from dynatree_lib.harness import data, models
+from dynatree_lib.harness import data, models, prompts
 from dynatree_lib.reporting import tables
 assert clone in Path(dynatree_lib.__file__).resolve().parents, dynatree_lib.__file__
 assert data.data_dir() == clone / "data", data.data_dir()
 tok = models.load_model("tiny:target")[1]
 for ds in data.DATASETS:
-    ps = data.load_prompts(ds, tok, n=2, L_max=24)
+    ps = prompts.load_prompts(ds, tok, n=2, L_max=24, split="dev")
     assert len(ps) == 2 and all(p.ids.numel() == 24 for p in ps), ps
     print(ds, [p.id for p in ps])
 rep = tables.reported()
@@ -137,9 +138,13 @@ def test_bad_dataset_and_sizes(tok):
         load_texts("pg19", source="ftp")
     with pytest.raises(ValueError, match="L_max >= 1"):
         load_prompts("pg19", tok, 2, 0)
+    with pytest.raises(ValueError, match="unknown workload"):
+        load_prompts("c4", tok, 2, 8)
+    with pytest.raises(ValueError, match="unknown split"):
+        load_prompts("pg19", tok, 2, 8, split="validation")
 
 
 @needs_data
 def test_too_long_L_max(tok):
     with pytest.raises(ValueError, match="lower L_max or n"):
-        load_prompts("wikitext2", tok, 3, 10**7)
+        load_prompts("wikitext2", tok, 3, 10**7, split="dev")

@@ -36,16 +36,16 @@ def test_hub_ids_are_parquet_datasets(monkeypatch):
     assert asked == [("emozilla/pg19-test", (), "test"), ("Salesforce/wikitext", ("wikitext-2-raw-v1",), "test")]
 
 
-def test_plan_prints_generations_and_gpu_hours(capsys):
+def test_plan_prints_generations_and_hours(capsys):
     full = plan(get_profile("paper"))
     quick = plan(get_profile("paper", n_prompts=2, n_exact=1, warmup=1), quick=True)
     total = sum(r["generations"] for r in full)
-    assert 1500 < total < 4000 and 1 < sum(r["gpu_hours"] for r in full) < 20
+    assert 1500 < total < 4000 and 1 < sum(r["hours"] for r in full) < 20
     assert sum(r["generations"] for r in quick) < total / 5
     assert not {r["notebook"] for r in quick} & {"05_length_scaling", "06_sweeps", "07_prompt_length"}
     assert main(["plan", "--profile", "paper"]) == 0
     out = capsys.readouterr().out
-    assert "est. GPU h" in out and "total" in out and "06_sweeps" in out
+    assert "est. hours" in out and "total" in out and "06_sweeps" in out and "paper's Table 1" in out
 
 
 def test_dryrun_profile_mirrors_the_paper_profile():

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.decoding import verify
+from ..core.decoding import GreedyVerifier
 from ..core.drafting import DraftState, draft_tree
 from ..core.runners import Runner, as_runner, greedy
 from ..core.lookup import LookupRunner
@@ -125,7 +125,7 @@ def loop_costs(target, draft, policy, context: int, reps: int = 30, vocab: int =
         for i, par in reversed(list(enumerate(parents))):  # each node's first child is the target's choice
             if par >= 0:
                 nxt[par] = tree.tokens[i]
-        verify(target, tree)  # untimed: puts the tree in the target's cache, as the loop has it here
+        GreedyVerifier().verify(target, tree)  # untimed: puts the tree in the target's cache, as the loop has it here
         t0 = time.perf_counter()
         path = select_path(tree, nxt)
         torch.cat([tree.tokens[path[1:]], nxt[path[-1:]]]).tolist()
@@ -168,7 +168,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
             d = d.inner
         curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context),
                          COLD: forward_costs(d, context, ks=(1, 2, 4, 8), between=t),
-                         "loop": loop_costs(t, d, profile.method("dynatree", profile.datasets[0]).policy(), context),
+                         "loop": loop_costs(t, d, profile.method("dynatree", profile.workloads[0]).policy(), context),
                          "bound": bound(t.model, probe), "engine": t.engine, "draft_vocab": profile.models.draft_vocab}
         if profile.models.draft_vocab is not None:
             full = as_runner(on_engine(d.model, profile.models.engine, profile.max_len))

@@ -1,13 +1,7 @@
-"""Prompts from WikiText-2 and PG-19 through ``datasets``: the hub in the ``paper`` profile, local files
-offline (same code, ``load_dataset`` on parquet/json instead of a hub id).
-
-Prompt construction (the paper does not specify it; ours, deterministic by seed):
-- WikiText-2 (test split): the split is cut into articles at top-level `` = Title = `` headings; articles
-  with at least ``L_max`` tokens are eligible; ``n`` of them are drawn by seed; a prompt is the first
-  ``L_max`` tokens of its article. Prompt id: ``wikitext2:<article index>``.
-- PG-19 (test split): each book is tokenized (its first ``max_chars`` characters); prompts are
-  ``L_max``-token windows at seeded offsets, drawn round-robin over books so that few books still give
-  ``n`` prompts. Prompt id: ``pg19:<book id>@<token offset>``.
+"""The evaluation and training text through ``datasets``: the hub in the ``paper`` profile, local files offline
+(same code, ``load_dataset`` on parquet/json instead of a hub id). WikiText-2's test split is cut into articles at
+top-level `` = Title = `` headings; PG-19's test split is a list of books; Spec-Bench's questions come from its
+question file. Prompts are built from these in ``prompts`` (which split a prompt belongs to: ``splits``).
 
 Local files live in the repository's ``data/`` folder (provenance, licences and hashes in data/README.md);
 ``$DYNATREE_DATA`` points the loaders at another folder laid out the same way.
@@ -17,12 +11,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import random
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 
 from .paths import REPO
 
@@ -44,12 +35,6 @@ def data_dir() -> Path:
 
 def _dir(explicit: Path | None) -> Path:  # the loaders' ``data_dir`` argument shadows data_dir()
     return Path(explicit) if explicit else data_dir()
-
-
-@dataclass
-class Prompt:
-    id: str
-    ids: torch.Tensor  # 1-D long
 
 
 def _require(path: Path) -> Path:
@@ -94,40 +79,6 @@ def _articles(lines: list[str]) -> list[tuple[str, str]]:
             arts.append([])
         arts[-1].append(line)
     return [(str(i), "".join(a)) for i, a in enumerate(arts)]
-
-
-def load_prompts(dataset: str, tokenizer, n: int, L_max: int, seed: int = 0, source: str = "local",
-                 data_dir: Path | None = None, max_chars: int = 200_000) -> list[Prompt]:
-    """``n`` prompts of exactly ``L_max`` tokens, chosen deterministically by ``seed``."""
-    if n < 1 or L_max < 1:
-        raise ValueError(f"need n >= 1 and L_max >= 1, got n={n}, L_max={L_max}")
-    rng = random.Random(seed)
-    docs = load_texts(dataset, source, data_dir)
-    out: list[Prompt] = []
-    if dataset == "wikitext2":
-        order = list(range(len(docs)))
-        rng.shuffle(order)
-        for i in order:
-            ids = tokenizer(docs[i][1], add_special_tokens=False)["input_ids"]
-            if len(ids) >= L_max:
-                out.append(Prompt(f"wikitext2:{docs[i][0]}", torch.tensor(ids[:L_max])))
-                if len(out) == n:
-                    return out
-    else:
-        books = [(bid, tokenizer(text[:max_chars], add_special_tokens=False)["input_ids"]) for bid, text in docs]
-        books = [(bid, ids) for bid, ids in books if len(ids) >= L_max]
-        used: set[tuple[str, int]] = set()
-        for k in range(n * 20):
-            if not books:
-                break
-            bid, ids = books[k % len(books)]
-            off = rng.randrange(0, len(ids) - L_max + 1)
-            if (bid, off) not in used:
-                used.add((bid, off))
-                out.append(Prompt(f"pg19:{bid}@{off}", torch.tensor(ids[off:off + L_max])))
-                if len(out) == n:
-                    return out
-    raise ValueError(f"{dataset} has only {len(out)} prompts of >= {L_max} tokens (asked for {n}); lower L_max or n")
 
 
 def training_text(data_dir: Path | None = None) -> list[str]:

@@ -1,7 +1,6 @@
 """One measured generation per row: the cell, the run, the row's metrics and agreement with AR, the record."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -10,13 +9,16 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.lookup import LookupRunner
 from ..core.runners import as_runner
+from ..core.sampling import Sampling
 from ..methods import generate
-from .data import Prompt
 from .environment import BandwidthProbe, environment
-from .memory import PeakMemory
-from .metrics import aggregate, prompt_metrics
+from .metrics import aggregate, loop_share, periodic_tail, prompt_metrics
+from .prompts import Prompt
 from .store import config_dict
+
+GREEDY = Sampling()
 
 
 def tokens_hash(tokens: list[int]) -> str:
@@ -25,27 +27,45 @@ def tokens_hash(tokens: list[int]) -> str:
 
 @dataclass
 class Cell:
-    """One benchmark cell: a method on a dataset at one (T, L_max) and precision."""
+    """One benchmark cell: a method on a workload at one (T, L_max), precision and sampling law.
+
+    ``lookup=False``: the draft network alone, without its context lookup (a control row); ``split``: which
+    prompts (``prompts.SPLITS``); ``tags``: sweep coordinates and roles ("timed", "exact", "memory", ...)."""
 
     dataset: str
-    method: str          # family: "ar", "linear", "fixed_tree", "dynatree", "talon", "hf_assisted", "streaming_spec"
+    method: str          # a registered method's name
     label: str           # what tables show, e.g. "DynaTree (paper settings)" or "fixed D=5 B=2 tau=0.1"
     config: object       # the method's configuration dataclass, None for AR
     T: int
-    L_max: int
+    L_max: int           # prompt tokens of a continuation workload; 0 for Spec-Bench
     dtype: str
-    tags: dict = dataclasses.field(default_factory=dict)  # sweep coordinates, role ("timed", "exact", ...)
+    tags: dict = dataclasses.field(default_factory=dict)
+    sampling: Sampling = GREEDY
+    lookup: bool = True
+    split: str = "test"
 
 
-def run_cell(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, record_trees: int = 0):
-    return generate(target, prompt.ids, cell.T, draft=draft, method=cell.config, kv_mode=kv_mode,
-                    record_trees=record_trees)
+def drafter(cell: Cell, draft):
+    """The draft a cell decodes with: the network alone where the cell says so."""
+    return draft.inner if not cell.lookup and isinstance(draft, LookupRunner) else draft
 
 
-def warm_up(cell: Cell, target, draft, prompts: list[Prompt], warmup: int, kv_mode: str) -> None:
+def run_cell(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int | None, seed: int,
+             record_trees: int = 0, session: dict | None = None):
+    """One generation of ``cell`` on ``prompt``; a sampled cell's draws come from a generator seeded by ``seed``;
+    ``session``: the cell's state across its generations (warm-ups included)."""
+    s = cell.sampling
+    gen = None if s.greedy else torch.Generator(next(as_runner(target).model.parameters()).device).manual_seed(seed)
+    return generate(target, prompt.ids, cell.T, draft=drafter(cell, draft), method=cell.config, kv_mode=kv_mode,
+                    eos_token_id=eos, record_trees=record_trees, temperature=s.temperature, top_k=s.top_k,
+                    top_p=s.top_p, generator=gen, session=session)
+
+
+def warm_up(cell: Cell, target, draft, prompts: list[Prompt], warmup: int, kv_mode: str, eos: int | None,
+            session: dict | None = None) -> None:
     """``warmup`` discarded runs of the cell (on the first prompts)."""
     for i in range(warmup):
-        run_cell(cell, target, draft, prompts[i % len(prompts)], kv_mode)
+        run_cell(cell, target, draft, prompts[i % len(prompts)], kv_mode, eos, seed=i, session=session)
 
 
 def agreement(ref: list[int] | None, tokens: list[int]) -> dict:
@@ -53,7 +73,7 @@ def agreement(ref: list[int] | None, tokens: list[int]) -> dict:
     if ref is None:
         return {"equals_ar": None, "ar_agreement": None, "first_divergence": None}
     first = next((i for i, (a, b) in enumerate(zip(ref, tokens)) if a != b), min(len(ref), len(tokens)))
-    return {"equals_ar": ref == tokens, "ar_agreement": sum(a == b for a, b in zip(ref, tokens)) / len(ref),
+    return {"equals_ar": ref == tokens, "ar_agreement": sum(a == b for a, b in zip(ref, tokens)) / max(len(ref), 1),
             "first_divergence": first}
 
 
@@ -69,41 +89,39 @@ def divergence_gap(target, prompt_ids: torch.Tensor, ref: list[int], at: int) ->
     return float(top2[0] - top2[1])
 
 
-def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, ar_tokens: list[int] | None,
-            probe: BandwidthProbe, record_trees: int = 0, memory: bool = False) -> dict:
-    """One measured generation -> one row: metrics and agreement with AR's tokens. AR rows keep their
-    tokens (``output_ids``) so later or resumed cells can be compared with them, and the memory bandwidth
-    ``probe``d right after them. ``memory``: the row also gets the generation's peak memory (``peak_mem_mb``),
-    measured around the generation alone (the probe's tensor freed first; the probe and the divergence check,
-    an uncached forward, come after it)."""
-    dev = next(as_runner(target).model.parameters()).device
-    if memory:
-        probe.release()
-    mem = PeakMemory(str(dev)) if memory else contextlib.nullcontext()
-    with mem:
-        res = run_cell(cell, target, draft, prompt, kv_mode, record_trees)
+def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int | None, ar_tokens: list[int] | None,
+            probe: BandwidthProbe | None, seed: int, record_trees: int = 0, session: dict | None = None) -> dict:
+    """One measured generation -> one row: metrics, agreement with AR's tokens (greedy cells), and for AR rows
+    their tokens (``output_ids``: later or resumed cells compare with them), how much of their output copies
+    earlier text (``loop_share``, ``periodic_tail``) and the memory bandwidth ``probe``d right after them."""
+    res = run_cell(cell, target, draft, prompt, kv_mode, eos, seed, record_trees, session)
+    greedy = cell.sampling.greedy
     ref = res.tokens if cell.config is None else ar_tokens
     row = {"prompt_id": prompt.id, "prompt_len": int(prompt.ids.numel()), **prompt_metrics(res),
-           "tokens_sha": tokens_hash(res.tokens), **agreement(ref, res.tokens)}
-    if memory:
-        row["peak_mem_mb"] = mem.peak_mb
+           "tokens_sha": tokens_hash(res.tokens), **agreement(ref if greedy else None, res.tokens)}
+    if prompt.category is not None:
+        row["category"] = prompt.category
     if cell.config is None:
-        row["output_ids"] = res.tokens
-        row["read_bandwidth_gbs"] = round(probe.read_gbs(), 2)  # AR's bound, probed next to it
-    elif row["equals_ar"] is False:
+        row |= {"output_ids": res.tokens, "loop_share": loop_share(prompt.ids.tolist(), res.tokens),
+                "periodic_tail": periodic_tail(res.tokens)}
+        if probe is not None:
+            row["read_bandwidth_gbs"] = round(probe.read_gbs(), 2)  # AR's bound, probed next to it
+    elif greedy and row["equals_ar"] is False:
         row["divergence_gap"] = divergence_gap(target, prompt.ids, ref, row["first_divergence"])
     if res.trees:
         row["trees"] = res.trees
     return row
 
 
-def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra: dict) -> dict:
-    mo = profile.models
+def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra: dict, replicate: int) -> dict:
+    mo, s = profile.models, cell.sampling
     return {"key": key, "dataset": cell.dataset, "method": cell.method, "label": cell.label,
             "config": config_dict(cell.config), "T": cell.T, "L_max": cell.L_max, "dtype": cell.dtype,
-            "tags": cell.tags, "kv_mode": profile.protocol.kv_mode, "profile": profile.name, "engine": str(mo.engine),
-            "target": mo.target, "draft": mo.draft, "draft_vocab": mo.draft_vocab, "draft_lookup": mo.draft_lookup,
-            "context_override": mo.context_override,
-            "warmup": profile.protocol.warmup, "prompt_ids": [p.id for p in prompts], "rows": rows,
+            "tags": cell.tags, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
+            "lookup": cell.lookup, "split": cell.split, "replicate": replicate, "kv_mode": profile.protocol.kv_mode,
+            "profile": profile.name, "engine": str(mo.engine), "target": mo.target, "draft": mo.draft,
+            "draft_vocab": mo.draft_vocab, "draft_lookup": mo.draft_lookup and cell.lookup,
+            "context_override": mo.context_override, "warmup": profile.protocol.warmup,
+            "seed": profile.protocol.seed, "prompt_ids": [p.id for p in prompts], "rows": rows,
             "aggregate": aggregate(rows), "environment": environment(mo.device), **extra,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -1,47 +1,100 @@
-"""Peak memory of one generation."""
+"""Peak memory of one generation, measured so that the order of cells cannot matter: each cell runs in a fresh
+Python process that loads the models, runs one warm-up generation, then measures the next generation's peak above
+what the process held right before it (CUDA's allocator peak on GPU; on CPU the peak RSS, its high-water mark
+reset at the start of the generation)."""
 from __future__ import annotations
 
+import gc
+import json
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 
-class PeakMemory:
-    """Peak memory during a block: CUDA max allocated, or on CPU the process's peak RSS within the block (its
-    high-water mark reset at entry and read from /proc at the end: the memory experiment's runs are never the
-    timed ones). Weights and caches held before the block count too."""
+def rss_mb() -> float:
+    import psutil
 
-    def __init__(self, device: str):
-        self.device, self.peak_mb = device, 0.0
+    return psutil.Process().memory_info().rss / 2**20
 
-    def __enter__(self):
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            import psutil
 
-            self._proc = psutil.Process()
-            self._reset_hwm()
-        return self
+def reset_peak(device: str) -> float:
+    """Start a peak measurement; returns the memory in use now (MB)."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated() / 2**20
+    try:  # Linux: writing 5 to clear_refs resets VmHWM (peak RSS) to the current RSS
+        Path(f"/proc/{os.getpid()}/clear_refs").write_text("5")
+    except OSError:
+        pass
+    return rss_mb()
 
-    def _reset_hwm(self) -> None:
-        try:  # Linux: writing 5 to clear_refs resets VmHWM (peak RSS) to the current RSS
-            Path(f"/proc/{os.getpid()}/clear_refs").write_text("5")
-        except OSError:
-            pass
 
-    def __exit__(self, *exc):
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-            self.peak_mb = torch.cuda.max_memory_allocated() / 2**20
-        else:
-            hwm = None
-            try:
-                for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        hwm = int(line.split()[1]) * 1024
-            except OSError:
-                pass
-            self.peak_mb = (hwm or self._proc.memory_info().rss) / 2**20
+def read_peak(device: str) -> float:
+    """The peak (MB) since ``reset_peak``."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() / 2**20
+    for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return rss_mb()
+
+
+def measure_here(profile, cell, prompt_index: int = 0) -> dict:
+    """In this process: load the models, warm up once, and measure one generation's peak memory."""
+    from .measure import run_cell
+    from .runner import Prompts, prompt_seed
+
+    if profile.models.threads:
+        torch.set_num_threads(profile.models.threads)
+    target, draft, tok = profile.load_pair(cell.dtype)
+    prompt = Prompts(profile, tok, "memory").of(cell, prompt_index + 1)[prompt_index]
+    eos = tok.eos_token_id if cell.dataset == "spec_bench" else None
+    seed = prompt_seed(profile.protocol.seed, prompt.id, 0)
+    run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)  # warm: allocators, kernels
+    start = reset_peak(profile.models.device)
+    res = run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)
+    peak = read_peak(profile.models.device)
+    return {"prompt_id": prompt.id, "tokens": len(res.tokens), "peak_mem_mb": peak, "start_mem_mb": start,
+            "above_start_mb": peak - start, "engine": res.engine}
+
+
+def measure_in_process(profile, cell) -> dict:
+    """``measure_here`` in a fresh Python process."""
+    with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
+        pickle.dump((profile, cell), f)
+    r = subprocess.run([sys.executable, "-m", "dynatree_lib.harness.memory", f.name], capture_output=True, text=True)
+    Path(f.name).unlink(missing_ok=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"memory cell {cell.label!r} on {cell.dataset} failed:\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_memory(profile, todo: list, path) -> None:
+    """Every missing memory cell, each in its own process, into the experiment's JSON."""
+    from tqdm.auto import tqdm
+
+    from .environment import environment
+    from .measure import make_record
+    from .metrics import aggregate
+    from .store import ResultStore
+
+    store = ResultStore(path)
+    for c, k in tqdm(todo, desc=f"{profile.name}/memory", unit="cell"):
+        row = measure_in_process(profile, c)
+        rec = make_record(c, k, profile, [], [row], {}, 0)
+        rec |= {"prompt_ids": [row["prompt_id"]], "aggregate": aggregate([row]),
+                "environment": environment(profile.models.device)}
+        store.add(rec)
+
+
+if __name__ == "__main__":  # one memory cell, in its own process (``measure_in_process``)
+    _profile, _cell = pickle.loads(Path(sys.argv[1]).read_bytes())
+    print(json.dumps(measure_here(_profile, _cell)))

@@ -17,13 +17,19 @@ Per prompt (one generation of T new tokens):
 - ``draft_nodes_per_iter``: drafted nodes sent to verification per iteration.
 - ``read_bandwidth_gbs`` (AR rows): memory read bandwidth probed right after the generation
   (``bench.read_bandwidth_gbs``); AR's bandwidth bound is weight bytes over the mean of these probes.
-- ``peak_mem_mb``: CUDA max allocated during the run on GPU; on CPU the process's peak RSS during the run
-  (includes the models; relative change vs AR is the comparable number).
+- ``peak_mem_mb``: the peak memory of one generation above what the process held right before it (a fresh
+  process per memory cell, after loading the models and one warm-up run): CUDA's allocator peak on GPU, the
+  process's peak RSS on CPU (``memory``).
+- ``loop_share`` / ``periodic_tail`` (AR rows): the share of output positions whose preceding 12 tokens occurred
+  earlier in prompt + output (what a context lookup can copy), and whether the last 128 output tokens are exactly
+  periodic (the output ends in a loop).
 - ``equals_ar`` / ``ar_agreement``: output identical to greedy AR for the prompt / fraction of positions
   equal to AR's (only StreamingLLM + spec, which is not exact once its window slides, goes below 1).
 - HF assisted generation exposes no per-iteration log: its iterations are counted target forwards,
   accepted = committed - 1 per iteration, draft depth = assistant forwards, TTFT is not measured.
-- ``speedup``: TPS / TPS_AR, recomputed from the same experiment file, dataset, T and L_max; never stored.
+- ``speedup``: TPS / TPS_AR of the same prompts, recomputed from the same experiment file, workload, T, L_max,
+  precision, temperature and replicate; never stored. Spec-Bench reports speedup as a ratio of total tokens over
+  total time per category; ours is the ratio of mean per-prompt throughputs, the same as for the continuations.
 
 How these differ from the paper (its Table 3 is internally inconsistent: ell_bar > L_bar in every row and
 acceptance above 100%): our ell_bar is strictly the accepted length before the bonus, so ell_bar < L_bar;
@@ -66,6 +72,32 @@ def prompt_metrics(res: GenerationResult) -> dict:
     return row
 
 
+LOOP_N = 12     # a position copies earlier text when the 12 tokens before it occurred earlier (the lookup's longest match)
+LOOP_TAIL = 128  # an output ends in a loop when its last 128 tokens are exactly periodic
+
+
+def loop_share(prompt: list[int], output: list[int], n: int = LOOP_N) -> float:
+    """The share of output positions whose preceding ``n`` tokens (prompt and output before them) already occurred
+    as an n-gram earlier: where copying the text that followed last time is possible."""
+    seq, seen, hits = list(prompt), set(), 0
+    for i in range(n, len(prompt)):
+        seen.add(tuple(seq[i - n:i]))
+    for x in output:
+        key = tuple(seq[-n:])
+        hits += len(seq) >= n and key in seen
+        seen.add(key)
+        seq.append(x)
+    return hits / len(output) if output else float("nan")
+
+
+def periodic_tail(output: list[int], span: int = LOOP_TAIL) -> bool:
+    """Whether the output's last ``span`` tokens repeat one period exactly (a period of at most span / 2)."""
+    tail = output[-span:]
+    if len(tail) < span:
+        return False
+    return any(all(tail[i] == tail[i - P] for i in range(P, span)) for P in range(1, span // 2 + 1))
+
+
 def mean_std(xs: list[float]) -> tuple[float, float]:
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     if not xs:
@@ -79,7 +111,8 @@ TIE_GAP = 1e-3
 
 AGG_KEYS = ("tps", "ttft_ms", "tpot_ms", "iterations", "L_bar", "ell_bar", "accept_rate", "node_efficiency",
             "draft_forwards_per_iter", "draft_nodes_per_iter", "depth_per_iter", "peak_mem_mb", "wall_s", "ar_agreement",
-            "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token", "read_bandwidth_gbs")
+            "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token", "read_bandwidth_gbs",
+            "tokens", "loop_share", "start_mem_mb", "above_start_mb")
 
 
 def aggregate(rows: list[dict]) -> dict:

@@ -13,6 +13,7 @@ continuations of the experiment prompts (the text a speculative decoder actually
 """
 from __future__ import annotations
 
+import json
 import math
 
 import torch
@@ -86,62 +87,94 @@ def bits_per_byte(model, tokenizer, text: str, max_tokens: int = 8192) -> float:
     return float(-lp.sum()) / math.log(2) / n_bytes
 
 
-def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False):
-    """Notebook 00's facts about the profile's pair, measured once into ``results/<profile>/pair.json``:
-    held-out bits/byte of both models, a greedy sample, teacher-forced agreement and calibration on the
-    target's greedy continuations of the test prompts and on the prompts themselves. With a ``draft_vocab``
-    profile the agreement is the draft's as drafting uses it (its head over the frequent tokens), and
-    ``agreement_full_vocab`` the same draft scoring every token; with ``draft_lookup`` the draft's
-    distribution carries its context lookup (``core.lookup.mix``) and ``agreement_no_lookup`` is the network
-    alone; bits/byte always score the network alone, over every token."""
-    import json
-
-    from ..core.lookup import mix
-    from ..methods import generate
-    from .data import load_prompts, load_texts
+def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False, name: str = "pair",
+             draft: str | None = None):
+    """Notebook 00's facts about the profile's pair, measured once into ``results/<profile>/<name>.json``:
+    held-out bits/byte of both models, a greedy sample, and teacher-forced agreement and calibration on the
+    target's greedy output for the dev prompts of every workload (continuations of the continuation datasets,
+    answers to Spec-Bench's questions, per category) and on the prompts themselves (``*_human``). With a
+    ``draft_vocab`` profile the agreement is the draft's as drafting uses it (its head over the frequent tokens),
+    and ``agreement_full_vocab`` the same draft scoring every token; with ``draft_lookup`` the draft's distribution
+    carries its context lookup (``core.lookup.mix``) and ``agreement_no_lookup`` is the network alone; bits/byte
+    always score the network alone, over every token. ``draft``: another draft than the profile's (a folder with
+    the same companions: an earlier version, reported beside the current one)."""
     from .environment import environment
     from .models import load_pair
     from .store import needs_run, results_path
-    from .weights import frequent_tokens, lookup_config, weights_info
+    from .weights import weights_info
 
-    path = results_path("pair", profile, root)
+    path = results_path(name, profile, root)
     if not needs_run(path, rerun, render_only):
         return path
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
-    target, draft, tok = load_pair(profile.models.target, profile.models.draft, profile.models.device, "float32",
-                                   profile.models.context_override)
-    T, n = profile.extras.pair_T or profile.protocol.T, profile.extras.pair_n_prompts or profile.protocol.n_prompts
-    vocab = None if profile.models.draft_vocab is None else frequent_tokens(profile.models.draft, profile.models.draft_vocab)
-    report = {"profile": profile.name, "T": T, "n_prompts": n, "draft_vocab": profile.models.draft_vocab,
-              "draft_lookup": profile.models.draft_lookup, "models": {},
-              "bits_per_byte": {}}
-    for role, m, ref in (("target", target, profile.models.target), ("draft", draft, profile.models.draft)):
+    draft_ref = draft or profile.models.draft
+    target, dm, tok = load_pair(profile.models.target, draft_ref, profile.models.device, "float32",
+                                profile.models.context_override)
+    T = profile.extras.pair_T or profile.protocol.T
+    report = {"profile": profile.name, "T": T, "n_prompts": profile.extras.pair_n_prompts,
+              "n_questions": profile.extras.pair_n_questions, "split": "dev", "draft_vocab": profile.models.draft_vocab,
+              "draft_lookup": profile.models.draft_lookup, "models": {}, "bits_per_byte": {}}
+    for role, m, ref in (("target", target, profile.models.target), ("draft", dm, draft_ref)):
         report["models"][role] = {"ref": ref, "params": sum(p.numel() for p in m.parameters()),
                                   "layers": m.config.num_hidden_layers, "hidden": m.config.hidden_size,
                                   "weights": weights_info(ref)}
-    for ds in profile.datasets:
+    report["bits_per_byte"] = held_out_bits(profile, target, dm, tok)
+    seqs = greedy_outputs(profile, target, tok, T, report)
+    report |= agreement_report(profile, draft_ref, target, dm, seqs)
+    report["environment"] = environment(profile.models.device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
+    return path
+
+
+def held_out_bits(profile, target, draft, tok) -> dict:
+    """Bits per byte of both models on the continuation datasets' test text."""
+    from .data import load_texts
+
+    out = {}
+    for ds in [w for w in profile.workloads if w != "spec_bench"]:
         docs = [text for _, text in load_texts(ds, profile.protocol.data_source)]
         texts = ["".join(docs)] if ds == "wikitext2" else docs[:4]
         n_tok = 8192 if ds == "wikitext2" else 2048
         for role, m in (("target", target), ("draft", draft)):
             bpb = [bits_per_byte(m, tok, t, n_tok) for t in texts]
-            report["bits_per_byte"].setdefault(role, {})[ds] = sum(bpb) / len(bpb)
+            out.setdefault(role, {})[ds] = sum(bpb) / len(bpb)
+    return out
+
+
+def greedy_outputs(profile, target, tok, T: int, report: dict) -> list[tuple[str, Tensor, int]]:
+    """(group, prompt + the target's greedy output, the prompt's last row) for every dev prompt; Spec-Bench's
+    groups are ``spec_bench/<category>``. The first continuation is kept as a sample in ``report``."""
+    from ..methods import generate
+    from .prompts import load_prompts
+
     seqs = []
-    for ds in profile.datasets:
-        for p in load_prompts(ds, tok, n, profile.protocol.L_max[ds], profile.protocol.seed, profile.protocol.data_source):
-            out = generate(target, p.ids, T).tokens
-            seqs.append((ds, torch.cat([p.ids, torch.tensor(out)]), p.ids.numel() - 1))
+    for ws in profile.workloads:
+        spec = ws == "spec_bench"
+        n = (profile.extras.pair_n_questions if spec else profile.extras.pair_n_prompts) or profile.protocol.n_prompts
+        for p in load_prompts(ws, tok, n, profile.L_max(ws), "dev", profile.protocol.seed, profile.protocol.data_source):
+            ids = p.ids[-profile.protocol.max_prompt:] if profile.protocol.max_prompt else p.ids
+            out = generate(target, ids, T, eos_token_id=tok.eos_token_id if spec else None).tokens
+            seqs.append((f"{ws}/{p.category}" if spec else ws, torch.cat([ids, torch.tensor(out)]), ids.numel() - 1))
             if not report.get("sample"):
-                report["sample"] = {"prompt_id": p.id, "prompt_tail": tok.decode(p.ids[-40:]),
+                report["sample"] = {"prompt_id": p.id, "prompt_tail": tok.decode(ids[-40:]),
                                     "continuation": tok.decode(out[:64])}
-    # Teacher-forced once per sequence and text (its continuation, its human prompt): every dataset group
-    # and draft head below reads these.
-    lookup = lookup_config(profile.models.draft) if profile.models.draft_lookup else None
+    return seqs
+
+
+def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
+    """Agreement and calibration of each draft head (see ``run_pair``) per group, per workload, and over all,
+    on the target's output and on the human prompt. Teacher-forced once per sequence and text."""
+    from ..core.lookup import mix
+    from .weights import frequent_tokens, lookup_config
+
+    vocab = None if profile.models.draft_vocab is None else frequent_tokens(draft_ref, profile.models.draft_vocab)
+    lookup = lookup_config(draft_ref) if profile.models.draft_lookup else None
     heads = ({"agreement": (vocab, lookup)} | ({"agreement_full_vocab": (None, lookup)} if vocab is not None else {})
              | ({"agreement_no_lookup": (vocab, None)} if lookup is not None else {}))
-    flags = {key: [] for key in heads}  # (dataset, text, draft confidences, agreement with the target)
-    for ds, ids, s in seqs:
+    flags = {key: [] for key in heads}  # (group, text, draft confidences, agreement with the target)
+    for group, ids, s in seqs:
         for text, x, lo in (("", ids, s), ("_human", ids[:s + 1], 0)):
             t_top = teacher_forced(target, x)[lo:-1].argmax(-1)
             lps = {}  # one draft forward per head: the rows with and without the lookup share it
@@ -150,14 +183,15 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False)
                     lps[v is None] = teacher_forced(draft, x, vocab=v)[:-1]
                 lp = lps[v is None]
                 conf, top = top1(lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v), v)
-                flags[key].append((ds, text, conf, top == t_top))
+                flags[key].append((group, text, conf, top == t_top))
+    groups = list(dict.fromkeys(g for g, _, _ in seqs))
+    scopes = groups + [w for w in profile.workloads if w not in groups] + ["all"]
+    out = {}
     for key in heads:
-        report[key] = {}
-        for ds in profile.datasets + ("all",):
+        out[key] = {}
+        for scope in scopes:
             for text in ("", "_human"):
-                sel = [f for f in flags[key] if f[1] == text and ds in ("all", f[0])]
-                report[key][ds + text] = agreement_stats([f[2] for f in sel], [f[3] for f in sel])
-    report["environment"] = environment(profile.models.device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1))
-    return path
+                sel = [f for f in flags[key] if f[1] == text and scope in ("all", f[0], f[0].split("/")[0])]
+                if sel:
+                    out[key][scope + text] = agreement_stats([f[2] for f in sel], [f[3] for f in sel])
+    return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..baselines.hf_assisted import HFAssistedConfig
+from ..baselines.hf_generate import HFAssistedConfig
 from ..core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 from .. import methods as registry
 from .models import Engine, load_pair
@@ -54,17 +54,29 @@ class Models:
 
 @dataclass(frozen=True)
 class Protocol:
-    """How prompts are drawn and decoded: ``L_max`` prompt tokens per dataset, ``T`` new tokens, ``n_prompts``
-    per cell (``n_exact`` in the exactness run), ``warmup`` discarded runs per cell, prompts seeded by ``seed``."""
+    """How prompts are drawn and decoded. ``workloads``: the continuation datasets (prompts of ``L_max`` tokens
+    each, continued for ``T`` tokens) and ``spec_bench`` (questions through the chat template, answered to EOS or
+    ``T`` tokens; longer than ``max_prompt`` tokens, where set, cut to their last ``max_prompt``). Per main-table
+    cell: ``n_prompts`` test prompts per continuation dataset and ``n_questions`` per Spec-Bench category
+    (``n_exact`` and one per category in the exactness run; a ``slow_share`` of them for methods on transformers'
+    engine), after ``warmup`` discarded runs, in an order seeded by ``seed``; the main table is measured
+    ``replicates`` times, each in its own process; the sampling experiment runs at ``temperatures``."""
 
+    workloads: tuple = ("wikitext2", "pg19")
     L_max: dict = field(default_factory=lambda: {"wikitext2": 800, "pg19": 1000})
     T: int = 1500
     n_prompts: int = 10
+    n_questions: int = 10
     n_exact: int = 0
+    slow_share: float = 1 / 3
     warmup: int = 2
     seed: int = 0
+    replicates: int = 2
+    temperatures: tuple = (1.0,)
+    max_prompt: int = 0
     kv_mode: str = "gather"
     data_source: str = "local"           # "hub" or "local"
+    prompt_style: str = "splits"         # "authors": the authors' character-cut prompts (``prompts.authors_prompts``)
 
 
 @dataclass(frozen=True)
@@ -84,12 +96,14 @@ class PaperSettings:
 @dataclass(frozen=True)
 class Tuning:
     """Equal-budget tuning: ``candidates`` per method family (the same number each; None: no tuning), measured
-    on ``n`` tuning prompts drawn with ``seed`` (never the test prompts), decoding ``T`` tokens (None: the
-    protocol's)."""
+    on ``n`` tuning prompts per continuation dataset and ``n_questions`` per Spec-Bench category (the tuning
+    split, never a test prompt) in an order seeded by ``seed``, decoding ``T`` tokens (None: the protocol's);
+    greedy, and again at the first of the protocol's temperatures for the sampling experiment."""
 
     candidates: dict | None = None
     seed: int = 99
     n: int = 3
+    n_questions: int = 1
     T: int | None = None
 
 
@@ -109,7 +123,8 @@ class Sweeps:
 
 @dataclass(frozen=True)
 class Extras:
-    """Notebook 00's pair report (``pair_T`` tokens of ``pair_n_prompts`` prompts per dataset; 0: the protocol's),
+    """Notebook 00's pair report (``pair_T`` tokens of ``pair_n_prompts`` dev prompts per continuation dataset, 0:
+    the protocol's, and ``pair_n_questions`` per Spec-Bench category),
     notebook 09's recorded trees, and whether the main table adds the cost-aware extension (built from this
     profile's measured forward costs, ``results/<profile>/costs.json``; tuned over DynaTree's candidates with the
     cut on where the profile tunes)."""
@@ -118,6 +133,7 @@ class Extras:
     trees_per_prompt: int = 64
     pair_T: int = 0
     pair_n_prompts: int = 0
+    pair_n_questions: int = 2
     cost_aware: bool = True
 
 
@@ -142,18 +158,38 @@ class Profile:
         return None if paper is None else paper(self.paper, dataset)
 
     @property
-    def datasets(self) -> tuple[str, ...]:
-        return tuple(self.protocol.L_max)
+    def workloads(self) -> tuple[str, ...]:
+        return tuple(self.protocol.workloads)
+
+    def L_max(self, workload: str) -> int:
+        """Prompt tokens of a continuation workload (0 for Spec-Bench, whose prompts are whole questions)."""
+        return self.protocol.L_max.get(workload, 0)
 
     @property
     def max_len(self) -> int:
-        """Static-cache slots for the committed tokens of the longest run of this profile."""
+        """Static-cache slots for the committed tokens of the longest run of this profile (Spec-Bench prompts
+        run to a few thousand tokens)."""
         L, s = self.protocol.L_max, self.sweeps
-        return max(max(L.values()) + max(self.protocol.T, *s.T_list), max(s.L_max_list) + self.protocol.T)
+        longest = max(max(L.values()) + max(self.protocol.T, *s.T_list), max(s.L_max_list) + self.protocol.T)
+        if "spec_bench" in self.protocol.workloads:
+            longest = max(longest, (self.protocol.max_prompt or 2048) + self.protocol.T)
+        return longest
 
     def load_pair(self, dtype: str | None = None):
         """The profile's models (``Models.load_pair``) with caches for its longest run."""
         return self.models.load_pair(dtype, self.max_len)
+
+
+def _authors_settings(**over) -> PaperSettings:
+    """The authors' code's settings (their Table 1 scripts; ``docs/fidelity.md``): a top-1 root, tau on parents,
+    rho_stop 0.1 and tau 0.05 for DynaTree, the per-prompt history controller; their fixed tree "D = 8" drafts a
+    top-1 root plus 8 branching levels, 9 in all."""
+    dt = dict(D0=5, B_min=1, B_mid=2, B_max=3, tau_h=0.9, tau_l=0.4, rho_stop=0.1, rho_deep=0.5, tau=0.05, n_max=256,
+              W=10, a_star=0.7, root_siblings=False, tau_on_parent=True, history_scope="prompt")
+    return PaperSettings(
+        linear_K={"wikitext2": 8, "pg19": 5},
+        fixed=FixedTreeConfig(D=9, B=3, tau=0.1, n_max=256, root_siblings=False, tau_on_parent=True),
+        dynatree={"wikitext2": DynaTreeConfig(D_max=8, **dt), "pg19": DynaTreeConfig(D_max=9, **dt)}, **over)
 
 
 def _cpu_tuning() -> dict:
@@ -181,11 +217,28 @@ def _tiny_tuning() -> dict:
             "hf_assisted": (HFAssistedConfig(3), HFAssistedConfig(4, "heuristic"))}
 
 
+# The paper profile reads L_max (800 / 1000) as tokens, the paper's text giving no unit: its prompts are about four
+# times the authors' (who cut characters) and PG-19 runs past Pythia's 2048 positions (context_override). The
+# authors profile follows their code instead: character-cut prompts, their settings, the rebuild commit.
 PROFILES: dict[str, Profile] = {
     "paper": Profile(
         "paper", Models("EleutherAI/pythia-2.8b", "EleutherAI/pythia-70m", device="cuda", dtype="float16",
                         exact_dtype="float32", context_override=2560),
         Protocol(n_exact=2, data_source="hub")),
+    "authors": Profile(
+        "authors", Models("EleutherAI/pythia-2.8b", "EleutherAI/pythia-70m", device="cuda", dtype="float16",
+                          exact_dtype="float32"),
+        Protocol(n_exact=2, replicates=1, data_source="hub", prompt_style="authors", kv_mode="rebuild"),
+        _authors_settings(), extras=Extras(cost_aware=False)),
+    "authors-dryrun": Profile(
+        "authors-dryrun", Models("tiny-pythia:target", "tiny-pythia:draft", dtype="bfloat16", exact_dtype="float32",
+                                 threads=2),
+        Protocol(L_max={"wikitext2": 200, "pg19": 250}, T=40, n_prompts=2, n_exact=1, warmup=1, replicates=1,
+                 prompt_style="authors", kv_mode="rebuild", temperatures=()),
+        _authors_settings(streaming_cache=102),
+        sweeps=Sweeps(T_list=(10, 40), L_max_list=(100, 200), n_prompts=1, fixed_grid={"D": (3,), "B": (2,), "tau": (0.1,)},
+                      threshold_pairs=((0.9, 0.4),), breadth_list=((1, 2, 3),), depth_list=((5, 8),)),
+        extras=Extras(trees_n_prompts=1, trees_per_prompt=8, cost_aware=False)),
     "paper-dryrun": Profile(
         "paper-dryrun",
         Models("tiny-pythia:target", "tiny-pythia:draft", dtype="bfloat16", exact_dtype="float32", context_override=2560,
@@ -203,26 +256,31 @@ PROFILES: dict[str, Profile] = {
         "cpu",
         Models("embedded:target", "embedded:draft", dtype="bfloat16", engine=Engine("static+fused"),
                exact_dtype="float32", draft_vocab=8192, draft_lookup=True, threads=2),
-        Protocol(L_max={"wikitext2": 200, "pg19": 250}, T=256, n_prompts=8, n_exact=2, warmup=1),
-        PaperSettings(linear_K={"wikitext2": 8, "pg19": 5}, streaming_cache=256),
-        Tuning(_cpu_tuning(), n=3),
+        Protocol(workloads=("wikitext2", "pg19", "spec_bench"), L_max={"wikitext2": 200, "pg19": 250}, T=256,
+                 n_prompts=24, n_questions=10, n_exact=2, warmup=1, temperatures=(1.0, 0.7)),
+        PaperSettings(linear_K={"wikitext2": 8, "pg19": 5, "spec_bench": 5}, streaming_cache=256,
+                      dynatree={"wikitext2": DynaTreeConfig(D_max=8), "pg19": DynaTreeConfig(D_max=9),
+                                "spec_bench": DynaTreeConfig(D_max=8)}),
+        Tuning(_cpu_tuning(), n=3, n_questions=1),
         Sweeps(T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), n_prompts=2,
                fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
                threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
-        Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10)),
+        Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
-        Protocol(L_max={"wikitext2": 24, "pg19": 24}, T=24, n_prompts=2, n_exact=1, warmup=1),
-        PaperSettings(linear_K={"wikitext2": 4, "pg19": 3}, fixed=FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32),
-                      dynatree={"wikitext2": DynaTreeConfig(D_max=6, n_max=32), "pg19": DynaTreeConfig(D_max=6, n_max=32)},
+        Protocol(workloads=("wikitext2", "pg19", "spec_bench"), L_max={"wikitext2": 24, "pg19": 24}, T=24,
+                 n_prompts=2, n_questions=1, n_exact=1, slow_share=0.5, warmup=1, temperatures=(1.0,), max_prompt=48),
+        PaperSettings(linear_K={"wikitext2": 4, "pg19": 3, "spec_bench": 3},
+                      fixed=FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32),
+                      dynatree={w: DynaTreeConfig(D_max=6, n_max=32) for w in ("wikitext2", "pg19", "spec_bench")},
                       talon=TalonConfig(mu=0.1, N=16, K=4), streaming_cache=32),
-        Tuning(_tiny_tuning(), n=1, T=16),
+        Tuning(_tiny_tuning(), n=1, n_questions=1, T=16),
         Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,
                fixed_grid={"D": (2, 4), "B": (2,), "tau": (0.05, 0.1)}, threshold_pairs=((0.9, 0.4), (0.7, 0.2)),
                breadth_list=((1, 2, 3),), depth_list=((3, 6),)),
-        Extras(trees_n_prompts=1, trees_per_prompt=6)),
+        Extras(trees_n_prompts=1, trees_per_prompt=6, pair_n_questions=1)),
 }
 
 

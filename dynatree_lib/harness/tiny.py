@@ -39,7 +39,11 @@ def tiny_tokenizer():
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+    # a minimal chat template, so that the instruction workload runs on the tiny fixtures too
+    out.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    return out
 
 
 def tiny_pythia(seed: int = 0, vocab_size: int = 50304, hidden_size: int = 128, layers: int = 4, heads: int = 4,

@@ -1,74 +1,103 @@
-"""What a run of ``run_all.sh`` costs, before running it: generations and tokens per notebook, and GPU
-time estimated from the paper's own throughputs (Table 1, Pythia-2.8B/70M on an A100).
+"""What a run of ``run_all.sh`` costs, before running it: generations and tokens per notebook, and the time they
+take, estimated from the best throughputs at hand.
 
-Assumptions, printed with the plan: each generation runs at the paper's tokens/s for its method family
-and dataset (TALON, HF assisted and StreamingLLM at linear speculative decoding's rate); fp32 runs at a
-quarter of that; warmup runs count like measured ones; model loading and compilation are not counted.
+Rates, printed with the plan: where this profile's main table was logged (``results/<profile>/main.json``), each
+method's measured tokens/s on each workload (warm-up runs and prefill included, model loading and compilation
+not); otherwise, the paper's Table 1 throughputs on an A100 (TALON, HF and StreamingLLM at linear speculative
+decoding's rate; fp32 at a quarter), which only a GPU profile approaches.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from .. import methods as registry
-from ..harness.experiments import EXPERIMENTS, n_prompts, tuned
+from ..harness.experiments import EXPERIMENTS, n_prompts
+from ..harness.splits import CATEGORIES
+from ..harness.store import results_path
+from ..harness.tuning import tuned
 from .tables import reported
 
 NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_latency": (), "03_verification_efficiency": (),
              "04_ablation": ("ablation",), "05_length_scaling": ("length_scaling",),
              "06_sweeps": ("fixed_sweep", "dynatree_sweep"), "07_prompt_length": ("prompt_length",),
-             "08_memory": ("memory",), "09_tree_shapes": ("trees",)}
+             "08_memory": ("memory",), "09_tree_shapes": ("trees",), "10_sampling": ("sampling",)}
 SWEEP_NOTEBOOKS = ("05_length_scaling", "06_sweeps", "07_prompt_length")
 
 
-def _tps(method: str, dataset: str, dtype: str) -> float:
-    t1 = reported()["table1_throughput_tokens_per_s"][dataset]
-    m = registry.REGISTRY.get(method)
-    tps = t1[m.reported if m and m.reported else "linear_spec"]["mean"]
-    return tps / 4 if dtype == "float32" else tps
+class Rates:
+    """Tokens per second per (method, workload, precision): logged, or the paper's."""
+
+    def __init__(self, profile):
+        path = results_path("main", profile)
+        self.logged: dict = {}
+        if path.exists():
+            for r in json.loads(path.read_text())["records"]:
+                self.logged[(r["method"], r["dataset"], r["dtype"])] = r["aggregate"]["tps"]["mean"]
+        self.source = "this profile's logged main table" if self.logged else "the paper's Table 1 (A100)"
+
+    def __call__(self, method: str, workload: str, dtype: str) -> float:
+        if (method, workload, dtype) in self.logged:
+            return self.logged[(method, workload, dtype)]
+        if ("ar", workload, dtype) in self.logged:  # a method not logged yet: AR's rate
+            return self.logged[("ar", workload, dtype)]
+        t1 = reported()["table1_throughput_tokens_per_s"].get(workload, reported()["table1_throughput_tokens_per_s"]["pg19"])
+        m = registry.REGISTRY.get(method)
+        tps = t1[m.reported if m and m.reported else "linear_spec"]["mean"]
+        return tps / 4 if dtype == "float32" else tps
+
+
+def cells_of(profile, name: str):
+    """The experiment's cells; where the tuning or the costs are not logged yet, the paper's settings stand in
+    (a cost-aware cell costs what a DynaTree cell does)."""
+    p = profile
+    try:
+        for ws in p.workloads:
+            tuned(p, "dynatree", ws)
+    except (FileNotFoundError, ValueError):  # no tuning logged for this protocol yet
+        p = dataclasses.replace(p, tuning=dataclasses.replace(p.tuning, candidates=None))
+    try:
+        return EXPERIMENTS[name](profile if name == "tuning" else p, None)
+    except FileNotFoundError:
+        no_ext = dataclasses.replace(p, extras=dataclasses.replace(p.extras, cost_aware=False))
+        cells = EXPERIMENTS[name](no_ext, None)
+        return cells + [c for c in cells if c.method == "dynatree" and not c.tags.get("paper_settings")]
 
 
 def plan(profile, quick: bool = False) -> list[dict]:
-    """One entry per notebook: generations, tokens and estimated GPU seconds."""
-    try:
-        tuned(profile, "dynatree", profile.datasets[0])
-        cells_of = profile
-    except FileNotFoundError:  # tuning not run yet: count the other cells at the paper's settings
-        cells_of = dataclasses.replace(profile, tuning=dataclasses.replace(profile.tuning, candidates=None))
+    """One entry per notebook: generations, tokens and estimated hours."""
+    rate, per_category = Rates(profile), len(set(CATEGORIES.values()))
     out = []
     for nb, exps in NOTEBOOKS.items():
         if quick and nb in SWEEP_NOTEBOOKS:
             continue
         gens = toks = secs = 0.0
         for name in exps:
-            if name == "pair":  # greedy continuations of the test prompts, fp32
-                for ds in profile.datasets:
-                    gens += profile.protocol.n_prompts
-                    toks += profile.protocol.n_prompts * profile.protocol.T
-                    secs += profile.protocol.n_prompts * profile.protocol.T / _tps("ar", ds, "float32")
+            if name == "pair":  # greedy output of the dev prompts, fp32
+                for ws in profile.workloads:
+                    n = profile.extras.pair_n_prompts or profile.protocol.n_prompts
+                    n = profile.extras.pair_n_questions * per_category if ws == "spec_bench" else n
+                    gens, toks = gens + n, toks + n * profile.protocol.T
+                    secs += n * profile.protocol.T / rate("ar", ws, "float32")
                 continue
-            try:
-                cells = EXPERIMENTS[name](profile if name == "tuning" else cells_of, None)
-            except FileNotFoundError:  # no costs.json yet: a cost-aware cell costs what its DynaTree cell does
-                no_ext = dataclasses.replace(cells_of, extras=dataclasses.replace(cells_of.extras, cost_aware=False))
-                cells = EXPERIMENTS[name](no_ext, None)
-                cells += [c for c in cells if c.method == "dynatree" and not c.tags.get("paper_settings")]
-            for c in cells:
-                n = n_prompts(name, profile, c) + profile.protocol.warmup
-                gens += n
-                toks += n * c.T
-                secs += n * c.T / _tps(c.method, c.dataset, c.dtype)
-        out.append({"notebook": nb, "generations": int(gens), "tokens": int(toks), "gpu_hours": secs / 3600})
+            for c in cells_of(profile, name):
+                n = n_prompts(name, profile, c) * (per_category if c.dataset == "spec_bench" else 1) + profile.protocol.warmup
+                gens, toks = gens + n, toks + n * c.T
+                secs += n * c.T / rate(c.method, c.dataset, c.dtype)
+        out.append({"notebook": nb, "generations": int(gens), "tokens": int(toks), "hours": secs / 3600})
     return out
 
 
 def format_plan(rows: list[dict], profile) -> str:
-    lines = [f"plan for profile {profile.name!r} (target {profile.models.target}, T={profile.protocol.T}, {profile.protocol.n_prompts} prompts, "
-             f"{profile.models.dtype}, device {profile.models.device})",
-             f"{'notebook':28s} {'generations':>11s} {'tokens':>11s} {'est. GPU h':>10s}"]
+    p = profile.protocol
+    lines = [f"plan for profile {profile.name!r} (target {profile.models.target}, workloads {', '.join(profile.workloads)}, "
+             f"T={p.T}, {p.n_prompts} prompts per continuation dataset, {p.n_questions} per Spec-Bench category, "
+             f"{p.replicates} replicate(s), {profile.models.dtype}, device {profile.models.device})",
+             f"{'notebook':28s} {'generations':>11s} {'tokens':>11s} {'est. hours':>10s}"]
     for r in rows:
-        lines.append(f"{r['notebook']:28s} {r['generations']:11d} {r['tokens']:11d} {r['gpu_hours']:10.2f}")
+        lines.append(f"{r['notebook']:28s} {r['generations']:11d} {r['tokens']:11d} {r['hours']:10.2f}")
     lines.append(f"{'total':28s} {sum(r['generations'] for r in rows):11d} {sum(r['tokens'] for r in rows):11d} "
-                 f"{sum(r['gpu_hours'] for r in rows):10.2f}")
-    lines.append("GPU hours assume the paper's Table 1 throughputs on an A100 (fp32 at a quarter of them); "
-                 "loading, compiling and tuning reruns are not counted.")
+                 f"{sum(r['hours'] for r in rows):10.2f}")
+    lines.append(f"Hours at the rates of {Rates(profile).source}; loading, compiling and the memory experiment's "
+                 "fresh processes are not counted.")
     return "\n".join(lines)

@@ -43,8 +43,9 @@ def tick(label: str, width: int = 12) -> str:
 
 
 def main_throughput(df: pd.DataFrame):
-    """Figure 4: throughput (bars) and speedup (labels) per method, one bar per dataset."""
-    fig, ax = plt.subplots(figsize=(12, 3.8))
+    """Figure 4: mean throughput over the test prompts (bars; whiskers: the standard deviation over prompts) and
+    the speedup over AR on the same prompts (labels above the whiskers), one bar per workload."""
+    fig, ax = plt.subplots(figsize=(13, 4.2))
     df = order(df)
     labels = list(df.label.unique())
     colors = [color(m) for m in df.drop_duplicates("label").method]
@@ -54,14 +55,15 @@ def main_throughput(df: pd.DataFrame):
         sub = df[df.dataset == ds].set_index("label").reindex(labels)
         x = np.arange(len(labels)) + (j - (len(dss) - 1) / 2) * w
         bars = ax.bar(x, sub.tps, w, yerr=sub.tps_std, capsize=3, label=DATASET_LABELS[ds],
-                      color=colors, alpha=1.0 if j == 0 else 0.55, edgecolor="black", linewidth=0.5)
-        for b, s in zip(bars, sub.speedup):
-            ax.annotate(f"{s:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
-                        fontsize=7, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(np.arange(len(labels)), [tick(lab, 13) for lab in labels], fontsize=7.5)
+                      color=colors, alpha=(1.0, 0.6, 0.3)[j % 3], edgecolor="black", linewidth=0.5, hatch=("", "", "//")[j % 3])
+        for b, s, sd in zip(bars, sub.speedup, sub.tps_std.fillna(0)):
+            ax.annotate(f"{s:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height() + sd), ha="center", va="bottom",
+                        fontsize=6, rotation=90, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(np.arange(len(labels)), [tick(lab, 13) for lab in labels], fontsize=7)
     ax.set_ylabel("throughput (tokens/s)")
-    ax.legend(title="left (solid) / right (light)", fontsize=8, title_fontsize=8, loc="upper left")
-    ax.set_title("Throughput and speedup vs AR")
+    ax.margins(y=0.2)
+    ax.legend(title="workload (left to right)", fontsize=8, title_fontsize=8, loc="upper left")
+    ax.set_title("Mean throughput ± std over prompts; labels: speedup over AR on the same prompts")
     return fig
 
 
@@ -190,22 +192,31 @@ def time_breakdown(df: pd.DataFrame):
     return fig
 
 
-def reliability(pair: dict):
-    """Reliability diagram of the draft's top-1 probability against agreement with the target's greedy
-    token (on the target's continuations), with how many positions fall in each bin."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
-    for key, style in (("all", "o-"), ("all_human", "s--")):
-        bins = [x for x in pair["agreement"][key]["bins"] if x["n"]]
-        a.plot([x["confidence"] for x in bins], [x["accuracy"] for x in bins], style,
-               label=f"{'continuations' if key == 'all' else 'human text'} (ECE {pair['agreement'][key]['ece']:.3f})")
-    a.plot([0, 1], [0, 1], color="gray", lw=0.8)
-    a.set_xlabel("draft top-1 probability")
-    a.set_ylabel("agreement with the target")
-    a.legend(fontsize=7)
-    bins = pair["agreement"]["all"]["bins"]
-    b.bar([(x["lo"] + x["hi"]) / 2 for x in bins], [x["n"] for x in bins], width=0.09, color="#1f77b4")
-    b.set_xlabel("draft top-1 probability")
-    b.set_ylabel("positions")
+def reliability(pair: dict, head: str = "agreement"):
+    """Reliability diagram of the draft's top-1 probability against agreement with the target's greedy token,
+    one panel per workload (on the target's output, and dashed on the human text), with how many positions fall
+    in each bin. ``head``: which draft (``agreement``: as it drafts; ``agreement_no_lookup``: the network alone)."""
+    from .tables import scope_label
+
+    scopes = [k for k in pair[head] if "/" not in k and not k.endswith("_human") and k != "all"]
+    fig, axes = plt.subplots(2, len(scopes), figsize=(3.4 * len(scopes), 5.6), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 1]})
+    for j, key in enumerate(scopes):
+        a, b = axes[0, j], axes[1, j]
+        for k, style, what in ((key, "o-", "target's output"), (key + "_human", "s--", "human text")):
+            if k in pair[head]:
+                bins = [x for x in pair[head][k]["bins"] if x["n"]]
+                a.plot([x["confidence"] for x in bins], [x["accuracy"] for x in bins], style, ms=3,
+                       label=f"{what} (ECE {pair[head][k]['ece']:.3f})")
+        a.plot([0, 1], [0, 1], color="gray", lw=0.8)
+        a.set_title(scope_label(key), fontsize=9)
+        a.set_xlabel("draft top-1 probability", fontsize=8)
+        a.legend(fontsize=6)
+        bins = pair[head][key]["bins"]
+        b.bar([(x["lo"] + x["hi"]) / 2 for x in bins], [x["n"] for x in bins], width=0.09, color="#1f77b4")
+        b.set_xlabel("draft top-1 probability", fontsize=8)
+    axes[0, 0].set_ylabel("agreement with the target")
+    axes[1, 0].set_ylabel("positions")
     fig.tight_layout()
     return fig
 
@@ -213,9 +224,11 @@ def reliability(pair: dict):
 def chain_acceptance(pair: dict):
     """P(a linear draft is accepted to depth j), and the acceptance at depth j given depth j-1."""
     fig, ax = plt.subplots(figsize=(4.6, 3.2))
-    for key in [k for k in pair["agreement"] if not k.endswith("_human")]:
+    from .tables import scope_label
+
+    for key in [k for k in pair["agreement"] if not k.endswith("_human") and "/" not in k]:
         p = pair["agreement"][key]["chain_acceptance"]
-        ax.plot(range(1, len(p) + 1), p, "o-", label=DATASET_LABELS.get(key, "all"))
+        ax.plot(range(1, len(p) + 1), p, "o-", label=scope_label(key))
     ax.set_xlabel("depth j in a linear draft")
     ax.set_ylabel("P(accepted to depth j)")
     ax.set_ylim(0, 1)
@@ -235,22 +248,50 @@ def cost_curves(costs: dict):
                     label=f"{role.replace('_', ' ')} {dtype}")
         ax.axhline(c["bound"]["ms_per_token"], color="gray", ls=ls, lw=0.8, label=f"target bound {dtype}")
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xlabel("tokens per forward (k)")
-    ax.set_ylabel("ms per forward")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("ms per forward (log)")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     return fig
 
 
 def cost_model(t: pd.DataFrame):
     """Predicted against measured milliseconds per token, every method and dataset (±10% band)."""
-    fig, ax = plt.subplots(figsize=(4.8, 4.2))
-    for (lab, prec), g in t.groupby(["Method", "precision"], sort=False):
-        ax.scatter(g.predicted, g.measured, s=30, marker="o" if prec != "float32" else "^", label=f"{lab} ({prec})")
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    markers = "osD^v<>pPX*hH8d"
+    for i, ((lab, prec), g) in enumerate(t.groupby(["Method", "precision"], sort=False)):
+        ax.scatter(g.predicted, g.measured, s=28, marker=markers[i % len(markers)],
+                   facecolors="none" if prec == "float32" else None, label=f"{lab} ({prec})")
     lo, hi = 0.9 * min(t.predicted.min(), t.measured.min()), 1.1 * max(t.predicted.max(), t.measured.max())
-    xs = np.linspace(lo, hi, 10)
+    xs = np.geomspace(lo, hi, 20)
     ax.plot(xs, xs, "k-", lw=0.8)
     ax.fill_between(xs, 0.9 * xs, 1.1 * xs, color="gray", alpha=0.15)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("predicted ms / token (cost model)")
     ax.set_ylabel("measured ms / token")
-    ax.legend(fontsize=6, ncol=1, loc="upper left")
+    ax.legend(fontsize=6, ncol=1, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return fig
+
+
+def sampling(df: pd.DataFrame):
+    """Speedup over AR sampling at each temperature, per workload and method (the draft with its lookup)."""
+    temps = sorted(df.temperature.unique())
+    dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
+    fig, axes = plt.subplots(1, len(dss), figsize=(4.2 * len(dss), 3.6), squeeze=False, sharey=True)
+    for ax, ds in zip(axes[0], dss):
+        sub = order(df[(df.dataset == ds) & (df.method != "ar")])
+        labels = list(sub.label.unique())
+        w = 0.8 / len(temps)
+        for j, t in enumerate(temps):
+            g = sub[sub.temperature == t].set_index("label").reindex(labels)
+            x = np.arange(len(labels)) + (j - (len(temps) - 1) / 2) * w
+            ax.bar(x, g.speedup, w, color=[color(m) for m in g.method.fillna("")], alpha=1.0 if j == 0 else 0.55,
+                   edgecolor="black", linewidth=0.5, label=f"T = {t:g}")
+        ax.axhline(1, color="gray", lw=0.8)
+        ax.set_xticks(np.arange(len(labels)), [tick(lab, 12) for lab in labels], fontsize=6, rotation=90)
+        ax.set_title(DATASET_LABELS[ds], fontsize=9)
+    axes[0, 0].set_ylabel("speedup over AR sampling")
+    axes[0, 0].legend(fontsize=7, title="temperature (left to right)", title_fontsize=7)
+    fig.tight_layout()
     return fig

@@ -13,10 +13,12 @@ import torch
 
 from .. import methods as registry
 from ..harness.data import REPO_DATA
-from ..harness.experiments import EXPERIMENTS, PAPER_DYNATREE, cell_key, label
+from ..harness.experiments import ALONE, EXPERIMENTS, PAPER_DYNATREE, cell_key, label
 from ..harness.metrics import TIE_GAP
 
-DATASET_LABELS = {"wikitext2": "WikiText-2", "pg19": "PG-19"}
+DATASET_LABELS = {"wikitext2": "WikiText-2", "pg19": "PG-19", "spec_bench": "Spec-Bench"}
+CATEGORY_LABELS = {"multi-turn": "Multi-turn conv.", "translation": "Translation", "summarization": "Summarization",
+                   "qa": "QA", "math_reasoning": "Math reasoning", "rag": "RAG"}
 
 
 def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
@@ -37,15 +39,19 @@ def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
 
 
 def load(path: str | Path, profile=None) -> pd.DataFrame:
-    """One row per record: identifiers, tags, ``<metric>`` / ``<metric>_std`` means, equality counts."""
+    """One row per record: identifiers, tags, ``<metric>`` / ``<metric>_std`` means, equality counts, the
+    per-prompt rows (``rows``), and the speedups (``add_speedup``)."""
     rows = []
     for r in records(path, profile):
+        m = registry.REGISTRY.get(r["method"])
         row = {"dataset": r["dataset"], "method": r["method"], "label": r.get("label", r["method"]), "T": r["T"],
                "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
                "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
+               "temperature": r.get("temperature", 0.0), "lookup": r.get("lookup", True),
+               "replicate": r.get("tags", {}).get("replicate", 0), "engine": m.engine if m else "ours",
                "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
-               "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r),
-               "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"]},
+               "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r), "rows": r["rows"],
+               "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"] if "tps" in row},
                **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in r.get("tags", {}).items()}}
         for k, v in r["aggregate"].items():
             if isinstance(v, dict):
@@ -66,8 +72,8 @@ def bound_ms(record: dict) -> float | None:
 
 def bound_ratios(record: dict) -> list[float] | None:
     """Each AR generation's TPOT over the bound from the probe taken right after it (None where the rows carry
-    no probes). This VM's read bandwidth flips between two phases within seconds, so a record's mean probe
-    can describe no moment of the run; a generation and its own probe are the closer pair."""
+    no probes). A VM's read bandwidth can flip between phases within seconds, so a record's mean probe can
+    describe no moment of the run; a generation and its own probe are the closer pair."""
     wb = (record.get("bound") or {}).get("weight_bytes")
     rows = record["rows"]
     if not wb or not rows or any(not r.get("read_bandwidth_gbs") for r in rows):
@@ -92,38 +98,55 @@ def ratio_ci(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> tuple[floa
     return lo, hi
 
 
+def paired_ratio(a: dict, b: dict) -> float:
+    """mean(a) / mean(b) over the prompts both measured."""
+    ids = set(a) & set(b)
+    if not ids:
+        return float("nan")
+    return statistics.fmean(a[i] for i in ids) / statistics.fmean(b[i] for i in ids)
+
+
+AR_KEY = ["dataset", "T", "L_max", "dtype", "temperature", "replicate"]
+
+
 def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
-    """speedup = TPS / TPS_AR of the same dataset, T, L_max and precision in the same file (never taken
-    from a log), with its 95% paired bootstrap interval over prompts (``speedup_lo``, ``speedup_hi``)."""
+    """speedup = mean TPS / mean TPS of AR over the same prompts (same file, workload, T, L_max, precision,
+    temperature and replicate; never taken from a log), with its 95% paired bootstrap interval over prompts
+    (``speedup_lo``, ``speedup_hi``); rows on transformers' engine also ``speedup_own`` over HF's AR."""
     df = df.copy()
-    key = ["dataset", "T", "L_max", "dtype"]
-    ar = df[df.method == "ar"].set_index(key)
-    keys = list(df[key].itertuples(index=False, name=None))
-    df["speedup"] = [t / ar.tps.get(k, float("nan")) for t, k in zip(df.tps, keys)]
-    ci = [ratio_ci(m, ar.tps_by_prompt[k]) if k in ar.index else (float("nan"),) * 2
-          for m, k in zip(df.tps_by_prompt, keys)]
+    if df.empty:
+        return df
+    keys = list(df[AR_KEY].itertuples(index=False, name=None))
+    ar = {k: t for k, t, m in zip(keys, df.tps_by_prompt, df.method) if m == "ar"}
+    hf = {k: t for k, t, m in zip(keys, df.tps_by_prompt, df.method) if m == "hf_ar"}
+    df["speedup"] = [paired_ratio(t, ar[k]) if k in ar else float("nan") for t, k in zip(df.tps_by_prompt, keys)]
+    ci = [ratio_ci(t, ar[k]) if k in ar else (float("nan"),) * 2 for t, k in zip(df.tps_by_prompt, keys)]
     df["speedup_lo"], df["speedup_hi"] = [c[0] for c in ci], [c[1] for c in ci]
+    df["speedup_own"] = [paired_ratio(t, hf[k]) if e == "transformers" and k in hf else float("nan")
+                         for t, k, e in zip(df.tps_by_prompt, keys, df.engine)]
     return df
 
 
 def paired_vs_best(df: pd.DataFrame, methods=("dynatree", "dynatree_cost")) -> pd.DataFrame:
-    """Each DynaTree row of the timed run against the fastest method outside the DynaTree family on the same
-    dataset: the ratio of their throughputs with its 95% paired bootstrap interval over prompts (an interval
-    that contains 1 is no measured difference)."""
+    """Each DynaTree row of the timed run (draft with its lookup) against the fastest method outside the
+    DynaTree family on the same workload, per replicate: the ratio of their throughputs with its 95% paired
+    bootstrap interval over prompts (an interval that contains 1 is no measured difference)."""
     rows = []
     timed = role(df)
+    timed = timed[timed.lookup & (timed.engine == "ours")]
     for ds in [d for d in DATASET_LABELS if d in set(timed.dataset)]:
-        sub = timed[timed.dataset == ds]
-        others = sub[~sub.method.isin(("ar", "dynatree", "dynatree_cost"))]
-        if others.empty:
-            continue
-        best = others.loc[others.tps.idxmax()]
-        for _, r in order(sub[sub.method.isin(methods)]).iterrows():
-            lo, hi = ratio_ci(r.tps_by_prompt, best.tps_by_prompt)
-            rows.append({"Dataset": DATASET_LABELS[ds], "Method": r.label, "vs": best.label,
-                         "throughput ratio": f"{r.tps / best.tps:.3f}", "95% CI": f"[{lo:.3f}, {hi:.3f}]",
-                         "prompts": len(set(r.tps_by_prompt) & set(best.tps_by_prompt))})
-    return pd.DataFrame(rows).set_index(["Dataset", "Method"]) if rows else pd.DataFrame()
+        for rep, sub in timed[timed.dataset == ds].groupby("replicate"):
+            others = sub[~sub.method.isin(("ar", "dynatree", "dynatree_cost"))]
+            if others.empty:
+                continue
+            best = others.loc[others.tps.idxmax()]
+            for _, r in order(sub[sub.method.isin(methods)]).iterrows():
+                lo, hi = ratio_ci(r.tps_by_prompt, best.tps_by_prompt)
+                rows.append({"Workload": DATASET_LABELS[ds], "Method": r.label, "replicate": int(rep) + 1,
+                             "vs": best.label, "throughput ratio": f"{paired_ratio(r.tps_by_prompt, best.tps_by_prompt):.3f}",
+                             "95% CI": f"[{lo:.3f}, {hi:.3f}]",
+                             "prompts": len(set(r.tps_by_prompt) & set(best.tps_by_prompt))})
+    return pd.DataFrame(rows).set_index(["Workload", "Method", "replicate"]) if rows else pd.DataFrame()
 
 
 def pm(mean: float, std: float, fmt: str = "{:.1f}") -> str:
@@ -133,17 +156,19 @@ def pm(mean: float, std: float, fmt: str = "{:.1f}") -> str:
 
 
 def order(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows in the paper's method order (DynaTree with the paper's settings right after DynaTree)."""
+    """Rows in the registry's method order (DynaTree with the paper's settings right after DynaTree, a control
+    row right after its method)."""
     rank = {m: i for i, m in enumerate(registry.REGISTRY)}
-    r = [rank.get(m, 99) + (0.5 if lab == PAPER_DYNATREE else 0) for m, lab in zip(df.method, df.label)]
+    r = [rank.get(m, 99) + (0.5 if lab == PAPER_DYNATREE else 0) + (0.25 if not lk else 0)
+         for m, lab, lk in zip(df.method, df.label, df.get("lookup", pd.Series(True, index=df.index)))]
     return df.assign(_r=r).sort_values(["_r"], kind="stable").drop(columns="_r")
 
 
 def _per_dataset(df: pd.DataFrame, cols: dict) -> pd.DataFrame:
-    """Methods as rows, (dataset, column) pairs as columns; ``cols`` maps a header to a row formatter."""
+    """Methods as rows, (workload, column) pairs as columns; ``cols`` maps a header to a row formatter."""
     out = {}
     for ds in [d for d in DATASET_LABELS if d in set(df.dataset)]:
-        sub = order(df[df.dataset == ds]).set_index("label")
+        sub = order(df[df.dataset == ds]).drop_duplicates("label").set_index("label")
         for name, f in cols.items():
             out[(DATASET_LABELS[ds], name)] = {lab: f(r) for lab, r in sub.iterrows()}
     t = pd.DataFrame(out)
@@ -154,6 +179,10 @@ def _per_dataset(df: pd.DataFrame, cols: dict) -> pd.DataFrame:
 def role(df: pd.DataFrame, name: str = "timed") -> pd.DataFrame:
     """The records of one role of the main run: "timed" (the timed precision) or "exact" (fp32)."""
     return df[df.get("tag_role", pd.Series("timed", index=df.index)).fillna("timed") == name]
+
+
+def replicate(df: pd.DataFrame, r: int = 0) -> pd.DataFrame:
+    return df[df.replicate == r]
 
 
 def exactness_failures(df: pd.DataFrame) -> pd.DataFrame:
@@ -175,14 +204,42 @@ def _agree(r) -> str:
     return s
 
 
+def _speedup_ci(r) -> str:
+    if r.method == "ar" or pd.isna(r.speedup):
+        return "–"
+    ci = "" if pd.isna(r.speedup_lo) else f" [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]"
+    return f"{r.speedup:.2f}×{ci}"
+
+
+def replicates_agree(a, b) -> bool:
+    """Two replicates' speedups tell the same story: their 95% intervals overlap and they are on the same side
+    of 1 (where an interval excludes it)."""
+    if pd.isna(a.speedup_lo) or pd.isna(b.speedup_lo):
+        return bool(abs(a.speedup - b.speedup) <= 0.05 * max(a.speedup, b.speedup))
+    side = lambda r: 1 if r.speedup_lo > 1 else -1 if r.speedup_hi < 1 else 0
+    return a.speedup_lo <= b.speedup_hi and b.speedup_lo <= a.speedup_hi and side(a) * side(b) >= 0
+
+
 def table1(df):
-    """Throughput and speedup (timed precision), with agreement with AR at that precision."""
-    return _per_dataset(role(df), {"Throughput (tok/s)": lambda r: pm(r.tps, r.tps_std),
-                                   "Speedup": lambda r: f"{r.speedup:.2f}×", "95% CI": _ci, "= AR": _agree})
-
-
-def _ci(r) -> str:
-    return "–" if r.method == "ar" or pd.isna(r.speedup_lo) else f"{r.speedup_lo:.2f}–{r.speedup_hi:.2f}"
+    """Throughput (replicate 1) and speedup with its 95% interval in each replicate (timed precision), whether
+    the replicates agree, and agreement with AR at that precision."""
+    timed = role(df)
+    reps = sorted(timed.replicate.unique())
+    out = {}
+    for ds in [d for d in DATASET_LABELS if d in set(timed.dataset)]:
+        sub = {r: order(timed[(timed.dataset == ds) & (timed.replicate == r)]).set_index("label") for r in reps}
+        first = sub[reps[0]]
+        out[(DATASET_LABELS[ds], "tok/s")] = {lab: pm(x.tps, x.tps_std) for lab, x in first.iterrows()}
+        for r in reps:
+            out[(DATASET_LABELS[ds], f"speedup r{r + 1} [95% CI]")] = {lab: _speedup_ci(x) for lab, x in sub[r].iterrows()}
+        if len(reps) > 1:
+            out[(DATASET_LABELS[ds], "replicates agree")] = {
+                lab: "–" if x.method == "ar" or lab not in sub[reps[1]].index
+                else ("yes" if replicates_agree(x, sub[reps[1]].loc[lab]) else "**no**") for lab, x in first.iterrows()}
+        out[(DATASET_LABELS[ds], "= AR")] = {lab: _agree(x) for lab, x in first.iterrows()}
+    t = pd.DataFrame(out)
+    t.index.name = "Method"
+    return t
 
 
 def table1_exact(df):
@@ -191,8 +248,8 @@ def table1_exact(df):
 
 
 def table2(df):
-    return _per_dataset(role(df), {"TTFT (ms)": lambda r: pm(r.ttft_ms, r.ttft_ms_std),
-                                   "TPOT (ms)": lambda r: pm(r.tpot_ms, r.tpot_ms_std, "{:.2f}")})
+    return _per_dataset(replicate(role(df)), {"TTFT (ms)": lambda r: pm(r.ttft_ms, r.ttft_ms_std),
+                                              "TPOT (ms)": lambda r: pm(r.tpot_ms, r.tpot_ms_std, "{:.2f}")})
 
 
 def _dash(x, fmt):
@@ -200,20 +257,22 @@ def _dash(x, fmt):
 
 
 def table3(df):
-    return _per_dataset(role(df), {"Accept.": lambda r: _dash(r.accept_rate, "{:.1%}") if r.method != "ar" else "–",
-                                   "L̄": lambda r: f"{r.L_bar:.2f}",
-                                   "ℓ̄": lambda r: _dash(r.ell_bar, "{:.2f}") if r.method != "ar" else "–",
-                                   "#Iter.": lambda r: f"{r.iterations:.0f}"})
+    return _per_dataset(replicate(role(df)), {
+        "Accept.": lambda r: _dash(r.accept_rate, "{:.1%}") if r.method != "ar" else "–",
+        "L̄": lambda r: f"{r.L_bar:.2f}", "ℓ̄": lambda r: _dash(r.ell_bar, "{:.2f}") if r.method != "ar" else "–",
+        "#Iter.": lambda r: f"{r.iterations:.0f}"})
 
 
 def table5(df):
+    """Peak memory of one generation (a fresh process per cell), absolute and above what the process held right
+    before it (models, caches, runtime), against AR's."""
     t = {}
-    ar_avg = df[df.method == "ar"].peak_mem_mb.mean()
+    ar = df[df.method == "ar"]
     for lab, sub in order(df).groupby("label", sort=False):
-        row = {DATASET_LABELS[d]: f"{sub[sub.dataset == d].peak_mem_mb.mean():.1f}" for d in ("pg19", "wikitext2")
-               if d in set(sub.dataset)}
-        avg = sub.peak_mem_mb.mean()
-        row.update({"Average (MB)": f"{avg:.1f}", "Rel. change": f"{(avg / ar_avg - 1):+.2%}"})
+        row = {f"{DATASET_LABELS[d]} peak (MB)": f"{sub[sub.dataset == d].peak_mem_mb.mean():.1f}"
+               for d in DATASET_LABELS if d in set(sub.dataset)}
+        row |= {"above start (MB)": f"{sub.above_start_mb.mean():.1f}",
+                "peak vs AR": f"{sub.peak_mem_mb.mean() / ar.peak_mem_mb.mean() - 1:+.2%}"}
         t[lab] = row
     out = pd.DataFrame(t).T
     out.index.name = "Method"
@@ -221,15 +280,116 @@ def table5(df):
 
 
 def table4(df):
-    fixed = df[df.tag_step == 0].tps.iloc[0]
+    base = df[df.tag_step == 0].tps.iloc[0]
     sub = df[df.method != "ar"].sort_values("tag_step")
     out = pd.DataFrame({"Variant": sub.label,
                         "Throughput (tok/s)": [pm(a, b) for a, b in zip(sub.tps, sub.tps_std)],
                         "Speedup": [f"{s:.2f}×" for s in sub.speedup],
-                        "Δ vs Fixed": [f"{t / fixed - 1:+.1%}" for t in sub.tps],
+                        "Δ vs Fixed (D=5, B=2)": [f"{t / base - 1:+.1%}" for t in sub.tps],
                         "L̄": [f"{x:.2f}" for x in sub.L_bar], "#Iter.": [f"{x:.0f}" for x in sub.iterations],
                         "= AR": [f"{a}/{n}" for a, n in zip(sub.equals_ar, sub.n)]}).set_index("Variant")
     return out
+
+
+def _speedup_over(rows: list[dict], ar_rows: list[dict]) -> float:
+    return paired_ratio({r["prompt_id"]: r["tps"] for r in rows}, {r["prompt_id"]: r["tps"] for r in ar_rows})
+
+
+def spec_bench_table(df, temperature: float = 0.0) -> pd.DataFrame:
+    """Spec-Bench's form, per category and overall (replicate 1, draft with its lookup): mean tokens per
+    verification (τ = L̄, the bonus token included) and speedup over AR on the same questions."""
+    sub = replicate(role(df))
+    sub = sub[(sub.dataset == "spec_bench") & (sub.temperature == temperature) & sub.lookup]
+    if sub.empty:
+        return pd.DataFrame()
+    ar = sub[sub.method == "ar"].iloc[0].rows
+    out = {}
+    for _, r in order(sub).iterrows():
+        row = {}
+        for cat, name in CATEGORY_LABELS.items():
+            rows = [x for x in r.rows if x.get("category") == cat]
+            if rows:
+                tau = sum(x["tokens"] for x in rows) / sum(x["iterations"] for x in rows)
+                row[(name, "τ")] = f"{tau:.2f}"
+                row[(name, "speedup")] = "–" if r.method == "ar" else f"{_speedup_over(rows, ar):.2f}×"
+        row[("Overall", "τ")] = f"{r.L_bar:.2f}"
+        row[("Overall", "speedup")] = "–" if r.method == "ar" else f"{r.speedup:.2f}×"
+        out[r.label] = row
+    t = pd.DataFrame(out).T
+    t.columns = pd.MultiIndex.from_tuples(t.columns)
+    t.index.name = "Method"
+    return t
+
+
+def controls_table(df) -> pd.DataFrame:
+    """Each drafting method with its draft network alone and with the network plus the context lookup
+    (replicate 1): speedups, and the share of the speedup the lookup adds."""
+    sub = replicate(role(df))
+    rows = []
+    for ds in [d for d in DATASET_LABELS if d in set(sub.dataset)]:
+        w = sub[sub.dataset == ds]
+        for _, alone in order(w[~w.lookup]).iterrows():
+            main = w[(w.method == alone.method) & w.lookup & (w.label == alone.label.replace(ALONE, ""))]
+            if main.empty:
+                continue
+            m = main.iloc[0]
+            rows.append({"Workload": DATASET_LABELS[ds], "Method": m.label, "network alone": f"{alone.speedup:.2f}×",
+                         "network + lookup": f"{m.speedup:.2f}×",
+                         "lookup's share of the gain": "–" if m.speedup <= 1 else
+                         f"{(m.speedup - max(alone.speedup, 1)) / (m.speedup - 1):.0%}"})
+    return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
+
+
+def loop_table(df) -> pd.DataFrame:
+    """How much of each continuation's output copies earlier text (AR rows: the share of positions whose
+    preceding 12-gram occurred earlier, and how many outputs end in an exactly periodic tail), and each method's
+    speedup on the prompts whose AR output loops and on the others (replicate 1)."""
+    sub = replicate(role(df))
+    rows = []
+    for ds in [d for d in ("wikitext2", "pg19") if d in set(sub.dataset)]:
+        w = sub[sub.dataset == ds]
+        ar = w[w.method == "ar"].iloc[0]
+        looping = {x["prompt_id"] for x in ar.rows if x.get("periodic_tail")}
+        ar_tps = {x["prompt_id"]: x["tps"] for x in ar.rows}
+        for _, r in order(w[w.method != "ar"]).iterrows():
+            tps = {x["prompt_id"]: x["tps"] for x in r.rows}
+            loop = {k: v for k, v in tps.items() if k in looping}
+            rest = {k: v for k, v in tps.items() if k not in looping}
+            rows.append({"Workload": DATASET_LABELS[ds], "Method": r.label,
+                         "AR loop share": f"{ar.loop_share:.0%}", "periodic outputs": f"{len(looping)}/{ar.n}",
+                         "speedup, looping prompts": _dash(paired_ratio(loop, ar_tps), "{:.2f}×"),
+                         "speedup, other prompts": _dash(paired_ratio(rest, ar_tps), "{:.2f}×")})
+    return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
+
+
+def hf_table(df) -> pd.DataFrame:
+    """transformers' own engine: HF assisted generation over HF's AR (the algorithm) and over ours (algorithm and
+    engine together), and HF's AR over ours (the engine alone), per workload (replicate 1)."""
+    sub = replicate(role(df))
+    rows = []
+    for ds in [d for d in DATASET_LABELS if d in set(sub.dataset)]:
+        w = sub[sub.dataset == ds]
+        for name in ("hf_assisted", "hf_ar"):
+            r = w[w.method == name]
+            if not r.empty:
+                r = r.iloc[0]
+                rows.append({"Workload": DATASET_LABELS[ds], "Method": r.label, "tok/s": pm(r.tps, r.tps_std),
+                             "over HF AR": _dash(r.speedup_own, "{:.2f}×"), "over our AR": f"{r.speedup:.2f}×"})
+    return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
+
+
+def sampling_table(df) -> pd.DataFrame:
+    """TALON's Table 3 form: per temperature and workload, mean tokens per verification (τ) and the speedup over
+    AR sampling at the same temperature on the same prompts."""
+    out = {}
+    for (t, ds), sub in df.groupby(["temperature", "dataset"], sort=True):
+        for _, r in order(sub).iterrows():
+            out.setdefault(r.label, {})[(f"T = {t:g}", DATASET_LABELS[ds], "τ")] = f"{r.L_bar:.2f}"
+            out[r.label][(f"T = {t:g}", DATASET_LABELS[ds], "speedup")] = "–" if r.method == "ar" else _speedup_ci(r)
+    t = pd.DataFrame(out).T
+    t.columns = pd.MultiIndex.from_tuples(t.columns)
+    t.index.name = "Method"
+    return t
 
 
 def reported() -> dict:
@@ -242,7 +402,8 @@ def reported_vs_reproduced_main(df: pd.DataFrame) -> pd.DataFrame:
     """Speedup and verification numbers: the paper (Pythia-2.8B/70M, A100) beside ours (this profile)."""
     rep = reported()
     rows = []
-    df = role(df)
+    df = replicate(role(df))
+    df = df[df.lookup]
     for ds in [d for d in ("wikitext2", "pg19") if d in set(df.dataset)]:
         for m, lab in [(m, label(m)) for m in registry.names("paper")] + [("dynatree", PAPER_DYNATREE)]:
             ours = df[(df.dataset == ds) & (df.label == lab)]
@@ -262,18 +423,21 @@ def reported_vs_reproduced_main(df: pd.DataFrame) -> pd.DataFrame:
 
 def reported_vs_reproduced_v1(df: pd.DataFrame, dataset: str = "wikitext2") -> pd.DataFrame:
     """The earlier paper version's Table 1 (one prompt, 500 tokens, with HF assisted generation and
-    StreamingLLM + spec) beside our speedups for the same methods on ``dataset``."""
+    StreamingLLM + spec) beside our speedups for the same methods on ``dataset``: over our AR, and for HF assisted
+    also over HF's own AR (the paper's 1.36x is HF assisted over HF's AR on one engine)."""
     rep = reported()["earlier_version_500_tokens"]["table1"]
     pairs = [("ar", "ar"), ("hf_assisted", "hf_assisted"), ("linear_spec_K6", "linear"),
              ("streamingllm_spec_cache1024", "streaming_spec"), ("dynatree_v1", "dynatree")]
     rows = []
-    df = role(df)
+    df = replicate(role(df))
     for rk, m in pairs:
         ours = df[(df.dataset == dataset) & (df.label == label(m))]
+        o = None if ours.empty else ours.iloc[0]
         rows.append({"Method": label(m), "Speedup (paper v1)": f"{rep[rk]['speedup']:.2f}×",
-                     "Speedup (ours)": "–" if ours.empty else f"{ours.iloc[0].speedup:.2f}×",
-                     "Agreement with AR (ours)": "–" if ours.empty or pd.isna(ours.iloc[0].get("ar_agreement"))
-                     else f"{ours.iloc[0].ar_agreement:.1%}"})
+                     "Speedup (ours, over our AR)": "–" if o is None else f"{o.speedup:.2f}×",
+                     "Speedup (ours, over HF AR)": "–" if o is None else _dash(o.speedup_own, "{:.2f}×"),
+                     "Agreement with AR (ours)": "–" if o is None or pd.isna(o.get("ar_agreement"))
+                     else f"{o.ar_agreement:.1%}"})
     return pd.DataFrame(rows).set_index("Method")
 
 
@@ -299,15 +463,23 @@ def save(t: pd.DataFrame, name: str, out_dir: Path) -> str:
 
 
 def tuning_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Every tuning candidate (equal budget per family) with its throughput; the chosen one marked."""
+    """Every tuning candidate (equal budget per family) with its throughput, greedy and sampled; the chosen one
+    marked."""
     rows = []
-    for (ds, fam), g in df.groupby(["dataset", "method"], sort=False):
+    for (t, ds, fam), g in df.groupby(["temperature", "dataset", "method"], sort=False):
         best = g.tps.idxmax()
         for i, r in g.iterrows():
-            rows.append({"Dataset": DATASET_LABELS[ds], "Candidate": r.label, "tok/s": pm(r.tps, r.tps_std),
-                         "Speedup": f"{r.speedup:.2f}×", "L̄": f"{r.L_bar:.2f}",
+            rows.append({"T": "greedy" if t == 0 else f"{t:g}", "Workload": DATASET_LABELS[ds], "Candidate": r.label,
+                         "tok/s": pm(r.tps, r.tps_std), "Speedup": f"{r.speedup:.2f}×", "L̄": f"{r.L_bar:.2f}",
                          "nodes/iter": f"{r.draft_nodes_per_iter:.1f}", "chosen": "✓" if i == best and fam != "ar" else ""})
-    return pd.DataFrame(rows).set_index(["Dataset", "Candidate"])
+    return pd.DataFrame(rows).set_index(["T", "Workload", "Candidate"])
+
+
+def scope_label(scope: str) -> str:
+    """A pair-report scope ("wikitext2", "spec_bench/qa", "all") as tables name it."""
+    ws, _, cat = scope.partition("/")
+    name = DATASET_LABELS.get(ws, ws)
+    return f"{name} · {CATEGORY_LABELS.get(cat, cat)}" if cat else name
 
 
 def pair_table(pair: dict) -> pd.DataFrame:
@@ -332,13 +504,33 @@ def agreement_table(pair: dict) -> pd.DataFrame:
         ([("agreement_no_lookup", ", network alone (no lookup)")] if "agreement_no_lookup" in pair else [])
     for field_, head in heads:
         for key, a in pair[field_].items():
-            text = ("human text (prompts)" if key.endswith("_human") else "target's greedy continuations") + head
-            ds = key.replace("_human", "")
-            rows[(DATASET_LABELS.get(ds, "all"), text)] = {
+            text = ("human text (prompts)" if key.endswith("_human") else "target's greedy output") + head
+            rows[(scope_label(key.replace("_human", "")), text)] = {
                 "positions": a["positions"], "agreement": f"{a['agreement']:.3f}",
                 "mean top-1 prob": f"{a['mean_confidence']:.3f}", "ECE": f"{a['ece']:.3f}"}
     t = pd.DataFrame(rows).T
-    t.index.names = ["dataset", "text"]
+    t.index.names = ["scope", "text"]
+    return t
+
+
+def draft_versions_table(pair: dict, before: dict) -> pd.DataFrame:
+    """The draft against an earlier version on the same dev prompts, teacher-forced on the target's greedy output:
+    agreement of the network alone and with its lookup, and the calibration error, per workload and category."""
+    rows = {}
+    for key in pair["agreement"]:
+        if key.endswith("_human") or key not in before.get("agreement", {}):
+            continue
+        row = {}
+        for name, rep in (("before", before), ("now", pair)):
+            alone = rep.get("agreement_no_lookup", rep["agreement"])[key]
+            row[("network alone", name)] = f"{alone['agreement']:.3f}"
+            row[("with lookup", name)] = f"{rep['agreement'][key]['agreement']:.3f}"
+            row[("ECE (network alone)", name)] = f"{alone['ece']:.3f}"
+        row[("positions", "")] = pair["agreement"][key]["positions"]
+        rows[scope_label(key)] = row
+    t = pd.DataFrame(rows).T
+    t.columns = pd.MultiIndex.from_tuples(t.columns)
+    t.index.name = "text"
     return t
 
 
@@ -391,7 +583,7 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
     rows, ar_scale = [], {}  # (dataset, precision) -> AR's measured / predicted
     for _, r in order(df).iterrows():
         prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
-        if prec not in costs["curves"] or r.method == "hf_assisted":
+        if prec not in costs["curves"] or r.engine != "ours":
             continue
         c = costs["curves"][prec]
         stats = (r.draft_nodes_per_iter, r.depth_per_iter, r.draft_forwards_per_iter, r.L_bar)

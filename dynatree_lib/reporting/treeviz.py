@@ -143,6 +143,16 @@ def depth_heatmap(ax, trees: pd.DataFrame, label: str, max_depth: int = 10) -> N
     plt.colorbar(im, ax=ax, label="nodes per tree")
 
 
+def informative(trees: pd.DataFrame, label: str = "DynaTree", min_nodes: int = 4) -> tuple[str, int]:
+    """(prompt, position) of an iteration worth drawing: one of ``label``'s trees with at least ``min_nodes``
+    nodes that branches and accepts the most tokens (the earliest such), rather than a trivial one."""
+    sub = trees[trees.label == label]
+    rich = sub[(sub.nodes >= min_nodes) & (sub.root_breadth + sub.per_depth.map(max) > 2)]
+    pick = (rich if len(rich) else sub).sort_values(["accepted", "nodes", "position"], ascending=[False, False, True])
+    r = pick.iloc[0]
+    return r.prompt_id, int(r.position)
+
+
 def side_by_side(trees: pd.DataFrame, labels: list[str], prompt_id: str, position: int, tok=None):
     """The trees of several methods for the same prompt at (or right after) the same position."""
     fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 4.2))
@@ -169,17 +179,19 @@ def strip(trees: pd.DataFrame, label: str, prompt_id: str, start: int = 0, n: in
 
 def scatter_accepted_vs_size(trees: pd.DataFrame):
     """Accepted length against tree size, per method (jittered)."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.4))
     rng = np.random.default_rng(0)
     for lab, g in trees.groupby("label", sort=False):
         a.scatter(g.nodes + rng.uniform(-0.3, 0.3, len(g)), g.accepted + rng.uniform(-0.2, 0.2, len(g)), s=6,
                   alpha=0.4, label=lab)
-        c = by_confidence(g)
-        b.plot([iv.mid for iv in c.index.get_level_values("conf")], c.depth, "o-", label=lab)
+        c = by_confidence(g).reset_index()
+        c = c.assign(mid=[iv.mid for iv in c.conf]).sort_values("mid")
+        b.plot(c.mid, c.depth, "o-", label=lab)
     a.set_xlabel("drafted nodes")
     a.set_ylabel("accepted tokens")
     a.legend(fontsize=7)
-    b.set_xlabel("draft confidence at the root")
-    b.set_ylabel("tree depth")
+    b.set_xlabel("draft confidence at the root (bin centre)")
+    b.set_ylabel("mean tree depth")
+    b.legend(fontsize=7)
     fig.tight_layout()
     return fig

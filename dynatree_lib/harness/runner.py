@@ -1,0 +1,112 @@
+"""The measurement loop: every missing cell of an experiment, interleaved prompt by prompt, checkpointed per row."""
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from ..core.runners import as_runner
+from . import measure
+from .environment import BandwidthProbe, bound
+from .prompts import authors_prompts, load_prompts
+from .splits import CATEGORIES
+from .store import ResultStore
+from .weights import weights_info
+
+
+def prompt_seed(profile_seed: int, prompt_id: str, replicate: int) -> int:
+    """The seed of a sampled generation: the same for every method on a prompt in a replicate."""
+    return zlib.crc32(f"{profile_seed}:{prompt_id}:{replicate}".encode())
+
+
+def measure_cells(name: str, p, todo: list, path) -> None:
+    """Measure ``todo`` ((cell, key) pairs), one model load per precision."""
+    store = ResultStore(path)
+    for dtype in dict.fromkeys(c.dtype for c, _ in todo):
+        _measure(name, p, [(c, k) for c, k in todo if c.dtype == dtype], store, dtype)
+
+
+def _measure(name: str, p, todo: list, store: ResultStore, dtype: str) -> None:
+    from tqdm.auto import tqdm
+
+    from .experiments import n_prompts
+
+    if p.models.threads:
+        torch.set_num_threads(p.models.threads)
+    target, draft, tok = p.load_pair(dtype)
+    probe = BandwidthProbe(p.models.device)
+    extra = {"weights": {"target": weights_info(p.models.target), "draft": weights_info(p.models.draft)},
+             "bound": bound(as_runner(target).model, probe)}
+    todo.sort(key=lambda ck: ck[0].config is not None)  # AR first: every other cell is compared with it
+    rows = {k: store.partial(k) for _, k in todo}
+    counts = {k: n_prompts(name, p, c) for c, k in todo}
+    prompts = Prompts(p, tok, name)
+    refs = ar_references(store, todo, rows, dtype)
+    sessions = {k: {} for _, k in todo}  # a cell's state across its generations (a policy adapting across prompts)
+    bar = tqdm(total=sum(counts[k] * prompts.per_cell(c) for c, k in todo), initial=sum(map(len, rows.values())),
+               desc=f"{p.name}/{name} {dtype}", unit="gen")
+    # Interleaved: round i measures prompt i for every cell (AR first), so slow drifts of machine speed hit all
+    # methods alike instead of whichever cells happen to run during a slow spell.
+    for i in range(max(counts[k] * prompts.per_cell(c) for c, k in todo)):
+        for c, k in todo:
+            ps = prompts.of(c, counts[k])
+            if len(rows[k]) > i or i >= len(ps):
+                continue
+            bar.set_postfix_str(f"{c.dataset} {c.label[:40]} T={c.T}")
+            eos = tok.eos_token_id if c.dataset == "spec_bench" else None
+            if not rows[k]:
+                measure.warm_up(c, target, draft, ps, p.protocol.warmup, p.protocol.kv_mode, eos, sessions[k])
+            ref = refs.setdefault(ref_key(c), {})
+            seed = prompt_seed(p.protocol.seed, ps[i].id, c.tags.get("replicate", 0))
+            row = measure.measure(c, target, draft, ps[i], p.protocol.kv_mode, eos, ref.get(ps[i].id), probe, seed,
+                                  c.tags.get("record_trees", 0), sessions[k])
+            if c.config is None and c.sampling.greedy:
+                ref[ps[i].id] = row["output_ids"]
+            rows[k].append(row)
+            store.save_partial(k, rows[k])
+            bar.update(1)
+    for c, k in todo:
+        store.add(measure.make_record(c, k, p, prompts.of(c, counts[k]), rows[k], extra, c.tags.get("replicate", 0)))
+    bar.close()
+
+
+def ref_key(c) -> tuple:
+    return (c.dataset, c.T, c.L_max, c.split)
+
+
+def ar_references(store: ResultStore, todo: list, rows: dict, dtype: str) -> dict:
+    """AR's greedy tokens per (workload, T, L_max, split) and prompt, from finished records or checkpointed rows."""
+    refs: dict = {}
+    pending = [{"method": "ar", "dataset": c.dataset, "T": c.T, "L_max": c.L_max, "split": c.split, "dtype": c.dtype,
+                "temperature": c.sampling.temperature, "rows": rows[k]} for c, k in todo if c.config is None]
+    for r in store.records + pending:
+        if r["method"] == "ar" and r["dtype"] == dtype and r.get("temperature", 0.0) == 0.0:
+            key = (r["dataset"], r["T"], r["L_max"], r.get("split", "test"))
+            refs.setdefault(key, {}).update({row["prompt_id"]: row["output_ids"] for row in r["rows"]})
+    return refs
+
+
+class Prompts:
+    """Prompts of a run, loaded once per (workload, L_max, split, count)."""
+
+    def __init__(self, p, tok, name: str):
+        self.p, self.tok, self.cache = p, tok, {}
+        self.seed = p.tuning.seed if name == "tuning" else p.protocol.seed
+
+    def per_cell(self, c) -> int:
+        """Prompts a cell's count stands for: one per category for Spec-Bench."""
+        return len(set(CATEGORIES.values())) if c.dataset == "spec_bench" else 1
+
+    def of(self, c, n: int) -> list:
+        key = (c.dataset, c.L_max, c.split, n)
+        if key not in self.cache:
+            if self.p.protocol.prompt_style == "authors":
+                ps = authors_prompts(c.dataset, self.tok, n, c.L_max, self.p.protocol.data_source)
+            else:
+                ps = load_prompts(c.dataset, self.tok, n, c.L_max, c.split, self.seed, self.p.protocol.data_source)
+            cap = self.p.protocol.max_prompt
+            for q in ps:
+                if cap and q.ids.numel() > cap:
+                    q.ids = q.ids[-cap:]
+            self.cache[key] = ps
+        return self.cache[key]

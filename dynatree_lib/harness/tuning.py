@@ -1,0 +1,89 @@
+"""Which setting each method runs with: the fastest equal-budget tuning candidate from the logged JSON, the paper's
+setting where a profile does not tune, and the cost-aware extension built from the measured forward costs.
+
+Tuning runs greedy and again at a sampling temperature (the tuning experiment's cells); a setting is picked from
+the records of the same workload, precision and sampling law (greedy records serve every temperature the tuning
+did not run at).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from .. import methods as registry
+from ..core.sampling import Sampling
+from ..extensions.cost_aware import CostAwareConfig
+from .costs import predict_iteration
+from .profiles import Profile
+from .store import config_dict, results_path
+
+GREEDY = Sampling()
+
+
+def tuned_families() -> tuple[str, ...]:
+    return tuple(n for n, m in registry.REGISTRY.items() if m.tuned)
+
+
+def tuned(p: Profile, family: str, workload: str, root: Path | None = None, sampling: Sampling = GREEDY):
+    """The family's setting for ``workload``: the fastest tuning candidate (from the logged JSON), or the paper's
+    setting where the profile does not tune the family. StreamingLLM drafts a chain: it takes linear's K."""
+    if p.tuning.candidates is None or family not in tuned_families():
+        if family == "streaming_spec" and p.tuning.candidates is not None:
+            K = tuned(p, "linear", workload, root, sampling).K
+            return dataclasses.replace(p.method(family, workload), K=K)
+        return p.method(family, workload)
+    return fastest(p, family, workload, p.tuning.candidates[family], root, sampling)
+
+
+def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY):
+    """The candidate with the highest mean throughput among ``family``'s tuning records on ``workload`` at this
+    precision and sampling law (the greedy records where the tuning did not run at that temperature)."""
+    path = results_path("tuning", p, root)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
+    recs = [r for r in json.loads(path.read_text())["records"]
+            if r["dataset"] == workload and r["method"] == family and r["dtype"] == p.models.dtype]
+    at = [r for r in recs if r.get("temperature", 0.0) == sampling.temperature]
+    recs = at or [r for r in recs if r.get("temperature", 0.0) == 0.0]
+    if not recs:
+        raise ValueError(f"{path} holds no tuning records for {family} on {workload} at {p.models.dtype}")
+    best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
+    pick = next((c for c in candidates if config_dict(c) == best["config"]), None)
+    if pick is None:  # the candidates changed since tuning ran (a new field, another grid)
+        raise ValueError(f"{path}: the fastest {family} setting on {workload} ({best['label']}) is not among this "
+                         "code's candidates; rerun the tuning experiment (--rerun)")
+    return pick
+
+
+def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:
+    """What this profile measured in ``dtype`` (costs.json), as ``CostAwareConfig`` takes it: fwd_target(k)
+    as (k, ms) pairs, one further drafting level, and the rest of an iteration (``costs``' terms)."""
+    path = results_path("costs", p, root)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: the cost-aware extension needs the measured forward costs "
+                                "(notebook 00, or harness.costs.run_costs)")
+    curves = json.loads(path.read_text())["curves"][dtype]
+    verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
+    # notebook 03's iteration, one node a level: drafting one level (its first forward follows the target's),
+    # then two; the difference is a further level, the first level plus the commit the rest of an iteration
+    one, _, commit = predict_iteration(curves, 1, 1, 1, 1.0)
+    two = predict_iteration(curves, 2, 2, 2, 1.0)[0]
+    return verify, round(two - one, 3), round(one + commit, 3)
+
+
+def cost_candidates(p: Profile, root: Path | None = None) -> tuple[CostAwareConfig, ...]:
+    """The extension's tuning candidates: DynaTree's candidates, each with its trees cut by the curves of the
+    timed precision (the same number as every family's)."""
+    curve = cost_curve(p, p.models.dtype, root)
+    return tuple(CostAwareConfig(base, *curve) for base in p.tuning.candidates["dynatree"])
+
+
+def cost_aware(p: Profile, workload: str, dtype: str, root: Path | None = None,
+               sampling: Sampling = GREEDY) -> CostAwareConfig:
+    """The named extension for ``workload`` in ``dtype``: DynaTree's trees cut by the forward-cost curves this
+    profile measured in ``dtype``. Its DynaTree settings are, where the profile tunes, the fastest of
+    ``cost_candidates`` (tuned with the cut on, as the extension runs), else the paper's."""
+    base = (p.method("dynatree", workload) if p.tuning.candidates is None
+            else fastest(p, "dynatree_cost", workload, cost_candidates(p, root), root, sampling).base)
+    return CostAwareConfig(base, *cost_curve(p, dtype, root))

@@ -1,0 +1,147 @@
+"""The README's scorecard: each of the paper's claims, the paper's number, ours per workload and a verdict, from
+the logged JSON alone (``python -m dynatree_lib.reporting.scorecard cpu`` rewrites it between the README's
+``<!-- scorecard -->`` markers; ``run_all.sh`` does).
+
+A comparison between two methods is the ratio of their mean throughputs over the prompts both measured, with
+its 95% paired bootstrap interval, in each replicate. Verdicts: **reproduces** where every replicate on every
+workload shows the paper's direction with an interval that excludes 1; **partly** where the direction holds on
+some workloads or replicates, or only with intervals that include 1; **no** where no workload shows it.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from ..harness.paths import REPO
+from . import tables
+
+MARK = re.compile(r"<!-- scorecard -->.*?<!-- /scorecard -->", re.S)
+
+
+def _ratio(df: pd.DataFrame, a: str, b: str, ws: str, rep: int) -> tuple[float, float, float] | None:
+    """(ratio, lo, hi) of method label ``a`` over ``b`` on a workload in one replicate (draft with its lookup)."""
+    sub = df[(df.dataset == ws) & (df.replicate == rep) & df.lookup]
+    x, y = sub[sub.label == a], sub[sub.label == b]
+    if x.empty or y.empty:
+        return None
+    xa, yb = x.iloc[0].tps_by_prompt, y.iloc[0].tps_by_prompt
+    return (tables.paired_ratio(xa, yb), *tables.ratio_ci(xa, yb))
+
+
+def _cell(rs: list) -> str:
+    """Ratios of the replicates as 'r1 / r2' with a mark where an interval includes 1."""
+    return " / ".join(f"{r:.2f}{'' if lo > 1 or hi < 1 else '~'}" for r, lo, hi in rs)
+
+
+def _verdict(per_ws: dict[str, list], higher: bool = True) -> str:
+    good = [all((lo > 1) if higher else (hi < 1) for _, lo, hi in rs) for rs in per_ws.values() if rs]
+    some = [any((r > 1) if higher else (r < 1) for r, _, _ in rs) for rs in per_ws.values() if rs]
+    if good and all(good):
+        return "reproduces"
+    return "partly" if any(some) else "no"
+
+
+def comparison(df: pd.DataFrame, a: str, b: str, claim: str, paper: str) -> dict:
+    reps = sorted(df.replicate.unique())
+    per_ws = {ws: [x for r in reps if (x := _ratio(df, a, b, ws, r)) is not None] for ws in tables.DATASET_LABELS}
+    row = {"claim": claim, "paper": paper}
+    row |= {tables.DATASET_LABELS[ws]: _cell(rs) if rs else "–" for ws, rs in per_ws.items()}
+    row["verdict"] = _verdict(per_ws)
+    return row
+
+
+def exactness(df: pd.DataFrame) -> dict:
+    exact = tables.role(df, "exact")
+    timed = tables.replicate(tables.role(df))
+    row = {"claim": "Greedy DynaTree emits the target's own tokens (exact)", "paper": "exact (stated)"}
+    for ws, name in tables.DATASET_LABELS.items():
+        e, t = exact[(exact.dataset == ws) & (exact.label == "DynaTree")], timed[(timed.dataset == ws) & (timed.label == "DynaTree")]
+        row[name] = "–" if e.empty else f"fp32 {e.iloc[0].equals_ar}/{e.iloc[0].n}, bf16 {t.iloc[0].equals_ar}/{t.iloc[0].n}"
+    bad = tables.exactness_failures(exact)
+    row["verdict"] = "reproduces" if bad.empty and len(exact) else "no"
+    return row
+
+
+def ablation_rows(path: Path, profile) -> list[dict]:
+    if not path.exists():
+        return []
+    df = tables.load(path, profile)
+    base = df[df.tag_step == 0].iloc[0].tps_by_prompt
+    rows = []
+    for step, claim, paper in ((1, "Dynamic breadth & depth beat the fixed tree D=5, B=2 (ablation)", "+13.4%"),
+                               (2, "... and history adaptation adds more", "+16.2%")):
+        r = df[df.tag_step == step].iloc[0]
+        ratio, lo, hi = tables.paired_ratio(r.tps_by_prompt, base), *tables.ratio_ci(r.tps_by_prompt, base)
+        rows.append({"claim": claim, "paper": paper, "WikiText-2": f"{ratio - 1:+.1%} [{lo - 1:+.1%}, {hi - 1:+.1%}]",
+                     "PG-19": "–", "Spec-Bench": "–",
+                     "verdict": "reproduces" if lo > 1 else "partly" if ratio > 1 else "no"})
+    return rows
+
+
+def memory_row(path: Path, profile) -> list[dict]:
+    if not path.exists():
+        return []
+    df = tables.load(path, profile)
+    ar = df[df.method == "ar"].groupby("dataset").peak_mem_mb.mean()
+    dt = df[df.label == "DynaTree"].groupby("dataset").peak_mem_mb.mean()
+    row = {"claim": "DynaTree's peak memory is a few percent above AR's", "paper": "+3.3%"}
+    row |= {name: f"{dt[ws] / ar[ws] - 1:+.1%}" if ws in dt else "–" for ws, name in tables.DATASET_LABELS.items()}
+    row["verdict"] = "reproduces" if all(abs(dt[w] / ar[w] - 1) < 0.1 for w in dt.index) else "partly"
+    return [row]
+
+
+def sampling_row(path: Path, profile) -> list[dict]:
+    if not path.exists():
+        return []
+    df = tables.load(path, profile)
+    t = max(df.temperature.unique())
+    sub = df[df.temperature == t]
+    row = {"claim": f"Sampling at T = {t:g} keeps the speedup (best DynaTree-family method over AR sampling)",
+           "paper": "TALON Table 3 (T = 1)"}
+    for ws, name in tables.DATASET_LABELS.items():
+        w = sub[(sub.dataset == ws) & sub.method.isin(["dynatree", "dynatree_cost"])]
+        row[name] = "–" if w.empty else f"{w.speedup.max():.2f}×"
+    row["verdict"] = "see notebook 10"
+    return [row]
+
+
+def paper_ratio(a: str, b: str) -> str:
+    """The paper's Table 1 throughput of ``a`` over ``b``, WikiText-2 / PG-19 (data/paper_reported.json)."""
+    t1 = tables.reported()["table1_throughput_tokens_per_s"]
+    return " / ".join(f"{t1[ds][a]['mean'] / t1[ds][b]['mean']:.2f}" for ds in ("wikitext2", "pg19"))
+
+
+def scorecard(profile) -> pd.DataFrame:
+    root = REPO / "results" / profile.name
+    main = tables.load(root / "main.json", profile)
+    rows = [exactness(main),
+            comparison(main, "DynaTree", "AR", "DynaTree is faster than AR", paper_ratio("dynatree", "ar")),
+            comparison(main, "DynaTree", "Linear Spec", "DynaTree is faster than linear speculative decoding",
+                       paper_ratio("dynatree", "linear_spec")),
+            comparison(main, "DynaTree", "Fixed Tree", "DynaTree is faster than a tuned fixed tree",
+                       paper_ratio("dynatree", "fixed_tree"))]
+    rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
+    rows += sampling_row(root / "sampling.json", profile)
+    return pd.DataFrame(rows).set_index("claim")
+
+
+def write(profile, readme: Path = REPO / "README.md") -> str:
+    """Rewrite the scorecard between the README's markers; returns the Markdown."""
+    md = tables.to_markdown(scorecard(profile))
+    note = ("Ours: WikiText-2 / PG-19 continuations and Spec-Bench questions on the sealed test prompts, ratios of "
+            "mean throughputs per replicate (r1 / r2; `~`: the 95% interval includes 1), from `results/cpu/`. "
+            "Generated by `python -m dynatree_lib.reporting.scorecard`.\n")
+    text = readme.read_text()
+    if not MARK.search(text):
+        raise ValueError(f"{readme} has no <!-- scorecard --> ... <!-- /scorecard --> markers")
+    readme.write_text(MARK.sub(lambda _: f"<!-- scorecard -->\n{md}\n{note}<!-- /scorecard -->", text))
+    return md
+
+
+if __name__ == "__main__":
+    from ..harness.profiles import get_profile
+
+    print(write(get_profile(sys.argv[1] if len(sys.argv) > 1 else "cpu")))

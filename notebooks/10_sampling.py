@@ -1,0 +1,53 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10 · Sampling (temperature > 0; TALON's Table 3 form)
+# Every method sampling the target's softmax at a temperature, on the test prompts of every workload. Each
+# method keeps the target's law exactly (`dynatree_lib/core/sampling.py`: linear drafting samples its chain from
+# the draft and verifies it by the speculative-sampling rule; the tree methods draft their top-k children and
+# verify them by drawing from the target at each node, SpecInfer's rule for deterministic candidates;
+# `tests/test_sampling.py` checks every method's empirical law and that the tests catch a broken sampler).
+# StreamingLLM + spec is not lossless by design once its window slides (here it never does: prompt + T fits).
+# τ is the mean number of tokens per verification (accepted draft tokens plus the bonus token); the speedup is
+# over AR sampling at the same temperature on the same prompts, each generation with its own seeded generator.
+# Settings: the families tuned at the first temperature on the tuning prompts (an equal budget per family, as for
+# greedy decoding; notebook 01's tuning table), DynaTree also with the paper's settings.
+
+# %% tags=["parameters"]
+profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
+overrides = {}       # profile field overrides, e.g. {"T": 128, "n_prompts": 4}
+rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
+
+# %%
+from dynatree_lib.harness import experiments
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.reporting import plots, tables
+from dynatree_lib.reporting.notebook import show_fig, show_table
+
+prof = get_profile(profile, **overrides)
+
+# %% tags=["nbval-ignore-output"]
+path = experiments.run("sampling", prof, rerun=rerun, render_only=render_only)
+df = tables.load(path, prof)
+
+# %%
+show_table(tables.sampling_table(df), "table_sampling", prof)
+
+# %% tags=["nbval-ignore-output"]
+show_fig(plots.sampling(df), "fig_sampling", prof)
+
+# %% [markdown]
+# Spec-Bench by category at the first temperature:
+
+# %%
+if "spec_bench" in prof.workloads:
+    show_table(tables.spec_bench_table(df, prof.protocol.temperatures[0]), "table_sampling_spec_bench", prof)
