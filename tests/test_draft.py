@@ -86,6 +86,23 @@ def test_distill_loss_is_cross_entropy_with_a_rest_bucket():
     assert torch.allclose(distill_loss(logits, lp5, ids5), manual, atol=1e-5)
 
 
+def test_head_loss_puts_the_mass_outside_the_head_in_the_rest():
+    """Over a head of tokens (3, 1, 4) of a 6-token vocabulary, the teacher's top-3 (1, 0, 3): token 0 is outside
+    the head, so its mass joins the rest, which the draft can only spread over the head's other token, 4."""
+    from dynatree_lib.draft.train import Head
+
+    head = Head(torch.tensor([3, 1, 4]), 6)
+    logits = torch.tensor([[0.3, -0.2, 1.0]])  # rows: token 3, 1, 4
+    p = torch.tensor([[0.5, 0.2, 0.1]])         # teacher: token 1, 0, 3
+    lp, rows = head.targets(p.log(), torch.tensor([[1, 0, 3]]))
+    assert rows.tolist() == [[1, 0, 0]] and torch.isinf(lp[0, 1]) and head.token(torch.tensor([2])).item() == 4
+    q = torch.log_softmax(logits, -1)[0]
+    want = -(0.5 * q[1] + 0.1 * q[0] + (1 - 0.5 - 0.1) * q[2])
+    assert torch.allclose(distill_loss(logits, lp, rows), want, atol=1e-6)
+    full = Head(None, 6)
+    assert full.targets(p.log(), torch.tensor([[1, 0, 3]]))[1].tolist() == [[1, 0, 3]]
+
+
 def test_temperature_baked_into_the_final_norm_divides_the_logits():
     m = tiny_llama(seed=0, vocab_size=64, hidden_size=32, layers=1, max_positions=32)
     x = torch.randint(64, (1, 7))

@@ -28,6 +28,15 @@ def test_burned_prompts_are_never_test_prompts():
     assert named["pg19"]["tuning"] and all(c in held for c in named["pg19"]["dev"])
 
 
+def test_the_authors_prompts_are_never_test_prompts():
+    """The authors' PG-19 prompts are each test book's head: the chunk holding it is a tuning or dev prompt."""
+    from dynatree_lib.harness.data import load_texts
+
+    held = set(candidates("pg19", "tuning")) | set(candidates("pg19", "dev"))
+    assert {f"pg19:{bid}@c0" for bid, _ in load_texts("pg19")} <= held
+    assert splits.CHUNK >= 1000  # the authors cut 1000 characters: one chunk holds the whole prompt
+
+
 def test_spec_bench_split_per_category():
     tok = tiny_tokenizer()
     per = {}

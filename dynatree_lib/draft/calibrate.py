@@ -8,23 +8,24 @@ import torch
 
 from ..harness.pair import calibration_bins
 from .teacher import BUILD, TEACHER
-from .train import DraftSpec, examples, forward_rows, shard_files, trained_draft
+from .train import DraftSpec, Head, examples, forward_rows, shard_files, trained_draft
 
 TEMPERATURES = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.5 .. 2.0
 
 
 @torch.no_grad()
-def fit_temperature(model, shards: list[dict], spec: DraftSpec, temps=TEMPERATURES) -> tuple[float, dict]:
-    """The temperature whose top-1 probabilities best predict agreement with the target's greedy token (lowest
-    expected calibration error, 10 bins) on the loss rows of held-out shards (continuations and answers)."""
+def fit_temperature(model, shards: list[dict], spec: DraftSpec, head: Head, temps=TEMPERATURES) -> tuple[float, dict]:
+    """The temperature whose top-1 probabilities over ``head`` (the head drafting uses) best predict agreement
+    with the target's greedy token (lowest expected calibration error, 10 bins) on the loss rows of held-out
+    shards (continuations and answers)."""
     confs = {t: [] for t in temps}
     correct = []
     for shard in shards:
         ex = examples(shard, spec)
         for b in range(0, len(ex), 8):
             batch = ex[b:b + 8]
-            logits = forward_rows(model, batch).float()
-            correct.append(logits.argmax(-1) == torch.cat([e.top_ids[:, 0] for e in batch]))
+            logits = forward_rows(model, batch, head).float()
+            correct.append(head.token(logits.argmax(-1)) == torch.cat([e.top_ids[:, 0] for e in batch]))
             top = logits.max(-1).values
             for t in temps:
                 confs[t].append((top / t - torch.logsumexp(logits / t, -1)).exp())
@@ -47,7 +48,7 @@ def calibrate(final: Path = BUILD / "train" / "final.pt", teacher: Path = TEACHE
     held = [torch.load(f) for f in shard_files(teacher, spec, heldout=True)]
     if not held:
         raise FileNotFoundError(f"no held-out teacher shards in {teacher} (every {spec.heldout_every}th shard)")
-    temp, fit = fit_temperature(model, held, spec)
+    temp, fit = fit_temperature(model, held, spec, Head.of(spec, model.config.vocab_size, teacher.parent / "token_counts.json"))
     with torch.no_grad():
         model.model.norm.weight.div_(temp)
     out.mkdir(parents=True, exist_ok=True)

@@ -60,13 +60,13 @@ class ContinuationSpec:
     before it keep the detokenized text and ``wiki_share``, so adding raw shards leaves the old ones as
     they were built."""
 
-    shards: int = 64
+    shards: int = 40
     batch: int = 48
     prompt_lens: tuple = (64, 128, 192, 256)
     cont: int = 192
     k: int = 32
     wiki_share: float = 0.4
-    raw_from: int | None = 39
+    raw_from: int | None = 0
     raw_wiki_share: float = 0.6
     seed: int = 1234
     threads: int = 2

@@ -5,9 +5,15 @@ and the teacher's top-k distribution for each such row. A continuation's loss co
 last ``prompt_tail`` prompt tokens (human text); an instruction's covers its answer. A step draws one shard
 (instruction shards with probability ``instruction_share``) and ``seqs_per_step`` of its examples, both seeded
 by the step alone, so a resumed run draws what an uninterrupted one would.
+
+The loss is taken over the head drafting uses: the ``head_vocab`` most frequent tokens of the teacher data
+(``draft.vocab``; the ``cpu`` profile's ``draft_vocab``, FR-Spec). The teacher's mass on tokens outside that head
+joins the 'rest' bucket, so where the target's likely token is one the draft can never propose, the draft learns
+to be unsure rather than confidently wrong. ``head_vocab=None`` trains the full head.
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -39,6 +45,7 @@ class DraftSpec:
     instruction_share: float = 0.5
     seed: int = 0
     threads: int = 2
+    head_vocab: int | None = 8192  # the drafting head's size (the cpu profile's draft_vocab); None: the full head
 
 
 @dataclass
@@ -92,25 +99,63 @@ def projected_embedding(target, dim: int) -> torch.Tensor:
 
 def distill_loss(logits: torch.Tensor, top_lp: torch.Tensor, top_ids: torch.Tensor) -> torch.Tensor:
     """Cross-entropy against the teacher's distribution kept as its top-k tokens plus one 'rest' bucket (so the
-    draft also learns how much mass lies outside the teacher's top-k). Mean over rows."""
+    draft also learns how much mass lies outside the teacher's top-k). Entries with log-probability -inf (tokens
+    outside the draft's head, ``head_targets``) carry no mass of their own: theirs is in the rest. Mean over rows."""
     q = torch.log_softmax(logits.float(), dim=-1)
+    kept = top_lp.isfinite()
     p = top_lp.float().exp()
     qk = q.gather(-1, top_ids.long())
     p_rest = (1 - p.sum(-1)).clamp(min=0)
-    q_rest = torch.log1p(-qk.exp().sum(-1).clamp(max=1 - 1e-6))
-    return -((p * qk).sum(-1) + p_rest * q_rest).mean()
+    q_rest = torch.log1p(-(qk.exp() * kept).sum(-1).clamp(max=1 - 1e-6))
+    return -((p * qk.masked_fill(~kept, 0)).sum(-1) + p_rest * q_rest).mean()
 
 
-def forward_rows(model, batch: list[Example]) -> torch.Tensor:
-    """The draft's logits at every loss row of a batch (right-padded; padding is never attended to by rows
-    before it), rows in batch order."""
+class Head:
+    """The token ids the draft's head scores (its ``head_vocab`` most frequent, in rank order; None: all), and
+    the map from a token id to its row in that head (-1: not in it)."""
+
+    def __init__(self, ids: torch.Tensor | None, vocab: int):
+        self.ids, self.row = ids, None
+        if ids is not None:
+            self.row = torch.full((vocab,), -1, dtype=torch.long)
+            self.row[ids] = torch.arange(ids.numel())
+
+    @classmethod
+    def of(cls, spec: DraftSpec, vocab: int, counts: Path | None = None) -> "Head":
+        if spec.head_vocab is None:
+            return cls(None, vocab)
+        counts = counts or BUILD / "token_counts.json"
+        if not counts.exists():
+            raise FileNotFoundError(f"{counts} is missing: count the teacher data's tokens first "
+                                    "(python -m dynatree_lib build-draft --vocab-only)")
+        return cls(torch.tensor(json.loads(counts.read_text())["ids"][:spec.head_vocab]), vocab)
+
+    def logits(self, model, hidden: torch.Tensor) -> torch.Tensor:
+        w = model.lm_head.weight
+        return hidden @ (w if self.ids is None else w[self.ids]).T
+
+    def targets(self, top_lp: torch.Tensor, top_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The teacher's top-k as rows of this head: tokens outside it get log-probability -inf (row 0)."""
+        if self.ids is None:
+            return top_lp, top_ids
+        rows = self.row[top_ids.long()]
+        return top_lp.float().masked_fill(rows < 0, float("-inf")), rows.clamp(min=0)
+
+    def token(self, rows: torch.Tensor) -> torch.Tensor:
+        """Token ids of head rows."""
+        return rows if self.ids is None else self.ids[rows]
+
+
+def forward_rows(model, batch: list[Example], head: Head) -> torch.Tensor:
+    """The draft's logits over ``head`` at every loss row of a batch (right-padded; padding is never attended to
+    by rows before it), rows in batch order."""
     L = max(e.tokens.numel() for e in batch)
     x = torch.zeros(len(batch), L - 1, dtype=torch.long)
     for b, e in enumerate(batch):
         x[b, :e.tokens.numel() - 1] = e.tokens[:-1]
     hidden = model.model(input_ids=x).last_hidden_state
     rows = torch.cat([hidden[b, e.start:e.tokens.numel() - 1] for b, e in enumerate(batch)])
-    return model.lm_head(rows)
+    return head.logits(model, rows)
 
 
 def draw(pools: dict[str, list[list[Example]]], spec: DraftSpec, step: int) -> list[Example]:
@@ -150,6 +195,7 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = TEACHER, out: Pat
     for f in files:
         pools["instruction" if f.name.startswith("instr") else "continuation"].append(examples(torch.load(f), spec))
     model = new_draft(spec)
+    head = Head.of(spec, model.config.vocab_size, teacher.parent / "token_counts.json")
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
     log = resume(out, model, opt)
     model.train()
@@ -159,14 +205,14 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = TEACHER, out: Pat
         batch = draw(pools, spec, step)
         for grp in opt.param_groups:
             grp["lr"] = learning_rate(spec, step)
-        logits = forward_rows(model, batch)
+        logits = forward_rows(model, batch, head)
         top_lp, top_ids = torch.cat([e.top_lp for e in batch]), torch.cat([e.top_ids for e in batch])
-        loss = distill_loss(logits, top_lp, top_ids)
+        loss = distill_loss(logits, *head.targets(top_lp, top_ids))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        agree = (logits.argmax(-1) == top_ids[:, 0]).float().mean().item()
+        agree = (head.token(logits.argmax(-1)) == top_ids[:, 0]).float().mean().item()
         log.append({"step": step, "loss": round(loss.item(), 4), "agree": round(agree, 4),
                     "seconds": round(time.time() - t0, 1)})
         bar.set_postfix(loss=f"{sum(r['loss'] for r in log[-20:]) / len(log[-20:]):.3f}",

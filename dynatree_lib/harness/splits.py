@@ -10,8 +10,9 @@
 
 The file lists the tuning and dev prompts; the test split is every other prompt of the workload, drawn in a
 seeded order at run time, so no file outside ``results/`` names a test prompt. Prompts that an earlier version of
-this repository measured or named (``BURNED``: they were seen while designing) are dev or tuning prompts, never
-test ones. ``python -m dynatree_lib.harness.splits`` rebuilds the file (deterministic).
+this repository measured or named (``BURNED``: they were seen while designing), and the chunks holding the
+authors' PG-19 prompts (each test book's head, ``harness.prompts.authors_prompts``), are dev or tuning prompts,
+never test ones. ``python -m dynatree_lib.harness.splits`` rebuilds the file (deterministic).
 """
 from __future__ import annotations
 
@@ -65,7 +66,9 @@ def build(tok) -> dict:
     out = {"seed": SEED, "chunk_chars": CHUNK, "max_chars": MAX_CHARS,
            "rule": "test = every other prompt of the workload, in an order seeded by the profile; "
                    "dev and tuning include every prompt measured or named before the splits existed"}
-    for ds, burned in (("wikitext2", {f"wikitext2:{i}" for i in BURNED["wikitext2"]}), ("pg19", _burned_chunks(tok))):
+    heads = {f"pg19:{bid}@c0" for bid, _ in load_texts("pg19")}  # the authors' protocol's PG-19 prompts
+    for ds, burned in (("wikitext2", {f"wikitext2:{i}" for i in BURNED["wikitext2"]}),
+                       ("pg19", _burned_chunks(tok) | heads)):
         if ds == "wikitext2":
             pool = [f"wikitext2:{i}" for i, _ in load_texts(ds)]
         else:

@@ -108,6 +108,26 @@ def sampling_row(path: Path, profile) -> list[dict]:
     return [row]
 
 
+def authors_code_row(path: Path) -> list[dict]:
+    """The differential test (``tools/authors_diff.py``): the authors' tree decoders and ours against greedy AR."""
+    if not path.exists():
+        return []
+    import json
+
+    groups = json.loads(path.read_text())["summary"]["groups"]
+    row = {"claim": "The authors' published tree decoders are exact (fp32, against greedy AR; docs/fidelity.md)",
+           "paper": "exact (§3.6)"}
+    for ws, name in tables.DATASET_LABELS.items():
+        def count(impl):
+            gs = [g for g in groups if g["dataset"] == ws and g["impl"] == impl and g["method"] in ("fixed_tree", "dynatree")]
+            return f"{sum(g['equal_to_ar'] for g in gs)}/{sum(g['prompts'] for g in gs)}" if gs else None
+        theirs, ours = count("authors"), count("ours")
+        row[name] = "–" if theirs is None else f"theirs {theirs}, ours {ours}"
+    exact = [g["equal_to_ar"] == g["prompts"] for g in groups if g["impl"] == "authors" and g["method"] != "linear"]
+    row["verdict"] = "reproduces" if exact and all(exact) else "no: their missing position_ids"
+    return [row]
+
+
 def paper_ratio(a: str, b: str) -> str:
     """The paper's Table 1 throughput of ``a`` over ``b``, WikiText-2 / PG-19 (data/paper_reported.json)."""
     t1 = tables.reported()["table1_throughput_tokens_per_s"]
@@ -124,7 +144,7 @@ def scorecard(profile) -> pd.DataFrame:
             comparison(main, "DynaTree", "Fixed Tree", "DynaTree is faster than a tuned fixed tree",
                        paper_ratio("dynatree", "fixed_tree"))]
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
-    rows += sampling_row(root / "sampling.json", profile)
+    rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
     return pd.DataFrame(rows).set_index("claim")
 
 

@@ -1,0 +1,176 @@
+"""tools/authors_diff.py without the authors' repository: records, summary, JSON, patches, shims and the CLI's
+refusal of a path that is not their checkout (their code is not available in CI)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "authors_diff.py"
+spec = importlib.util.spec_from_file_location("authors_diff", TOOL)
+ad = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ad)
+
+AR = [5, 6, 7, 8, 9, 10]
+FIXED = {"tree_depth": 8, "levels": 9}
+DYN = {"D0": 5}
+
+
+def it(nodes, depth, accepted, committed, tree=None):
+    d = {"nodes": nodes, "depth": depth, "accepted": accepted, "committed": committed}
+    if tree is not None:
+        d["tree"] = tree
+    return d
+
+
+def runs():
+    """Two prompts of one dataset: AR, their fixed tree (diverges on p1), ours (equal), their linear."""
+    out = []
+    for pid in ("w:p0", "w:p1"):
+        out.append(ad.make_run("ours", "ar", "w", {}, False, pid, AR, AR, []))
+    out.append(ad.make_run("authors", "fixed_tree", "w", FIXED, False, "w:p0", AR, AR,
+                           [it(10, 3, 2, 3, "a"), it(4, 3, 2, 3, "b")], sequential_fallbacks=0,
+                           authors_reported_acceptance=6 / 20))
+    out.append(ad.make_run("authors", "fixed_tree", "w", FIXED, False, "w:p1", [5, 6, 0, 8, 9, 10], AR,
+                           [it(12, 4, 1, 2, "c"), it(3, 2, 1, 2, "x"), it(1, 1, 1, 2, "y")], sequential_fallbacks=1))
+    out.append(ad.make_run("ours", "fixed_tree", "w", FIXED, False, "w:p0", AR, AR,
+                           [it(10, 3, 2, 3, "a"), it(2, 2, 2, 3, "b2")]))
+    out.append(ad.make_run("ours", "fixed_tree", "w", FIXED, False, "w:p1", AR, AR,
+                           [it(12, 4, 1, 2, "c"), it(5, 2, 1, 2, "z"), it(1, 1, 1, 2, "w")]))
+    out.append(ad.make_run("authors", "linear", "w", {"K": 4}, False, "w:p0", AR, AR,
+                           [it(4, 4, 4, 5), it(4, 4, 0, 1)]))
+    return out
+
+
+def test_first_divergence_and_run_record():
+    assert ad.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert ad.first_divergence([1, 9, 3], [1, 2, 3]) == 1
+    assert ad.first_divergence([1, 2], [1, 2, 3]) == 2
+    r = runs()[3]
+    assert r["equals_ar"] is False and r["first_divergence"] == 2
+    assert r["rounds"] == 3 and r["mean_nodes"] == pytest.approx(16 / 3)
+    assert r["mean_committed"] == pytest.approx(2.0)
+    assert r["acceptance"] == pytest.approx(3 / 7)  # accepted / drafted levels
+    assert r["acceptance_authors_def"] == pytest.approx(6 / (3 * 10))  # their fixed tree: / (D + 2) per round
+    assert r["tokens_sha"] == ad.tokens_sha([5, 6, 0, 8, 9, 10]) != ad.tokens_sha(AR)
+    lin = runs()[-1]
+    assert lin["acceptance_authors_def"] == pytest.approx(6 / 8)  # committed / (K x rounds)
+    assert ad.authors_denominator("dynatree", DYN) == 7
+
+
+def test_summary_groups_vs_ours_and_checks():
+    s = ad.summarize(runs())
+    g = {(x["impl"], x["method"]): x for x in s["groups"]}
+    fx = g[("authors", "fixed_tree")]
+    assert fx["prompts"] == 2 and fx["equal_to_ar"] == 1
+    assert fx["first_divergence"] == {"w:p0": None, "w:p1": 2}
+    assert fx["rounds"] == 5 and fx["mean_nodes"] == pytest.approx(30 / 5)
+    assert fx["mean_committed"] == pytest.approx(12 / 5)  # pooled: tokens / rounds
+    assert fx["acceptance"] == pytest.approx(7 / 13, abs=1e-4)
+    assert fx["sequential_fallbacks"] == 1
+    assert g[("ours", "ar")]["equal_to_ar"] == 2 and "rounds" not in g[("ours", "ar")]
+    vs = {v["prompt_id"]: v for v in s["vs_ours"]}
+    # p0: the second tree differs, but with 3 tokens of room left ours drafts at most 2 levels, theirs 3: skipped
+    assert vs["w:p0"]["trees_identical"] and vs["w:p0"]["capped_near_T"] == 1
+    assert vs["w:p0"]["same_context_compared"] == 1
+    # p1: the second tree (same context, room 4, their depth 2) differs; the third has another context
+    assert vs["w:p1"]["first_tree_mismatch"] == 1 and vs["w:p1"]["tree_mismatches"] == 1
+    assert vs["w:p1"]["same_context_compared"] == 2 and not vs["w:p1"]["same_tokens"]
+    assert s["checks"]["authors_linear_equals_ar"] == "1/1"
+    assert s["checks"]["authors_both_fixes_equals_ar"] == "0/0"
+    assert s["checks"]["reported_acceptance_matches"] is True
+    bad = runs()
+    bad[2]["authors_reported_acceptance"] = 0.5
+    assert ad.summarize(bad)["checks"]["reported_acceptance_matches"] is False
+    lines = ad.headline(s)
+    assert any("authors" in ln and "fixed_tree" in ln and "= AR 1/2" in ln and "p1@2" in ln for ln in lines)
+
+
+def test_write_json_round_trip_one_line_per_iteration(tmp_path):
+    doc = {"runs": runs(), "summary": ad.summarize(runs()), "T": 6, "nested": {"a": [[1, 2], {"b": None}]}}
+    path = ad.write_json(doc, tmp_path / "sub" / "out.json")
+    text = path.read_text()
+    assert json.loads(text) == json.loads(json.dumps(doc))
+    lines = [line.strip().rstrip(",") for line in text.splitlines()]
+    assert '{"nodes": 10, "depth": 3, "accepted": 2, "committed": 3, "tree": "a"}' in lines
+    assert json.dumps(AR) in [ln.split(": ", 1)[-1] for ln in lines]  # token lists on one line too
+    assert not (tmp_path / "sub" / "out.json.tmp").exists()
+
+
+def test_tree_digests_agree_across_representations():
+    # ours: node 0 is the committed root; theirs: node paths from their drafted root (our depth 1)
+    ours = {"parents": [-1, 0, 1, 1, 2], "tokens": [99, 4, 5, 6, 7]}
+    theirs = [[4], [4, 6], [4, 5], [4, 5, 7]]
+    assert ad.our_tree_digest(ours) == ad.tree_digest(theirs)
+    assert ad.tree_digest([[4], [4, 5]]) != ad.tree_digest([[4], [4, 6]])
+
+
+def fake_checkout(root: Path) -> Path:
+    core = root / ad.CORE
+    core.mkdir(parents=True)
+    leaf = "                    past_key_values=leaf_cache,\n"
+    (core / "token_tree.py").write_text("class TokenTree:\n    def flatten_for_verification(self): pass\n")
+    (core / "speculative_generator.py").write_text("class SpeculativeGenerator: pass\n")
+    (core / "tree_speculative_generator.py").write_text(
+        '"""doc"""\nimport torch\nclass TreeSpeculativeGeneratorV2:\n    def _verify_tree_tokens(self):\n'
+        + ad.POS_OLD + leaf * 4)
+    (core / "tree_speculative_generator_adaptive.py").write_text(
+        "import math\nimport torch\nclass TreeSpeculativeGeneratorV2AdaptiveV3: pass\n" + leaf * 2)
+    return root
+
+
+def test_checkout_recognised_and_patched(tmp_path):
+    root = ad.check_checkout(fake_checkout(tmp_path / "theirs"))
+    git = root / ".git"
+    git.mkdir()
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "packed-refs").write_text("# pack-refs\n" + "ab" * 20 + " refs/heads/main\n")
+    assert ad.read_commit(root) == "ab" * 20
+    out = ad.scratch_copy(root, ("cache", "position"), tmp_path / "scratch")
+    f = (out / "tree_speculative_generator.py").read_text()
+    assert f.count("copy.deepcopy(leaf_cache)") == 4 and "import copy\nimport torch" in f
+    assert "position_ids=(prefix_len + torch.tensor([tree.nodes[i].depth" in f
+    a = (out / "tree_speculative_generator_adaptive.py").read_text()
+    assert a.count("copy.deepcopy(leaf_cache)") == 2
+    assert "leaf_cache" in (ad.scratch_copy(root, (), tmp_path / "s2") / "tree_speculative_generator.py").read_text()
+    with pytest.raises(ad.NotAuthorsCheckout, match="expected 1 occurrence"):
+        ad.patch_text("nothing here", ad.POS_OLD, ad.POS_NEW, 1, "x.py")
+
+
+@pytest.mark.parametrize("make", [lambda p: p / "missing", lambda p: p])
+def test_cli_refuses_a_path_that_is_not_their_checkout(tmp_path, capsys, make):
+    path = make(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        ad.main(["--authors", str(path), "--out", str(tmp_path / "o.json")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "is not a checkout of cny123222/DynaTree" in err
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_crop_shim_keeps_length_like_transformers_4():
+    from transformers.cache_utils import DynamicCache
+
+    before = DynamicCache.__dict__.get("crop")
+    c = DynamicCache()
+    c.update(torch.zeros(1, 2, 7, 4), torch.zeros(1, 2, 7, 4), 0)
+    with ad.compat_shims():
+        c.crop(7)  # keep all
+        assert c.get_seq_length() == 7
+        c.crop(5)  # keep 5
+        assert c.get_seq_length() == 5
+        c.crop(-2)  # the 5.x convention passes through
+        assert c.get_seq_length() == 3
+    assert DynamicCache.__dict__.get("crop") is before  # restored on exit
+    with pytest.raises(ValueError):
+        c.crop(2)  # outside the shim, 5.x refuses a positive count
+
+
+def test_ids_tokenizer():
+    tok = ad.IdsTokenizer()
+    key = tok.register("p", torch.tensor([1, 2, 3]))
+    assert tok(key, return_tensors="pt").input_ids.tolist() == [[1, 2, 3]]
+    assert tok.eos_token_id == 999999 and tok.decode([1]) == ""
+    with pytest.raises(ValueError, match="would cut"):
+        tok(key, truncation=True, max_length=2)
