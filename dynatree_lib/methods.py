@@ -25,7 +25,7 @@ from .core.result import GenerationResult
 from .core.sampling import Sampling
 from .extensions.cost_aware import CostAwareConfig
 
-ROLES = ("paper", "seed", "extension")
+ROLES = ("paper", "seed", "extension", "peer")
 
 
 def tree_decoder(target, draft, prompt, T, cfg, opts: Options) -> GenerationResult:
@@ -38,12 +38,13 @@ class Method:
     """One decoding method as the library and its reports know it.
 
     ``role``: "paper" (the paper's Table 1 methods: every experiment runs them), "seed" (the other seed
-    systems: the main table and memory) or "extension" (ours: the main table, never in a paper method's place).
+    systems: the main table and memory), "extension" (ours: the main table, never in a paper method's place) or
+    "peer" (another engine on the same weights, ``harness.peers``: its own experiment only).
     ``paper(settings, dataset)``: the paper's setting from a profile's ``PaperSettings`` (the profile may
     override it). ``reported``: its key in ``data/paper_reported.json``'s Table 1 and 3, if the paper reports it.
     ``decode(target, draft, prompt, T, cfg, opts)`` runs it (``opts``: ``core.decoding.Options``); ``drafts``:
     whether it needs a draft (HF's AR does not); ``engine``: whose engine runs its forwards ("ours", or
-    "transformers" for HF's own loop: its speedups are shown over that engine's AR as well as ours)."""
+    "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that engine's AR as well as ours)."""
 
     name: str
     config: type | None

@@ -60,9 +60,10 @@ def test_history_is_kept_across_a_runs_generations(target, draft):
 
 
 def test_authors_prompts_are_character_cut():
-    tok = tiny_tokenizer()  # bytes: a character is a token for ASCII text
+    tok = tiny_tokenizer()  # bytes: a character is one to four tokens
     ps = authors_prompts("wikitext2", tok, 10, 800)
-    assert len(ps) == 10 and all(p.ids.numel() <= 800 for p in ps)
+    assert len(ps) == 10 and all(len(tok.decode(p.ids)) <= 800 for p in ps)
+    assert max(p.ids.numel() for p in ps) > 800  # the cut counts characters, not tokens
     assert tok.decode(ps[0].ids).startswith("Homarus gammarus")
     books = authors_prompts("pg19", tok, 10, 1000)
     assert len(books) == 4 and all(b.id.endswith("@head") for b in books)
@@ -76,5 +77,7 @@ def test_authors_dryrun_main_runs(tmp_path):
 
     df = tables.load(path, prof)
     assert set(df.label) >= {"AR", "Linear Spec", "Fixed Tree", "DynaTree"} and (df.equals_ar[df.method != "ar"] >= 0).all()
-    assert (df.n == 2).all() and df.rows.map(lambda rs: all(r["prompt_id"].endswith(("@head",)) or "valid-block" in r["prompt_id"] for r in rs)).all()
-    assert torch.tensor(df.T.tolist()).eq(12).all()
+    ours = df.method.map(lambda m: experiments.registry.REGISTRY[m].engine == "ours")
+    slow = max(1, round(2 * prof.protocol.slow_share))  # other engines' methods run on a share of the prompts
+    assert (df.n[ours] == 2).all() and (df.n[~ours] == slow).all() and df.rows.map(lambda rs: all(r["prompt_id"].endswith(("@head",)) or "valid-block" in r["prompt_id"] for r in rs)).all()
+    assert (df["T"] == 12).all()

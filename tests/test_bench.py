@@ -175,7 +175,7 @@ def test_main_runs_the_extension_also_without_its_lookup_skip():
     """Where the draft has a context lookup, main has two more extension rows per dataset and precision: one
     differs from the first in ``lookup_skip`` alone (what the skipped draft forwards are worth), one in
     ``skip_window`` alone (what the record of the copies is worth)."""
-    prof = get_profile("cpu")
+    prof = get_profile("cpu", candidates=None)  # the paper settings stand in for the tuned ones
     cells = [c for c in experiments.main_cells(prof) if c.method == "dynatree_cost" and not c.tags.get("control")]
     assert prof.models.draft_lookup and len(cells) == 3 * len(prof.workloads) * (prof.protocol.replicates + 1)
     for ext, off, blind in zip(cells[::3], cells[1::3], cells[2::3]):

@@ -91,15 +91,15 @@ def test_loop_costs_time_the_loop_without_forwards(target, draft):
 
 
 def test_cost_model_table_scales_by_the_same_runs_ar():
-    """On the committed cpu run: the AR-scaled gap takes out AR's measured / predicted of the same dataset and
+    """On the committed smoke run: the AR-scaled gap takes out AR's measured / predicted of the same dataset and
     precision (the curves and the main run are timed minutes apart), so AR's own is 0 and every other row's
     equals (1 + gap) / (1 + AR's gap) - 1."""
     from dynatree_lib.reporting import tables
 
-    root = Path(__file__).resolve().parents[1] / "results" / "cpu"
-    t = tables.cost_model_table(tables.load(root / "main.json", get_profile("cpu")),
+    root = Path(__file__).resolve().parents[1] / "results" / "smoke"
+    t = tables.cost_model_table(tables.load(root / "main.json", get_profile("smoke")),
                                 json.loads((root / "costs.json").read_text()))
     ar = t[t.Method == "AR"].set_index(["Dataset", "precision"]).gap
-    assert len(ar) == 4 and (t[t.Method == "AR"]["gap, AR-scaled"].abs() < 1e-12).all()
+    assert len(ar) == ar.index.nunique() > 0 and (t[t.Method == "AR"]["gap, AR-scaled"].abs() < 1e-12).all()
     for _, r in t.iterrows():
         assert r["gap, AR-scaled"] == pytest.approx((1 + r.gap) / (1 + ar[(r.Dataset, r.precision)]) - 1)

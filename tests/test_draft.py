@@ -123,7 +123,7 @@ def test_raw_wikitext_shards_leave_the_earlier_shards_as_built():
     g = torch.Generator().manual_seed(0)
     corpora = {src: [torch.randint(64, (40,), generator=g).tolist() for _ in range(3)]
                for src in ("wiki_valid", "wiki_valid_raw", "pg19_train")}
-    old = ContinuationSpec(batch=2, prompt_lens=(8,), cont=3, k=4, wiki_share=0.5)
+    old = ContinuationSpec(batch=2, prompt_lens=(8,), cont=3, k=4, wiki_share=0.5, raw_from=None)
     new = replace(old, raw_from=2, raw_wiki_share=1.0)
     for s in (0, 1):
         a, b = continuation_shard(m, corpora, old, s), continuation_shard(m, corpora, new, s)

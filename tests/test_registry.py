@@ -40,11 +40,11 @@ def test_a_registered_method_runs_everywhere(toy, target, draft):
     assert generate(target, torch.arange(1, 9), 12, draft=draft, method="toy").tokens == ar.tokens
     prof = get_profile("smoke", candidates=None)
     main = [c for c in experiments.main_cells(prof) if c.method == "toy"]
-    assert len(main) == 2 * len(prof.datasets) and main[0].label == "Toy chain"  # timed and exact, each dataset
+    assert len(main) == (prof.protocol.replicates + 1) * len(prof.workloads) and main[0].label == "Toy chain"  # timed replicates and exact, each workload
     assert any(c.method == "toy" for c in experiments.memory_cells(prof))
     df = pd.DataFrame([{"dataset": "wikitext2", "method": m, "label": REGISTRY[m].label, "T": 8, "L_max": 8,
                         "dtype": "bfloat16", "tps": tps, "tps_std": 0.0, "speedup": tps / 10, "speedup_lo": float("nan"),
-                        "speedup_hi": float("nan"), "equals_ar": 1, "n": 1}
+                        "speedup_hi": float("nan"), "equals_ar": 1, "n": 1, "replicate": 0}
                        for m, tps in (("ar", 10.0), ("toy", 15.0))])
     assert "Toy chain" in tables.table1(df).index
     fig = plots.main_throughput(df)

@@ -215,12 +215,13 @@ def empirical(target, draft, name: str, s: Sampling, n: int, seed: int = 0) -> d
     return counts
 
 
-METHODS = [m for m in REGISTRY]
+METHODS = [m for m, method in REGISTRY.items() if method.role != "peer"]  # peers (llama.cpp) run greedy only
 
 
 def test_every_registered_method_is_covered():
     assert set(METHODS) == {"ar", "linear", "fixed_tree", "dynatree", "dynatree_cost", "talon", "streaming_spec",
                             "hf_ar", "hf_assisted"}
+    assert {m for m, method in REGISTRY.items() if method.role == "peer"} <= {"llamacpp"}
 
 
 @pytest.mark.parametrize("name", METHODS)

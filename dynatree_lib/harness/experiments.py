@@ -22,6 +22,7 @@ from pathlib import Path
 from .. import methods as registry
 from ..core.policies import FixedTreeConfig
 from ..core.sampling import Sampling
+from . import peers  # registers llama.cpp as a method
 from .costs import run_costs
 from .measure import Cell
 from .profiles import Profile
@@ -214,9 +215,25 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
             for ws in p.workloads for m in main_methods()]
 
 
+def peers_cells(p: Profile, root=None) -> list[Cell]:
+    """Notebook 12: llama.cpp's modes (``peers.PEERS``) beside our AR, DynaTree and the extension (without its
+    variants), greedy on the main table's first prompts in the timed precision; none where the profile runs no
+    peers or llama.cpp is not built."""
+    if not p.extras.peers_n_prompts or not peers.available():
+        return []
+    cells, T, tags = [], p.protocol.T, {"role": "peer"}
+    for ws in p.workloads:
+        cells += [_cell(p, ws, m, T, None, tags, root=root) for m in ("ar", "dynatree")]
+        cells += extension_cells(p, ws, p.models.dtype, tags, root, variants=False)
+        cells += [Cell(ws, "llamacpp", lab, cfg, T, p.L_max(ws), p.models.dtype, {**tags, "own_ar": lab == peers.OWN_AR})
+                  for lab, cfg in peers.PEERS]
+    return cells
+
+
 EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_cells, "ablation": ablation_cells,
                "length_scaling": length_cells, "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
-               "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells}
+               "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells,
+               "peers": peers_cells}
 IN_PROCESS = ("main",)  # experiments whose replicates each run in a fresh process
 
 
@@ -229,6 +246,8 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return 1 if spec else p.extras.trees_n_prompts
     if name == "memory":
         return 1
+    if name == "peers":
+        return p.extras.peers_n_questions if spec else p.extras.peers_n_prompts
     if cell.tags.get("role") == "exact":
         return 1 if spec else p.protocol.n_exact
     n = p.protocol.n_questions if spec else p.protocol.n_prompts
@@ -287,7 +306,8 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
         for r in sorted({c.tags.get("replicate", 0) for c, _ in todo}):
             in_fresh_process(name, profile, root, r)
     else:
-        runner.measure_cells(name, profile, todo, path)
+        counts = {k: n_prompts(name, profile, c) for c, k in todo}
+        runner.measure_cells(name, profile, todo, path, counts)
     return path
 
 

@@ -19,17 +19,15 @@ def prompt_seed(profile_seed: int, prompt_id: str, replicate: int) -> int:
     return zlib.crc32(f"{profile_seed}:{prompt_id}:{replicate}".encode())
 
 
-def measure_cells(name: str, p, todo: list, path) -> None:
-    """Measure ``todo`` ((cell, key) pairs), one model load per precision."""
+def measure_cells(name: str, p, todo: list, path, counts: dict) -> None:
+    """Measure ``todo`` ((cell, key) pairs), ``counts[key]`` prompts each, one model load per precision."""
     store = ResultStore(path)
     for dtype in dict.fromkeys(c.dtype for c, _ in todo):
-        _measure(name, p, [(c, k) for c, k in todo if c.dtype == dtype], store, dtype)
+        _measure(name, p, [(c, k) for c, k in todo if c.dtype == dtype], store, dtype, counts)
 
 
-def _measure(name: str, p, todo: list, store: ResultStore, dtype: str) -> None:
+def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: dict) -> None:
     from tqdm.auto import tqdm
-
-    from .experiments import n_prompts
 
     if p.models.threads:
         torch.set_num_threads(p.models.threads)
@@ -39,7 +37,6 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str) -> None:
              "bound": bound(as_runner(target).model, probe)}
     todo.sort(key=lambda ck: ck[0].config is not None)  # AR first: every other cell is compared with it
     rows = {k: store.partial(k) for _, k in todo}
-    counts = {k: n_prompts(name, p, c) for c, k in todo}
     prompts = Prompts(p, tok, name)
     refs = ar_references(store, todo, rows, dtype)
     sessions = {k: {} for _, k in todo}  # a cell's state across its generations (a policy adapting across prompts)

@@ -128,6 +128,26 @@ def authors_code_row(path: Path) -> list[dict]:
     return [row]
 
 
+def peers_row(path: Path, profile) -> list[dict]:
+    """Not a paper claim: our fastest method against llama.cpp's fastest mode on the same weights and prompts."""
+    if not path.exists():
+        return []
+    best = tables.best_vs_peer(tables.load(path, profile))
+    if best.empty:
+        return []
+    row = {"claim": "Our fastest method is faster than llama.cpp's fastest mode, same weights (not in the paper)",
+           "paper": "–"}
+    sides = []
+    for ws, name in tables.DATASET_LABELS.items():
+        if name in best.index:
+            b = best.loc[name]
+            lo, hi = (float(x) for x in b["95% CI"].strip("[]").split(","))
+            row[name] = f"{b['throughput ratio']}{'' if lo > 1 or hi < 1 else '~'} vs {b['llama.cpp']}"
+            sides.append(1 if lo > 1 else -1 if hi < 1 else 0)
+    row["verdict"] = "yes" if sides and min(sides) > 0 else "no" if sides and max(sides) < 0 else "mixed"
+    return [row]
+
+
 def paper_ratio(a: str, b: str) -> str:
     """The paper's Table 1 throughput of ``a`` over ``b``, WikiText-2 / PG-19 (data/paper_reported.json)."""
     t1 = tables.reported()["table1_throughput_tokens_per_s"]
@@ -145,6 +165,7 @@ def scorecard(profile) -> pd.DataFrame:
                        paper_ratio("dynatree", "fixed_tree"))]
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
     rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
+    rows += peers_row(root / "peers.json", profile)
     return pd.DataFrame(rows).set_index("claim")
 
 

@@ -112,17 +112,19 @@ AR_KEY = ["dataset", "T", "L_max", "dtype", "temperature", "replicate"]
 def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
     """speedup = mean TPS / mean TPS of AR over the same prompts (same file, workload, T, L_max, precision,
     temperature and replicate; never taken from a log), with its 95% paired bootstrap interval over prompts
-    (``speedup_lo``, ``speedup_hi``); rows on transformers' engine also ``speedup_own`` over HF's AR."""
+    (``speedup_lo``, ``speedup_hi``); rows of another engine also ``speedup_own`` over that engine's AR (HF's AR,
+    or the row tagged ``own_ar``: llama.cpp's)."""
     df = df.copy()
     if df.empty:
         return df
     keys = list(df[AR_KEY].itertuples(index=False, name=None))
     ar = {k: t for k, t, m in zip(keys, df.tps_by_prompt, df.method) if m == "ar"}
-    hf = {k: t for k, t, m in zip(keys, df.tps_by_prompt, df.method) if m == "hf_ar"}
+    own_ar = df.method.eq("hf_ar") | df.get("tag_own_ar", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    own = {(e, k): t for k, t, e, o in zip(keys, df.tps_by_prompt, df.engine, own_ar) if o}
     df["speedup"] = [paired_ratio(t, ar[k]) if k in ar else float("nan") for t, k in zip(df.tps_by_prompt, keys)]
     ci = [ratio_ci(t, ar[k]) if k in ar else (float("nan"),) * 2 for t, k in zip(df.tps_by_prompt, keys)]
     df["speedup_lo"], df["speedup_hi"] = [c[0] for c in ci], [c[1] for c in ci]
-    df["speedup_own"] = [paired_ratio(t, hf[k]) if e == "transformers" and k in hf else float("nan")
+    df["speedup_own"] = [paired_ratio(t, own[(e, k)]) if e != "ours" and (e, k) in own else float("nan")
                          for t, k, e in zip(df.tps_by_prompt, keys, df.engine)]
     return df
 
@@ -376,6 +378,33 @@ def hf_table(df) -> pd.DataFrame:
                 rows.append({"Workload": DATASET_LABELS[ds], "Method": r.label, "tok/s": pm(r.tps, r.tps_std),
                              "over HF AR": _dash(r.speedup_own, "{:.2f}×"), "over our AR": f"{r.speedup:.2f}×"})
     return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
+
+
+def peers_table(df) -> pd.DataFrame:
+    """Notebook 12: every method of the peers run per workload: throughput, speedup over our AR with its 95%
+    paired interval, over llama.cpp's own BF16 AR, mean tokens per verification, and agreement with our AR's
+    tokens (llama.cpp's arithmetic is its own: agreement is measured, not expected)."""
+    return _per_dataset(df, {
+        "tok/s": lambda r: pm(r.tps, r.tps_std), "over our AR [95% CI]": _speedup_ci,
+        "over llama.cpp AR": lambda r: _dash(r.speedup_own, "{:.2f}×"), "L̄": lambda r: f"{r.L_bar:.2f}",
+        "= our AR": _agree})
+
+
+def best_vs_peer(df) -> pd.DataFrame:
+    """Per workload, our fastest method against llama.cpp's fastest mode on the same prompts: the ratio of their
+    throughputs with its 95% paired bootstrap interval (an interval containing 1 is no measured difference)."""
+    rows = []
+    for ds in [d for d in DATASET_LABELS if d in set(df.dataset)]:
+        w = df[df.dataset == ds]
+        ours, peers = w[(w.engine == "ours") & (w.method != "ar")], w[w.engine == "llama.cpp"]
+        if ours.empty or peers.empty:
+            continue
+        a, b = ours.loc[ours.tps.idxmax()], peers.loc[peers.tps.idxmax()]
+        lo, hi = ratio_ci(a.tps_by_prompt, b.tps_by_prompt)
+        rows.append({"Workload": DATASET_LABELS[ds], "ours": a.label, "llama.cpp": b.label,
+                     "throughput ratio": f"{paired_ratio(a.tps_by_prompt, b.tps_by_prompt):.2f}",
+                     "95% CI": f"[{lo:.2f}, {hi:.2f}]", "prompts": len(set(a.tps_by_prompt) & set(b.tps_by_prompt))})
+    return pd.DataFrame(rows).set_index("Workload") if rows else pd.DataFrame()
 
 
 def sampling_table(df) -> pd.DataFrame:

@@ -1,0 +1,100 @@
+"""llama.cpp as a registered method: each of its modes decodes the cpu profile's prompts through one
+``llama-server`` (``harness.llamacpp.LlamaServer``: prompts passed as our token ids, exactly), so the runner
+interleaves it with our methods prompt by prompt and logs it in our record schema.
+
+A generation's time is llama.cpp's own (``timings.prompt_ms`` + ``predicted_ms``: prefill + decode, HTTP and
+JSON excluded), the same definition as ours (new tokens over prefill + decode). llama.cpp is optional: without a
+build, ``available()`` is False and the peers experiment has no cells (``harness.llamacpp.how_to_get`` says how
+to build it).
+"""
+from __future__ import annotations
+
+import atexit
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .. import methods as registry
+from ..core.decoding import Options
+from ..core.result import GenerationResult, Totals
+from ..core.validate import check_field_types, require
+from . import llamacpp
+
+
+@dataclass(frozen=True)
+class LlamaCppConfig:
+    """One llama.cpp mode (``llamacpp.SERVER_MODES``) on the target GGUF ``quant`` ("bf16": the shipped Q4_1
+    requantized to BF16; "q4_1": as shipped); ``n_draft``: tokens per draft (draft model or n-gram);
+    ``ngram_n``: the n-gram modes' key length (None: llama.cpp's default)."""
+
+    method: ClassVar[str] = "llamacpp"
+
+    mode: str = "ar"
+    quant: str = "bf16"
+    n_draft: int = 8
+    ngram_n: int | None = None
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        require(self.mode in llamacpp.SERVER_MODES, f"mode must be one of {llamacpp.SERVER_MODES}, got {self.mode!r}")
+        require(self.quant in ("bf16", "q4_1"), f"quant must be 'bf16' or 'q4_1', got {self.quant!r}")
+        require(self.n_draft >= 1, f"n_draft must be >= 1, got {self.n_draft}")
+
+
+# (label, config): what the peers experiment runs; the first is llama.cpp's own AR (its speedups' reference)
+PEERS = (
+    ("llama.cpp AR (BF16)", LlamaCppConfig("ar", "bf16")),
+    ("llama.cpp AR (Q4_1)", LlamaCppConfig("ar", "q4_1")),
+    ("llama.cpp draft chain, our draft (n=3)", LlamaCppConfig("draft-chain", n_draft=3)),
+    ("llama.cpp draft chain, our draft (n=8)", LlamaCppConfig("draft-chain", n_draft=8)),
+    ("llama.cpp ngram-simple (n=8)", LlamaCppConfig("ngram-simple", n_draft=8, ngram_n=4)),
+    ("llama.cpp ngram-mod (n=8)", LlamaCppConfig("ngram-mod", n_draft=8, ngram_n=4)),
+)
+OWN_AR = PEERS[0][0]
+
+
+def available() -> bool:
+    """Whether a llama.cpp build with ``llama-server`` is found (``llamacpp.find_llamacpp``)."""
+    found = llamacpp.find_llamacpp()
+    return found is not None and (found / "llama-server").is_file()
+
+
+_SERVERS: dict[LlamaCppConfig, llamacpp.LlamaServer] = {}
+
+
+def server(cfg: LlamaCppConfig) -> llamacpp.LlamaServer:
+    """One running server per config for the whole process (models loaded once, outside any timing)."""
+    if cfg not in _SERVERS:
+        _SERVERS[cfg] = llamacpp.LlamaServer(cfg.mode, target=cfg.quant, n_draft=cfg.n_draft,
+                                             ngram_n=cfg.ngram_n).__enter__()
+    return _SERVERS[cfg]
+
+
+@atexit.register
+def close_servers() -> None:
+    while _SERVERS:
+        _SERVERS.popitem()[1].__exit__(None, None, None)
+
+
+def result_of(row: dict, eos: int | None) -> GenerationResult:
+    """Our result from a server row: its token ids (EOS kept, as our decoders keep it), its own times, and its
+    draft counts (drafted = accepted + rejected draft tokens; a chain's depth is its length)."""
+    tokens = list(row["token_ids"] or [])
+    if eos is not None and row.get("stop_type") == "eos" and (not tokens or tokens[-1] != eos):
+        tokens.append(eos)
+    drafted, accepted = row.get("n_drafted") or 0, row.get("n_accepted") or 0
+    counted = Totals(iterations=max(len(tokens) - accepted, 1), accepted=accepted, drafted_nodes=drafted,
+                     drafted_depth=drafted)
+    return GenerationResult(tokens, wall_s=row["wall_s"], prefill_s=row["prefill_s"],
+                            target_forwards=counted.iterations + 1, engine=row["version"], counted=counted)
+
+
+def generate_llamacpp(target, draft, prompt, T: int, cfg: LlamaCppConfig, opts: Options = Options()) -> GenerationResult:
+    """``T`` new tokens (or up to ``opts.eos_token_id``) of ``prompt`` from llama.cpp, greedy. ``target`` and
+    ``draft`` are ours and unused: llama.cpp runs its own GGUF conversions of the same weights."""
+    require(opts.sampling.greedy, "the llama.cpp peer runs greedy only (temperature 0)")
+    row = server(cfg).complete(prompt.tolist(), int(T), ignore_eos=opts.eos_token_id is None)
+    return result_of(row, opts.eos_token_id)
+
+
+registry.register(registry.Method("llamacpp", LlamaCppConfig, "llama.cpp", "#17becf", "peer", False, None,
+                                  generate_llamacpp, drafts=False, engine="llama.cpp"))

@@ -1,0 +1,56 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 12 · Peers: llama.cpp on the same weights
+# Not in the paper. A CPU user who wants SmolLM2-135M fast runs llama.cpp, so the `cpu` profile measures it beside
+# our AR, DynaTree and the cost-aware extension: the same target (the shipped Q4_1 GGUF, and the same weights
+# requantized to BF16), our draft converted to GGUF, on the main table's first prompts of every workload, greedy,
+# interleaved with our methods prompt by prompt (`harness.peers`). Throughput is new tokens over prefill + decode
+# for every engine; llama.cpp's times are its own server timings. Its BF16 arithmetic is not ours, so its tokens
+# can leave our AR's path at near-ties: the last column counts the prompts where they do not.
+#
+# llama.cpp is optional: `bash tools/build_llamacpp.sh` builds it from the source vendored in the
+# `llama-cpp-python` sdist and converts the weights. Without a build (or on a profile with no peers) this
+# notebook measures nothing and renders what is logged.
+
+# %% tags=["parameters"]
+profile = "cpu"      # only "cpu" runs peers (llama.cpp GGUFs of its SmolLM2 pair)
+overrides = {}       # profile field overrides, e.g. {"T": 128}
+rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
+
+# %%
+from dynatree_lib.harness import experiments, llamacpp, peers
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.reporting import plots, tables
+from dynatree_lib.reporting.notebook import show_fig, show_table
+
+prof = get_profile(profile, **overrides)
+if not prof.extras.peers_n_prompts:
+    print(f"profile {prof.name!r} runs no peers")
+elif not peers.available():
+    print(llamacpp.how_to_get())
+
+# %% tags=["nbval-ignore-output"]
+path = experiments.run("peers", prof, rerun=rerun, render_only=render_only or not peers.available())
+df = tables.load(path, prof) if path.exists() else None
+print("no peer records logged" if df is None or df.empty else f"{len(df)} records from {path.name}")
+
+# %% tags=["nbval-ignore-output"]
+if df is not None and not df.empty:
+    show_table(tables.peers_table(df), "table_peers", prof)
+    show_table(tables.best_vs_peer(df), "table_peers_best", prof)
+    show_fig(plots.main_throughput(df), "fig_peers", prof)
+
+# %% [markdown]
+# What to look for: whether llama.cpp's own AR is ahead of ours at the same precision (the engine alone), whether
+# its draft-model chain beats its own AR with our draft (the algorithm on its engine), and the last table: our
+# fastest method against llama.cpp's fastest mode on the same prompts, with a paired interval.
