@@ -44,7 +44,8 @@ class Method:
     override it). ``reported``: its key in ``data/paper_reported.json``'s Table 1 and 3, if the paper reports it.
     ``decode(target, draft, prompt, T, cfg, opts)`` runs it (``opts``: ``core.decoding.Options``); ``drafts``:
     whether it needs a draft (HF's AR does not); ``engine``: whose engine runs its forwards ("ours", or
-    "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that engine's AR as well as ours)."""
+    "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that engine's AR as well as ours);
+    ``describe(cfg)``: a dict its records carry under ``engine_info``."""
 
     name: str
     config: type | None
@@ -57,6 +58,7 @@ class Method:
     reported: str | None = None
     drafts: bool = True
     engine: str = "ours"
+    describe: Callable | None = None  # config -> what its records log about another engine (version, build, command)
 
 
 REGISTRY: dict[str, Method] = {}

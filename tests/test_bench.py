@@ -150,15 +150,23 @@ def test_tuned_settings_come_from_the_tuning_json(smoke_main):
 
 
 def test_a_tuning_json_from_other_candidates_is_refused(smoke_main, tmp_path):
-    """A tuning.json whose fastest setting is no longer a candidate (the grid or a config changed) says so."""
+    """An older tuning's records (other candidates, or no tuning split) never pick a setting, however fast they
+    were; a file holding only those says to run the tuning."""
     prof, root, _ = smoke_main
     data = json.loads((root / "smoke" / "tuning.json").read_text())
-    for r in data["records"]:
-        if r["method"] == "linear":
+    want = experiments.tuned(prof, "linear", "wikitext2", root)
+    old = [json.loads(json.dumps(r)) for r in data["records"] if r["method"] == "linear"]
+    for i, r in enumerate(old):
+        r["aggregate"]["tps"]["mean"] *= 100
+        if i % 2:
             r["config"]["K"] += 100
+        else:
+            r.pop("split")
     (tmp_path / "smoke").mkdir()
-    (tmp_path / "smoke" / "tuning.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="not among this code's candidates"):
+    (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": data["records"] + old}))
+    assert experiments.tuned(prof, "linear", "wikitext2", tmp_path) == want
+    (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": old}))
+    with pytest.raises(ValueError, match="no tuning records of this code's linear candidates"):
         experiments.tuned(prof, "linear", "wikitext2", tmp_path)
 
 

@@ -99,7 +99,7 @@ def test_cost_model_table_scales_by_the_same_runs_ar():
     root = Path(__file__).resolve().parents[1] / "results" / "smoke"
     t = tables.cost_model_table(tables.load(root / "main.json", get_profile("smoke")),
                                 json.loads((root / "costs.json").read_text()))
-    ar = t[t.Method == "AR"].set_index(["Dataset", "precision"]).gap
+    ar = t[t.Method == "AR"].set_index(["Dataset", "precision", "replicate"]).gap
     assert len(ar) == ar.index.nunique() > 0 and (t[t.Method == "AR"]["gap, AR-scaled"].abs() < 1e-12).all()
     for _, r in t.iterrows():
-        assert r["gap, AR-scaled"] == pytest.approx((1 + r.gap) / (1 + ar[(r.Dataset, r.precision)]) - 1)
+        assert r["gap, AR-scaled"] == pytest.approx((1 + r.gap) / (1 + ar[(r.Dataset, r.precision, r.replicate)]) - 1)

@@ -233,6 +233,8 @@ def test_llamacpp_tokenizes_our_prompt():
 class RecordedServer:
     """Answers every completion with a recorded llama-server response."""
 
+    argv, target, draft = ["llama-server", "-m", "target.gguf"], "target.gguf", "draft.gguf"
+
     def __init__(self, name):
         self.resp = json.loads((DATA / f"{name}.response.json").read_text())
 
@@ -254,6 +256,11 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
     assert res.tokens == row["token_ids"] and res.wall_s == pytest.approx(row["prefill_s"] + row["decode_s"])
     assert res.accepted == row["n_accepted"] and res.iterations == len(res.tokens) - row["n_accepted"]
     assert res.engine.startswith("llama.cpp")
+    from dynatree_lib.harness.measure import Cell, engine_info
+
+    info = engine_info(Cell("wikitext2", "llamacpp", "peer", cfg, 32, 8, "bfloat16"))["engine_info"]
+    assert info["command"] == "llama-server -m target.gguf" and info["version"].startswith("llama.cpp")
+    assert engine_info(Cell("wikitext2", "dynatree", "DynaTree", None, 32, 8, "bfloat16")) == {}
     with pytest.raises(ValueError, match="greedy only"):
         generate(None, torch.arange(5), 32, method=cfg, temperature=1.0)
     with pytest.raises(ValueError, match="mode must be one of"):
@@ -283,5 +290,5 @@ def test_peers_experiment_without_llamacpp(monkeypatch, tmp_path):
     for ws in prof.workloads:
         mine = [c for c in cells if c.dataset == ws]
         assert {c.method for c in mine} >= {"ar", "dynatree", "llamacpp"}
-        assert sum(c.tags["own_ar"] for c in mine if c.method == "llamacpp") == 1
+        assert sum(c.tags["own_ar"] for c in mine if c.method == "llamacpp") == prof.protocol.replicates
     assert experiments.n_prompts("peers", prof, cells[0]) == prof.extras.peers_n_prompts

@@ -217,16 +217,18 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
 
 def peers_cells(p: Profile, root=None) -> list[Cell]:
     """Notebook 12: llama.cpp's modes (``peers.PEERS``) beside our AR, DynaTree and the extension (without its
-    variants), greedy on the main table's first prompts in the timed precision; none where the profile runs no
-    peers or llama.cpp is not built."""
+    variants), greedy on the main table's first prompts in the timed precision, each replicate in a fresh process;
+    none where the profile runs no peers or llama.cpp is not built."""
     if not p.extras.peers_n_prompts or not peers.available():
         return []
-    cells, T, tags = [], p.protocol.T, {"role": "peer"}
-    for ws in p.workloads:
-        cells += [_cell(p, ws, m, T, None, tags, root=root) for m in ("ar", "dynatree")]
-        cells += extension_cells(p, ws, p.models.dtype, tags, root, variants=False)
-        cells += [Cell(ws, "llamacpp", lab, cfg, T, p.L_max(ws), p.models.dtype, {**tags, "own_ar": lab == peers.OWN_AR})
-                  for lab, cfg in peers.PEERS]
+    cells, T = [], p.protocol.T
+    for r in range(p.protocol.replicates):
+        tags = {"role": "peer", **({"replicate": r} if r else {})}  # no replicate tag reads as replicate 0
+        for ws in p.workloads:
+            cells += [_cell(p, ws, m, T, None, tags, root=root) for m in ("ar", "dynatree")]
+            cells += extension_cells(p, ws, p.models.dtype, tags, root, variants=False)
+            cells += [Cell(ws, "llamacpp", lab, cfg, T, p.L_max(ws), p.models.dtype,
+                           {**tags, "own_ar": lab == peers.OWN_AR}) for lab, cfg in peers.PEERS]
     return cells
 
 
@@ -234,7 +236,7 @@ EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_
                "length_scaling": length_cells, "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
                "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells,
                "peers": peers_cells}
-IN_PROCESS = ("main",)  # experiments whose replicates each run in a fresh process
+IN_PROCESS = ("main", "peers")  # experiments whose replicates each run in a fresh process
 
 
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:

@@ -12,7 +12,7 @@ import torch
 from ..core.lookup import LookupRunner
 from ..core.runners import as_runner
 from ..core.sampling import Sampling
-from ..methods import generate
+from ..methods import REGISTRY, generate
 from .environment import BandwidthProbe, environment
 from .metrics import aggregate, loop_share, periodic_tail, prompt_metrics
 from .prompts import Prompt
@@ -113,6 +113,12 @@ def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int | 
     return row
 
 
+def engine_info(cell: Cell) -> dict:
+    """What a record of another engine's method logs about that engine (``Method.describe``); nothing for ours."""
+    m = REGISTRY[cell.method]
+    return {"engine_info": m.describe(cell.config)} if m.describe else {}
+
+
 def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra: dict, replicate: int) -> dict:
     mo, s = profile.models, cell.sampling
     return {"key": key, "dataset": cell.dataset, "method": cell.method, "label": cell.label,
@@ -123,5 +129,5 @@ def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra:
             "draft_vocab": mo.draft_vocab, "draft_lookup": mo.draft_lookup and cell.lookup,
             "context_override": mo.context_override, "warmup": profile.protocol.warmup,
             "seed": profile.protocol.seed, "prompt_ids": [p.id for p in prompts], "rows": rows,
-            "aggregate": aggregate(rows), "environment": environment(mo.device), **extra,
+            "aggregate": aggregate(rows), "environment": environment(mo.device), **extra, **engine_info(cell),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}

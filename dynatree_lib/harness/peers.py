@@ -96,5 +96,14 @@ def generate_llamacpp(target, draft, prompt, T: int, cfg: LlamaCppConfig, opts: 
     return result_of(row, opts.eos_token_id)
 
 
+def describe(cfg: LlamaCppConfig) -> dict:
+    """What a record logs about llama.cpp: its version, build flags, the server's command line and the GGUFs."""
+    info, srv = llamacpp.build_info(), server(cfg)
+    return {"version": llamacpp.version_string(info), "build_flags": info.get("cmake_flags"),
+            "command": llamacpp.shell(srv.argv), "target_gguf": str(srv.target),
+            "draft_gguf": str(srv.draft) if srv.draft else None,
+            "timing": "llama-server timings: prompt_ms + predicted_ms (prefill + decode)"}
+
+
 registry.register(registry.Method("llamacpp", LlamaCppConfig, "llama.cpp", "#17becf", "peer", False, None,
-                                  generate_llamacpp, drafts=False, engine="llama.cpp"))
+                                  generate_llamacpp, drafts=False, engine="llama.cpp", describe=describe))

@@ -42,18 +42,19 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     path = results_path("tuning", p, root)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
+    configs = [config_dict(c) for c in candidates]
+    # only this code's candidates on tuning prompts: a file can still hold an older tuning's records
     recs = [r for r in json.loads(path.read_text())["records"]
-            if r["dataset"] == workload and r["method"] == family and r["dtype"] == p.models.dtype]
+            if r["dataset"] == workload and r["method"] == family and r["dtype"] == p.models.dtype
+            and r.get("split") == "tuning" and r["config"] in configs]
     at = [r for r in recs if r.get("temperature", 0.0) == sampling.temperature]
     recs = at or [r for r in recs if r.get("temperature", 0.0) == 0.0]
     if not recs:
-        raise ValueError(f"{path} holds no tuning records for {family} on {workload} at {p.models.dtype}")
+        raise ValueError(f"{path} holds no tuning records of this code's {family} candidates on {workload} at "
+                         f"{p.models.dtype}; run the tuning experiment (notebook 01, or --rerun if the candidates "
+                         "changed)")
     best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
-    pick = next((c for c in candidates if config_dict(c) == best["config"]), None)
-    if pick is None:  # the candidates changed since tuning ran (a new field, another grid)
-        raise ValueError(f"{path}: the fastest {family} setting on {workload} ({best['label']}) is not among this "
-                         "code's candidates; rerun the tuning experiment (--rerun)")
-    return pick
+    return candidates[configs.index(best["config"])]
 
 
 def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:

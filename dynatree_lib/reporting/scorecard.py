@@ -21,6 +21,15 @@ from . import tables
 MARK = re.compile(r"<!-- scorecard -->.*?<!-- /scorecard -->", re.S)
 
 
+def current(path: Path, profile) -> pd.DataFrame | None:
+    """The records of ``path`` that belong to the profile's current cells; None when there are none (a claim whose
+    run is not logged yet gets no row rather than an old run's number)."""
+    if not path.exists():
+        return None
+    df = tables.load(path, profile)
+    return None if df.empty else df
+
+
 def _ratio(df: pd.DataFrame, a: str, b: str, ws: str, rep: int) -> tuple[float, float, float] | None:
     """(ratio, lo, hi) of method label ``a`` over ``b`` on a workload in one replicate (draft with its lookup)."""
     sub = df[(df.dataset == ws) & (df.replicate == rep) & df.lookup]
@@ -66,9 +75,8 @@ def exactness(df: pd.DataFrame) -> dict:
 
 
 def ablation_rows(path: Path, profile) -> list[dict]:
-    if not path.exists():
+    if (df := current(path, profile)) is None:
         return []
-    df = tables.load(path, profile)
     base = df[df.tag_step == 0].iloc[0].tps_by_prompt
     rows = []
     for step, claim, paper in ((1, "Dynamic breadth & depth beat the fixed tree D=5, B=2 (ablation)", "+13.4%"),
@@ -82,9 +90,8 @@ def ablation_rows(path: Path, profile) -> list[dict]:
 
 
 def memory_row(path: Path, profile) -> list[dict]:
-    if not path.exists():
+    if (df := current(path, profile)) is None:
         return []
-    df = tables.load(path, profile)
     ar = df[df.method == "ar"].groupby("dataset").peak_mem_mb.mean()
     dt = df[df.label == "DynaTree"].groupby("dataset").peak_mem_mb.mean()
     row = {"claim": "DynaTree's peak memory is a few percent above AR's", "paper": "+3.3%"}
@@ -94,9 +101,8 @@ def memory_row(path: Path, profile) -> list[dict]:
 
 
 def sampling_row(path: Path, profile) -> list[dict]:
-    if not path.exists():
+    if (df := current(path, profile)) is None:
         return []
-    df = tables.load(path, profile)
     t = max(df.temperature.unique())
     sub = df[df.temperature == t]
     row = {"claim": f"Sampling at T = {t:g} keeps the speedup (best DynaTree-family method over AR sampling)",
@@ -130,20 +136,16 @@ def authors_code_row(path: Path) -> list[dict]:
 
 def peers_row(path: Path, profile) -> list[dict]:
     """Not a paper claim: our fastest method against llama.cpp's fastest mode on the same weights and prompts."""
-    if not path.exists():
-        return []
-    best = tables.best_vs_peer(tables.load(path, profile))
-    if best.empty:
+    if (df := current(path, profile)) is None or (best := tables.best_vs_peer(df)).empty:
         return []
     row = {"claim": "Our fastest method is faster than llama.cpp's fastest mode, same weights (not in the paper)",
            "paper": "–"}
     sides = []
-    for ws, name in tables.DATASET_LABELS.items():
-        if name in best.index:
-            b = best.loc[name]
-            lo, hi = (float(x) for x in b["95% CI"].strip("[]").split(","))
-            row[name] = f"{b['throughput ratio']}{'' if lo > 1 or hi < 1 else '~'} vs {b['llama.cpp']}"
-            sides.append(1 if lo > 1 else -1 if hi < 1 else 0)
+    for name, b in best.groupby(level="Workload", sort=False):
+        cis = [tuple(float(x) for x in ci.strip("[]").split(",")) for ci in b["95% CI"]]
+        row[name] = " / ".join(f"{r}{'' if lo > 1 or hi < 1 else '~'}" for r, (lo, hi) in zip(b["throughput ratio"], cis))
+        row[name] += f" vs {', '.join(dict.fromkeys(b['llama.cpp']))}"
+        sides += [1 if lo > 1 else -1 if hi < 1 else 0 for lo, hi in cis]
     row["verdict"] = "yes" if sides and min(sides) > 0 else "no" if sides and max(sides) < 0 else "mixed"
     return [row]
 
@@ -156,13 +158,14 @@ def paper_ratio(a: str, b: str) -> str:
 
 def scorecard(profile) -> pd.DataFrame:
     root = REPO / "results" / profile.name
-    main = tables.load(root / "main.json", profile)
-    rows = [exactness(main),
-            comparison(main, "DynaTree", "AR", "DynaTree is faster than AR", paper_ratio("dynatree", "ar")),
-            comparison(main, "DynaTree", "Linear Spec", "DynaTree is faster than linear speculative decoding",
-                       paper_ratio("dynatree", "linear_spec")),
-            comparison(main, "DynaTree", "Fixed Tree", "DynaTree is faster than a tuned fixed tree",
-                       paper_ratio("dynatree", "fixed_tree"))]
+    rows = []
+    if (main := current(root / "main.json", profile)) is not None:
+        rows += [exactness(main),
+                 comparison(main, "DynaTree", "AR", "DynaTree is faster than AR", paper_ratio("dynatree", "ar")),
+                 comparison(main, "DynaTree", "Linear Spec", "DynaTree is faster than linear speculative decoding",
+                            paper_ratio("dynatree", "linear_spec")),
+                 comparison(main, "DynaTree", "Fixed Tree", "DynaTree is faster than a tuned fixed tree",
+                            paper_ratio("dynatree", "fixed_tree"))]
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
     rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
     rows += peers_row(root / "peers.json", profile)
@@ -175,6 +178,9 @@ def write(profile, readme: Path = REPO / "README.md") -> str:
     note = ("Ours: WikiText-2 / PG-19 continuations and Spec-Bench questions on the sealed test prompts, ratios of "
             "mean throughputs per replicate (r1 / r2; `~`: the 95% interval includes 1), from `results/cpu/`. "
             "Generated by `python -m dynatree_lib.reporting.scorecard`.\n")
+    if current(REPO / "results" / profile.name / "main.json", profile) is None:
+        note += (f"\nThe main table's claims (exactness, DynaTree against AR, linear and the fixed tree) get their rows "
+                 f"once `results/{profile.name}/main.json` holds a run of the current cells (`./run_all.sh --rerun`).\n")
     text = readme.read_text()
     if not MARK.search(text):
         raise ValueError(f"{readme} has no <!-- scorecard --> ... <!-- /scorecard --> markers")

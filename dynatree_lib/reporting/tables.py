@@ -380,31 +380,32 @@ def hf_table(df) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
 
 
-def peers_table(df) -> pd.DataFrame:
-    """Notebook 12: every method of the peers run per workload: throughput, speedup over our AR with its 95%
-    paired interval, over llama.cpp's own BF16 AR, mean tokens per verification, and agreement with our AR's
-    tokens (llama.cpp's arithmetic is its own: agreement is measured, not expected)."""
-    return _per_dataset(df, {
+def peers_table(df, r: int = 0) -> pd.DataFrame:
+    """Notebook 12: every method of the peers run per workload (replicate ``r``): throughput, speedup over our AR
+    with its 95% paired interval, over llama.cpp's own BF16 AR, mean tokens per verification, and agreement with
+    our AR's tokens (llama.cpp's arithmetic is its own: agreement is measured, not expected)."""
+    return _per_dataset(replicate(df, r), {
         "tok/s": lambda r: pm(r.tps, r.tps_std), "over our AR [95% CI]": _speedup_ci,
         "over llama.cpp AR": lambda r: _dash(r.speedup_own, "{:.2f}×"), "L̄": lambda r: f"{r.L_bar:.2f}",
         "= our AR": _agree})
 
 
 def best_vs_peer(df) -> pd.DataFrame:
-    """Per workload, our fastest method against llama.cpp's fastest mode on the same prompts: the ratio of their
-    throughputs with its 95% paired bootstrap interval (an interval containing 1 is no measured difference)."""
+    """Per workload and replicate, our fastest method against llama.cpp's fastest mode on the same prompts: the
+    ratio of their throughputs with its 95% paired bootstrap interval (an interval containing 1 is no measured
+    difference)."""
     rows = []
     for ds in [d for d in DATASET_LABELS if d in set(df.dataset)]:
-        w = df[df.dataset == ds]
-        ours, peers = w[(w.engine == "ours") & (w.method != "ar")], w[w.engine == "llama.cpp"]
-        if ours.empty or peers.empty:
-            continue
-        a, b = ours.loc[ours.tps.idxmax()], peers.loc[peers.tps.idxmax()]
-        lo, hi = ratio_ci(a.tps_by_prompt, b.tps_by_prompt)
-        rows.append({"Workload": DATASET_LABELS[ds], "ours": a.label, "llama.cpp": b.label,
-                     "throughput ratio": f"{paired_ratio(a.tps_by_prompt, b.tps_by_prompt):.2f}",
-                     "95% CI": f"[{lo:.2f}, {hi:.2f}]", "prompts": len(set(a.tps_by_prompt) & set(b.tps_by_prompt))})
-    return pd.DataFrame(rows).set_index("Workload") if rows else pd.DataFrame()
+        for rep, w in df[df.dataset == ds].groupby("replicate"):
+            ours, peers = w[(w.engine == "ours") & (w.method != "ar")], w[w.engine == "llama.cpp"]
+            if ours.empty or peers.empty:
+                continue
+            a, b = ours.loc[ours.tps.idxmax()], peers.loc[peers.tps.idxmax()]
+            lo, hi = ratio_ci(a.tps_by_prompt, b.tps_by_prompt)
+            rows.append({"Workload": DATASET_LABELS[ds], "replicate": int(rep) + 1, "ours": a.label,
+                         "llama.cpp": b.label, "throughput ratio": f"{paired_ratio(a.tps_by_prompt, b.tps_by_prompt):.2f}",
+                         "95% CI": f"[{lo:.2f}, {hi:.2f}]", "prompts": len(set(a.tps_by_prompt) & set(b.tps_by_prompt))})
+    return pd.DataFrame(rows).set_index(["Workload", "replicate"]) if rows else pd.DataFrame()
 
 
 def sampling_table(df) -> pd.DataFrame:
@@ -604,12 +605,12 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
     speculative rows also one iteration's drafting and verification, predicted and measured (ms).
 
     ``gap``: measured / predicted - 1. ``gap, AR-scaled``: the same with the prediction multiplied by AR's
-    measured / predicted on the same dataset and precision (0 for AR by construction): the curves are timed in
-    notebook 00, minutes before or after the main run, and this VM's overall speed drifts by up to 40%
-    between the two; this gap is what remains once that common factor is taken out."""
+    measured / predicted on the same dataset, precision and replicate (0 for AR by construction): the curves are
+    timed in notebook 00, minutes before or after the main run, and a shared VM's overall speed can drift between
+    the two; this gap is what remains once that common factor is taken out."""
     from ..harness.costs import predict_iteration, predict_ms_per_token
 
-    rows, ar_scale = [], {}  # (dataset, precision) -> AR's measured / predicted
+    rows, ar_scale = [], {}  # (dataset, precision, replicate) -> AR's measured / predicted
     for _, r in order(df).iterrows():
         prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
         if prec not in costs["curves"] or r.engine != "ours":
@@ -618,19 +619,19 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
         stats = (r.draft_nodes_per_iter, r.depth_per_iter, r.draft_forwards_per_iter, r.L_bar)
         pred = predict_ms_per_token(c, r.method, *stats)
         row = {"Dataset": DATASET_LABELS[r.dataset], "Method": r.label, "precision": prec,
-               "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}
+               "replicate": int(r.get("replicate", 0)) + 1, "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}
         if r.method != "ar":
             d, v, cm = predict_iteration(c, *stats)
             row |= {"draft/iter pred.": d, "draft/iter meas.": 1e3 * r.draft_s / r.iterations,
                     "verify/iter pred.": v, "verify/iter meas.": 1e3 * r.verify_s / r.iterations,
                     "commit/iter pred.": cm, "commit/iter meas.": 1e3 * r.commit_s / r.iterations}
         if r.method == "ar":
-            ar_scale[(row["Dataset"], prec)] = r.ms_per_token / pred
+            ar_scale[(row["Dataset"], prec, row["replicate"])] = r.ms_per_token / pred
         rows.append(row)
     t = pd.DataFrame(rows)
     if t.empty:
         return t
-    scale = pd.Series([ar_scale.get(k, float("nan")) for k in zip(t.Dataset, t.precision)], index=t.index)
+    scale = pd.Series([ar_scale.get(k, float("nan")) for k in zip(t.Dataset, t.precision, t.replicate)], index=t.index)
     t.insert(t.columns.get_loc("gap") + 1, "gap, AR-scaled", t.measured / (t.predicted * scale) - 1)
     return t
 
