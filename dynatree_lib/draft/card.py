@@ -24,12 +24,16 @@ def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train
     from ..harness.profiles import get_profile
     from .lookup_fit import fit_lookup
 
+    st = torch.load(final)
+    head, drafted = st["spec"].get("head_vocab"), get_profile("cpu").models.draft_vocab
+    if head != drafted:  # rows outside the trained head are untrained: drafting must not use them
+        raise ValueError(f"{final}: the draft was distilled over a head of {head} tokens but the cpu profile drafts "
+                         f"with draft_vocab={drafted}; make them equal (DraftSpec.head_vocab, profiles.py)")
     model = LlamaForCausalLM.from_pretrained(calibrated, dtype=torch.bfloat16)
     DRAFT_DIR.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(DRAFT_DIR)
     AutoTokenizer.from_pretrained(smollm2_folder()).save_pretrained(DRAFT_DIR)
     shutil.copyfile(BUILD / "token_counts.json", DRAFT_DIR / "token_counts.json")
-    st = torch.load(final)
     log = st["log"]
     training = {"draft_spec": st["spec"], "continuation_spec": asdict(ContinuationSpec()),
                 "instruction_spec": asdict(InstructionSpec()), "train_tokens": st["train_tokens"],
@@ -108,7 +112,9 @@ def evaluation_section(pair: dict) -> str:
 On the `cpu` profile's prompts that training never saw, teacher-forced on SmolLM2's own greedy output (the
 text a speculative decoder drafts; `results/cpu/pair.json`, notebook 00) and, as `*_human`, on the human-written
 prompts. Agreement: the draft's argmax equals the target's. ECE: 10 equal-width bins. Heads: the draft as drafting
-uses it (its {n_sub} most frequent tokens and its context lookup), the network alone, and its full head.
+uses it (its {n_sub} most frequent tokens and its context lookup), the network alone, and its full head (a
+draft distilled over its head alone leaves the other rows of the shared embedding untrained: the full head is shown
+for what it is, never used).
 
 | text | head | positions | agreement | mean top-1 prob | ECE |
 |---|---|---|---|---|---|
