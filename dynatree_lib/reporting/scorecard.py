@@ -36,8 +36,7 @@ def _ratio(df: pd.DataFrame, a: str, b: str, ws: str, rep: int) -> tuple[float, 
     x, y = sub[sub.label == a], sub[sub.label == b]
     if x.empty or y.empty:
         return None
-    xa, yb = x.iloc[0].tps_by_prompt, y.iloc[0].tps_by_prompt
-    return (tables.paired_ratio(xa, yb), *tables.ratio_ci(xa, yb))
+    return tables.paired(x.iloc[0].tps_by_prompt, y.iloc[0].tps_by_prompt)[:3]
 
 
 def _cell(rs: list) -> str:
@@ -82,7 +81,7 @@ def ablation_rows(path: Path, profile) -> list[dict]:
     for step, claim, paper in ((1, "Dynamic breadth & depth beat the fixed tree D=5, B=2 (ablation)", "+13.4%"),
                                (2, "... and history adaptation adds more", "+16.2%")):
         r = df[df.tag_step == step].iloc[0]
-        ratio, lo, hi = tables.paired_ratio(r.tps_by_prompt, base), *tables.ratio_ci(r.tps_by_prompt, base)
+        ratio, lo, hi, _ = tables.paired(r.tps_by_prompt, base)
         rows.append({"claim": claim, "paper": paper, "WikiText-2": f"{ratio - 1:+.1%} [{lo - 1:+.1%}, {hi - 1:+.1%}]",
                      "PG-19": "–", "Spec-Bench": "–",
                      "verdict": "reproduces" if lo > 1 else "partly" if ratio > 1 else "no"})
@@ -143,17 +142,16 @@ def authors_code_row(path: Path) -> list[dict]:
 
 def peers_row(path: Path, profile) -> list[dict]:
     """Not a paper claim: our fastest method against llama.cpp's fastest mode on the same weights and prompts."""
-    if (df := current(path, profile)) is None or (best := tables.best_vs_peer(df)).empty:
+    if (df := current(path, profile)) is None or not (pairs := tables.best_pairs(df)):
         return []
     row = {"claim": "Our fastest method is faster than llama.cpp's fastest mode, same weights (not in the paper)",
            "paper": "–"}
-    sides = []
-    for name, b in best.groupby(level="Workload", sort=False):
-        cis = [tuple(float(x) for x in ci.strip("[]").split(",")) for ci in b["95% CI"]]
-        row[name] = " / ".join(f"{r}{'' if lo > 1 or hi < 1 else '~'}" for r, (lo, hi) in zip(b["throughput ratio"], cis))
-        row[name] += f" vs {', '.join(dict.fromkeys(b['llama.cpp']))}"
-        sides += [1 if lo > 1 else -1 if hi < 1 else 0 for lo, hi in cis]
-    row["verdict"] = "yes" if sides and min(sides) > 0 else "no" if sides and max(sides) < 0 else "mixed"
+    for ds, name in tables.DATASET_LABELS.items():
+        if mine := [p for p in pairs if p["dataset"] == ds]:
+            peers = ", ".join(dict.fromkeys(p["peer"].label for p in mine))
+            row[name] = f"{_cell([(p['ratio'], p['lo'], p['hi']) for p in mine])} vs {peers}"
+    sides = [1 if p["lo"] > 1 else -1 if p["hi"] < 1 else 0 for p in pairs]
+    row["verdict"] = "yes" if min(sides) > 0 else "no" if max(sides) < 0 else "mixed"
     return [row]
 
 

@@ -109,6 +109,11 @@ def paired_ratio(a: dict, b: dict) -> float:
 AR_KEY = ["dataset", "T", "L_max", "dtype", "temperature", "replicate"]
 
 
+def paired(a: dict, b: dict) -> tuple[float, float, float, int]:
+    """``paired_ratio`` of two ``{prompt id: tps}``, its ``ratio_ci`` and how many prompts both measured."""
+    return (paired_ratio(a, b), *ratio_ci(a, b), len(set(a) & set(b)))
+
+
 def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
     """speedup = mean TPS / mean TPS of AR over the same prompts (same file, workload, T, L_max, precision,
     temperature and replicate; never taken from a log), with its 95% paired bootstrap interval over prompts
@@ -143,11 +148,10 @@ def paired_vs_best(df: pd.DataFrame, methods=("dynatree", "dynatree_cost")) -> p
                 continue
             best = others.loc[others.tps.idxmax()]
             for _, r in order(sub[sub.method.isin(methods)]).iterrows():
-                lo, hi = ratio_ci(r.tps_by_prompt, best.tps_by_prompt)
+                ratio, lo, hi, n = paired(r.tps_by_prompt, best.tps_by_prompt)
                 rows.append({"Workload": DATASET_LABELS[ds], "Method": r.label, "replicate": int(rep) + 1,
-                             "vs": best.label, "throughput ratio": f"{paired_ratio(r.tps_by_prompt, best.tps_by_prompt):.3f}",
-                             "95% CI": f"[{lo:.3f}, {hi:.3f}]",
-                             "prompts": len(set(r.tps_by_prompt) & set(best.tps_by_prompt))})
+                             "vs": best.label, "throughput ratio": f"{ratio:.3f}", "95% CI": f"[{lo:.3f}, {hi:.3f}]",
+                             "prompts": n})
     return pd.DataFrame(rows).set_index(["Workload", "Method", "replicate"]) if rows else pd.DataFrame()
 
 
@@ -390,21 +394,27 @@ def peers_table(df, r: int = 0) -> pd.DataFrame:
         "= our AR": _agree})
 
 
-def best_vs_peer(df) -> pd.DataFrame:
-    """Per workload and replicate, our fastest method against llama.cpp's fastest mode on the same prompts: the
-    ratio of their throughputs with its 95% paired bootstrap interval (an interval containing 1 is no measured
-    difference)."""
-    rows = []
+def best_pairs(df) -> list[dict]:
+    """Per workload and replicate, our fastest method (``ours``, a row) against llama.cpp's fastest mode
+    (``peer``) on the same prompts: ``paired``'s ratio, interval and prompt count."""
+    out = []
     for ds in [d for d in DATASET_LABELS if d in set(df.dataset)]:
         for rep, w in df[df.dataset == ds].groupby("replicate"):
             ours, peers = w[(w.engine == "ours") & (w.method != "ar")], w[w.engine == "llama.cpp"]
             if ours.empty or peers.empty:
                 continue
             a, b = ours.loc[ours.tps.idxmax()], peers.loc[peers.tps.idxmax()]
-            lo, hi = ratio_ci(a.tps_by_prompt, b.tps_by_prompt)
-            rows.append({"Workload": DATASET_LABELS[ds], "replicate": int(rep) + 1, "ours": a.label,
-                         "llama.cpp": b.label, "throughput ratio": f"{paired_ratio(a.tps_by_prompt, b.tps_by_prompt):.2f}",
-                         "95% CI": f"[{lo:.2f}, {hi:.2f}]", "prompts": len(set(a.tps_by_prompt) & set(b.tps_by_prompt))})
+            ratio, lo, hi, n = paired(a.tps_by_prompt, b.tps_by_prompt)
+            out.append({"dataset": ds, "replicate": int(rep), "ours": a, "peer": b, "ratio": ratio, "lo": lo,
+                        "hi": hi, "prompts": n})
+    return out
+
+
+def best_vs_peer(df) -> pd.DataFrame:
+    """``best_pairs`` as a table (an interval containing 1 is no measured difference)."""
+    rows = [{"Workload": DATASET_LABELS[p["dataset"]], "replicate": p["replicate"] + 1, "ours": p["ours"].label,
+             "llama.cpp": p["peer"].label, "throughput ratio": f"{p['ratio']:.2f}",
+             "95% CI": f"[{p['lo']:.2f}, {p['hi']:.2f}]", "prompts": p["prompts"]} for p in best_pairs(df)]
     return pd.DataFrame(rows).set_index(["Workload", "replicate"]) if rows else pd.DataFrame()
 
 
