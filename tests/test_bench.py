@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import math
+import shutil
 
 import pytest
 
@@ -150,24 +151,43 @@ def test_tuned_settings_come_from_the_tuning_json(smoke_main):
 
 
 def test_a_tuning_json_from_other_candidates_is_refused(smoke_main, tmp_path):
-    """An older tuning's records (other candidates, or no tuning split) never pick a setting, however fast they
-    were; a file holding only those says to run the tuning."""
+    """An older tuning's records (other candidates, no tuning split, or another draft's weights) never pick a
+    setting, however fast they were; a file holding only those says to run the tuning."""
     prof, root, _ = smoke_main
     data = json.loads((root / "smoke" / "tuning.json").read_text())
     want = experiments.tuned(prof, "linear", "wikitext2", root)
     old = [json.loads(json.dumps(r)) for r in data["records"] if r["method"] == "linear"]
     for i, r in enumerate(old):
         r["aggregate"]["tps"]["mean"] *= 100
-        if i % 2:
+        if i % 3 == 0:
+            r.pop("split")
+        elif i % 3 == 1:
             r["config"]["K"] += 100
         else:
-            r.pop("split")
+            r["weights"]["draft"] = {"file": "an/earlier/draft.safetensors", "sha256": "0" * 64}
     (tmp_path / "smoke").mkdir()
     (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": data["records"] + old}))
     assert experiments.tuned(prof, "linear", "wikitext2", tmp_path) == want
-    (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": old}))
+    (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": [r for r in old if "split" not in r
+                                                                                     or r["config"]["K"] > 100]}))
     with pytest.raises(ValueError, match="no tuning records of this code's linear candidates"):
         experiments.tuned(prof, "linear", "wikitext2", tmp_path)
+
+
+def test_a_tuning_of_an_earlier_draft_is_used_only_when_there_is_none_of_this_draft(smoke_main, tmp_path, capsys):
+    """After a draft is rebuilt, its settings come from the earlier draft's tuning (said so) until it is tuned again."""
+    prof, root, _ = smoke_main
+    data = json.loads((root / "smoke" / "tuning.json").read_text())
+    old = [json.loads(json.dumps(r)) for r in data["records"] if r["method"] == "fixed_tree"
+           and r["dataset"] == "wikitext2" and r.get("temperature", 0.0) == 0.0]
+    for r in old:
+        r["weights"]["draft"] = {"file": "an/earlier/draft.safetensors", "sha256": "0" * 64}
+    slowest = min(old, key=lambda r: r["aggregate"]["tps"]["mean"])
+    slowest["aggregate"]["tps"]["mean"] *= 1000
+    (tmp_path / "smoke").mkdir()
+    (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": old}))
+    assert bench_config(experiments.tuned(prof, "fixed_tree", "wikitext2", tmp_path)) == slowest["config"]
+    assert "tuned with an earlier draft's records" in capsys.readouterr().out
 
 
 def test_tuning_labels_say_what_they_run():
@@ -306,3 +326,17 @@ def test_results_md_holds_every_table():
     text = (REPO / "RESULTS.md").read_text()
     missing = [f.stem for f in (REPO / "figures" / "cpu").glob("*.md") if f.read_text().strip() not in text]
     assert not missing, missing
+
+
+def test_tables_say_which_records_an_earlier_draft_measured(smoke_main, tmp_path, capsys):
+    """A rebuilt draft leaves the cells as they were; the tables say which records are the earlier draft's."""
+    prof, root, path = smoke_main
+    data = json.loads(path.read_text())
+    data["records"][0]["weights"]["draft"] = {"file": "weights/old.safetensors", "sha256": "ab" * 32}
+    shutil.copytree(root / "smoke", tmp_path / "smoke")
+    (tmp_path / "smoke" / "main.json").write_text(json.dumps(data))
+    tables.records(tmp_path / "smoke" / "main.json", prof)
+    out = capsys.readouterr().out
+    assert "1 record(s) were measured with an earlier draft (sha256 abababababab" in out
+    tables.records(path, prof)
+    assert "earlier draft" not in capsys.readouterr().out

@@ -15,6 +15,11 @@ from dynatree_lib.harness.tiny import tiny_llama
 from dynatree_lib.core.runners import check_pair
 
 
+TRAINING = json.loads((DRAFT_DIR / "training.json").read_text())
+needs_v3 = pytest.mark.skipif("instruction_spec" not in TRAINING, reason="the committed draft is v2 (continuations "
+                              "only, full head): issue 40's v3 requirements apply once build-draft has exported v3")
+
+
 @pytest.fixture(scope="module")
 def pair():
     return load_pair("embedded:target", "embedded:draft", dtype="bfloat16")
@@ -22,7 +27,7 @@ def pair():
 
 def test_committed_draft_is_small_and_documented():
     files = list(DRAFT_DIR.glob("*.safetensors"))
-    assert files and sum(f.stat().st_size for f in files) <= 40 * 2 ** 20
+    assert files and sum(f.stat().st_size for f in files) <= 60 * 2 ** 20
     card = (DRAFT_DIR / "README.md").read_text()
     for word in ("Training", "Held-out evaluation", "ECE", "build-draft", "held out"):
         assert word in card
@@ -30,10 +35,28 @@ def test_committed_draft_is_small_and_documented():
     assert training["steps"] > 0 and training["calibration"]["temperature"] > 0
 
 
+@needs_v3
+def test_draft_trained_on_instruction_answers_of_the_committed_instructions_only():
+    """Its instruction shards are answers to ``data/instructions`` (disjoint from every evaluation text:
+    ``test_instructions.py``), as many as the spec it records says."""
+    training = json.loads((DRAFT_DIR / "training.json").read_text())
+    instr = [s for s in training["shards"] if s.startswith("instr-")]
+    spec = training["instruction_spec"]
+    assert instr and all(int(s[6:10]) < spec["shards"] for s in instr)
+    assert any(s.startswith("shard-") for s in training["shards"])
+
+
 def test_draft_shares_the_vocabulary(pair):
+    """Same tokenizer as the target, and its head was trained over exactly the tokens the cpu profile drafts with."""
+    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.weights import frequent_tokens
+
     target, draft, tok = pair
     check_pair(target, draft)
     assert draft.config.vocab_size == target.config.vocab_size == len(tok) == 49152
+    head = TRAINING["draft_spec"].get("head_vocab", get_profile("cpu").models.draft_vocab)  # v2: a full head
+    assert head == get_profile("cpu").models.draft_vocab
+    assert len(set(frequent_tokens("embedded:draft", head).tolist())) == head
 
 
 def test_draft_costs_about_an_eighth_logged():
@@ -59,17 +82,21 @@ def test_draft_costs_about_an_eighth_live():
     assert d <= t / 6, f"draft {d:.2f} ms vs target {t:.2f} ms per one-token forward"
 
 
+@needs_v3
 def test_held_out_requirements_logged():
-    """From the committed evaluation (results/cpu/pair.json, written by the build's export phase)."""
+    """Issue 40's targets on the committed evaluation (results/cpu/pair.json, written by the build's export phase:
+    dev prompts no training saw, teacher-forced on the target's greedy output)."""
     pair = json.loads((REPO / "results" / "cpu" / "pair.json").read_text())
-    served = pair["agreement"]["all"]
-    # Issue 9: agreement >= 0.6 and ECE <= 0.05 on the target's greedy continuations of the test prompts, for
-    # the draft as it drafts (its 8192-token head and its context lookup); the network alone is logged beside.
-    assert served["agreement"] >= 0.6, served["agreement"]
-    assert served["ece"] <= 0.05, served["ece"]
-    assert pair["agreement"]["all_human"]["agreement"] < served["agreement"]  # human text is harder
-    alone = pair["agreement_no_lookup"]["all"]
-    assert alone["positions"] == served["positions"] and alone["agreement"] < served["agreement"]
+    assert pair["split"] == "dev"
+    alone, served = pair["agreement_no_lookup"], pair["agreement"]
+    assert alone["spec_bench"]["agreement"] >= 0.50, alone["spec_bench"]["agreement"]
+    assert alone["continuations"]["agreement"] >= 0.55, alone["continuations"]["agreement"]
+    for scope in ("spec_bench", "continuations"):
+        assert alone[scope]["ece"] <= 0.05, (scope, alone[scope]["ece"])
+        assert alone[scope]["positions"] == served[scope]["positions"]
+    assert served["continuations"]["agreement"] >= 0.76, served["continuations"]["agreement"]
+    categories = {k.split("/")[1] for k in served if k.startswith("spec_bench/") and not k.endswith("_human")}
+    assert categories == {"multi-turn", "translation", "summarization", "qa", "math_reasoning", "rag"}
 
 
 def test_distill_loss_is_cross_entropy_with_a_rest_bucket():

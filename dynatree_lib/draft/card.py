@@ -8,9 +8,11 @@ from pathlib import Path
 
 import torch
 
-from ..harness.paths import DRAFT_DIR
+from ..harness.paths import DRAFT_DIR, REPO
 from ..harness.weights import smollm2_folder
 from .teacher import BUILD, ContinuationSpec, InstructionSpec
+
+RESULTS_CPU = REPO / "results" / "cpu"
 
 
 def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train" / "final.pt") -> Path:
@@ -52,8 +54,10 @@ def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train
 
 def write_card(training: dict, pair: dict, costs: dict, out: Path = DRAFT_DIR / "README.md") -> Path:
     """The model card: what the draft is, how it was trained, how it does on held-out text, what it costs."""
-    sections = (header(training), training_section(training), evaluation_section(pair), cost_section(costs, pair),
-                subset_section(pair, costs), lookup_section(pair))
+    before = RESULTS_CPU / "pair_v2.json"
+    sections = (header(training), training_section(training), evaluation_section(pair),
+                versions_section(pair, json.loads(before.read_text())) if before.exists() else "",
+                cost_section(costs, pair), subset_section(pair, costs), lookup_section(pair))
     out.write_text("\n".join(s for s in sections if s) + "\nLicence: Apache-2.0, as SmolLM2 (whose outputs it is "
                    "trained on); the instruction sources keep theirs (data/README.md).\n")
     return out
@@ -109,7 +113,7 @@ def evaluation_section(pair: dict) -> str:
     bpb = pair["bits_per_byte"]
     bpb_line = ", ".join(f"{ds}: target {bpb['target'][ds]:.2f} / draft {bpb['draft'][ds]:.2f}" for ds in bpb["target"])
     return f"""## Held-out evaluation
-On the `cpu` profile's prompts that training never saw, teacher-forced on SmolLM2's own greedy output (the
+On the `cpu` profile's dev prompts (no training text, no test prompt), teacher-forced on SmolLM2's own greedy output (the
 text a speculative decoder drafts; `results/cpu/pair.json`, notebook 00) and, as `*_human`, on the human-written
 prompts. Agreement: the draft's argmax equals the target's. ECE: 10 equal-width bins. Heads: the draft as drafting
 uses it (its {n_sub} most frequent tokens and its context lookup), the network alone, and its full head (a
@@ -122,6 +126,25 @@ for what it is, never used).
 
 Bits per byte (held out): {bpb_line}.
 """
+
+
+def versions_section(pair: dict, before: dict) -> str:
+    """This draft beside v2 (``pair_v2.json``: the same dev prompts and greedy outputs, v2's weights and lookup)."""
+    rows = []
+    for key, now in pair["agreement"].items():
+        if key.endswith("_human") or key not in before["agreement"]:
+            continue
+        cells = [(r.get("agreement_no_lookup", r["agreement"])[key], r["agreement"][key]) for r in (before, pair)]
+        rows.append(f"| {key} | {now['positions']} | " + " | ".join(
+            f"{alone['agreement']:.3f} / {served['agreement']:.3f} / {alone['ece']:.3f}" for alone, served in cells) + " |")
+    return f"""## Against v2
+The previous draft (4 layers x 256, trained on continuations only) on the same dev prompts and the same greedy
+outputs (`results/cpu/pair_v2.json`). Each cell: agreement of the network alone / with its lookup / ECE of the
+network alone. Reliability diagrams per workload: `figures/cpu/fig_draft_calibration.png` (notebook 00).
+
+| text | positions | v2 | v3 |
+|---|---|---|---|
+""" + "\n".join(rows) + "\n"
 
 
 def cost_section(costs: dict, pair: dict) -> str:

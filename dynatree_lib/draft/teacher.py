@@ -8,12 +8,20 @@ Two kinds of shard, both resumable (shard ``s`` depends only on its spec and ``s
 - instruction answers (``instr-NNNN.pt``, ``InstructionSpec``): the committed instructions
   (``draft.instructions``) through the chat template, the target's greedy answer to each (to EOS or
   ``max_new`` tokens, left-padded batches) and its top-k log-probabilities before every answer token.
+
+Generating the greedy text is the slow part (hours on 2 cores), so each shard's text is committed
+(``data/draft_teacher/<shard>.json.gz``, with the spec that made it) and the soft targets, a hundred times larger,
+are not: a build that finds a shard's text recomputes them by one teacher-forced forward over it
+(``soft_targets``, about half the time of generating). The text is the same; the log-probabilities equal those
+recorded while generating up to bf16 rounding, so where two tokens nearly tie their order may differ.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +34,7 @@ from . import instructions
 
 BUILD = REPO / "models" / "draft-build-v3"  # git-ignored: teacher shards, checkpoints
 TEACHER = BUILD / "teacher"
+TEXT = REPO / "data" / "draft_teacher"  # committed: each shard's greedy text and the spec that made it
 
 
 def load_target(dtype: str = "float32"):
@@ -60,7 +69,7 @@ class ContinuationSpec:
     before it keep the detokenized text and ``wiki_share``, so adding raw shards leaves the old ones as
     they were built."""
 
-    shards: int = 40
+    shards: int = 32
     batch: int = 48
     prompt_lens: tuple = (64, 128, 192, 256)
     cont: int = 192
@@ -114,36 +123,131 @@ def continuation_shard(model, texts: dict, spec: ContinuationSpec, s: int) -> di
             "prompt_len": P, "source": src, "prompt_ids": ids_, "shard": s}
 
 
-def build_continuation_teacher(spec: ContinuationSpec = ContinuationSpec(), out: Path = TEACHER) -> Path:
+def teacher_files(folder: Path = TEACHER) -> list[Path]:
+    """The shards the specs define (continuation, then instruction), in order; shards past a spec's ``shards``
+    (from an earlier, larger spec) are ignored, so training sees exactly what the specs describe."""
+    n_instr = InstructionSpec().shards
+    cont = [folder / f"shard-{s:04d}.pt" for s in range(ContinuationSpec().shards)]
+    instr = [f for f in sorted(folder.glob("instr-*.pt")) if n_instr is None or int(f.stem.split("-")[1]) < n_instr]
+    return [f for f in cont if f.exists()] + instr
+
+
+def build_continuation_teacher(spec: ContinuationSpec = ContinuationSpec(), out: Path = TEACHER,
+                               text: Path = TEXT) -> Path:
     """The continuation shards (see module docstring)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "spec.json").write_text(json.dumps(asdict(spec)))
+    texts = {}  # the source text, tokenized once, only if a shard must be generated
+
+    def make(model, tok, s: int) -> dict:
+        if not texts:
+            texts.update(corpora(tok))
+        return continuation_shard(model, texts, spec, s)
+
+    names = [f"shard-{s:04d}" for s in range(spec.shards)]
+    return build_shards(names, spec, make, out, text, "continuation teacher shards")
+
+
+def build_shards(names: list[str], spec, make: Callable[[object, object, int], dict], out: Path, text: Path,
+                 desc: str) -> Path:
+    """Write ``out/<name>.pt`` for each shard missing there: its soft targets recomputed from its committed text
+    where ``text`` holds it, else ``make(model, tokenizer, s)`` (generation), whose text is then committed. A
+    shard built before its text was committed gets its text written first."""
     from tqdm.auto import tqdm
 
     torch.set_num_threads(spec.threads)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "spec.json").write_text(json.dumps(asdict(spec)))
-    todo = [s for s in range(spec.shards) if not (out / f"shard-{s:04d}.pt").exists()]
+    text.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if (out / f"{name}.pt").exists() and not text_path(text, name).exists():
+            save_text(torch.load(out / f"{name}.pt"), spec, text_path(text, name))
+    todo = [s for s, name in enumerate(names) if not (out / f"{name}.pt").exists()]
     if not todo:
         return out
     model, tok = load_target(spec.dtype)
-    texts = corpora(tok)
-    bar = tqdm(todo, desc="continuation teacher shards", unit="shard")
+    bar = tqdm(todo, desc=desc, unit="shard")
     for s in bar:
-        t0 = time.time()
-        shard = continuation_shard(model, texts, spec, s)
-        tmp = out / f"shard-{s:04d}.pt.tmp"
+        t0, src = time.time(), text_path(text, names[s])
+        if src.exists():
+            shard, how = soft_targets(model, load_text(src, spec), spec.k), "recomputed"
+        else:
+            shard, how = make(model, tok, s), "generated"
+            save_text(shard, spec, src)
+        tmp = out / f"{names[s]}.pt.tmp"
         torch.save(shard, tmp)
-        tmp.rename(out / f"shard-{s:04d}.pt")
-        n = shard["tokens"].numel()
-        bar.set_postfix_str(f"{n / (time.time() - t0):.0f} tok/s")
+        tmp.rename(out / f"{names[s]}.pt")
+        bar.set_postfix_str(f"{how} in {time.time() - t0:.0f} s")
     return out
+
+
+def text_path(folder: Path, name: str) -> Path:
+    return folder / f"{name}.json.gz"
+
+
+TEXT_KEYS = {"instruction": ("kind", "ids", "prompts", "answers", "shard"),
+             "continuation": ("kind", "tokens", "prompt_len", "source", "prompt_ids", "shard")}
+
+
+def save_text(shard: dict, spec, path: Path) -> None:
+    """A shard without its soft targets (what generating it cost), with its spec: gzip'd JSON, byte-stable."""
+    kind = shard.get("kind", "continuation")  # continuation shards carry no kind
+    row = {"spec": asdict(spec), "kind": kind, **{k: shard[k] for k in TEXT_KEYS[kind] if k != "kind"}}
+    if kind == "continuation":
+        row["tokens"] = shard["tokens"].tolist()
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
+        f.write(json.dumps(row, separators=(",", ":")).encode())
+    tmp.rename(path)
+
+
+def load_text(path: Path, spec) -> dict:
+    """A committed shard text, refused when the spec that made it is not ``spec``."""
+    try:
+        row = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a teacher text file (gzip'd JSON): {e}") from e
+    want = json.loads(json.dumps(asdict(spec)))
+    if row.get("spec") != want:
+        raise ValueError(f"{path} was generated with {row.get('spec')}, not the current {type(spec).__name__} "
+                         f"{want}: restore the spec or remove the file to generate it again")
+    return row
+
+
+@torch.no_grad()
+def soft_targets(model, text: dict, k: int, rows: int = 8) -> dict:
+    """The shard ``text`` was cut from: its soft targets recomputed by a teacher-forced forward (right-padded
+    batches of ``rows`` sequences; a causal model's earlier rows never see the padding). A continuation has a
+    distribution at every row but the last; an answer before each of its tokens."""
+    if text["kind"] == "instruction":
+        seqs = [(p + a[:-1], len(p) - 1) for p, a in zip(text["prompts"], text["answers"])]
+    else:
+        seqs = [(t[:-1], 0) for t in text["tokens"]]
+    lps, ids = [], []
+    for b in range(0, len(seqs), rows):
+        chunk = seqs[b:b + rows]
+        width = max(len(t) for t, _ in chunk)
+        x = torch.tensor([t + [0] * (width - len(t)) for t, _ in chunk])
+        hidden = model.model(input_ids=x).last_hidden_state
+        for h, (t, first) in zip(hidden, chunk):
+            v, i = topk_logp(model.lm_head(h[first:len(t)]), k)
+            lps.append(v)
+            ids.append(i)
+    shard = {k_: text[k_] for k_ in TEXT_KEYS[text["kind"]]}
+    if text["kind"] == "instruction":
+        return {**shard, "top_lp": lps, "top_ids": ids}
+    shard.pop("kind")
+    return {**shard, "tokens": torch.tensor(text["tokens"], dtype=torch.int32), "top_lp": torch.stack(lps),
+            "top_ids": torch.stack(ids)}
 
 
 @dataclass(frozen=True)
 class InstructionSpec:
-    """``shards`` of ``batch`` instructions (the committed instruction file, shuffled by ``seed``), answers of
-    at most ``max_new`` tokens, top-``k`` log-probs, prompts cut to their last ``max_prompt`` tokens; the target
-    in ``dtype`` (bf16: the precision the timed runs decode in, and faster than fp32 on CPUs with bf16 instructions)."""
+    """The first ``shards`` (None: all) of ``batch`` instructions each (the committed instruction file, shuffled
+    by ``seed``), answers of at most ``max_new`` tokens, top-``k`` log-probs, prompts cut to their last
+    ``max_prompt`` tokens; the target in ``dtype`` (bf16: the precision the timed runs decode in, and faster than
+    fp32 on CPUs with bf16 instructions). Instructions past the first ``shards`` stay in the file, unused."""
 
+    shards: int | None = 88
     dtype: str = "bfloat16"
     batch: int = 32
     max_new: int = 256
@@ -202,34 +306,22 @@ def german(model, tok, sentences: list[str], batch: int = 32) -> list[str]:
     return out
 
 
-def build_instruction_teacher(out: Path = TEACHER, spec: InstructionSpec = InstructionSpec()) -> Path:
+def build_instruction_teacher(out: Path = TEACHER, spec: InstructionSpec = InstructionSpec(), text: Path = TEXT) -> Path:
     """Shards ``instr-NNNN.pt`` of the target's answers to the committed instructions (resumable: shard ``s``
     depends only on ``spec`` and the instruction file, and existing shards are kept)."""
-    import random
-
-    from tqdm.auto import tqdm
-
-    torch.set_num_threads(spec.threads)
     out.mkdir(parents=True, exist_ok=True)
     (out / "instruction_spec.json").write_text(json.dumps(asdict(spec)))
     rows = instructions.load()
     random.Random(spec.seed).shuffle(rows)
-    shards = [rows[i:i + spec.batch] for i in range(0, len(rows), spec.batch)]
-    todo = [s for s in range(len(shards)) if not (out / f"instr-{s:04d}.pt").exists()]
-    if not todo:
-        return out
-    model, tok = load_target(spec.dtype)
-    bar = tqdm(todo, desc="instruction teacher shards", unit="shard")
-    for s in bar:
-        t0 = time.time()
+    shards = [rows[i:i + spec.batch] for i in range(0, len(rows), spec.batch)][:spec.shards]
+
+    def make(model, tok, s: int) -> dict:
         group = sorted(shards[s], key=lambda r: len(r["text"]))
         prompts = [chat_prompt(tok, r["text"])[-spec.max_prompt:] for r in group]
         answers = answer_batch(model, prompts, spec.max_new, tok.eos_token_id, tok.pad_token_id or 0, spec.k)
-        shard = {"kind": "instruction", "ids": [r["id"] for r in group], "prompts": prompts,
-                 "answers": [a["answer"] for a in answers], "top_lp": [a["top_lp"] for a in answers],
-                 "top_ids": [a["top_ids"] for a in answers], "shard": s}
-        tmp = out / f"instr-{s:04d}.pt.tmp"
-        torch.save(shard, tmp)
-        tmp.rename(out / f"instr-{s:04d}.pt")
-        bar.set_postfix_str(f"{sum(map(len, shard['answers'])) / (time.time() - t0):.0f} answer tok/s")
-    return out
+        return {"kind": "instruction", "ids": [r["id"] for r in group], "prompts": prompts,
+                "answers": [a["answer"] for a in answers], "top_lp": [a["top_lp"] for a in answers],
+                "top_ids": [a["top_ids"] for a in answers], "shard": s}
+
+    names = [f"instr-{s:04d}" for s in range(len(shards))]
+    return build_shards(names, spec, make, out, text, "instruction teacher shards")

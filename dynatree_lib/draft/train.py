@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .teacher import BUILD, TEACHER, load_target
+from .teacher import BUILD, TEACHER, load_target, teacher_files
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def examples(shard: dict, spec: DraftSpec) -> list[Example]:
 
 def shard_files(folder: Path, spec: DraftSpec, heldout: bool) -> list[Path]:
     """The teacher shards of both kinds, training or held out."""
-    files = sorted(folder.glob("shard-*.pt")) + sorted(folder.glob("instr-*.pt"))
+    files = teacher_files(folder)
     return [f for f in files if (int(f.stem.split("-")[1]) % spec.heldout_every == spec.heldout_every - 1) == heldout]
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from .teacher import BUILD, TEACHER
+from .teacher import BUILD, TEACHER, teacher_files
 
 VOCAB = 49152  # SmolLM2's vocabulary
 
@@ -18,7 +18,7 @@ def count_tokens(teacher: Path = TEACHER, out: Path = BUILD / "token_counts.json
     ``card.export`` ships it beside the weights."""
     counts = torch.zeros(VOCAB, dtype=torch.long)
     add = lambda ids: counts.add_(torch.bincount(torch.as_tensor(ids, dtype=torch.long).flatten(), minlength=VOCAB))
-    files = sorted(teacher.glob("shard-*.pt")) + sorted(teacher.glob("instr-*.pt"))
+    files = teacher_files(teacher)
     if not files:
         raise FileNotFoundError(f"no teacher shards in {teacher}: run the teacher phase first")
     for f in files:

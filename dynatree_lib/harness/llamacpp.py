@@ -615,7 +615,7 @@ class LlamaServer:
         self.kw = {"draft": self.draft, "n_draft": n_draft, "threads": threads, "ctx": ctx, "ngram_n": ngram_n,
                    "extra": extra}
         self.startup_timeout, self.proc, self.port = startup_timeout, None, None
-        self.log_path = None
+        self.log_path, self.info = None, {}
 
     def __enter__(self):
         import socket
@@ -625,6 +625,7 @@ class LlamaServer:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.argv = server_command(self.mode, self.bin_dir, self.target, self.port, **self.kw)
+        self.info = build_info(self.bin_dir)  # what every completion's row reports of the build
         fd, self.log_path = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
         self.proc = subprocess.Popen(self.argv, stdout=fd, stderr=subprocess.STDOUT)
         os.close(fd)
@@ -670,7 +671,7 @@ class LlamaServer:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             resp = json.loads(r.read())
         row = parse_completion(resp, self.mode)
-        info = build_info(self.bin_dir)
+        info = self.info
         row.update({"n_new": n_new, "ignore_eos": ignore_eos, "threads": self.threads,
                     "n_draft": self.n_draft if self.mode != "ar" else None, "command": shell(self.argv),
                     "argv": self.argv, "version": version_string(info), "build_flags": info.get("cmake_flags"),

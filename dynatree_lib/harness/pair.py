@@ -163,6 +163,14 @@ def greedy_outputs(profile, target, tok, T: int, report: dict) -> list[tuple[str
     return seqs
 
 
+CONTINUATIONS = "continuations"  # the scope pooling every continuation workload (groups without a category)
+
+
+def in_scope(scope: str, group: str) -> bool:
+    """Whether a sequence of ``group`` ("wikitext2", "spec_bench/qa") counts in a report ``scope``."""
+    return scope in ("all", group, group.split("/")[0]) or (scope == CONTINUATIONS and "/" not in group)
+
+
 def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
     """Agreement and calibration of each draft head (see ``run_pair``) per group, per workload, and over all,
     on the target's output and on the human prompt. Teacher-forced once per sequence and text."""
@@ -185,13 +193,14 @@ def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
                 conf, top = top1(lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v), v)
                 flags[key].append((group, text, conf, top == t_top))
     groups = list(dict.fromkeys(g for g, _, _ in seqs))
-    scopes = groups + [w for w in profile.workloads if w not in groups] + ["all"]
+    pooled = [CONTINUATIONS] if sum("/" not in g for g in groups) > 1 else []
+    scopes = groups + [w for w in profile.workloads if w not in groups] + pooled + ["all"]
     out = {}
     for key in heads:
         out[key] = {}
         for scope in scopes:
             for text in ("", "_human"):
-                sel = [f for f in flags[key] if f[1] == text and scope in ("all", f[0], f[0].split("/")[0])]
+                sel = [f for f in flags[key] if f[1] == text and in_scope(scope, f[0])]
                 if sel:
                     out[key][scope + text] = agreement_stats([f[2] for f in sel], [f[3] for f in sel])
     return out

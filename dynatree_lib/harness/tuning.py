@@ -8,6 +8,7 @@ did not run at).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ..extensions.cost_aware import CostAwareConfig
 from .costs import predict_iteration
 from .profiles import Profile
 from .store import config_dict, results_path
+from .weights import weights_info
 
 GREEDY = Sampling()
 
@@ -36,6 +38,11 @@ def tuned(p: Profile, family: str, workload: str, root: Path | None = None, samp
     return fastest(p, family, workload, p.tuning.candidates[family], root, sampling)
 
 
+@functools.lru_cache(maxsize=None)
+def warn_once(message: str) -> None:
+    print(message)
+
+
 def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY):
     """The candidate with the highest mean throughput among ``family``'s tuning records on ``workload`` at this
     precision and sampling law (the greedy records where the tuning did not run at that temperature)."""
@@ -53,6 +60,12 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
         raise ValueError(f"{path} holds no tuning records of this code's {family} candidates on {workload} at "
                          f"{p.models.dtype}; run the tuning experiment (notebook 01, or --rerun if the candidates "
                          "changed)")
+    draft = weights_info(p.models.draft)
+    mine = [r for r in recs if r.get("weights", {}).get("draft") == draft]
+    if not mine:
+        warn_once(f"{path.name}: {family} on {workload} is tuned with an earlier draft's records (the draft was "
+                  "rebuilt since); `--rerun` tunes it again")
+    recs = mine or recs
     best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
     return candidates[configs.index(best["config"])]
 

@@ -3,6 +3,7 @@ dequantized once into the user's cache), our committed draft and its companions 
 lookup), hub ids and local folders; and what each record logs about them."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -26,6 +27,13 @@ def cache_dir() -> Path:
 
 
 def sha256_file(path: Path) -> str:
+    """The file's sha256 (remembered while its size and modification time stay the same)."""
+    st = Path(path).stat()
+    return _sha256(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 24), b""):
@@ -79,12 +87,14 @@ def weights_info(ref: str) -> dict:
     """Which weights a model reference means: file name and sha256 (logged with every record)."""
     if ref == "embedded:target":
         return json.loads((smollm2_folder() / "provenance.json").read_text())
-    if ref == "embedded:draft":
-        f, ranking, lookup = DRAFT_DIR / "model.safetensors", DRAFT_DIR / "token_counts.json", DRAFT_DIR / "lookup.json"
-        return {"file": str(f.relative_to(REPO)), "sha256": sha256_file(f),
-                **({"token_counts_sha256": sha256_file(ranking)} if ranking.exists() else {}),
-                **({"lookup_sha256": sha256_file(lookup)} if lookup.exists() else {})}
-    return {"ref": ref}
+    folder = DRAFT_DIR if ref == "embedded:draft" else Path(ref)
+    f, ranking, lookup = folder / "model.safetensors", folder / "token_counts.json", folder / "lookup.json"
+    if not f.exists():
+        return {"ref": ref}
+    f = f.resolve()
+    return {"file": str(f.relative_to(REPO) if f.is_relative_to(REPO) else f), "sha256": sha256_file(f),
+            **({"token_counts_sha256": sha256_file(ranking)} if ranking.exists() else {}),
+            **({"lookup_sha256": sha256_file(lookup)} if lookup.exists() else {})}
 
 
 def frequent_tokens(ref: str, n: int) -> torch.Tensor:

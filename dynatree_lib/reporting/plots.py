@@ -198,7 +198,7 @@ def reliability(pair: dict, head: str = "agreement"):
     in each bin. ``head``: which draft (``agreement``: as it drafts; ``agreement_no_lookup``: the network alone)."""
     from .tables import scope_label
 
-    scopes = [k for k in pair[head] if "/" not in k and not k.endswith("_human") and k != "all"]
+    scopes = [k for k in pair[head] if "/" not in k and not k.endswith("_human") and k not in ("all", "continuations")]
     fig, axes = plt.subplots(2, len(scopes), figsize=(3.4 * len(scopes), 5.6), squeeze=False,
                              gridspec_kw={"height_ratios": [3, 1]})
     for j, key in enumerate(scopes):

@@ -15,8 +15,10 @@ from .. import methods as registry
 from ..harness.data import REPO_DATA
 from ..harness.experiments import ALONE, EXPERIMENTS, PAPER_DYNATREE, cell_key, label
 from ..harness.metrics import TIE_GAP
+from ..harness.weights import weights_info
 
-DATASET_LABELS = {"wikitext2": "WikiText-2", "pg19": "PG-19", "spec_bench": "Spec-Bench"}
+DATASET_LABELS = {"wikitext2": "WikiText-2", "pg19": "PG-19", "spec_bench": "Spec-Bench",
+                  "continuations": "Continuations (WikiText-2 + PG-19)"}
 CATEGORY_LABELS = {"multi-turn": "Multi-turn conv.", "translation": "Translation", "summarization": "Summarization",
                    "qa": "QA", "math_reasoning": "Math reasoning", "rag": "RAG"}
 
@@ -35,7 +37,22 @@ def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
     if verbose and len(keep) < len(recs):
         print(f"{Path(path).name}: skipped {len(recs) - len(keep)} record(s) of other settings "
               f"(kept the {len(keep)} of profile {profile.name!r})")
+    if verbose:
+        say_other_drafts(Path(path).name, keep, weights_info(profile.models.draft))
     return keep
+
+
+def say_other_drafts(name: str, recs: list[dict], draft: dict) -> None:
+    """Say which records were measured with another draft than the one the profile loads now (a rebuilt draft):
+    the cell is the same, the numbers are the earlier draft's until the experiment is rerun."""
+    other = {}
+    for r in recs:
+        w = r.get("weights", {}).get("draft")
+        if w is not None and w != draft:
+            other.setdefault(w.get("sha256", str(w))[:12], []).append(r)
+    for sha, rs in other.items():
+        print(f"{name}: {len(rs)} record(s) were measured with an earlier draft (sha256 {sha}...), not the one the "
+              f"profile loads now ({str(draft.get('sha256', draft))[:12]}...); `--rerun` measures them again")
 
 
 def load(path: str | Path, profile=None) -> pd.DataFrame:
