@@ -167,3 +167,35 @@ def test_training_refuses_a_folder_built_with_another_spec(tmp_path):
     assert train_draft(DraftSpec(), teacher=tmp_path, out=tmp_path) == tmp_path / "final.pt"
     with pytest.raises(ValueError, match="holds a draft trained with"):
         train_draft(DraftSpec(steps=5), teacher=tmp_path, out=tmp_path)
+
+
+def test_a_resumed_distillation_equals_an_uninterrupted_one(tmp_path, monkeypatch):
+    """Training on a tiny teacher: the loss falls, and a run resumed from its checkpoint ends with the weights of
+    the run that was never interrupted (steps draw their examples from the step number alone)."""
+    from dynatree_lib.draft import train
+    from dynatree_lib.draft.teacher import ContinuationSpec, continuation_shard
+
+    V = 64
+    target = tiny_llama(seed=0, vocab_size=V, hidden_size=32, layers=1, max_positions=64).eval()
+    monkeypatch.setattr(train, "load_target", lambda *a: (target, None))
+    g = torch.Generator().manual_seed(0)
+    corpora = {src: [torch.randint(V, (40,), generator=g).tolist() for _ in range(3)]
+               for src in ("wiki_valid", "wiki_valid_raw", "pg19_train")}
+    teacher = tmp_path / "build" / "teacher"
+    teacher.mkdir(parents=True)
+    cspec = ContinuationSpec(batch=4, prompt_lens=(8,), cont=6, k=8)
+    for s in range(2):
+        torch.save(continuation_shard(target, corpora, cspec, s), teacher / f"shard-{s:04d}.pt")
+    (tmp_path / "build" / "token_counts.json").write_text(json.dumps({"ids": list(range(V))}))
+    spec = train.DraftSpec(layers=1, hidden=16, heads=2, intermediate=32, steps=40, seqs_per_step=2, ckpt_every=20,
+                           warmup=1, lr=1e-2, head_vocab=48, threads=1)
+    whole = torch.load(train.train_draft(spec, teacher, tmp_path / "whole"))
+    first, last = (sum(r["loss"] for r in rows) / len(rows) for rows in (whole["log"][:5], whole["log"][-5:]))
+    assert last < first
+    out = tmp_path / "resumed"
+    train.train_draft(spec, teacher, out)
+    for f in (out / "final.pt", out / "ckpt-000040.pt"):
+        f.unlink()
+    resumed = torch.load(train.train_draft(spec, teacher, out))
+    assert [r["loss"] for r in resumed["log"]] == [r["loss"] for r in whole["log"]]
+    assert all(torch.equal(whole["model"][k], resumed["model"][k]) for k in whole["model"])

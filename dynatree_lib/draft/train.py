@@ -46,6 +46,7 @@ class DraftSpec:
     seed: int = 0
     threads: int = 2
     head_vocab: int | None = 8192  # the drafting head's size (the cpu profile's draft_vocab); None: the full head
+    matmul_dtype: str = "bfloat16"  # the matmuls' precision under autocast (weights, optimizer and loss stay fp32)
 
 
 @dataclass
@@ -205,7 +206,8 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = TEACHER, out: Pat
         batch = draw(pools, spec, step)
         for grp in opt.param_groups:
             grp["lr"] = learning_rate(spec, step)
-        logits = forward_rows(model, batch, head)
+        with torch.autocast("cpu", dtype=getattr(torch, spec.matmul_dtype), enabled=spec.matmul_dtype != "float32"):
+            logits = forward_rows(model, batch, head)
         top_lp, top_ids = torch.cat([e.top_lp for e in batch]), torch.cat([e.top_ids for e in batch])
         loss = distill_loss(logits, *head.targets(top_lp, top_ids))
         loss.backward()
