@@ -199,3 +199,23 @@ def test_a_resumed_distillation_equals_an_uninterrupted_one(tmp_path, monkeypatc
     resumed = torch.load(train.train_draft(spec, teacher, out))
     assert [r["loss"] for r in resumed["log"]] == [r["loss"] for r in whole["log"]]
     assert all(torch.equal(whole["model"][k], resumed["model"][k]) for k in whole["model"])
+
+
+def test_temperature_fit_reports_each_kind_of_held_out_shard():
+    from dynatree_lib.draft.calibrate import fit_temperature
+    from dynatree_lib.draft.train import DraftSpec, Head
+
+    V, k = 32, 4
+    model = tiny_llama(seed=1, vocab_size=V, hidden_size=16, layers=1, max_positions=64).eval()
+    g = torch.Generator().manual_seed(0)
+    lp, ids = torch.log_softmax(torch.randn(2, 11, k, generator=g), -1).sort(-1, descending=True)[0], \
+        torch.randint(V, (2, 11, k), generator=g)
+    cont = {"tokens": torch.randint(V, (2, 12), generator=g), "top_lp": lp, "top_ids": ids, "prompt_len": 4}
+    instr = {"kind": "instruction", "prompts": [[1, 2, 3]], "answers": [[4, 5, 6, 7]], "top_lp": [lp[0, :4]],
+             "top_ids": [ids[0, :4]]}
+    spec = DraftSpec(prompt_tail=2)
+    temp, fit = fit_temperature(model, [cont, instr], spec, Head(None, V), temps=(0.5, 1.0, 2.0))
+    kinds = fit["heldout_by_kind"]
+    assert temp in (0.5, 1.0, 2.0) and set(kinds) == {"continuation", "instruction"}
+    assert kinds["instruction"]["positions"] == 4 and kinds["continuation"]["positions"] == 2 * (11 - 2)
+    assert sum(v["positions"] for v in kinds.values()) == fit["heldout_positions"]

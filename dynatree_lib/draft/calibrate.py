@@ -17,23 +17,30 @@ TEMPERATURES = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.5 .. 2.0
 def fit_temperature(model, shards: list[dict], spec: DraftSpec, head: Head, temps=TEMPERATURES) -> tuple[float, dict]:
     """The temperature whose top-1 probabilities over ``head`` (the head drafting uses) best predict agreement
     with the target's greedy token (lowest expected calibration error, 10 bins) on the loss rows of held-out
-    shards (continuations and answers)."""
+    shards (continuations and answers, pooled); agreement and ECE at that temperature per kind of shard."""
     confs = {t: [] for t in temps}
-    correct = []
+    correct, kinds = [], []
     for shard in shards:
         ex = examples(shard, spec)
         for b in range(0, len(ex), 8):
             batch = ex[b:b + 8]
             logits = forward_rows(model, batch, head).float()
             correct.append(head.token(logits.argmax(-1)) == torch.cat([e.top_ids[:, 0] for e in batch]))
+            kinds += [shard.get("kind", "continuation")] * logits.shape[0]
             top = logits.max(-1).values
             for t in temps:
                 confs[t].append((top / t - torch.logsumexp(logits / t, -1)).exp())
     correct = torch.cat(correct)
     ece = {t: calibration_bins(torch.cat(confs[t]), correct)[1] for t in temps}
     best = min(ece, key=ece.get)
+    conf, by_kind = torch.cat(confs[best]), {}
+    for kind in sorted(set(kinds)):
+        sel = torch.tensor([k == kind for k in kinds])
+        by_kind[kind] = {"positions": int(sel.sum()), "agreement": float(correct[sel].float().mean()),
+                         "ece": calibration_bins(conf[sel], correct[sel])[1]}
     return best, {"ece_by_temperature": {str(t): round(e, 4) for t, e in ece.items()},
-                  "heldout_positions": int(correct.numel()), "heldout_agreement": float(correct.float().mean())}
+                  "heldout_positions": int(correct.numel()), "heldout_agreement": float(correct.float().mean()),
+                  "heldout_by_kind": by_kind}
 
 
 def calibrate(final: Path = BUILD / "train" / "final.pt", teacher: Path = TEACHER, out: Path = BUILD / "calibrated") -> Path:

@@ -98,9 +98,17 @@ def training_section(training: dict) -> str:
   answers with probability {s['instruction_share']}. AdamW, lr {s['lr']}, {training['steps']} steps of
   {s['seqs_per_step']} sequences, {training['wall_s'] / 60:.0f} min on 2 CPU cores; final loss {training['final_loss']:.3f}.
 - Calibration: one temperature, {training['calibration']['temperature']}, fitted for the lowest expected calibration
-  error on the held-out shards and baked into the final norm's weight (so the files are a plain Llama).
+  error on the held-out shards and baked into the final norm's weight (so the files are a plain Llama).{heldout_line(training)}
 - Rebuild: `{training['rebuild']}` (seeded and resumable).
 """
+
+
+def heldout_line(training: dict) -> str:
+    """The held-out shards at the fitted temperature, per kind (network alone, drafting head, teacher's top-1)."""
+    kinds = training["calibration"].get("heldout_by_kind", {})
+    cells = "; ".join(f"{kind}s {v['positions']:,} positions, agreement {v['agreement']:.3f}, ECE {v['ece']:.3f}"
+                      for kind, v in kinds.items())
+    return f"\n  On the held-out shards at that temperature (network alone): {cells}." if kinds else ""
 
 
 def evaluation_section(pair: dict) -> str:
