@@ -138,13 +138,11 @@ Bits per byte (held out): {bpb_line}.
 
 def versions_section(pair: dict, before: dict) -> str:
     """This draft beside v2 (``pair_v2.json``: the same dev prompts and greedy outputs, v2's weights and lookup)."""
-    rows = []
-    for key, now in pair["agreement"].items():
-        if key.endswith("_human") or key not in before["agreement"]:
-            continue
-        cells = [(r.get("agreement_no_lookup", r["agreement"])[key], r["agreement"][key]) for r in (before, pair)]
-        rows.append(f"| {key} | {now['positions']} | " + " | ".join(
-            f"{alone['agreement']:.3f} / {served['agreement']:.3f} / {alone['ece']:.3f}" for alone, served in cells) + " |")
+    from ..harness.pair import versions
+
+    cell = lambda v: f"{v['alone']:.3f} / {v['served']:.3f} / {v['ece']:.3f}"
+    rows = [f"| {key} | {v['positions']} | {cell(v['before'])} | {cell(v['now'])} |"
+            for key, v in versions(pair, before).items()]
     return f"""## Against v2
 The previous draft (4 layers x 256, trained on continuations only) on the same dev prompts and the same greedy
 outputs (`results/cpu/pair_v2.json`). Each cell: agreement of the network alone / with its lookup / ECE of the

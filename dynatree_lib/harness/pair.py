@@ -171,6 +171,22 @@ def in_scope(scope: str, group: str) -> bool:
     return scope in ("all", group, group.split("/")[0]) or (scope == CONTINUATIONS and "/" not in group)
 
 
+def versions(pair: dict, before: dict) -> dict[str, dict]:
+    """A draft's report against an earlier draft's on the same dev prompts and greedy outputs: per scope of both
+    (human text aside) the positions, and for ``before`` and ``now`` the network alone's agreement and ECE and the
+    agreement with its lookup (a report without a lookup: its drafting head for both)."""
+    out = {}
+    for key in pair["agreement"]:
+        if key.endswith("_human") or key not in before.get("agreement", {}):
+            continue
+        out[key] = {"positions": pair["agreement"][key]["positions"]}
+        for name, rep in (("before", before), ("now", pair)):
+            alone = rep.get("agreement_no_lookup", rep["agreement"])[key]
+            out[key][name] = {"alone": alone["agreement"], "served": rep["agreement"][key]["agreement"],
+                              "ece": alone["ece"]}
+    return out
+
+
 def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
     """Agreement and calibration of each draft head (see ``run_pair``) per group, per workload, and over all,
     on the target's output and on the human prompt. Teacher-forced once per sequence and text."""

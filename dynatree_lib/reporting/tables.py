@@ -573,17 +573,16 @@ def agreement_table(pair: dict) -> pd.DataFrame:
 def draft_versions_table(pair: dict, before: dict) -> pd.DataFrame:
     """The draft against an earlier version on the same dev prompts, teacher-forced on the target's greedy output:
     agreement of the network alone and with its lookup, and the calibration error, per workload and category."""
+    from ..harness.pair import versions
+
     rows = {}
-    for key in pair["agreement"]:
-        if key.endswith("_human") or key not in before.get("agreement", {}):
-            continue
+    for key, v in versions(pair, before).items():
         row = {}
-        for name, rep in (("before", before), ("now", pair)):
-            alone = rep.get("agreement_no_lookup", rep["agreement"])[key]
-            row[("network alone", name)] = f"{alone['agreement']:.3f}"
-            row[("with lookup", name)] = f"{rep['agreement'][key]['agreement']:.3f}"
-            row[("ECE (network alone)", name)] = f"{alone['ece']:.3f}"
-        row[("positions", "")] = pair["agreement"][key]["positions"]
+        for name in ("before", "now"):
+            row[("network alone", name)] = f"{v[name]['alone']:.3f}"
+            row[("with lookup", name)] = f"{v[name]['served']:.3f}"
+            row[("ECE (network alone)", name)] = f"{v[name]['ece']:.3f}"
+        row[("positions", "")] = v["positions"]
         rows[scope_label(key)] = row
     t = pd.DataFrame(rows).T
     t.columns = pd.MultiIndex.from_tuples(t.columns)
