@@ -78,8 +78,14 @@ def test_data_dir_defaults_to_the_repository(monkeypatch):
 def test_stored_files_match_the_hashes_in_data_readme():
     rows = re.findall(r"^\| `([^`]+)` \| ([\d,]+) \| `([0-9a-f]{64})` \|", (REPO_DATA / "README.md").read_text(),
                       re.M)
-    assert {f for f, _, _ in rows} == {p.relative_to(REPO_DATA).as_posix() for p in REPO_DATA.rglob("*")
-                                      if p.is_file() and p.name != "README.md"}
+    listed = set()  # files a folder's SHA256SUMS covers (the README hashes that manifest)
+    for sums in REPO_DATA.rglob("SHA256SUMS"):
+        for line in sums.read_text().splitlines():
+            digest, name = line.split("  ", 1)
+            assert hashlib.sha256((sums.parent / name).read_bytes()).hexdigest() == digest, sums.parent / name
+            listed.add((sums.parent / name).relative_to(REPO_DATA).as_posix())
+    assert {f for f, _, _ in rows} | listed == {p.relative_to(REPO_DATA).as_posix() for p in REPO_DATA.rglob("*")
+                                               if p.is_file() and p.name != "README.md"}
     for f, size, digest in rows:
         b = (REPO_DATA / f).read_bytes()
         assert len(b) == int(size.replace(",", "")) and hashlib.sha256(b).hexdigest() == digest, f

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import instructions
 from .calibrate import calibrate
 from .card import export
-from .teacher import build_continuation_teacher, build_instruction_teacher, german, load_target
+from .teacher import build_continuation_teacher, build_instruction_teacher, german, load_target, write_manifest
 from .train import train_draft
 from .vocab import count_tokens
 
@@ -32,7 +32,9 @@ def build_instructions() -> Path:
 def build_teacher() -> Path:
     build_instructions()
     build_instruction_teacher()
-    return build_continuation_teacher()
+    out = build_continuation_teacher()
+    write_manifest()
+    return out
 
 
 def build_all() -> Path:

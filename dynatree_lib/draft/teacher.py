@@ -180,6 +180,15 @@ def build_shards(names: list[str], spec, make: Callable[[object, object, int], d
     return out
 
 
+def write_manifest(folder: Path = TEXT) -> Path:
+    """``SHA256SUMS`` of the committed shard texts (``sha256sum -c`` format; ``data/README.md`` hashes this file)."""
+    import hashlib
+
+    lines = [f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in sorted(folder.glob("*.json.gz"))]
+    (folder / "SHA256SUMS").write_text("".join(lines))
+    return folder / "SHA256SUMS"
+
+
 def text_path(folder: Path, name: str) -> Path:
     return folder / f"{name}.json.gz"
 
