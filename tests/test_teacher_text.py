@@ -71,6 +71,7 @@ def test_a_text_of_another_spec_or_no_text_is_refused_by_name(model, tmp_path):
     save_text(shard, spec, tmp_path / "shard-0000.json.gz")
     with pytest.raises(ValueError, match="shard-0000.json.gz was generated with"):
         load_text(tmp_path / "shard-0000.json.gz", replace(spec, cont=7))
+    assert load_text(tmp_path / "shard-0000.json.gz", replace(spec, threads=1))["tokens"] == shard["tokens"].tolist()
     (tmp_path / "bad.json.gz").write_text("not gzip")
     with pytest.raises(ValueError, match="bad.json.gz: not a teacher text file"):
         load_text(tmp_path / "bad.json.gz", spec)
