@@ -45,6 +45,8 @@ class Method:
     ``decode(target, draft, prompt, T, cfg, opts)`` runs it (``opts``: ``core.decoding.Options``); ``drafts``:
     whether it needs a draft (HF's AR does not); ``engine``: whose engine runs its forwards ("ours", or
     "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that engine's AR as well as ours);
+    ``engine_ar``: this method is its engine's own AR, the row the engine's other rows are also divided by (a
+    method whose configs hold several modes, like llama.cpp's, tags that row ``own_ar`` instead);
     ``describe(cfg)``: a dict its records carry under ``engine_info``."""
 
     name: str
@@ -58,6 +60,7 @@ class Method:
     reported: str | None = None
     drafts: bool = True
     engine: str = "ours"
+    engine_ar: bool = False
     describe: Callable | None = None  # config -> what its records log about another engine (version, build, command)
 
 
@@ -92,7 +95,7 @@ for _m in (
     Method("hf_assisted", HFAssistedConfig, "HF Assisted", "#9467bd", "seed", True,
            lambda s, ds: HFAssistedConfig(s.linear_K[ds], s.hf_schedule, 0.0), generate_hf, engine="transformers"),
     Method("hf_ar", HFARConfig, "HF AR", "#bcbd22", "seed", False, lambda s, ds: HFARConfig(), generate_hf,
-           drafts=False, engine="transformers"),
+           drafts=False, engine="transformers", engine_ar=True),
     Method("streaming_spec", StreamingConfig, "StreamingLLM + Spec", "#8c564b", "seed", False,
            lambda s, ds: StreamingConfig(s.linear_K[ds], s.streaming_cache, 4), generate_streaming_spec),
     Method("talon", TalonConfig, "TALON", "#d62728", "seed", True, lambda s, ds: s.talon),
@@ -107,6 +110,11 @@ def method_names() -> tuple[str, ...]:
 def names(role: str) -> tuple[str, ...]:
     """The registered methods of one role, in registry order."""
     return tuple(n for n, m in REGISTRY.items() if m.role == role)
+
+
+def engine_ars() -> tuple[str, ...]:
+    """The registered methods that are another engine's own AR."""
+    return tuple(n for n, m in REGISTRY.items() if m.engine_ar)
 
 
 def of_config(cfg) -> Method:

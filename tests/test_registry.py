@@ -11,7 +11,7 @@ from dynatree_lib import Method, generate, register
 from dynatree_lib.core.policies import StaticPolicy
 from dynatree_lib.harness import experiments
 from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.methods import REGISTRY, method_names, unregister
+from dynatree_lib.methods import REGISTRY, engine_ars, method_names, unregister
 from dynatree_lib.reporting import plots, tables
 
 
@@ -60,3 +60,19 @@ def test_registering_twice_or_a_mismatched_name_is_refused(toy):
         register(Method("other", ToyConfig, "Other", "#000000", "extension", False, None))
     with pytest.raises(ValueError, match="role must be one of"):
         register(Method("third", None, "Third", "#000000", "sideline", False, None))
+
+
+def test_another_engines_rows_are_also_shown_over_that_engines_own_ar():
+    """``speedup_own`` divides by the method the registry declares as the engine's AR (HF's), or by the row
+    tagged ``own_ar`` (llama.cpp's modes share one method), never by a row of our engine."""
+    assert engine_ars() == ("hf_ar",)
+    key = {"dataset": "wikitext2", "T": 8, "L_max": None, "dtype": "bfloat16", "temperature": 0.0, "replicate": 0}
+    rows = [("ar", "ours", False, 100.0), ("hf_ar", "transformers", False, 20.0),
+            ("hf_assisted", "transformers", False, 30.0), ("llamacpp", "llama.cpp", True, 50.0),
+            ("llamacpp", "llama.cpp", False, 75.0)]
+    df = pd.DataFrame([{**key, "method": m, "engine": e, "tag_own_ar": o, "tps_by_prompt": {"p0": t, "p1": t}}
+                       for m, e, o, t in rows])
+    out = tables.add_speedup(df)
+    assert out.speedup.tolist() == pytest.approx([1.0, 0.2, 0.3, 0.5, 0.75])
+    assert out.speedup_own.tolist()[2:] == pytest.approx([1.5, 1.0, 1.5])
+    assert out.speedup_own.isna().tolist()[:1] == [True]

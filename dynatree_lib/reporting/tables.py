@@ -134,14 +134,14 @@ def paired(a: dict, b: dict) -> tuple[float, float, float, int]:
 def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
     """speedup = mean TPS / mean TPS of AR over the same prompts (same file, workload, T, L_max, precision,
     temperature and replicate; never taken from a log), with its 95% paired bootstrap interval over prompts
-    (``speedup_lo``, ``speedup_hi``); rows of another engine also ``speedup_own`` over that engine's AR (HF's AR,
-    or the row tagged ``own_ar``: llama.cpp's)."""
+    (``speedup_lo``, ``speedup_hi``); rows of another engine also ``speedup_own`` over that engine's AR (a method
+    registered as ``engine_ar``: HF's AR; or the row tagged ``own_ar``: llama.cpp's)."""
     df = df.copy()
     if df.empty:
         return df
     keys = list(df[AR_KEY].itertuples(index=False, name=None))
     ar = {k: t for k, t, m in zip(keys, df.tps_by_prompt, df.method) if m == "ar"}
-    own_ar = df.method.eq("hf_ar") | df.get("tag_own_ar", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    own_ar = df.method.isin(registry.engine_ars()) | df.get("tag_own_ar", pd.Series(False, index=df.index)).fillna(False).astype(bool)
     own = {(e, k): t for k, t, e, o in zip(keys, df.tps_by_prompt, df.engine, own_ar) if o}
     df["speedup"] = [paired_ratio(t, ar[k]) if k in ar else float("nan") for t, k in zip(df.tps_by_prompt, keys)]
     ci = [ratio_ci(t, ar[k]) if k in ar else (float("nan"),) * 2 for t, k in zip(df.tps_by_prompt, keys)]
