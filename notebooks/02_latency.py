@@ -66,10 +66,9 @@ show_fig(plots.time_breakdown(tables.replicate(tables.role(df))), "fig_time_brea
 # latest), so a probe taken once when the models load says little about the minutes AR ran in. The last
 # column pairs each generation with its own probe (median and range over the prompts): where the probes of one
 # record fall in both phases, their mean describes no moment of the run. On the `cpu` profile the whole
-# forward is one C++ call (engine `static+fused`), which brought bf16 AR from about 1.85x to about 1.55x its
-# bound, and the argmax taken inside that call with non-temporal weight reads to about 1.4x (both on an earlier
-# VM); the same code ran at 1.17-1.20x on the latest. It stays furthest from the bound in the fast phase, where
-# attention, RoPE and the barriers between steps do not shrink with the memory's speed (FINDINGS.md).
+# forward is one C++ call with the argmax inside it (engine `static+fused`, `docs/engine.md`). AR stays furthest
+# from the bound in the fast phase, where attention, RoPE and the barriers between steps do not shrink with the
+# memory's speed.
 
 # %% tags=["nbval-ignore-output"]
 show_table(tables.ar_vs_bound(df), "table_ar_vs_bound", prof)

@@ -77,4 +77,4 @@ if warm_path.exists():
 # like ours. The shared draft cache (bug 1) changes which trees are drafted, not which tokens are committed. With both
 # bugs patched their code drafts exactly our authors'-mode trees. So the paper's fixed-tree and DynaTree token
 # statistics (Table 3) rest on both bugs and cannot be expected to match a correct implementation, while its linear
-# rows can (`docs/fidelity.md`, last section; FINDINGS.md).
+# rows can (`docs/fidelity.md`, last section).

@@ -48,7 +48,8 @@ def test_smoke_regression_copy_matches_source(src):
         f"{copy} is stale: run ./run_all.sh smoke"
 
 
-NEEDS_LLAMACPP = {"table_peers", "table_peers_best", "fig_peers"}  # notebook 12: smoke has no llama.cpp peers
+# produced in figures/cpu only: notebook 12 needs llama.cpp, the draft versions table an earlier draft's pair report
+CPU_ONLY = {"table_peers", "table_peers_best", "fig_peers", "table_draft_versions"}
 
 
 @pytest.mark.parametrize("doc", ["README.md", "RESULTS.md", "FINDINGS.md"])
@@ -59,8 +60,16 @@ def test_docs_name_only_produced_files(doc):
     produced = produced_names()
     assert named <= produced, f"{doc} names files no notebook produces: {named - produced}"
     for name in named:
-        where = "cpu" if name in NEEDS_LLAMACPP else "smoke"
+        where = "cpu" if name in CPU_ONLY else "smoke"
         assert list((REPO / "figures" / where).glob(f"{name}.*")), f"{name} not produced in figures/{where}"
+
+
+def test_findings_state_results_not_history():
+    """FINDINGS.md quotes committed results: no commit ids, no measurement that was never committed."""
+    text = (REPO / "FINDINGS.md").read_text()
+    commits = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"[a-f]", w) and re.search(r"\d", w)]
+    assert not commits, f"FINDINGS.md names commits {commits}: history lives in git"
+    assert not re.search(r"\buncommitted\b|\bnot committed\b", text, re.I), "FINDINGS.md quotes an uncommitted run"
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
