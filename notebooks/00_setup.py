@@ -93,7 +93,10 @@ print("target's greedy continuation:", repr(pair["sample"]["continuation"]))
 
 # %% [markdown]
 # The draft against its previous version on the same dev prompts, where that version's report was kept
-# (`pair_v2.json`): agreement of the network alone, with its lookup, and its calibration error.
+# (`pair_v2.json`): agreement of the network alone, with its lookup, and its calibration error. v2 was distilled on
+# continuations only; v3 also on the target's answers to instructions (none of them an evaluation prompt), with a
+# larger network. What to look for: the Spec-Bench rows, where v2's network alone was mostly wrong and overconfident,
+# against the continuation rows, where the lookup carries most of the agreement of both versions.
 
 # %%
 before = results_path("pair_v2", prof)
