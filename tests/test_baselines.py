@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dynatree_lib import HFARConfig, HFAssistedConfig, LinearConfig, StreamingConfig, generate
-from dynatree_lib.baselines.hf_generate import generate_hf
+from dynatree_lib.baselines.hf_generate import _SubsetHead, generate_hf
 from dynatree_lib.core.decoding import Window
 from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.core.runners import HFRunner, rerotate, rotary_inv_freq
@@ -20,6 +20,26 @@ def test_hf_assisted_equals_ar(target, draft, cfg):
         res = generate_hf(target, draft, p, T, cfg)
         assert res.tokens == generate(target, p, T).tokens
         assert res.target_forwards == res.iterations >= 1 and res.log is None and res.engine == "hf-generate"
+
+
+def test_hf_assists_with_the_drafts_subset_head(target, draft):
+    """A draft runner over a token subset assists HF with that head: the other rows score -inf while the call
+    runs, and the draft is untouched after it; the output is still greedy AR's."""
+    vocab = torch.arange(0, draft.config.vocab_size, 2)
+    ids = prompts(1, seed=3)[0][None]
+    full = draft(ids).logits
+    head = _SubsetHead(draft, vocab)
+    try:
+        masked = draft(ids).logits
+    finally:
+        head.remove()
+    outside = torch.ones(full.shape[-1], dtype=torch.bool)
+    outside[vocab] = False
+    assert torch.isinf(masked[..., outside]).all() and torch.equal(masked[..., vocab], full[..., vocab])
+    for p, T in zip(prompts(2, seed=8), (1, 30)):
+        res = generate_hf(target, HFRunner(draft, vocab=vocab), p, T, HFAssistedConfig())
+        assert res.tokens == generate(target, p, T).tokens
+    assert torch.equal(draft(ids).logits, full)
 
 
 def test_hf_ar_is_ar_on_transformers_engine(target):

@@ -62,6 +62,24 @@ def generation_config(T: int, opts: Options):
     return GenerationConfig(max_new_tokens=T, eos_token_id=eos, pad_token_id=eos if eos is not None else 0, **sample)
 
 
+class _SubsetHead:
+    """While installed, a model's output layer scores only the token ids ``vocab`` (the others get -inf): the draft
+    head our decoders draft with, given to HF's assistant. A draft distilled over a subset head leaves the other
+    rows of its (tied) output layer untrained; HF's loop would otherwise propose from them."""
+
+    def __init__(self, model, vocab: torch.Tensor):
+        head = model.get_output_embeddings()
+        self.mask = torch.full((head.weight.shape[0],), float("-inf"), dtype=head.weight.dtype, device=vocab.device)
+        self.mask[vocab] = 0
+        self.h = head.register_forward_hook(self)
+
+    def __call__(self, _module, _inputs, logits):
+        return logits + self.mask
+
+    def remove(self) -> None:
+        self.h.remove()
+
+
 @torch.no_grad()
 def generate_hf(target, draft, prompt, T: int, cfg: HFAssistedConfig | HFARConfig = HFARConfig(),
                 opts: Options = Options()) -> GenerationResult:
@@ -69,9 +87,11 @@ def generate_hf(target, draft, prompt, T: int, cfg: HFAssistedConfig | HFARConfi
     configs are swapped out for the call. Sampling draws from torch's global generator, which a run forks and
     seeds from ``opts``' generator (HF takes no generator). Iterations = target forwards; accepted = tokens -
     iterations (HF exposes no per-iteration log); drafted = assistant forwards; TTFT is not measured (HF's loop
-    exposes no first-token time)."""
+    exposes no first-token time). A draft with a head over a token subset (its runner's ``vocab``) assists with
+    that head, as our decoders draft with it (``_SubsetHead``)."""
     assisted = isinstance(cfg, HFAssistedConfig)
     target = as_runner(target).model  # HF's loop runs the models itself
+    vocab = as_runner(draft).vocab if assisted else None
     draft = as_runner(draft).model if assisted else None
     prompt = check_inputs(target, draft, prompt, T, opts)
     kw = {"attention_mask": torch.ones_like(prompt)[None], "generation_config": generation_config(int(T), opts)}
@@ -86,6 +106,7 @@ def generate_hf(target, draft, prompt, T: int, cfg: HFAssistedConfig | HFARConfi
     seed = None if gen is None else int(torch.randint(2**62, (1,), generator=gen))
     saved, target.generation_config = target.generation_config, target.generation_config.__class__()
     ct, cd = _Counter(target), _Counter(kw["assistant_model"]) if assisted else None
+    head = _SubsetHead(draft, vocab) if vocab is not None else None
     try:
         with torch.random.fork_rng(devices=[prompt.device] if prompt.device.type == "cuda" else []):
             if seed is not None:
@@ -98,6 +119,8 @@ def generate_hf(target, draft, prompt, T: int, cfg: HFAssistedConfig | HFARConfi
         for c in (ct, cd):
             if c is not None:
                 c.h.remove()
+        if head is not None:
+            head.remove()
     tokens = out[0, prompt.numel():].tolist()
     drafted = cd.n if cd else 0
     counted = Totals(iterations=ct.n, accepted=len(tokens) - ct.n, drafted_nodes=drafted, drafted_depth=drafted,
