@@ -110,7 +110,9 @@ if "spec_bench" in prof.workloads:
 # %% [markdown]
 # ## transformers' own engine
 # HF assisted generation runs transformers' eager loop. Over HF's own AR it measures the algorithm; over our AR
-# (the fast path) it mixes the algorithm with the engine gap, which HF AR over our AR shows alone.
+# (the fast path) it mixes the algorithm with the engine gap, which HF AR over our AR shows alone. Its assistant is
+# our draft network with the head our decoders draft with (its most frequent tokens, no context lookup: HF's loop
+# has none).
 
 # %%
 show_table(tables.hf_table(df), "table_hf", prof)
