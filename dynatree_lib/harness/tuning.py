@@ -43,6 +43,10 @@ def warn_once(message: str) -> None:
     print(message)
 
 
+class NotTuned(ValueError):
+    """The tuning file holds no records of the candidates this code would tune (or it is missing)."""
+
+
 def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY):
     """The candidate with the highest mean throughput among ``family``'s tuning records on ``workload`` at this
     precision and sampling law (the greedy records where the tuning did not run at that temperature)."""
@@ -57,7 +61,7 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     at = [r for r in recs if r.get("temperature", 0.0) == sampling.temperature]
     recs = at or [r for r in recs if r.get("temperature", 0.0) == 0.0]
     if not recs:
-        raise ValueError(f"{path} holds no tuning records of this code's {family} candidates on {workload} at "
+        raise NotTuned(f"{path} holds no tuning records of this code's {family} candidates on {workload} at "
                          f"{p.models.dtype}; run the tuning experiment (notebook 01, or --rerun if the candidates "
                          "changed)")
     draft = weights_info(p.models.draft)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..harness.paths import REPO
+from ..harness.tuning import NotTuned
 from . import tables
 
 MARK = re.compile(r"<!-- scorecard -->.*?<!-- /scorecard -->", re.S)
@@ -23,10 +24,14 @@ MARK = re.compile(r"<!-- scorecard -->.*?<!-- /scorecard -->", re.S)
 
 def current(path: Path, profile) -> pd.DataFrame | None:
     """The records of ``path`` that belong to the profile's current cells; None when there are none (a claim whose
-    run is not logged yet gets no row rather than an old run's number)."""
+    run is not logged yet gets no row rather than an old run's number), also when the current cells are not known
+    yet because the tuning they come from is not logged for this code and draft's costs."""
     if not path.exists():
         return None
-    df = tables.load(path, profile)
+    try:
+        df = tables.load(path, profile)
+    except NotTuned:
+        return None
     return None if df.empty else df
 
 
