@@ -44,7 +44,8 @@ def warn_once(message: str) -> None:
 
 
 class NotTuned(ValueError):
-    """The tuning file holds no records of the candidates this code would tune (or it is missing)."""
+    """The tuning file holds no records of the candidates this code would tune (a missing file is a
+    ``FileNotFoundError``)."""
 
 
 def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY):

@@ -15,7 +15,7 @@ from .. import methods as registry
 from ..harness.experiments import EXPERIMENTS, n_prompts
 from ..harness.splits import CATEGORIES
 from ..harness.store import results_path
-from ..harness.tuning import tuned
+from ..harness.tuning import NotTuned, tuned
 from .tables import reported
 
 NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_latency": (), "03_verification_efficiency": (),
@@ -55,7 +55,7 @@ def cells_of(profile, name: str):
     try:
         for ws in p.workloads:
             tuned(p, "dynatree", ws)
-    except (FileNotFoundError, ValueError):  # no tuning logged for this protocol yet
+    except (FileNotFoundError, NotTuned):  # no tuning logged for this protocol yet
         p = dataclasses.replace(p, tuning=dataclasses.replace(p.tuning, candidates=None))
     try:
         return EXPERIMENTS[name](profile if name == "tuning" else p, None)
