@@ -48,6 +48,20 @@ def test_plan_prints_generations_and_hours(capsys):
     assert "est. hours" in out and "total" in out and "06_sweeps" in out and "paper's Table 1" in out
 
 
+def test_plan_prices_the_extension_as_dynatree_until_its_tuning_is_logged(monkeypatch):
+    """New forward costs change the extension's candidates: until they are tuned, the plan still prints, with a
+    cost-aware cell costing what a DynaTree cell does."""
+    from dynatree_lib.harness import experiments, tuning
+
+    def not_tuned(*_args, **_kw):
+        raise tuning.NotTuned("no tuning records of this code's dynatree_cost candidates")
+
+    prof = get_profile("smoke")
+    monkeypatch.setattr(experiments, "cost_aware", not_tuned)
+    rows = {r["notebook"]: r for r in plan(prof)}
+    assert rows["01_main_results"]["generations"] > 0
+
+
 def test_dryrun_profile_mirrors_the_paper_profile():
     paper, dry = get_profile("paper"), get_profile("paper-dryrun")
     assert dry.models.dtype in ("bfloat16", "float16") and dry.models.exact_dtype == "float32"
