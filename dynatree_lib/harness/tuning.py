@@ -44,8 +44,8 @@ def warn_once(message: str) -> None:
 
 
 class NotTuned(ValueError):
-    """The tuning file holds no records of the candidates this code would tune (a missing file is a
-    ``FileNotFoundError``)."""
+    """No tuning is logged for the candidates this code would tune: the tuning file is missing, or holds only
+    other candidates' records (an older code's, or another precision's)."""
 
 
 def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY):
@@ -53,7 +53,7 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     precision and sampling law (the greedy records where the tuning did not run at that temperature)."""
     path = results_path("tuning", p, root)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
+        raise NotTuned(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
     configs = [config_dict(c) for c in candidates]
     # only this code's candidates on tuning prompts: a file can still hold an older tuning's records
     recs = [r for r in json.loads(path.read_text())["records"]

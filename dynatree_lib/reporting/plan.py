@@ -55,7 +55,7 @@ def cells_of(profile, name: str):
     try:
         for ws in p.workloads:
             tuned(p, "dynatree", ws)
-    except (FileNotFoundError, NotTuned):  # no tuning logged for this protocol yet
+    except NotTuned:  # no tuning logged for this protocol yet
         p = dataclasses.replace(p, tuning=dataclasses.replace(p.tuning, candidates=None))
     try:
         return EXPERIMENTS[name](profile if name == "tuning" else p, None)
