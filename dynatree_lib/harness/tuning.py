@@ -63,8 +63,8 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     recs = at or [r for r in recs if r.get("temperature", 0.0) == 0.0]
     if not recs:
         raise NotTuned(f"{path} holds no tuning records of this code's {family} candidates on {workload} at "
-                         f"{p.models.dtype}; run the tuning experiment (notebook 01, or --rerun if the candidates "
-                         "changed)")
+                       f"{p.models.dtype}; run the tuning experiment (notebook 01, or --rerun if the candidates "
+                       "changed)")
     draft = weights_info(p.models.draft)
     mine = [r for r in recs if r.get("weights", {}).get("draft") == draft]
     if not mine:
