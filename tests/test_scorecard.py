@@ -36,6 +36,14 @@ def test_no_row_while_the_tuning_the_cells_come_from_is_missing(tmp_path):
     assert scorecard.current(root / "missing.json", get_profile("cpu")) is None
 
 
+def test_no_row_while_the_costs_the_extension_is_made_from_are_missing(tmp_path):
+    root = tmp_path / "cpu"
+    root.mkdir()
+    shutil.copy(REPO / "results" / "cpu" / "tuning.json", root / "tuning.json")
+    (root / "main.json").write_text(json.dumps({"schema": 2, "records": []}))
+    assert scorecard.current(root / "main.json", get_profile("cpu")) is None
+
+
 def test_readme_scorecard_is_generated_from_the_committed_json(tmp_path):
     readme = tmp_path / "README.md"
     shutil.copy(REPO / "README.md", readme)

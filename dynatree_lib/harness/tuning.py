@@ -45,7 +45,8 @@ def warn_once(message: str) -> None:
 
 class NotTuned(ValueError):
     """No tuning is logged for the candidates this code would tune: the tuning file is missing, or holds only
-    other candidates' records (an older code's, or another precision's)."""
+    other candidates' records (an older code's, or another precision's); or the forward costs the tuning
+    measures first (costs.json), which the cost-aware extension's candidates are made from, are missing."""
 
 
 def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY):
@@ -80,8 +81,8 @@ def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float,
     as (k, ms) pairs, one further drafting level, and the rest of an iteration (``costs``' terms)."""
     path = results_path("costs", p, root)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: the cost-aware extension needs the measured forward costs "
-                                "(notebook 00, or harness.costs.run_costs)")
+        raise NotTuned(f"{path} is missing: the cost-aware extension needs the measured forward costs (the tuning "
+                       "experiment measures them first: notebook 01, or harness.costs.run_costs)")
     curves = json.loads(path.read_text())["curves"][dtype]
     verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
     # notebook 03's iteration, one node a level: drafting one level (its first forward follows the target's),
