@@ -5,9 +5,10 @@ Statistic: Pearson's chi-square over the cells of the exact law (cells expected 
 merged into one), its p-value from the chi-square survival function. Every draw comes from seeded generators, so
 each test is deterministic. A correct sampler must give p > 1e-3; a broken one p < 1e-9.
 
-Fast tier (``./test.sh``): each rule with 20,000 draws, and every method end to end at temperature 1. Slow tier
-(``pytest -m slow``): each rule with 100,000 draws on peaked and flat laws, and every method at temperature 0.7
-with top-k and with top-p.
+Fast tier (``./test.sh``): the rule on chosen children, on a drawn chain and on drawn siblings and grandchildren,
+20,000 draws each, and every method end to end at temperature 1 (the tree methods draw their children there).
+Slow tier (``pytest -m slow``): the same with 100,000 draws on peaked and flat laws, and every method at
+temperature 0.7 with top-k and with top-p.
 """
 import itertools
 
@@ -47,21 +48,32 @@ def random_law(rows: int, V: int, peaked: bool, seed: int) -> torch.Tensor:
 # ---- the rules, on hand-built trees -----------------------------------------------------------------------------
 
 V = 6
-#   root -> 1, 3;   1 -> 0, 2;   3 -> 5   (deterministic children, as a top-k tree drafts them)
+#   root -> 1, 3;   1 -> 0, 2;   3 -> 5   (chosen children: lookup copies, the cost-aware extension's top-k)
 TREE = Tree.build([4, 1, 3, 0, 2, 5], [-1, 0, 0, 1, 1, 2], [0.0] * 6, [0.0] * 6)
 CHILD_ROW = {1: 1, 3: 2}  # first token -> the node whose law gives the second
 
 
-def walk_draws(p: torch.Tensor, n: int, rule=verify_sampled, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
+def committed(tree: Tree, rule, p: torch.Tensor, g: torch.Generator) -> list[int]:
+    """The tokens one verification of ``tree`` commits: the accepted path's, then the bonus token."""
+    path, bonus = rule(tree, p, g)
+    return tree.tokens[path[1:]].tolist() + [bonus]
+
+
+def first_two(outs: list[list[int]], joint: bool = True) -> tuple[dict, dict]:
+    """Counts of the first committed token, and of the second where there is one (keyed with the first if
+    ``joint``)."""
     first, second = {}, {}
-    for _ in range(n):
-        path, bonus = rule(TREE, p, g)
-        out = TREE.tokens[path[1:]].tolist() + [bonus]
+    for out in outs:
         first[out[0]] = first.get(out[0], 0) + 1
         if len(out) > 1:
-            second[(out[0], out[1])] = second.get((out[0], out[1]), 0) + 1
+            key = (out[0], out[1]) if joint else out[1]
+            second[key] = second.get(key, 0) + 1
     return first, second
+
+
+def walk_draws(p: torch.Tensor, n: int, rule=verify_sampled, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return first_two([committed(TREE, rule, p, g) for _ in range(n)])
 
 
 def walk_pvalues(p: torch.Tensor, n: int, rule=verify_sampled) -> tuple[float, float]:
@@ -78,16 +90,12 @@ def walk_pvalues(p: torch.Tensor, n: int, rule=verify_sampled) -> tuple[float, f
 def chain_draws(p: torch.Tensor, q: torch.Tensor, n: int, rule=verify_sampled, seed: int = 0):
     """A two-token chain drawn from q's rows (the second independent of the first, as is p's second row), verified."""
     g = torch.Generator().manual_seed(seed)
-    first, second = {}, {}
+    outs = []
     for _ in range(n):
         x = [int(torch.multinomial(q[i], 1, generator=g)) for i in range(2)]
-        tree = Tree.build([0] + x, [-1, 0, 1], [0.0] * 3, [0.0] * 3, q=q.log(), q_row=[0, 1, -1])
-        path, bonus = rule(tree, p, g)
-        out = tree.tokens[path[1:]].tolist() + [bonus]
-        first[out[0]] = first.get(out[0], 0) + 1
-        if len(out) > 1:
-            second[out[1]] = second.get(out[1], 0) + 1
-    return first, second
+        outs.append(committed(Tree.build([0] + x, [-1, 0, 1], [0.0] * 3, [0.0] * 3, q=q.log(), q_row=[0, 1, -1]),
+                              rule, p, g))
+    return first_two(outs, joint=False)
 
 
 def chain_pvalues(p, q, n, rule=verify_sampled) -> tuple[float, float]:
@@ -104,7 +112,7 @@ def sibling_draws(p1: torch.Tensor, p2: torch.Tensor, q1: torch.Tensor, q2: torc
     """Drawn trees: the root's 3 children drawn without replacement from q1, each child x's 2 children from
     q2[x]; the target's law is p1 at the root and p2[x] after x."""
     g = torch.Generator().manual_seed(seed)
-    first, second = {}, {}
+    outs = []
     for _ in range(n):
         kids = torch.multinomial(q1, SIBLINGS, replacement=False, generator=g).tolist()
         grand = [torch.multinomial(q2[x], GRANDCHILDREN, replacement=False, generator=g).tolist() for x in kids]
@@ -114,12 +122,8 @@ def sibling_draws(p1: torch.Tensor, p2: torch.Tensor, q1: torch.Tensor, q2: torc
         q_row = [0] + [1 + i for i in range(SIBLINGS)] + [-1] * (SIBLINGS * GRANDCHILDREN)
         p = torch.cat([p1[None], p2[kids], p2[:SIBLINGS * GRANDCHILDREN]])  # rows after the grandchildren: unused
         tree = Tree.build(tokens, parents, [0.0] * len(tokens), [0.0] * len(tokens), q=q, q_row=q_row)
-        path, bonus = rule(tree, p, g)
-        out = tree.tokens[path[1:]].tolist() + [bonus]
-        first[out[0]] = first.get(out[0], 0) + 1
-        if len(out) > 1:
-            second[(out[0], out[1])] = second.get((out[0], out[1]), 0) + 1
-    return first, second
+        outs.append(committed(tree, rule, p, g))
+    return first_two(outs)
 
 
 def sibling_pvalues(p1, p2, q1, q2, n, rule=verify_sampled) -> tuple[float, float]:
@@ -156,9 +160,11 @@ def first_child(tree, p, g):
     return path, bonus
 
 
-def with_replacement(p, q, drawn, g):
+def with_replacement(p, logq, drawn, g):
     """Broken: siblings verified as if drawn with replacement (a rejected sibling's mass left in q)."""
     u = torch.rand(len(drawn), generator=g).tolist()
+    q = torch.softmax(logq.double(), -1)
+    p = p.double()
     for i, x in enumerate(drawn):
         if u[i] * float(q[x]) < float(p[x]):
             return i, x
@@ -196,6 +202,19 @@ def test_the_rule_tests_catch_broken_samplers(monkeypatch):
     assert walk_pvalues(random_law(6, V, True, seed=1), 20_000, first_child)[1] < BROKEN
     monkeypatch.setattr(smp, "sibling_rejection", with_replacement)
     assert sibling_pvalues(*sibling_laws(True, seed=20), 20_000)[0] < BROKEN
+
+
+def test_siblings_a_hundred_nats_down_keep_the_target_law():
+    """A confident draft at a low temperature: after its first sibling the next ones lie 110 and 115 nats down,
+    where fp32 probabilities are 0; once the first is rejected, q must be renormalized over the rest."""
+    logq = torch.full((V,), -130.0)
+    logq[1], logq[3], logq[2] = 0.0, -110.0, -115.0
+    p = torch.tensor([0.0, 0.5, 0.45, 0.05, 0.0, 0.0])
+    tree = Tree.build([0, 1, 3, 2], [-1, 0, 0, 0], [0.0] * 4, [0.0] * 4, q=torch.log_softmax(logq, -1)[None],
+                      q_row=[0, -1, -1, -1])  # drawn in the only order of non-negligible probability
+    g = torch.Generator().manual_seed(0)
+    first, _ = first_two([committed(tree, verify_sampled, p.expand(4, V), g) for _ in range(20_000)])
+    assert chi2_pvalue(first, {x: float(p[x]) for x in range(V) if p[x] > 0}, 20_000) > OK
 
 
 @pytest.mark.slow

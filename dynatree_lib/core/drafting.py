@@ -105,7 +105,7 @@ class Growth:
         for r, _ in picked:
             count[r] += 1
         noise = -torch.empty_like(logp).exponential_(generator=generator).log()
-        keys = (logp + noise).topk(max(count), dim=-1)
+        keys = (logp + noise).masked_fill(logp == float("-inf"), float("-inf")).topk(max(count), dim=-1)
         support = (logp > float("-inf")).sum(-1).tolist()
         for r, k in enumerate(count):
             count[r] = min(k, support[r])

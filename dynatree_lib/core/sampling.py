@@ -106,8 +106,7 @@ def verify_sampled(tree: Tree, p: Tensor, generator: torch.Generator, vocab: Ten
             x = int(draw(p[node], generator))
             hit = drawn.index(x) if x in drawn else None
         else:
-            q = full_rows(tree.q[row:row + 1], vocab, p.shape[-1])[0]
-            hit, x = sibling_rejection(p[node], q, drawn, generator)
+            hit, x = sibling_rejection(p[node], full_logrow(tree.q[row], vocab, p.shape[-1]), drawn, generator)
         if hit is None:
             return torch.tensor(path, device=tree.tokens.device), x
         node = kids[node][hit]
@@ -115,26 +114,25 @@ def verify_sampled(tree: Tree, p: Tensor, generator: torch.Generator, vocab: Ten
     return torch.tensor(path, device=tree.tokens.device), int(draw(p[node], generator))
 
 
-def sibling_rejection(p: Tensor, q: Tensor, drawn: list[int], generator: torch.Generator) -> tuple[int | None, int]:
-    """Recursive rejection sampling of siblings ``drawn`` in order without replacement from ``q`` [V], against the
-    target's law ``p`` [V]: the index of the accepted sibling (None: every one rejected) and the token committed."""
+def sibling_rejection(p: Tensor, logq: Tensor, drawn: list[int], generator: torch.Generator) -> tuple[int | None, int]:
+    """Recursive rejection sampling of siblings ``drawn`` in order without replacement from the law with
+    log-probabilities ``logq`` [V], against the target's law ``p`` [V]: the index of the accepted sibling (None:
+    every one rejected) and the token committed. Each q_i is renormalized from log-probabilities in fp64: after
+    a confident draft's first sibling, the next ones may lie a hundred nats down, where fp32 probabilities are 0."""
     u = torch.rand(len(drawn), generator=generator, device=p.device).tolist()
+    p, logq = p.double(), logq.double()
     for i, x in enumerate(drawn):
+        q = torch.softmax(logq, dim=-1)  # q_i: the law sibling i was drawn from
         if u[i] * float(q[x]) < float(p[x]):  # probability min(1, p(x) / q(x))
             return i, x
         residual = (p - q).clamp(min=0)
         p = residual / residual.sum() if residual.sum() > 0 else p  # p == q up to rounding: rejection had probability 0
-        q = q.clone()
-        q[x] = 0.0
-        q = q / q.sum() if q.sum() > 0 else q
+        logq = logq.index_fill(0, torch.tensor([x], device=logq.device), float("-inf"))
     return None, int(draw(p, generator))
 
 
-def full_rows(logq: Tensor, vocab: Tensor | None, size: int) -> Tensor:
-    """Probabilities [r, size] over the whole vocabulary from a draft head's log-probabilities over ``vocab``."""
-    q = logq.float().exp()
+def full_logrow(logq: Tensor, vocab: Tensor | None, size: int) -> Tensor:
+    """Log-probabilities [size] over the whole vocabulary (-inf outside ``vocab``) from a draft head's over ``vocab``."""
     if vocab is None:
-        return q
-    out = q.new_zeros(q.shape[0], size)
-    out[:, vocab] = q
-    return out
+        return logq
+    return logq.new_full((size,), float("-inf")).index_copy(0, vocab, logq)
