@@ -313,6 +313,19 @@ def test_every_method_samples_the_target_law(tiny_pair, name):
     assert chi2_pvalue(empirical(target, draft, name, s, 2000), exact_law(target, s), 2000) > OK
 
 
+@pytest.mark.parametrize("name", ["dynatree", "talon"])
+def test_drawn_trees_of_a_subset_head_with_a_lookup_sample_the_target_law(tiny_pair, name):
+    """The cpu draft's shape: a head over a subset of the vocabulary (its laws mapped back, -inf elsewhere),
+    mixed with a context lookup."""
+    from dynatree_lib.core.lookup import LookupConfig, LookupRunner
+    from dynatree_lib.core.runners import HFRunner
+
+    target, draft = tiny_pair
+    drf = LookupRunner(HFRunner(draft, torch.tensor([0, 1, 2, 3, 5, 7])), LookupConfig((0.5, 0.9)))
+    s = Sampling(1.0)
+    assert chi2_pvalue(empirical(target, drf, name, s, 2000), exact_law(target, s), 2000) > OK
+
+
 def test_the_end_to_end_test_catches_a_broken_sampler(tiny_pair, monkeypatch):
     target, draft = tiny_pair
     s = Sampling(1.0)
