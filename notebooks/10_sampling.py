@@ -48,6 +48,13 @@ show_table(tables.sampling_table(df), "table_sampling", prof)
 show_fig(plots.sampling(df), "fig_sampling", prof)
 
 # %% [markdown]
+# How much of AR's sampled output repeats earlier text (what the context lookup can copy; notebook 01 gives the
+# greedy outputs' share):
+
+# %%
+show_table(tables.ar_loops(df), "table_sampling_loops", prof)
+
+# %% [markdown]
 # Spec-Bench by category at the first temperature:
 
 # %%

@@ -386,6 +386,17 @@ def loop_table(df) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
 
 
+def ar_loops(df) -> pd.DataFrame:
+    """AR's outputs per workload (and temperature): the share of positions whose preceding 12-gram occurred
+    earlier (what a context lookup can copy) and how many outputs end in an exactly periodic tail (replicate 1)."""
+    ar = replicate(role(df))
+    ar = ar[ar.method == "ar"]
+    rows = [{"Workload": DATASET_LABELS[r.dataset], "T": f"{r.temperature:g}", "AR loop share": f"{r.loop_share:.1%}",
+             "periodic outputs": f"{sum(bool(x.get('periodic_tail')) for x in r.rows)}/{r.n}"}
+            for _, r in ar.sort_values("dataset", key=lambda c: c.map(list(DATASET_LABELS).index)).iterrows()]
+    return pd.DataFrame(rows).set_index(["Workload", "T"]) if rows else pd.DataFrame()
+
+
 def hf_table(df) -> pd.DataFrame:
     """transformers' own engine: HF assisted generation over HF's AR (the algorithm) and over ours (algorithm and
     engine together), and HF's AR over ours (the engine alone), per workload (replicate 1)."""
@@ -440,7 +451,8 @@ def sampling_table(df) -> pd.DataFrame:
     """TALON's Table 3 form: per temperature and workload, mean tokens per verification (τ) and the speedup over
     AR sampling at the same temperature on the same prompts."""
     out = {}
-    for (t, ds), sub in df.groupby(["temperature", "dataset"], sort=True):
+    workloads = list(DATASET_LABELS)
+    for (t, ds), sub in sorted(df.groupby(["temperature", "dataset"]), key=lambda g: (g[0][0], workloads.index(g[0][1]))):
         for _, r in order(sub).iterrows():
             out.setdefault(r.label, {})[(f"T = {t:g}", DATASET_LABELS[ds], "τ")] = f"{r.L_bar:.2f}"
             out[r.label][(f"T = {t:g}", DATASET_LABELS[ds], "speedup")] = "–" if r.method == "ar" else _speedup_ci(r)
