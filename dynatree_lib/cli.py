@@ -87,7 +87,7 @@ def decode(args, prof) -> None:
 
     from .harness.metrics import prompt_metrics
     from .harness.prompts import load_prompts
-    from .harness.tuning import tuned
+    from .harness.tuning import NotTuned, tuned
     from .methods import generate
 
     if prof.models.threads:
@@ -95,7 +95,8 @@ def decode(args, prof) -> None:
     target, draft, tok = prof.load_pair(args.dtype)
     try:
         method = tuned(prof, args.method, args.dataset)
-    except FileNotFoundError:
+    except NotTuned as e:
+        print(f"note: {e}; decoding with the profile's default setting", file=sys.stderr)
         method = prof.method(args.method, args.dataset)
     if args.text:
         ids = torch.tensor(tok(args.text, add_special_tokens=False)["input_ids"])

@@ -11,9 +11,11 @@
 # %% [markdown]
 # # 10 · Sampling (temperature > 0; TALON's Table 3 form)
 # Every method sampling the target's softmax at a temperature, on the test prompts of every workload. Each
-# method keeps the target's law exactly (`dynatree_lib/core/sampling.py`: linear drafting samples its chain from
-# the draft and verifies it by the speculative-sampling rule; the tree methods draft their top-k children and
-# verify them by drawing from the target at each node, SpecInfer's rule for deterministic candidates;
+# method keeps the target's law exactly (`dynatree_lib/core/sampling.py`: each node gets as many children as its
+# policy gives it from the draft's probabilities, drawn without replacement from the draft's law and verified by
+# recursive rejection sampling, which for a chain is the speculative-sampling rule; levels copied from the context
+# lookup, and the cost-aware extension, which cuts trees by their nodes' probabilities, keep chosen children,
+# verified by drawing from the target at each node, SpecInfer's rule for deterministic candidates;
 # `tests/test_sampling.py` checks every method's empirical law and that the tests catch a broken sampler).
 # StreamingLLM + spec is not lossless by design once its window slides (here it never does: prompt + T fits).
 # τ is the mean number of tokens per verification (accepted draft tokens plus the bonus token); the speedup is

@@ -5,9 +5,10 @@ Statistic: Pearson's chi-square over the cells of the exact law (cells expected 
 merged into one), its p-value from the chi-square survival function. Every draw comes from seeded generators, so
 each test is deterministic. A correct sampler must give p > 1e-3; a broken one p < 1e-9.
 
-Fast tier (``./test.sh``): each rule with 20,000 draws, and every method end to end at temperature 1. Slow tier
-(``pytest -m slow``): each rule with 100,000 draws on peaked and flat laws, and every method at temperature 0.7
-with top-k and with top-p.
+Fast tier (``./test.sh``): the rule on chosen children, on a drawn chain and on drawn siblings and grandchildren,
+20,000 draws each, and every method end to end at temperature 1 (the tree methods draw their children there).
+Slow tier (``pytest -m slow``): the same with 100,000 draws on peaked and flat laws, and every method at
+temperature 0.7 with top-k and with top-p.
 """
 import itertools
 
@@ -16,7 +17,7 @@ import torch
 
 from dynatree_lib import generate
 from dynatree_lib.core import sampling as smp
-from dynatree_lib.core.sampling import Sampling, chain_rejection, target_probs, walk
+from dynatree_lib.core.sampling import Sampling, target_probs, verify_sampled
 from dynatree_lib.core.tree import Tree
 from dynatree_lib.harness.tiny import perturb, tiny_llama
 from dynatree_lib.methods import REGISTRY
@@ -47,26 +48,37 @@ def random_law(rows: int, V: int, peaked: bool, seed: int) -> torch.Tensor:
 # ---- the rules, on hand-built trees -----------------------------------------------------------------------------
 
 V = 6
-#   root -> 1, 3;   1 -> 0, 2;   3 -> 5   (deterministic children, as a top-k tree drafts them)
+#   root -> 1, 3;   1 -> 0, 2;   3 -> 5   (chosen children: lookup copies, the cost-aware extension's top-k)
 TREE = Tree.build([4, 1, 3, 0, 2, 5], [-1, 0, 0, 1, 1, 2], [0.0] * 6, [0.0] * 6)
 CHILD_ROW = {1: 1, 3: 2}  # first token -> the node whose law gives the second
 
 
-def walk_draws(p: torch.Tensor, n: int, rule=walk, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
+def committed(tree: Tree, rule, p: torch.Tensor, g: torch.Generator) -> list[int]:
+    """The tokens one verification of ``tree`` commits: the accepted path's, then the bonus token."""
+    path, bonus = rule(tree, p, g)
+    return tree.tokens[path[1:]].tolist() + [bonus]
+
+
+def first_two(outs: list[list[int]], joint: bool = True) -> tuple[dict, dict]:
+    """Counts of the first committed token, and of the second where there is one (keyed with the first if
+    ``joint``)."""
     first, second = {}, {}
-    for _ in range(n):
-        path, bonus = rule(TREE, p, g)
-        out = TREE.tokens[path[1:]].tolist() + [bonus]
+    for out in outs:
         first[out[0]] = first.get(out[0], 0) + 1
         if len(out) > 1:
-            second[(out[0], out[1])] = second.get((out[0], out[1]), 0) + 1
+            key = (out[0], out[1]) if joint else out[1]
+            second[key] = second.get(key, 0) + 1
     return first, second
 
 
-def walk_pvalues(p: torch.Tensor, n: int, rule=walk) -> tuple[float, float]:
-    """p-values of the first committed token against p[0], and of the second given the first (when the first is
-    a child, so the iteration goes on) against that child's law."""
+def walk_draws(p: torch.Tensor, n: int, rule=verify_sampled, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return first_two([committed(TREE, rule, p, g) for _ in range(n)])
+
+
+def walk_pvalues(p: torch.Tensor, n: int, rule=verify_sampled) -> tuple[float, float]:
+    """Chosen children: p-values of the first committed token against p[0], and of the second given the first
+    (when the first is a child, so the iteration goes on) against that child's law."""
     first, second = walk_draws(p, n, rule)
     law1 = {x: float(p[0, x]) for x in range(V)}
     n2 = sum(second.values())
@@ -75,35 +87,66 @@ def walk_pvalues(p: torch.Tensor, n: int, rule=walk) -> tuple[float, float]:
     return chi2_pvalue(first, law1, n), chi2_pvalue(second, law2, n2)
 
 
-def chain_draws(p: torch.Tensor, q: torch.Tensor, n: int, rule=chain_rejection, seed: int = 0):
+def chain_draws(p: torch.Tensor, q: torch.Tensor, n: int, rule=verify_sampled, seed: int = 0):
     """A two-token chain drawn from q's rows (the second independent of the first, as is p's second row), verified."""
     g = torch.Generator().manual_seed(seed)
-    first, second = {}, {}
+    outs = []
     for _ in range(n):
         x = [int(torch.multinomial(q[i], 1, generator=g)) for i in range(2)]
-        tree = Tree.build([0] + x, [-1, 0, 1], [0.0] * 3, [0.0] * 3, q=q.log())
-        path, bonus = rule(tree, p, q, g)
-        out = tree.tokens[path[1:]].tolist() + [bonus]
-        first[out[0]] = first.get(out[0], 0) + 1
-        if len(out) > 1:
-            second[out[1]] = second.get(out[1], 0) + 1
-    return first, second
+        outs.append(committed(Tree.build([0] + x, [-1, 0, 1], [0.0] * 3, [0.0] * 3, q=q.log(), q_row=[0, 1, -1]),
+                              rule, p, g))
+    return first_two(outs, joint=False)
 
 
-def chain_pvalues(p, q, n, rule=chain_rejection) -> tuple[float, float]:
+def chain_pvalues(p, q, n, rule=verify_sampled) -> tuple[float, float]:
     first, second = chain_draws(p, q, n, rule)
     return (chi2_pvalue(first, {x: float(p[0, x]) for x in range(V)}, n),
             chi2_pvalue(second, {x: float(p[1, x]) for x in range(V)}, sum(second.values())))
 
 
-def unverified(tree, p, q, g):
-    """Broken: the draft's samples committed as they are."""
-    return torch.arange(tree.size), int(smp.draw(p[tree.size - 1], g))
+SIBLINGS, GRANDCHILDREN = 3, 2
 
 
-def no_residual(tree, p, q, g):
+def sibling_draws(p1: torch.Tensor, p2: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor, n: int,
+                  rule=verify_sampled, seed: int = 0):
+    """Drawn trees: the root's 3 children drawn without replacement from q1, each child x's 2 children from
+    q2[x]; the target's law is p1 at the root and p2[x] after x."""
+    g = torch.Generator().manual_seed(seed)
+    outs = []
+    for _ in range(n):
+        kids = torch.multinomial(q1, SIBLINGS, replacement=False, generator=g).tolist()
+        grand = [torch.multinomial(q2[x], GRANDCHILDREN, replacement=False, generator=g).tolist() for x in kids]
+        tokens = [0] + kids + [y for ys in grand for y in ys]
+        parents = [-1] + [0] * SIBLINGS + [1 + i for i in range(SIBLINGS) for _ in range(GRANDCHILDREN)]
+        q = torch.cat([q1[None], q2[kids]]).log()
+        q_row = [0] + [1 + i for i in range(SIBLINGS)] + [-1] * (SIBLINGS * GRANDCHILDREN)
+        p = torch.cat([p1[None], p2[kids], p2[:SIBLINGS * GRANDCHILDREN]])  # rows after the grandchildren: unused
+        tree = Tree.build(tokens, parents, [0.0] * len(tokens), [0.0] * len(tokens), q=q, q_row=q_row)
+        outs.append(committed(tree, rule, p, g))
+    return first_two(outs)
+
+
+def sibling_pvalues(p1, p2, q1, q2, n, rule=verify_sampled) -> tuple[float, float]:
+    """p-values of the first token against p1 and of the second given the first against p2[first] (expected
+    counts from the observed first tokens: a conservative test, its degrees of freedom not reduced per group)."""
+    first, second = sibling_draws(p1, p2, q1, q2, n, rule)
+    n2 = sum(second.values())
+    given = {x: sum(c for (a, _), c in second.items() if a == x) for x in range(V)}
+    law2 = {(x, y): given[x] / n2 * float(p2[x, y]) for x in range(V) if given[x] for y in range(V)}
+    return chi2_pvalue(first, {x: float(p1[x]) for x in range(V)}, n), chi2_pvalue(second, law2, n2)
+
+
+def unverified(tree, p, g, vocab=None):
+    """Broken: the draft's first path committed as it is."""
+    path = [0]
+    while (tree.parents == path[-1]).any():
+        path.append(int((tree.parents == path[-1]).nonzero()[0]))
+    return torch.tensor(path), int(smp.draw(p[path[-1]], g))
+
+
+def no_residual(tree, p, g):
     """Broken: a rejected token replaced by a draw from the target, not from the residual max(0, p - q)."""
-    path, bonus = chain_rejection(tree, p, q, g)
+    path, bonus = verify_sampled(tree, p, g)
     if path.numel() < tree.size:
         bonus = int(smp.draw(p[path.numel() - 1], g))
     return path, bonus
@@ -111,29 +154,67 @@ def no_residual(tree, p, q, g):
 
 def first_child(tree, p, g):
     """Broken: a drawn token outside the children still descends into the first child."""
-    path, bonus = walk(tree, p, g)
+    path, bonus = verify_sampled(tree, p, g)
     if path.numel() == 1:
         return torch.tensor([0, 1]), int(smp.draw(p[1], g))
     return path, bonus
 
 
+def with_replacement(p, logq, drawn, g):
+    """Broken: siblings verified as if drawn with replacement (a rejected sibling's mass left in q)."""
+    u = torch.rand(len(drawn), generator=g).tolist()
+    q = torch.softmax(logq.double(), -1)
+    p = p.double()
+    for i, x in enumerate(drawn):
+        if u[i] * float(q[x]) < float(p[x]):
+            return i, x
+        p = (p - q).clamp(min=0)
+        p = p / p.sum()
+    return None, int(smp.draw(p, g))
+
+
+def sibling_laws(peaked: bool, seed: int):
+    return (random_law(1, V, peaked, seed)[0], random_law(V, V, peaked, seed + 1),
+            random_law(1, V, peaked, seed + 2)[0], random_law(V, V, peaked, seed + 3))
+
+
 @pytest.mark.parametrize("peaked", [True, False], ids=["peaked", "flat"])
-def test_walk_keeps_the_target_law(peaked):
+def test_chosen_children_keep_the_target_law(peaked):
     p = random_law(6, V, peaked, seed=1)
     assert min(walk_pvalues(p, 20_000)) > OK
 
 
 @pytest.mark.parametrize("peaked", [True, False], ids=["peaked", "flat"])
-def test_chain_rejection_keeps_the_target_law(peaked):
+def test_a_drawn_chain_keeps_the_target_law(peaked):
     p, q = random_law(3, V, peaked, seed=2), random_law(2, V, peaked, seed=3)
     assert min(chain_pvalues(p, q, 20_000)) > OK
 
 
-def test_the_rule_tests_catch_broken_samplers():
+@pytest.mark.parametrize("peaked", [True, False], ids=["peaked", "flat"])
+def test_drawn_siblings_keep_the_target_law(peaked):
+    assert min(sibling_pvalues(*sibling_laws(peaked, seed=20), 20_000)) > OK
+
+
+def test_the_rule_tests_catch_broken_samplers(monkeypatch):
     p, q = random_law(3, V, True, seed=2), random_law(2, V, True, seed=3)
     assert chain_pvalues(p, q, 20_000, unverified)[0] < BROKEN
     assert chain_pvalues(p, q, 20_000, no_residual)[0] < BROKEN
     assert walk_pvalues(random_law(6, V, True, seed=1), 20_000, first_child)[1] < BROKEN
+    monkeypatch.setattr(smp, "sibling_rejection", with_replacement)
+    assert sibling_pvalues(*sibling_laws(True, seed=20), 20_000)[0] < BROKEN
+
+
+def test_siblings_a_hundred_nats_down_keep_the_target_law():
+    """A confident draft at a low temperature: after its first sibling the next ones lie 110 and 115 nats down,
+    where fp32 probabilities are 0; once the first is rejected, q must be renormalized over the rest."""
+    logq = torch.full((V,), -130.0)
+    logq[1], logq[3], logq[2] = 0.0, -110.0, -115.0
+    p = torch.tensor([0.0, 0.5, 0.45, 0.05, 0.0, 0.0])
+    tree = Tree.build([0, 1, 3, 2], [-1, 0, 0, 0], [0.0] * 4, [0.0] * 4, q=torch.log_softmax(logq, -1)[None],
+                      q_row=[0, -1, -1, -1])  # drawn in the only order of non-negligible probability
+    g = torch.Generator().manual_seed(0)
+    first, _ = first_two([committed(tree, verify_sampled, p.expand(4, V), g) for _ in range(20_000)])
+    assert chi2_pvalue(first, {x: float(p[x]) for x in range(V) if p[x] > 0}, 20_000) > OK
 
 
 @pytest.mark.slow
@@ -144,6 +225,7 @@ def test_rules_keep_the_target_law_over_100k_draws(peaked):
     p, q = random_law(3, V, peaked, seed=12), random_law(2, V, peaked, seed=13)
     assert min(chain_pvalues(p, q, 100_000)) > OK
     assert chain_pvalues(p, q, 100_000, no_residual)[0] < BROKEN
+    assert min(sibling_pvalues(*sibling_laws(peaked, seed=30), 100_000)) > OK
 
 
 def test_target_probs_filters_as_transformers_does():
@@ -231,10 +313,23 @@ def test_every_method_samples_the_target_law(tiny_pair, name):
     assert chi2_pvalue(empirical(target, draft, name, s, 2000), exact_law(target, s), 2000) > OK
 
 
+@pytest.mark.parametrize("name", ["dynatree", "talon"])
+def test_drawn_trees_of_a_subset_head_with_a_lookup_sample_the_target_law(tiny_pair, name):
+    """The cpu draft's shape: a head over a subset of the vocabulary (its laws mapped back, -inf elsewhere),
+    mixed with a context lookup."""
+    from dynatree_lib.core.lookup import LookupConfig, LookupRunner
+    from dynatree_lib.core.runners import HFRunner
+
+    target, draft = tiny_pair
+    drf = LookupRunner(HFRunner(draft, torch.tensor([0, 1, 2, 3, 5, 7])), LookupConfig((0.5, 0.9)))
+    s = Sampling(1.0)
+    assert chi2_pvalue(empirical(target, drf, name, s, 2000), exact_law(target, s), 2000) > OK
+
+
 def test_the_end_to_end_test_catches_a_broken_sampler(tiny_pair, monkeypatch):
     target, draft = tiny_pair
     s = Sampling(1.0)
-    monkeypatch.setattr("dynatree_lib.core.decoding.chain_rejection", lambda tree, p, q, g: unverified(tree, p, q, g))
+    monkeypatch.setattr("dynatree_lib.core.decoding.verify_sampled", unverified)
     assert chi2_pvalue(empirical(target, draft, "linear", s, 2000), exact_law(target, s), 2000) < BROKEN
 
 
@@ -253,3 +348,34 @@ def test_sampling_is_reproducible_from_the_seed(tiny_pair):
         a, b = (generate(target, PROMPT, 12, draft=draft, method=method_config(name), temperature=1.0,
                          generator=torch.Generator().manual_seed(7)).tokens for _ in range(2))
         assert a == b, name
+
+
+def test_tree_policies_draw_their_children_and_the_extension_chooses_them(tiny_pair):
+    """When sampling, a tree policy gives each node as many children as it would rank (the count comes from the
+    draft's law, not from the draws), drawn without replacement; the cost-aware extension, which cuts trees by
+    their nodes' probabilities, keeps its top-k children."""
+    from dynatree_lib.core.drafting import DraftState, draft_tree
+    from dynatree_lib.core.runners import as_runner
+
+    target, draft = tiny_pair
+    s, g = Sampling(1.0), torch.Generator().manual_seed(5)
+    for name, drawn in (("fixed_tree", True), ("dynatree", True), ("talon", True), ("dynatree_cost", False)):
+        trees = []
+        for sampled in (True, False):
+            policy = method_config(name).policy()
+            policy.sampled = policy.sampled and sampled
+            runner = as_runner(draft)
+            runner.reset()
+            trees.append(draft_tree(runner, DraftState(), PROMPT, policy, 3, s, g)[0])
+        tree, top = trees
+        assert (tree.q_row is not None and bool((tree.q_row >= 0).any())) == drawn, name
+        assert (tree.parents == 0).sum() == (top.parents == 0).sum(), name
+        for u in range(tree.size):
+            kids = tree.tokens[tree.parents == u].tolist()
+            assert len(set(kids)) == len(kids), name
+
+
+def test_a_tree_with_drawn_children_cannot_be_cut():
+    tree = Tree.build([0, 3, 1], [-1, 0, 0], [0.0] * 3, [0.0] * 3, q=random_law(1, V, True, 0).log(), q_row=[0, -1, -1])
+    with pytest.raises(ValueError, match="cannot be cut"):
+        tree.subset(torch.tensor([0, 1]))

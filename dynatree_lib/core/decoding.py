@@ -22,7 +22,7 @@ from .drafting import DraftState, draft_tree
 from .policies import DraftPolicy
 from .result import GenerationResult, IterationLog
 from .runners import Runner, as_runner, check_pair, check_supported, context_limit, rotary_inv_freq, vocab_rows
-from .sampling import Sampling, chain_rejection, draw, full_rows, target_probs, walk
+from .sampling import Sampling, draw, target_probs, verify_sampled
 from .tree import Tree, copy_outcomes, select_path
 from .validate import is_int
 
@@ -202,10 +202,10 @@ class GreedyVerifier:
 
 class SampledVerifier:
     """Verification at temperature > 0: the target's law after every node (one forward, as greedy), then the
-    lossless rule for the way the tree was drafted (``sampling``: ``walk`` or ``chain_rejection``)."""
+    lossless rule for drawn and chosen children (``sampling.verify_sampled``)."""
 
-    def __init__(self, sampling: Sampling, generator: torch.Generator, draft: Runner, vocab_size: int):
-        self.sampling, self.generator, self.draft_vocab, self.V = sampling, generator, draft.vocab, vocab_size
+    def __init__(self, sampling: Sampling, generator: torch.Generator, draft: Runner):
+        self.sampling, self.generator, self.draft_vocab = sampling, generator, draft.vocab
 
     def verify(self, target: Runner, tree: Tree) -> Tensor:
         start = target.length
@@ -213,19 +213,14 @@ class SampledVerifier:
         return target_probs(logits, self.sampling)
 
     def accept(self, tree: Tree, p: Tensor) -> tuple[Tensor, int]:
-        if tree.q is None:
-            return walk(tree, p, self.generator)
-        return chain_rejection(tree, p, full_rows(tree.q, self.draft_vocab, self.V), self.generator)
+        return verify_sampled(tree, p, self.generator, self.draft_vocab)
 
 
-def verifier(opts: Options, draft: Runner, vocab_size: int, policy: DraftPolicy, device) -> "GreedyVerifier | SampledVerifier":
-    """The verification of ``opts.sampling`` (a sampled chain policy is checked to be one)."""
+def verifier(opts: Options, draft: Runner, device) -> "GreedyVerifier | SampledVerifier":
+    """The verification of ``opts.sampling``."""
     if opts.sampling.greedy:
         return GreedyVerifier()
-    if policy.sampled and (policy.max_breadth != 1 or policy.lookup_skip is not None):
-        raise ValueError(f"{type(policy).__name__} samples its children, which needs a chain (max_breadth 1) "
-                         "drafted by the network at every level (no lookup_skip)")
-    return SampledVerifier(opts.sampling, opts.rng(device), draft, vocab_size)
+    return SampledVerifier(opts.sampling, opts.rng(device), draft)
 
 
 def commit(target: Runner, start: int, tree: Tree, path: Tensor, kv_mode: str) -> int:
@@ -253,7 +248,7 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, opts:
     tgt, drf = as_runner(target), as_runner(draft)
     prompt = check_inputs(tgt, drf, prompt, T, opts, window)
     limit, dev = position_limit(tgt, drf, window), prompt.device
-    check = verifier(opts, drf, vocab_rows(tgt.model), policy, dev)
+    check = verifier(opts, drf, dev)
     gen = check.generator
     res = GenerationResult([], engine=tgt.engine, log=IterationLog())
     t0 = clock(dev)

@@ -35,8 +35,9 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     A level whose every node to expand has a strong context-lookup copy may be drafted without a forward
     (``LookupSkip``). The tree grows in Python lists (``Growth``) and becomes a ``Tree`` once, at the end:
     a level has a few nodes, and as tensors its bookkeeping would cost more than the rule itself.
-    Children are ranked by the draft's probabilities at ``sampling.draft_temperature``; a ``sampled`` policy
-    draws its one child per node from them instead (with ``generator``) when ``sampling`` is not greedy.
+    Children are ranked by the draft's probabilities at ``sampling.draft_temperature`` and the policy picks how
+    many each node gets; when ``sampling`` is not greedy, a ``sampled`` policy's children at levels the network
+    drafted are then drawn, that many, without replacement from those probabilities (with ``generator``).
     """
     max_depth = min(max_depth, policy.max_depth)
     if max_depth <= 0:
@@ -50,11 +51,11 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     while True:
         if copies is not None:
             children = grow.copy_children(frontier, copies)
-        elif sampled:
-            children = grow.sampled_children(frontier, logp, draft.vocab, generator)
         else:
             children = grow.top_children(frontier, logp, policy.max_breadth, draft.vocab)
         picked = pick(policy, grow, frontier, children)
+        if sampled and copies is None and picked:
+            children, picked = grow.drawn_children(frontier, picked, logp, draft.vocab, generator)
         if not picked:
             break
         added = grow.add(frontier, picked, children)
@@ -82,7 +83,8 @@ class Growth:
         self.tokens, self.parents, self.depth = [root], [-1], [0]
         self.logp, self.cum, self.masks = [0.0], [0.0], [1]
         self.chain, self.root_conf = True, float("nan")
-        self.q: list[Tensor] = []  # a sampled chain: the distribution each node was drawn from
+        self.q: list[Tensor] = []  # when sampling: the laws children were drawn from
+        self.q_row: dict[int, int] = {}  # node -> row of q its children were drawn from
 
     @property
     def n_drafted(self) -> int:
@@ -94,12 +96,24 @@ class Growth:
         top_lp, top_col = logp.topk(min(breadth, logp.shape[-1]), dim=-1)
         return self._children(frontier, logp, top_lp, top_col, vocab)
 
-    def sampled_children(self, frontier: list[int], logp: Tensor, vocab: Tensor | None,
-                         generator: torch.Generator | None) -> "Children":
-        """One child per frontier node drawn from the draft's distribution there (kept for verification)."""
-        col = torch.multinomial(logp.exp(), 1, generator=generator)
-        self.q += list(logp)
-        return self._children(frontier, logp, logp.gather(1, col), col, vocab)
+    def drawn_children(self, frontier: list[int], picked: list[tuple[int, int]], logp: Tensor,
+                       vocab: Tensor | None, generator: torch.Generator | None) -> tuple["Children", list[tuple[int, int]]]:
+        """As many children per frontier node as ``picked`` gives it, drawn without replacement from the
+        draft's law there (Gumbel top-k: keys log q + Gumbel noise, the largest first, is the order of
+        successive draws), at most as many as the law has tokens; the laws are kept for verification."""
+        count = [0] * len(frontier)
+        for r, _ in picked:
+            count[r] += 1
+        noise = -torch.empty_like(logp).exponential_(generator=generator).log()
+        keys = (logp + noise).masked_fill(logp == float("-inf"), float("-inf")).topk(max(count), dim=-1)
+        support = (logp > float("-inf")).sum(-1).tolist()
+        for r, k in enumerate(count):
+            count[r] = min(k, support[r])
+            if count[r]:
+                self.q_row[frontier[r]] = len(self.q)
+                self.q.append(logp[r])
+        children = self._children(frontier, logp, logp.gather(1, keys.indices), keys.indices, vocab)
+        return children, [(r, j) for r, k in enumerate(count) for j in range(k)]
 
     def _children(self, frontier: list[int], logp: Tensor, child_lp: Tensor, col: Tensor, vocab: Tensor | None):
         tokens = col if vocab is None else vocab[col]
@@ -135,8 +149,11 @@ class Growth:
         return out[::-1]
 
     def tree(self, device, copies: tuple = ()) -> Tree:
-        q = torch.stack(self.q) if self.q else None
-        return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies), q)
+        if not self.q:
+            return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies))
+        q_row = [self.q_row.get(i, -1) for i in range(len(self.tokens))]
+        return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies),
+                          torch.stack(self.q), q_row)
 
 
 @dataclass

@@ -34,10 +34,10 @@ class DraftPolicy:
     #: with a draft that has a context lookup: the copy weight at which a level is drafted without a draft
     #: forward (``drafting``); None: every level runs the draft
     lookup_skip: float | None = None
-    #: when sampling (temperature > 0), a chain whose one child per node is drawn from the draft's distribution and
-    #: verified by the speculative-sampling rule (``sampling.chain_rejection``); False: the top-k children,
-    #: verified by ``sampling.walk``
-    sampled: bool = False
+    #: when sampling (temperature > 0): the children the policy gives a node (at levels the network drafts) are
+    #: drawn without replacement from the draft's law there; False: its top-k children. Either is verified
+    #: losslessly (``sampling``); a policy whose ``trim`` cuts a tree by its nodes' own probabilities needs False
+    sampled: bool = True
 
     def select(self, top_logp: list[list[float]], child_cum_logp: list[list[float]], depth: list[int]) -> list[list[bool]]:
         """Which candidate children to keep: ``top_logp[r]`` are the draft's sorted top-k log-probs under the
@@ -76,7 +76,7 @@ class DraftPolicy:
 @dataclass(frozen=True)
 class LinearConfig:
     """Linear speculative decoding: a chain of K draft tokens (Leviathan et al.); when sampling, each drawn from
-    the draft's distribution and verified by the speculative-sampling rule."""
+    the draft's law and verified by the speculative-sampling rule (``sampling``)."""
 
     method: ClassVar[str] = "linear"
 
@@ -87,7 +87,7 @@ class LinearConfig:
         require(is_int(self.K) and self.K >= 1, f"K must be an integer >= 1, got {self.K!r}")
 
     def policy(self, session: dict | None = None) -> "StaticPolicy":
-        return StaticPolicy(breadth=1, depth=self.K, tau=0.0, n_max=self.K, sampled=True)
+        return StaticPolicy(breadth=1, depth=self.K, tau=0.0, n_max=self.K)
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,6 @@ class StaticPolicy(DraftPolicy):
     depth: int
     tau: float
     n_max: int
-    sampled: bool = False
     root_siblings: bool = True
     tau_on_parent: bool = False
 

@@ -5,22 +5,28 @@ tokens), then ``top_p`` (keep the smallest most-probable set whose mass reaches 
 transformers' logits warpers. Every random draw of a decoder comes from one ``torch.Generator``, so a run is
 reproducible from its seed.
 
-Two verification rules, each lossless for the way its trees are drafted (the committed tokens follow the target's
-law exactly, whatever the draft proposes; ``tests/test_sampling.py`` checks both by their empirical laws):
+One verification rule, lossless for every way our trees are drafted (the committed tokens follow the target's
+law exactly, whatever the draft proposes; ``tests/test_sampling.py`` checks it by its empirical laws and shows that
+the same tests reject broken variants). ``verify_sampled`` walks down from the root; at each node the children
+were either
 
-- ``walk``, for trees whose children are chosen deterministically (the top-k children of the fixed tree,
-  DynaTree, TALON and the cost-aware extension, and any level copied from the context lookup): at each node draw
-  the next token from the target's distribution there and descend into the child holding it; the first token
-  that no child holds is the bonus token. Every committed token is a draw from the target given the tokens before
-  it, so the law is the target's. This is SpecInfer's verification for deterministic candidates (Miao et al.,
-  2024, "naive sampling"), equivalently the sequential rule that accepts each sibling x with probability
-  p(x) / (1 - mass of the siblings already rejected) and otherwise samples the target restricted to the tokens
-  no sibling holds.
-- ``chain_rejection``, for a chain whose tokens were sampled from the draft's distribution q (linear speculative
-  decoding): accept x_i with probability min(1, p(x_i) / q(x_i)), at the first rejection draw the bonus from the
-  normalized residual max(0, p - q), and after a fully accepted chain draw it from the target (Leviathan et al.,
-  2023; Chen et al., 2023). q is exactly the distribution the drafter sampled from: the draft network's
-  tempered softmax over its head's tokens, mixed with the context lookup's copy where it has one.
+- *drawn* from the draft's law q there (a policy with ``sampled``: the network's tempered softmax, mixed with the
+  context lookup's copy where it has one; k children drawn without replacement, k fixed by the policy from q
+  before the draw): recursive rejection sampling (Jeon et al., 2024, "Recursive Speculative Decoding"; for
+  k = 1 the speculative-sampling rule of Leviathan et al., 2023 and Chen et al., 2023). Sibling i is accepted
+  with probability min(1, p_i(x_i) / q_i(x_i)); after a rejection p_{i+1} = normalized max(0, p_i - q_i) and
+  q_{i+1} = q_i without x_i, renormalized (the law the next sibling was drawn from); when every sibling is
+  rejected the bonus token is drawn from the last residual, which holds none of them. At every step the token
+  committed follows p_i given the siblings before, so it follows p;
+- *chosen* deterministically (the top-k children of a policy without ``sampled``, and every level copied from
+  the context lookup): draw the next token from the target's law and descend into the child holding it, the
+  first token no child holds being the bonus token (SpecInfer's "naive sampling", Miao et al., 2024; the same
+  rule as above with point-mass proposals). Its acceptance, the target's mass on the children, is the most any
+  rule can get from a fixed set; drawing children from q gets more where q and p are flat and close.
+
+Lossless needs the number of children of a node to be decided before they are drawn: a policy that cuts a tree
+by its nodes' own probabilities (``DraftPolicy.trim``) drafts top-k children instead (``Tree.subset`` refuses a
+tree with drawn children).
 """
 from __future__ import annotations
 
@@ -80,46 +86,53 @@ def draw(p: Tensor, generator: torch.Generator) -> Tensor:
     return torch.multinomial(flat, 1, generator=generator).reshape(p.shape[:-1])
 
 
-def children_of(tree: Tree) -> dict[tuple[int, int], int]:
-    """(parent node, token) -> child node (siblings carry distinct tokens)."""
-    return {(par, tok): i for i, (par, tok) in enumerate(zip(tree.parents.tolist(), tree.tokens.tolist())) if i}
-
-
-def walk(tree: Tree, p: Tensor, generator: torch.Generator) -> tuple[Tensor, int]:
-    """The accepted path (node indices from the root) and the bonus token, for a tree of deterministic children
-    verified against the target's law ``p`` [n+1, V] after each node (see module docstring). One draw per node is
-    taken at once; only those along the path are used, each a fresh draw from its node's law."""
-    drawn = draw(p, generator).tolist()
-    child, path, node = children_of(tree), [0], 0
-    while (node, drawn[node]) in child:
-        node = child[(node, drawn[node])]
-        path.append(node)
-    return torch.tensor(path, device=tree.tokens.device), drawn[node]
-
-
-def chain_rejection(tree: Tree, p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[Tensor, int]:
-    """The accepted path and the bonus token of a chain whose node i was drawn from ``q[i - 1]`` [n, V], verified
-    against the target's law ``p`` [n+1, V] by the speculative-sampling rule (see module docstring)."""
-    n = tree.n_drafted
-    x = tree.tokens[1:]
-    rows = torch.arange(n, device=x.device)
-    ratio = p[rows, x] / q[rows, x]
-    u = torch.rand(n, generator=generator, device=x.device)
-    rejected = (u >= ratio).nonzero()
-    if rejected.numel() == 0:
-        return torch.arange(n + 1, device=x.device), int(draw(p[n], generator))
-    j = int(rejected[0])
-    residual = (p[j] - q[j]).clamp(min=0)
-    if not residual.sum() > 0:  # p == q up to rounding: the rejection had probability 0
-        residual = p[j]
-    return torch.arange(j + 1, device=x.device), int(draw(residual / residual.sum(), generator))
-
-
-def full_rows(logq: Tensor, vocab: Tensor | None, size: int) -> Tensor:
-    """Probabilities [r, size] over the whole vocabulary from a draft head's log-probabilities over ``vocab``."""
-    q = logq.float().exp()
-    if vocab is None:
-        return q
-    out = q.new_zeros(q.shape[0], size)
-    out[:, vocab] = q
+def children_of(tree: Tree) -> list[list[int]]:
+    """Each node's children, in the order they were drafted (drawn)."""
+    out: list[list[int]] = [[] for _ in range(tree.size)]
+    for i, par in enumerate(tree.parents.tolist()[1:], 1):
+        out[par].append(i)
     return out
+
+
+def verify_sampled(tree: Tree, p: Tensor, generator: torch.Generator, vocab: Tensor | None = None) -> tuple[Tensor, int]:
+    """The accepted path (node indices from the root) and the bonus token of ``tree`` verified against the
+    target's law ``p`` [n+1, V] after each node (see module docstring). ``vocab``: the draft head's token ids
+    when ``tree.q``'s rows score a subset of the vocabulary."""
+    kids, tokens, path, node = children_of(tree), tree.tokens.tolist(), [0], 0
+    while kids[node]:
+        drawn = [tokens[c] for c in kids[node]]
+        row = int(tree.q_row[node]) if tree.q_row is not None else -1
+        if row < 0:
+            x = int(draw(p[node], generator))
+            hit = drawn.index(x) if x in drawn else None
+        else:
+            hit, x = sibling_rejection(p[node], full_logrow(tree.q[row], vocab, p.shape[-1]), drawn, generator)
+        if hit is None:
+            return torch.tensor(path, device=tree.tokens.device), x
+        node = kids[node][hit]
+        path.append(node)
+    return torch.tensor(path, device=tree.tokens.device), int(draw(p[node], generator))
+
+
+def sibling_rejection(p: Tensor, logq: Tensor, drawn: list[int], generator: torch.Generator) -> tuple[int | None, int]:
+    """Recursive rejection sampling of siblings ``drawn`` in order without replacement from the law with
+    log-probabilities ``logq`` [V], against the target's law ``p`` [V]: the index of the accepted sibling (None:
+    every one rejected) and the token committed. Each q_i is renormalized from log-probabilities in fp64: after
+    a confident draft's first sibling, the next ones may lie a hundred nats down, where fp32 probabilities are 0."""
+    u = torch.rand(len(drawn), generator=generator, device=p.device).tolist()
+    p, logq = p.double(), logq.double()
+    for i, x in enumerate(drawn):
+        q = torch.softmax(logq, dim=-1)  # q_i: the law sibling i was drawn from
+        if u[i] * float(q[x]) < float(p[x]):  # probability min(1, p(x) / q(x))
+            return i, x
+        residual = (p - q).clamp(min=0)
+        p = residual / residual.sum() if residual.sum() > 0 else p  # p == q up to rounding: rejection had probability 0
+        logq = logq.index_fill(0, torch.tensor([x], device=logq.device), float("-inf"))
+    return None, int(draw(p, generator))
+
+
+def full_logrow(logq: Tensor, vocab: Tensor | None, size: int) -> Tensor:
+    """Log-probabilities [size] over the whole vocabulary (-inf outside ``vocab``) from a draft head's over ``vocab``."""
+    if vocab is None:
+        return logq
+    return logq.new_full((size,), float("-inf")).index_copy(0, vocab, logq)

@@ -29,7 +29,8 @@ class Tree:
     levels: int = 0        # depth of the deepest node
     root_conf: float = float("nan")  # the draft's top-1 probability at the root (set by the drafter)
     copies: tuple = ()     # (node, token): nodes to expand whose context-lookup copy was strong (set by the drafter)
-    q: Tensor | None = None  # [size - 1, V'] log-probs: node i was sampled from row i - 1 (a sampled chain), else None
+    q: Tensor | None = None  # [m, V'] draft log-probs: the laws some nodes' children were drawn from (sampling)
+    q_row: Tensor | None = None  # [size] long: row of q node i's children were drawn from, -1: chosen (top-k, copy)
 
     @staticmethod
     def new(root_token: Tensor | int, device: torch.device | str = "cpu") -> "Tree":
@@ -39,9 +40,10 @@ class Tree:
     @staticmethod
     def build(tokens: list[int], parents: list[int], logp: list[float], cum_logp: list[float],
               device: torch.device | str = "cpu", root_conf: float = float("nan"), copies: tuple = (),
-              q: Tensor | None = None) -> "Tree":
+              q: Tensor | None = None, q_row: list[int] | None = None) -> "Tree":
         """The tree of the given nodes (BFS order, node 0 the root with parent -1), built in one go: the
-        drafter grows a tree of a few nodes in Python lists and makes its tensors once."""
+        drafter grows a tree of a few nodes in Python lists and makes its tensors once. ``q``, ``q_row``: where
+        children were drawn from the draft's law (``sampling``), the laws and which node's children each drew."""
         n = len(tokens)
         depth, masks = [0] * n, [1] + [0] * (n - 1)
         for i in range(1, n):
@@ -49,14 +51,20 @@ class Tree:
         chain = all(parents[i] == i - 1 for i in range(1, n))
         t = lambda xs, dt: torch.tensor(xs, dtype=dt, device=device)
         return Tree(t(tokens, torch.long), t(parents, torch.long), t(depth, torch.long), t(logp, torch.float32),
-                    t(cum_logp, torch.float32), bit_matrix(masks, n, device), n, chain, max(depth), root_conf, copies, q)
+                    t(cum_logp, torch.float32), bit_matrix(masks, n, device), n, chain, max(depth), root_conf, copies, q,
+                    None if q_row is None else t(q_row, torch.long))
 
     @property
     def n_drafted(self) -> int:
         return self.size - 1
 
     def subset(self, keep: Tensor) -> "Tree":
-        """The tree of nodes ``keep`` (ascending indices, the root first, closed under ancestors)."""
+        """The tree of nodes ``keep`` (ascending indices, the root first, closed under ancestors). Only for trees
+        whose children were chosen, not drawn: dropping drawn children would leave a set verification cannot
+        account for (``sampling``)."""
+        if self.q_row is not None and bool((self.q_row >= 0).any()):
+            raise ValueError("a tree whose children were drawn from the draft's law cannot be cut (DraftPolicy.trim): "
+                             "its verification needs every draw; a policy that trims must set sampled = False")
         remap = torch.full((self.size,), -1, dtype=torch.long, device=keep.device)
         remap[keep] = torch.arange(keep.numel(), device=keep.device)
         parents = self.parents[keep]
@@ -67,9 +75,8 @@ class Tree:
         if self.copies:
             at = {u: i for i, u in enumerate(keep.tolist())}
             copies = tuple((at[u], c) for u, c in self.copies if u in at)
-        q = None if self.q is None else self.q[keep[1:] - 1]
         return Tree(self.tokens[keep], parents, depth, self.logp[keep], self.cum_logp[keep], self.anc[keep][:, keep],
-                    keep.numel(), self.is_chain or levels == keep.numel() - 1, levels, self.root_conf, copies, q)
+                    keep.numel(), self.is_chain or levels == keep.numel() - 1, levels, self.root_conf, copies)
 
     def record(self, path: Tensor, position: int) -> dict:
         """A JSON-ready picture of this tree and its verification (a few hundred bytes per node)."""

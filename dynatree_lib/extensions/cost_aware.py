@@ -77,7 +77,10 @@ class CostAwareConfig:
 
 
 class CostAwarePolicy(DynaTreePolicy):
-    """DynaTree's policy plus ``more`` and ``trim``: depth and tree size chosen from the measured cost curves."""
+    """DynaTree's policy plus ``more`` and ``trim``: depth and tree size chosen from the measured cost curves.
+    ``trim`` keeps the most probable nodes, so when sampling the children are the top-k, not drawn."""
+
+    sampled = False
 
     def __init__(self, cfg: CostAwareConfig):
         super().__init__(cfg.base)

@@ -44,8 +44,9 @@ def warn_once(message: str) -> None:
 
 
 class NotTuned(ValueError):
-    """The tuning file holds no records of the candidates this code would tune (a missing file is a
-    ``FileNotFoundError``)."""
+    """No tuning is logged for the candidates this code would tune: the tuning file is missing, or holds only
+    other candidates' records (an older code's, or another precision's); or the forward costs the tuning
+    measures first (costs.json), which the cost-aware extension's candidates are made from, are missing."""
 
 
 def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY):
@@ -53,7 +54,7 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     precision and sampling law (the greedy records where the tuning did not run at that temperature)."""
     path = results_path("tuning", p, root)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
+        raise NotTuned(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
     configs = [config_dict(c) for c in candidates]
     # only this code's candidates on tuning prompts: a file can still hold an older tuning's records
     recs = [r for r in json.loads(path.read_text())["records"]
@@ -63,8 +64,8 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     recs = at or [r for r in recs if r.get("temperature", 0.0) == 0.0]
     if not recs:
         raise NotTuned(f"{path} holds no tuning records of this code's {family} candidates on {workload} at "
-                         f"{p.models.dtype}; run the tuning experiment (notebook 01, or --rerun if the candidates "
-                         "changed)")
+                       f"{p.models.dtype}; run the tuning experiment (notebook 01, or --rerun if the candidates "
+                       "changed)")
     draft = weights_info(p.models.draft)
     mine = [r for r in recs if r.get("weights", {}).get("draft") == draft]
     if not mine:
@@ -80,8 +81,8 @@ def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float,
     as (k, ms) pairs, one further drafting level, and the rest of an iteration (``costs``' terms)."""
     path = results_path("costs", p, root)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: the cost-aware extension needs the measured forward costs "
-                                "(notebook 00, or harness.costs.run_costs)")
+        raise NotTuned(f"{path} is missing: the cost-aware extension needs the measured forward costs (the tuning "
+                       "experiment measures them first: notebook 01, or harness.costs.run_costs)")
     curves = json.loads(path.read_text())["curves"][dtype]
     verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
     # notebook 03's iteration, one node a level: drafting one level (its first forward follows the target's),

@@ -55,11 +55,11 @@ def cells_of(profile, name: str):
     try:
         for ws in p.workloads:
             tuned(p, "dynatree", ws)
-    except (FileNotFoundError, NotTuned):  # no tuning logged for this protocol yet
+    except NotTuned:  # no tuning logged for this protocol yet
         p = dataclasses.replace(p, tuning=dataclasses.replace(p.tuning, candidates=None))
     try:
         return EXPERIMENTS[name](profile if name == "tuning" else p, None)
-    except (FileNotFoundError, NotTuned):  # the extension's costs, or its tuning on them, not logged yet
+    except NotTuned:  # the extension's costs, or its tuning on them, not logged yet
         no_ext = dataclasses.replace(p, extras=dataclasses.replace(p.extras, cost_aware=False))
         cells = EXPERIMENTS[name](no_ext, None)
         return cells + [c for c in cells if c.method == "dynatree" and not c.tags.get("paper_settings")]

@@ -1,0 +1,52 @@
+"""The README's scorecard: verdicts by their stated rule, no row for a claim whose cells are not known, and the
+committed README's scorecard is the one the committed JSON generates."""
+import json
+import shutil
+
+import pytest
+
+from dynatree_lib.harness.paths import REPO
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.reporting import scorecard
+
+
+@pytest.mark.parametrize("per_ws, verdict", [
+    ({"a": [(1.3, 1.1, 1.5), (1.2, 1.05, 1.4)], "b": [(1.1, 1.01, 1.2)]}, "reproduces"),
+    ({"a": [(1.3, 1.1, 1.5), (1.2, 0.9, 1.4)]}, "partly"),            # one replicate's interval includes 1
+    ({"a": [(1.3, 1.1, 1.5)], "b": [(0.8, 0.7, 0.9)]}, "partly"),       # one workload the other way
+    ({"a": [(0.9, 0.8, 0.95)], "b": [(0.99, 0.9, 1.05)]}, "no"),
+    ({"a": []}, "no"),
+])
+def test_verdict_follows_the_documented_rule(per_ws, verdict):
+    assert scorecard._verdict(per_ws) == verdict
+
+
+def test_cell_marks_intervals_that_include_one():
+    assert scorecard._cell([(1.25, 1.1, 1.4), (1.02, 0.95, 1.1)]) == "1.25 / 1.02~"
+
+
+def test_no_row_while_the_tuning_the_cells_come_from_is_missing(tmp_path):
+    """A main.json next to no tuning.json: the current cells are unknown, so the claim gets no row (not an old
+    run's number, not a traceback)."""
+    root = tmp_path / "cpu"
+    root.mkdir()
+    shutil.copy(REPO / "results" / "cpu" / "costs.json", root / "costs.json")
+    (root / "main.json").write_text(json.dumps({"schema": 2, "records": []}))
+    assert scorecard.current(root / "main.json", get_profile("cpu")) is None
+    assert scorecard.current(root / "missing.json", get_profile("cpu")) is None
+
+
+def test_no_row_while_the_costs_the_extension_is_made_from_are_missing(tmp_path):
+    root = tmp_path / "cpu"
+    root.mkdir()
+    shutil.copy(REPO / "results" / "cpu" / "tuning.json", root / "tuning.json")
+    (root / "main.json").write_text(json.dumps({"schema": 2, "records": []}))
+    assert scorecard.current(root / "main.json", get_profile("cpu")) is None
+
+
+def test_readme_scorecard_is_generated_from_the_committed_json(tmp_path):
+    readme = tmp_path / "README.md"
+    shutil.copy(REPO / "README.md", readme)
+    scorecard.write(get_profile("cpu"), readme)
+    assert readme.read_text() == (REPO / "README.md").read_text(), \
+        "README's scorecard is stale: run `python -m dynatree_lib.reporting.scorecard cpu`"
