@@ -6,23 +6,26 @@ change of a sampling rule can be compared before and after.
 
 Run it once per version of the library (``PYTHONPATH`` pointing at each checkout), with nothing else running.
 Methods use the paper's settings (linear: K = 4), so both versions decode the same configuration; each prompt
-runs every method back to back (AR first) with the same seed. Printed per workload: tau (mean tokens per
-verification: a property of the drafts and the rule, not of the machine) and the geometric mean of per-prompt
-tok/s over AR's (machine speed cancels within a prompt, not across runs).
+runs every method back to back (AR first) with the same seed. Printed per workload, with the harness's
+definitions (``harness.metrics``): tau (``L_bar``, tokens per verification, mean over prompts: a property of the
+drafts and the rule, not of the machine) and the speedup over AR with its 95% paired bootstrap interval
+(``tables.paired``; machine speed cancels within a prompt, not across runs).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import statistics
 from pathlib import Path
 
 import torch
 
 from dynatree_lib import LinearConfig, generate
+from dynatree_lib.harness.metrics import prompt_metrics
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.prompts import load_prompts
 from dynatree_lib.harness.runner import prompt_seed
+from dynatree_lib.reporting.tables import paired
 
 METHODS = ("ar", "linear", "fixed_tree", "dynatree", "talon")
 
@@ -51,22 +54,21 @@ def main() -> None:
                 res = generate(target, prompt.ids, args.T, draft=draft, method=None if name == "ar" else config(p, name, ws),
                                eos_token_id=eos, temperature=args.temperature,
                                generator=torch.Generator().manual_seed(seed))
-                rows.append({"workload": ws, "prompt_id": prompt.id, "method": name, "tokens": len(res.tokens),
-                             "iterations": res.totals.iterations, "tps": len(res.tokens) / res.wall_s})
+                m = prompt_metrics(res)
+                rows.append({"workload": ws, "prompt_id": prompt.id, "method": name, "L_bar": m["L_bar"], "tps": m["tps"]})
     report(rows)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
 
 
 def report(rows: list[dict]) -> None:
-    ar = {(r["workload"], r["prompt_id"]): r["tps"] for r in rows if r["method"] == "ar"}
-    print(f"{'workload':12} {'method':11} {'tau':>6} {'x AR':>6}")
+    tps = lambda ws, name: {r["prompt_id"]: r["tps"] for r in rows if r["workload"] == ws and r["method"] == name}
+    print(f"{'workload':12} {'method':11} {'tau':>6} {'x AR':>6}  95% interval")
     for ws in dict.fromkeys(r["workload"] for r in rows):
         for name in METHODS[1:]:
-            mine = [r for r in rows if r["workload"] == ws and r["method"] == name]
-            tau = sum(r["tokens"] for r in mine) / max(sum(r["iterations"] for r in mine), 1)
-            speed = math.exp(sum(math.log(r["tps"] / ar[(ws, r["prompt_id"])]) for r in mine) / len(mine))
-            print(f"{ws:12} {name:11} {tau:6.2f} {speed:6.2f}")
+            tau = statistics.fmean(r["L_bar"] for r in rows if r["workload"] == ws and r["method"] == name)
+            ratio, lo, hi, _ = paired(tps(ws, name), tps(ws, "ar"))
+            print(f"{ws:12} {name:11} {tau:6.2f} {ratio:6.2f}  [{lo:.2f}, {hi:.2f}]")
 
 
 if __name__ == "__main__":

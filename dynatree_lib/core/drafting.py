@@ -149,11 +149,9 @@ class Growth:
         return out[::-1]
 
     def tree(self, device, copies: tuple = ()) -> Tree:
-        if not self.q:
-            return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies))
-        q_row = [self.q_row.get(i, -1) for i in range(len(self.tokens))]
-        return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies),
-                          torch.stack(self.q), q_row)
+        q = torch.stack(self.q) if self.q else None
+        q_row = [self.q_row.get(i, -1) for i in range(len(self.tokens))] if self.q else None
+        return Tree.build(self.tokens, self.parents, self.logp, self.cum, device, self.root_conf, tuple(copies), q, q_row)
 
 
 @dataclass

@@ -99,14 +99,15 @@ def verify_sampled(tree: Tree, p: Tensor, generator: torch.Generator, vocab: Ten
     target's law ``p`` [n+1, V] after each node (see module docstring). ``vocab``: the draft head's token ids
     when ``tree.q``'s rows score a subset of the vocabulary."""
     kids, tokens, path, node = children_of(tree), tree.tokens.tolist(), [0], 0
+    q_row = tree.q_row.tolist() if tree.q_row is not None else [-1] * tree.size
     while kids[node]:
-        drawn = [tokens[c] for c in kids[node]]
-        row = int(tree.q_row[node]) if tree.q_row is not None else -1
-        if row < 0:
+        candidates = [tokens[c] for c in kids[node]]
+        if q_row[node] < 0:  # chosen children
             x = int(draw(p[node], generator))
-            hit = drawn.index(x) if x in drawn else None
+            hit = candidates.index(x) if x in candidates else None
         else:
-            hit, x = sibling_rejection(p[node], full_logrow(tree.q[row], vocab, p.shape[-1]), drawn, generator)
+            logq = full_logrow(tree.q[q_row[node]], vocab, p.shape[-1])
+            hit, x = sibling_rejection(p[node], logq, candidates, generator)
         if hit is None:
             return torch.tensor(path, device=tree.tokens.device), x
         node = kids[node][hit]
