@@ -84,7 +84,7 @@ def unregister(name: str) -> None:
 
 
 for _m in (
-    Method("ar", None, "AR", "#7f7f7f", "paper", False, None, None, "ar"),
+    Method("ar", None, "AR", "#7f7f7f", "paper", False, None, None, "ar", drafts=False),
     Method("linear", LinearConfig, "Linear Spec", "#1f77b4", "paper", True, lambda s, ds: LinearConfig(s.linear_K[ds]),
            reported="linear_spec"),
     Method("fixed_tree", FixedTreeConfig, "Fixed Tree", "#ff7f0e", "paper", True, lambda s, ds: s.fixed,

@@ -316,9 +316,12 @@ def test_memory_peaks_do_not_depend_on_the_order_of_cells():
     cells = [Cell("wikitext2", "ar", "AR", None, 16, 24, "bfloat16", {"role": "memory"}),
              Cell("wikitext2", "dynatree", "DynaTree", DynaTreeConfig(D_max=6, n_max=32), 16, 24, "bfloat16",
                   {"role": "memory"})]
-    first = [measure_in_process(prof, c)["peak_mem_mb"] for c in cells]
-    second = [measure_in_process(prof, c)["peak_mem_mb"] for c in reversed(cells)][::-1]
-    assert all(abs(a - b) <= 0.01 * a for a, b in zip(first, second)), (first, second)
+    first = [measure_in_process(prof, c) for c in cells]
+    second = [measure_in_process(prof, c) for c in reversed(cells)][::-1]
+    for a, b in zip(first, second):
+        assert abs(a["peak_mem_mb"] - b["peak_mem_mb"]) <= 0.01 * a["peak_mem_mb"], (first, second)
+    assert [r["models"] for r in first] == [["target"], ["target", "draft"]]  # AR holds no draft
+    assert all(r["footprint_mb"] == r["peak_mem_mb"] - r["runtime_mb"] > 0 for r in first + second)
 
 
 def test_results_md_holds_every_table():

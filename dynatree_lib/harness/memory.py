@@ -1,9 +1,19 @@
-"""Peak memory of one generation, measured so that the order of cells cannot matter: each cell runs in a fresh
-Python process that loads the models, runs one warm-up generation, then measures the next generation's peak above
-what the process held right before it (CUDA's allocator peak on GPU; on CPU the peak RSS, its high-water mark
-reset at the start of the generation)."""
+"""Memory of one generation, measured so that the order of cells cannot matter: each cell runs in a fresh Python
+process. The process loads only the models the method uses (AR and HF's AR no draft), runs one warm-up generation,
+returns freed memory to the system, measures the next generation, then frees the models and notes what the
+runtime holds without them (imports, tokenizer, data):
+
+- ``footprint_mb``: the generation's peak above that runtime (weights, caches and the generation's own tensors):
+  what serving the method costs, the number the paper's Table 5 compares with AR's;
+- ``above_start_mb``: the generation's peak above what the process held right before it (its own tensors);
+- ``peak_mem_mb``, ``start_mem_mb``, ``runtime_mb``: the absolute figures behind them.
+
+On GPU the memory is CUDA's allocated bytes and its peak; on CPU the process's RSS and its high-water mark, reset
+at the start of the generation after ``malloc_trim`` hands the allocator's free pages back (without it the
+generation reuses pages the warm-up left and seems to need nothing)."""
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -22,18 +32,35 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def reset_peak(device: str) -> float:
-    """Start a peak measurement; returns the memory in use now (MB)."""
+def in_use_mb(device: str) -> float:
+    """Memory in use now (MB), after a collection and, on CPU, after the allocator's free pages go back."""
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
         return torch.cuda.memory_allocated() / 2**20
+    trim_heap()
+    return rss_mb()
+
+
+def trim_heap() -> None:
+    """glibc's ``malloc_trim(0)``: free heap pages back to the system (a no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def reset_peak(device: str) -> float:
+    """Start a peak measurement; returns the memory in use now (MB)."""
+    now = in_use_mb(device)
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        return now
     try:  # Linux: writing 5 to clear_refs resets VmHWM (peak RSS) to the current RSS
         Path(f"/proc/{os.getpid()}/clear_refs").write_text("5")
     except OSError:
         pass
-    return rss_mb()
+    return now
 
 
 def read_peak(device: str) -> float:
@@ -48,22 +75,30 @@ def read_peak(device: str) -> float:
 
 
 def measure_here(profile, cell, prompt_index: int = 0) -> dict:
-    """In this process: load the models, warm up once, and measure one generation's peak memory."""
+    """In this process: load the models the method uses, warm up once, measure one generation, then free the
+    models and note what the runtime keeps without them (fields: module docstring)."""
+    from ..methods import REGISTRY
     from .measure import run_cell
     from .runner import Prompts, prompt_seed
 
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
-    target, draft, tok = profile.load_pair(cell.dtype)
+    device = profile.models.device
+    drafts = REGISTRY[cell.method].drafts
+    target, draft, tok = profile.load_pair(cell.dtype, with_draft=drafts)
     prompt = Prompts(profile, tok, "memory").of(cell, prompt_index + 1)[prompt_index]
     eos = tok.eos_token_id if cell.dataset == "spec_bench" else None
     seed = prompt_seed(profile.protocol.seed, prompt.id, 0)
     run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)  # warm: allocators, kernels
-    start = reset_peak(profile.models.device)
+    start = reset_peak(device)
     res = run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)
-    peak = read_peak(profile.models.device)
-    return {"prompt_id": prompt.id, "tokens": len(res.tokens), "peak_mem_mb": peak, "start_mem_mb": start,
-            "above_start_mb": peak - start, "engine": res.engine}
+    peak = read_peak(device)
+    tokens, engine = len(res.tokens), res.engine
+    del target, draft, res
+    runtime = in_use_mb(device)
+    return {"prompt_id": prompt.id, "tokens": tokens, "models": ["target", "draft"] if drafts else ["target"],
+            "runtime_mb": runtime, "start_mem_mb": start, "peak_mem_mb": peak, "footprint_mb": peak - runtime,
+            "above_start_mb": peak - start, "engine": engine}
 
 
 def measure_in_process(profile, cell) -> dict:

@@ -17,9 +17,10 @@ Per prompt (one generation of T new tokens):
 - ``draft_nodes_per_iter``: drafted nodes sent to verification per iteration.
 - ``read_bandwidth_gbs`` (AR rows): memory read bandwidth probed right after the generation
   (``bench.read_bandwidth_gbs``); AR's bandwidth bound is weight bytes over the mean of these probes.
-- ``peak_mem_mb``: the peak memory of one generation above what the process held right before it (a fresh
-  process per memory cell, after loading the models and one warm-up run): CUDA's allocator peak on GPU, the
-  process's peak RSS on CPU (``memory``).
+- ``footprint_mb`` (memory rows): one generation's peak memory above the bare runtime, with only the models the
+  method uses loaded (weights, caches, the generation's tensors); ``above_start_mb``: its peak above what the
+  process held right before it; ``peak_mem_mb``, ``start_mem_mb``, ``runtime_mb``: the absolute figures. A fresh
+  process per memory cell, after one warm-up run: CUDA's allocated bytes on GPU, the RSS on CPU (``memory``).
 - ``loop_share`` / ``periodic_tail`` (AR rows): the share of output positions whose preceding 12 tokens occurred
   earlier in prompt + output (what a context lookup can copy), and whether the last 128 output tokens are exactly
   periodic (the output ends in a loop).
@@ -112,7 +113,7 @@ TIE_GAP = 1e-3
 AGG_KEYS = ("tps", "ttft_ms", "tpot_ms", "iterations", "L_bar", "ell_bar", "accept_rate", "node_efficiency",
             "draft_forwards_per_iter", "draft_nodes_per_iter", "depth_per_iter", "peak_mem_mb", "wall_s", "ar_agreement",
             "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token", "read_bandwidth_gbs",
-            "tokens", "loop_share", "start_mem_mb", "above_start_mb")
+            "tokens", "loop_share", "start_mem_mb", "above_start_mb", "footprint_mb", "runtime_mb")
 
 
 def aggregate(rows: list[dict]) -> dict:

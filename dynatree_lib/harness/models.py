@@ -79,10 +79,11 @@ def load_tokenizer(ref: str):
     return AutoTokenizer.from_pretrained(resolve(ref))
 
 
-def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str = "float32",
+def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype: str = "float32",
               context_override: int | None = None, engine: "Engine | str" = "eager", max_len: int = 2048,
               draft_vocab: int | None = None, draft_lookup: bool = False):
-    """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ.
+    """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ. ``draft_ref=None``: the
+    target alone (the draft is None), for a run that measures what a method without a draft holds.
 
     ``engine`` (an ``Engine`` or its name): "eager" returns the transformers models; the static engines return
     fast-path runners (``core.fastpath.StaticRunner`` with a ``max_len``-slot cache) over them, for Llama models.
@@ -96,18 +97,26 @@ def load_pair(target_ref: str, draft_ref: str, device: str = "cpu", dtype: str =
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available; use the 'cpu' profile")
     engine = Engine(engine) if isinstance(engine, str) else engine
-    vocab = None if draft_vocab is None else frequent_tokens(draft_ref, draft_vocab)
     target, tt = load_model(target_ref, device, dtype)
+    if draft_ref is None:
+        override_context((target,), context_override)
+        return on_engine(target, engine, max_len), None, tt
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
-    if context_override is not None:
-        for m in (target, draft):
-            m.config.max_position_embeddings = max(context_override, context_limit(m) or 0)
+    override_context((target, draft), context_override)
+    vocab = None if draft_vocab is None else frequent_tokens(draft_ref, draft_vocab)
     cfg = lookup_config(draft_ref) if draft_lookup else None
     draft = on_engine(draft, engine, max_len, vocab)
     if cfg is not None:
         draft = LookupRunner(as_runner(draft), cfg)
     return on_engine(target, engine, max_len), draft, tt
+
+
+def override_context(models, context_override: int | None) -> None:
+    """Raise each model's declared context (``max_position_embeddings``) to ``context_override``, if given."""
+    if context_override is not None:
+        for m in models:
+            m.config.max_position_embeddings = max(context_override, context_limit(m) or 0)
 
 
 def on_engine(model, engine: Engine, max_len: int, vocab=None):

@@ -45,11 +45,11 @@ class Models:
     draft_lookup: bool = False
     threads: int | None = None
 
-    def load_pair(self, dtype: str | None = None, max_len: int = 2048):
+    def load_pair(self, dtype: str | None = None, max_len: int = 2048, with_draft: bool = True):
         """Target, draft and tokenizer on this profile's device and engine, in ``dtype`` (default: the timed
-        precision), with static caches of ``max_len`` slots."""
-        return load_pair(self.target, self.draft, self.device, dtype or self.dtype, self.context_override,
-                         self.engine, max_len, self.draft_vocab, self.draft_lookup)
+        precision), with static caches of ``max_len`` slots; ``with_draft=False``: the draft is None."""
+        return load_pair(self.target, self.draft if with_draft else None, self.device, dtype or self.dtype,
+                         self.context_override, self.engine, max_len, self.draft_vocab, self.draft_lookup)
 
 
 @dataclass(frozen=True)
@@ -178,9 +178,9 @@ class Profile:
             longest = max(longest, (self.protocol.max_prompt or 2048) + self.protocol.T)
         return longest
 
-    def load_pair(self, dtype: str | None = None):
+    def load_pair(self, dtype: str | None = None, with_draft: bool = True):
         """The profile's models (``Models.load_pair``) with caches for its longest run."""
-        return self.models.load_pair(dtype, self.max_len)
+        return self.models.load_pair(dtype, self.max_len, with_draft)
 
 
 def _authors_settings(**over) -> PaperSettings:
