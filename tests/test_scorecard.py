@@ -50,3 +50,18 @@ def test_readme_scorecard_is_generated_from_the_committed_json(tmp_path):
     scorecard.write(get_profile("cpu"), readme)
     assert readme.read_text() == (REPO / "README.md").read_text(), \
         "README's scorecard is stale: run `python -m dynatree_lib.reporting.scorecard cpu`"
+
+
+def test_memory_claims_compare_footprints_and_skip_absolute_peaks(tmp_path):
+    """Table 5's two claims come from footprints (DynaTree over AR, over linear), with the paper's ratio beside
+    them; records that hold only absolute peaks (the earlier measurement) give no row."""
+    prof = get_profile("smoke")
+    rows = scorecard.memory_row(REPO / "results" / "smoke" / "memory.json", prof)
+    assert [r["paper"] for r in rows] == ["+3.3%", "-0.1%"] and all(r["verdict"] for r in rows)
+    data = json.loads((REPO / "results" / "smoke" / "memory.json").read_text())
+    for rec in data["records"]:
+        for row in rec["rows"]:
+            row.pop("footprint_mb")
+        rec["aggregate"].pop("footprint_mb")
+    (tmp_path / "memory.json").write_text(json.dumps(data))
+    assert scorecard.memory_row(tmp_path / "memory.json", prof) == []
