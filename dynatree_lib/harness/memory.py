@@ -1,7 +1,7 @@
 """Memory of one generation, measured so that the order of cells cannot matter: each cell runs in a fresh Python
-process. The process loads only the models the method uses (AR and HF's AR no draft), runs one warm-up generation,
-returns freed memory to the system, measures the next generation, then frees the models and notes what the
-runtime holds without them (imports, tokenizer, data):
+process. The process first prepares the prompt (tokenizer, data, the models' code) and notes what that runtime
+holds, then loads only the models the method uses (AR and HF's AR no draft), runs one warm-up generation, returns
+freed memory to the system and measures the next generation:
 
 - ``footprint_mb``: the generation's peak above that runtime (weights, caches and the generation's own tensors):
   what serving the method costs, the number the paper's Table 5 compares with AR's;
@@ -75,30 +75,33 @@ def read_peak(device: str) -> float:
 
 
 def measure_here(profile, cell, prompt_index: int = 0) -> dict:
-    """In this process: load the models the method uses, warm up once, measure one generation, then free the
-    models and note what the runtime keeps without them (fields: module docstring)."""
+    """In this process: prepare the prompt (tokenizer, data, imports), note what that runtime holds, load the models
+    the method uses, warm up once and measure one generation (fields: module docstring)."""
     from ..methods import REGISTRY
     from .measure import run_cell
+    from .models import import_model_code, load_tokenizer
     from .runner import Prompts, prompt_seed
 
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
-    device = profile.models.device
+    device, refs = profile.models.device, (profile.models.target, profile.models.draft)
     drafts = REGISTRY[cell.method].drafts
-    target, draft, tok = profile.load_pair(cell.dtype, with_draft=drafts)
+    tok = load_tokenizer(refs[0])
     prompt = Prompts(profile, tok, "memory").of(cell, prompt_index + 1)[prompt_index]
     eos = tok.eos_token_id if cell.dataset == "spec_bench" else None
+    del tok  # the pair brings its own
+    for ref in refs[: 2 if drafts else 1]:
+        import_model_code(ref)
+    runtime = in_use_mb(device)
+    target, draft, _ = profile.load_pair(cell.dtype, with_draft=drafts)
     seed = prompt_seed(profile.protocol.seed, prompt.id, 0)
     run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)  # warm: allocators, kernels
     start = reset_peak(device)
     res = run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)
     peak = read_peak(device)
-    tokens, engine = len(res.tokens), res.engine
-    del target, draft, res
-    runtime = in_use_mb(device)
-    return {"prompt_id": prompt.id, "tokens": tokens, "models": ["target", "draft"] if drafts else ["target"],
+    return {"prompt_id": prompt.id, "tokens": len(res.tokens), "models": ["target", "draft"] if drafts else ["target"],
             "runtime_mb": runtime, "start_mem_mb": start, "peak_mem_mb": peak, "footprint_mb": peak - runtime,
-            "above_start_mb": peak - start, "engine": engine}
+            "above_start_mb": peak - start, "engine": res.engine}
 
 
 def measure_in_process(profile, cell) -> dict:

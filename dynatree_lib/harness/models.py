@@ -70,6 +70,17 @@ def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
     return model, AutoTokenizer.from_pretrained(path)
 
 
+def import_model_code(ref: str) -> None:
+    """Import the transformers modules that ``load_model(ref)`` will use, without loading weights (so a memory
+    measurement can count the runtime's code apart from the model)."""
+    if ref.split(":")[0] in ("tiny", "tiny-llama", "tiny-pythia"):
+        return
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(resolve(ref)))]
+
+
 def load_tokenizer(ref: str):
     """The tokenizer of a model reference, without loading the model."""
     if ref.split(":")[0] in ("tiny", "tiny-llama", "tiny-pythia"):
