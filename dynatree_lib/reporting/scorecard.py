@@ -189,7 +189,7 @@ def scorecard(profile) -> pd.DataFrame:
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
     rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
     rows += peers_row(root / "peers.json", profile)
-    return pd.DataFrame(rows).set_index("claim")
+    return pd.DataFrame(rows).set_index("claim").fillna("–")
 
 
 def write(profile, readme: Path = REPO / "README.md") -> str:
