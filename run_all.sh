@@ -40,7 +40,7 @@ mkdir -p "$OUT"
 # a full run renders every table and figure again: clear the old ones so none outlives the code that made it
 [ "$QUICK" = 0 ] && rm -f figures/"$PROFILE"/*.{md,tex,png,pdf}
 export PYTHONHASHSEED=0
-"$PY" -m jupytext --quiet --to ipynb notebooks/[0-9][0-9]_*.py  # the .py sources are the truth
+"$PY" -m jupytext --quiet --update --to ipynb notebooks/[0-9][0-9]_*.py  # the .py sources are the truth (--update keeps cell ids)
 start=$(date +%s)
 for nb in notebooks/[0-9][0-9]_*.ipynb; do
   name=$(basename "$nb")

@@ -45,7 +45,7 @@ def tick(label: str, width: int = 12) -> str:
 def main_throughput(df: pd.DataFrame):
     """Figure 4: mean throughput over the test prompts (bars; whiskers: the standard deviation over prompts) and
     the speedup over AR on the same prompts (labels above the whiskers), one bar per workload."""
-    fig, ax = plt.subplots(figsize=(13, 4.2))
+    fig, ax = plt.subplots(figsize=(16, 4.6))
     df = order(df)
     labels = list(df.label.unique())
     colors = [color(m) for m in df.drop_duplicates("label").method]
@@ -59,7 +59,7 @@ def main_throughput(df: pd.DataFrame):
         for b, s, sd in zip(bars, sub.speedup, sub.tps_std.fillna(0)):
             ax.annotate(f"{s:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height() + sd), ha="center", va="bottom",
                         fontsize=6, rotation=90, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(np.arange(len(labels)), [tick(lab, 13) for lab in labels], fontsize=7)
+    ax.set_xticks(np.arange(len(labels)), [tick(lab, 11) for lab in labels], fontsize=7)
     ax.set_ylabel("throughput (tokens/s)")
     ax.margins(y=0.2)
     ax.legend(title="workload (left to right)", fontsize=8, title_fontsize=8, loc="upper left")
