@@ -189,7 +189,8 @@ def scorecard(profile) -> pd.DataFrame:
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
     rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
     rows += peers_row(root / "peers.json", profile)
-    return pd.DataFrame(rows).set_index("claim").fillna("–")
+    card = pd.DataFrame(rows).set_index("claim").fillna("–")
+    return card.loc[:, (card != "–").any()]  # no column that no claim fills
 
 
 def write(profile, readme: Path = REPO / "README.md") -> str:
