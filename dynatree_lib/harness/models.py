@@ -42,6 +42,11 @@ class Engine:
         return self.name
 
 
+def is_tiny(ref: str) -> bool:
+    """Whether ``ref`` names one of the random fixture pairs (``harness.tiny``), not a model on disk or the hub."""
+    return ref.split(":")[0] in ("tiny", "tiny-llama", "tiny-pythia")
+
+
 def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
     """(model, tokenizer) for a hub id, a local folder or ``embedded:*``, through ``from_pretrained``;
     ``tiny:target`` / ``tiny:draft`` are random fixtures (GPT-NeoX, Pythia's architecture) with a byte
@@ -52,7 +57,7 @@ def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     torch_dtype = getattr(torch, dtype)
-    if ref.split(":")[0] in ("tiny", "tiny-llama", "tiny-pythia"):
+    if is_tiny(ref):
         kind, part = ref.split(":", 1)
         if part not in ("target", "draft"):
             raise ValueError(f"unknown tiny model {ref!r}; use {kind}:target or {kind}:draft")
@@ -73,7 +78,7 @@ def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
 def import_model_code(ref: str) -> None:
     """Import the transformers modules that ``load_model(ref)`` will use, without loading weights (so a memory
     measurement can count the runtime's code apart from the model)."""
-    if ref.split(":")[0] in ("tiny", "tiny-llama", "tiny-pythia"):
+    if is_tiny(ref):
         return
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
@@ -83,7 +88,7 @@ def import_model_code(ref: str) -> None:
 
 def load_tokenizer(ref: str):
     """The tokenizer of a model reference, without loading the model."""
-    if ref.split(":")[0] in ("tiny", "tiny-llama", "tiny-pythia"):
+    if is_tiny(ref):
         return tiny.tiny_tokenizer()
     from transformers import AutoTokenizer
 

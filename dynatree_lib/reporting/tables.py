@@ -391,9 +391,9 @@ def ar_loops(df) -> pd.DataFrame:
     earlier (what a context lookup can copy) and how many outputs end in an exactly periodic tail (replicate 1)."""
     ar = replicate(role(df))
     ar = ar[ar.method == "ar"]
-    rows = [{"Workload": DATASET_LABELS[r.dataset], "T": f"{r.temperature:g}", "AR loop share": f"{r.loop_share:.1%}",
+    rows = [{"Workload": DATASET_LABELS[ds], "T": f"{r.temperature:g}", "AR loop share": f"{r.loop_share:.1%}",
              "periodic outputs": f"{sum(bool(x.get('periodic_tail')) for x in r.rows)}/{r.n}"}
-            for _, r in ar.sort_values("dataset", key=lambda c: c.map(list(DATASET_LABELS).index)).iterrows()]
+            for ds in DATASET_LABELS for _, r in ar[ar.dataset == ds].iterrows()]
     return pd.DataFrame(rows).set_index(["Workload", "T"]) if rows else pd.DataFrame()
 
 
@@ -451,9 +451,8 @@ def sampling_table(df) -> pd.DataFrame:
     """TALON's Table 3 form: per temperature and workload, mean tokens per verification (τ) and the speedup over
     AR sampling at the same temperature on the same prompts."""
     out = {}
-    workloads = list(DATASET_LABELS)
-    for (t, ds), sub in sorted(df.groupby(["temperature", "dataset"]), key=lambda g: (g[0][0], workloads.index(g[0][1]))):
-        for _, r in order(sub).iterrows():
+    for t, ds in [(t, ds) for t in sorted(set(df.temperature)) for ds in DATASET_LABELS]:
+        for _, r in order(df[(df.temperature == t) & (df.dataset == ds)]).iterrows():
             out.setdefault(r.label, {})[(f"T = {t:g}", DATASET_LABELS[ds], "τ")] = f"{r.L_bar:.2f}"
             out[r.label][(f"T = {t:g}", DATASET_LABELS[ds], "speedup")] = "–" if r.method == "ar" else _speedup_ci(r)
     t = pd.DataFrame(out).T
