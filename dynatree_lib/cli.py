@@ -6,6 +6,7 @@
   python -m dynatree_lib bench --experiment main --set T=128 --set n_prompts=4
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
   python -m dynatree_lib build-draft [--instructions-only | --teacher-only | --vocab-only | --lookup-only]
+  python -m dynatree_lib build-draft --from-gpu DIR          # calibrate and publish tools/gpu_distill.py's output
 """
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ def parser() -> argparse.ArgumentParser:
     bd = sub.add_parser("build-draft", help="rebuild weights/smollm2-draft (teacher data, distillation, calibration)")
     for step in BUILD_STEPS:
         bd.add_argument(f"--{step}-only", action="store_true", help=f"only the {step} phase")
+    bd.add_argument("--from-gpu", metavar="DIR", help="the files `tools/gpu_distill.py run` wrote (default: "
+                    "models/draft-build-v4/gpu)")
     return ap
 
 
@@ -78,7 +81,7 @@ def build_draft(args) -> object:
         from .draft.lookup_fit import fit_lookup
 
         return fit_lookup()
-    return build.build_all()
+    return build.build_all(args.from_gpu)
 
 
 def decode(args, prof) -> None:

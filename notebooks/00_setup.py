@@ -92,16 +92,19 @@ print("prompt ...", repr(pair["sample"]["prompt_tail"]))
 print("target's greedy continuation:", repr(pair["sample"]["continuation"]))
 
 # %% [markdown]
-# The draft against its previous version on the same dev prompts, where that version's report was kept
-# (`pair_v2.json`): agreement of the network alone, with its lookup, and its calibration error. v2 was distilled on
-# continuations only; v3 also on the target's answers to instructions (none of them an evaluation prompt), with a
-# larger network. What to look for: the Spec-Bench rows, where v2's network alone was mostly wrong and overconfident,
-# against the continuation rows, where the lookup carries most of the agreement of both versions.
+# The draft against its previous versions on the same dev prompts, where their reports were kept
+# (`pair_v2.json`, `pair_v3.json`): agreement of the network alone, with its lookup, and its calibration error.
+# v2 was distilled on continuations only; v3, a larger network trained from scratch on 2 CPU cores, also on the
+# target's answers to instructions (none of them an evaluation prompt); v4 is the target's own first 3 layers,
+# distilled on a GPU on many more of the target's answers and continuations. What to look for: the Spec-Bench rows,
+# where the network alone went from mostly wrong (v2) to right on most tokens (v4), with its confidence calibrated
+# throughout, against the continuation rows, where the lookup carries much of the agreement of every version.
 
 # %%
-before = results_path("pair_v2", prof)
-if before.exists():
-    show_table(tables.draft_versions_table(pair, json.loads(before.read_text())), "table_draft_versions", prof)
+earlier = {v: json.loads(results_path(f"pair_{v}", prof).read_text())
+           for v in ("v2", "v3") if results_path(f"pair_{v}", prof).exists()}
+if earlier:
+    show_table(tables.draft_versions_table(pair, earlier, now="v4"), "table_draft_versions", prof)
 
 # %% [markdown]
 # A calibrated draft's top-1 probability predicts how often the target agrees with it: that is what

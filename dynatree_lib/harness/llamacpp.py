@@ -51,7 +51,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import DRAFT_DIR
+from .weights import resolve
 
 VERSION = "0.3.36"    # the llama-cpp-python sdist whose vendor/llama.cpp we build
 COMMIT = "0c1e57098"  # the llama.cpp commit it vendors (its CHANGELOG: "update llama.cpp to ggml-org/llama.cpp@...")
@@ -173,9 +173,11 @@ def target_gguf(kind: str = "bf16", bin_dir: Path | None = None, q4_1: Path | No
 
 
 def draft_gguf(draft: Path | str | None = None, bin_dir: Path | None = None) -> Path:
-    """The BF16 GGUF of a draft folder (default ``weights/smollm2-draft``), found by the sha256 of its
-    ``model.safetensors`` (a newer draft needs a new conversion); a ``.gguf`` path is returned as given."""
-    d = Path(draft) if draft else DRAFT_DIR
+    """The BF16 GGUF of a draft folder (default ``embedded:draft`` as ``weights.resolve`` assembles it), found by
+    the sha256 of its ``model.safetensors`` (a newer draft needs a new conversion); a ``.gguf`` path is returned
+    as given."""
+    default = Path(resolve("embedded:draft"))
+    d = Path(draft) if draft else default
     if d.suffix == ".gguf":
         if not d.is_file():
             raise LlamaCppMissing(f"draft GGUF {d} does not exist. {how_to_get()}")
@@ -186,7 +188,7 @@ def draft_gguf(draft: Path | str | None = None, bin_dir: Path | None = None) -> 
     root = _root_of(Path(bin_dir)) if bin_dir else default_root()
     f = root / gguf_name("draft", _sha256(w))
     if not f.is_file():
-        arg = "" if d.resolve() == DRAFT_DIR.resolve() else f" --draft {d}"
+        arg = "" if d.resolve() == default.resolve() else f" --draft {d}"
         raise LlamaCppMissing(f"the draft {d} is not converted for llama.cpp ({f} is missing; rerun "
                               f"`bash {BUILD_SCRIPT}{arg}`, which skips the build). {how_to_get()}")
     return f

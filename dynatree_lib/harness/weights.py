@@ -83,6 +83,50 @@ def smollm2_folder() -> Path:
     return folder
 
 
+SHARED_EMBEDDING = "dynatree_embedding_from"  # config.json key: the draft's embedding (tied head) is that model's
+
+
+def shared_embedding_source(folder: Path) -> str | None:
+    """The model whose input embedding a draft folder borrows (``None``: its files hold their own)."""
+    cfg = Path(folder) / "config.json"
+    return json.loads(cfg.read_text()).get(SHARED_EMBEDDING) if cfg.exists() else None
+
+
+def assembled_draft_folder(folder: Path) -> Path:
+    """A ``from_pretrained`` folder for a draft that borrows its target's embedding: its committed tensors plus
+    the target's input embedding in the draft's dtype, written once into the user's cache (named by both files'
+    sha256) so that transformers, our engines and llama.cpp's converter all see a plain Llama."""
+    from safetensors.torch import load_file, save_file
+
+    source = shared_embedding_source(folder)
+    if source != "embedded:target":
+        raise ValueError(f"{folder / 'config.json'}: {SHARED_EMBEDDING}={source!r}; only 'embedded:target' is "
+                         "supported (the cpu profile's target)")
+    target = smollm2_folder()
+    key = f"{sha256_file(folder / 'model.safetensors')[:12]}-{sha256_file(target / 'model.safetensors')[:12]}"
+    out = cache_dir() / f"{folder.name}-{key}"
+    if (out / "provenance.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = load_file(str(folder / "model.safetensors"))
+    dtype = next(iter(tensors.values())).dtype
+    embedding = load_file(str(target / "model.safetensors"))["model.embed_tokens.weight"]
+    save_file({**tensors, "model.embed_tokens.weight": embedding.to(dtype)}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    for f in folder.iterdir():
+        if f.suffix in (".json", ".jinja") and f.name not in ("model.safetensors", "README.md"):
+            (out / f.name).write_bytes(f.read_bytes())
+    (out / "provenance.json").write_text(json.dumps({"draft": str(folder), "embedding_from": source,
+                                                     "key": key}, indent=1))
+    return out
+
+
+def companion_dir(ref: str) -> Path:
+    """Where a draft's companions (``token_counts.json``, ``lookup.json``) live: the committed folder for
+    ``embedded:draft``, else the model's folder."""
+    return DRAFT_DIR if ref == "embedded:draft" else Path(resolve(ref))
+
+
 def weights_info(ref: str) -> dict:
     """Which weights a model reference means: file name and sha256 (logged with every record)."""
     if ref == "embedded:target":
@@ -91,8 +135,9 @@ def weights_info(ref: str) -> dict:
     f, ranking, lookup = folder / "model.safetensors", folder / "token_counts.json", folder / "lookup.json"
     if not f.exists():
         return {"ref": ref}
-    f = f.resolve()
+    f, borrowed = f.resolve(), shared_embedding_source(folder)
     return {"file": str(f.relative_to(REPO) if f.is_relative_to(REPO) else f), "sha256": sha256_file(f),
+            **({"embedding_from": borrowed} if borrowed else {}),
             **({"token_counts_sha256": sha256_file(ranking)} if ranking.exists() else {}),
             **({"lookup_sha256": sha256_file(lookup)} if lookup.exists() else {})}
 
@@ -103,7 +148,7 @@ def frequent_tokens(ref: str, n: int) -> torch.Tensor:
     ``python -m dynatree_lib build-draft --vocab-only``)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"draft_vocab must be None or an integer >= 1, got {n!r}")
-    f = Path(resolve(ref)) / "token_counts.json"
+    f = companion_dir(ref) / "token_counts.json"
     if not f.exists():
         raise ValueError(f"draft_vocab needs a token ranking beside the draft's weights ({f} is missing); "
                          "set draft_vocab=None, or rank the draft's training text with build-draft --vocab-only")
@@ -121,7 +166,7 @@ def resolve(ref: str) -> str:
         if not (DRAFT_DIR / "model.safetensors").exists():
             raise FileNotFoundError(f"the committed draft is missing from {DRAFT_DIR}; rebuild it with "
                                     "`python -m dynatree_lib build-draft` (hours on 2 cores)")
-        return str(DRAFT_DIR)
+        return str(assembled_draft_folder(DRAFT_DIR) if shared_embedding_source(DRAFT_DIR) else DRAFT_DIR)
     if ref.startswith("embedded:"):
         raise ValueError(f"unknown embedded model {ref!r}; use embedded:target or embedded:draft")
     return ref
@@ -130,7 +175,7 @@ def resolve(ref: str) -> str:
 def lookup_config(ref: str):
     """The context lookup shipped beside a draft's weights (``lookup.json``; for ``embedded:draft`` fitted by
     ``python -m dynatree_lib build-draft --lookup-only``)."""
-    folder = Path(resolve(ref))
+    folder = companion_dir(ref)
     if not folder.is_dir():
         raise ValueError(f"draft_lookup needs a draft folder holding lookup.json; {ref!r} is not one")
     return LookupConfig.load(folder / "lookup.json")

@@ -582,21 +582,23 @@ def agreement_table(pair: dict) -> pd.DataFrame:
     return t
 
 
-def draft_versions_table(pair: dict, before: dict) -> pd.DataFrame:
-    """The draft against an earlier version on the same dev prompts, teacher-forced on the target's greedy output:
-    agreement of the network alone and with its lookup, and the calibration error, per workload and category."""
+def draft_versions_table(pair: dict, earlier: dict[str, dict], now: str = "now") -> pd.DataFrame:
+    """The draft against earlier versions (``earlier``: version name -> its pair report) on the same dev prompts,
+    teacher-forced on the target's greedy output: agreement of the network alone and with its lookup, and the
+    calibration error, per workload and category."""
     from ..harness.pair import versions
 
+    metrics = {"network alone": "alone", "with lookup": "served", "ECE (network alone)": "ece"}
     rows = {}
-    for key, v in versions(pair, before).items():
-        row = {}
-        for name in ("before", "now"):
-            row[("network alone", name)] = f"{v[name]['alone']:.3f}"
-            row[("with lookup", name)] = f"{v[name]['served']:.3f}"
-            row[("ECE (network alone)", name)] = f"{v[name]['ece']:.3f}"
-        row[("positions", "")] = v["positions"]
-        rows[scope_label(key)] = row
+    for name, before in earlier.items():
+        for key, v in versions(pair, before).items():
+            row = rows.setdefault(scope_label(key), {("positions", ""): v["positions"]})
+            for label, field in metrics.items():
+                row[(label, name)] = f"{v['before'][field]:.3f}"
+                row[(label, now)] = f"{v['now'][field]:.3f}"
+    order = [(label, ver) for label in metrics for ver in (*earlier, now)] + [("positions", "")]
     t = pd.DataFrame(rows).T
+    t = t[[c for c in order if c in t.columns]]
     t.columns = pd.MultiIndex.from_tuples(t.columns)
     t.index.name = "text"
     return t
