@@ -1,5 +1,5 @@
 """tools/gpu_distill.py, the v4 draft's distillation (it runs where dynatree_lib is not installed): its target is
-the one the harness loads, its draft starts as the target's first layers, and its copy of the loss is ours."""
+the one the harness loads, its draft starts as the target's first layers, and its loss is the library's."""
 import importlib.util
 import json
 
@@ -50,6 +50,7 @@ def test_its_loss_is_the_librarys():
     lp, ids = torch.log_softmax(torch.randn(7, 60) * 2, -1).topk(5, -1)
     lp[0, 1] = float("-inf")  # a token outside the head
     assert torch.equal(g.distill_loss(logits, lp, ids.clamp(max=39)), distill_loss(logits, lp, ids.clamp(max=39)))
+    assert g.distill_loss.__code__.co_filename == str(REPO / "dynatree_lib" / "draft" / "loss.py")
 
 
 def test_loss_rows_are_the_answer_or_the_continuation_and_prompt_tail():
@@ -60,3 +61,16 @@ def test_loss_rows_are_the_answer_or_the_continuation_and_prompt_tail():
     assert rows.tolist() == [2, 3, 4, 5]  # example 0 rows 2, 3 (next tokens 8, 9); example 1 rows 0, 1
     flat = x.flatten()[rows]
     assert flat.tolist() == [7, 8, 1, 2]
+
+
+def test_bad_inputs_name_the_file(tmp_path):
+    import pytest
+
+    from dynatree_lib.draft.early_exit import load_distilled
+    from dynatree_lib.harness.weights import assembled_draft_folder
+
+    with pytest.raises(FileNotFoundError, match="result.json is missing"):
+        load_distilled(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"dynatree_embedding_from": "hub:someone/else"}))
+    with pytest.raises(ValueError, match="config.json: dynatree_embedding_from='hub:someone/else'"):
+        assembled_draft_folder(tmp_path)

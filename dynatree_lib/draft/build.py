@@ -53,7 +53,7 @@ def build_all(from_gpu: str | Path | None = None) -> Path:
     if not (folder / "result.json").exists():
         raise FileNotFoundError(
             f"{folder / 'result.json'} is missing: distil first. Here: `python tools/gpu_distill.py prepare --out "
-            f".xfer`; where a GPU is (torch, transformers and llama.cpp's gguf-py, no dynatree_lib needed): "
+            f".xfer`; where a GPU is (torch, transformers, llama.cpp's gguf-py and this tree's dynatree_lib/draft/loss.py): "
             f"`python tools/gpu_distill.py run --bundle .xfer/bundle.pt --gguf <SmolLM2 Q4_1 GGUF> --out {folder}`")
     build_teacher()
     count_tokens()

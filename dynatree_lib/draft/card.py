@@ -168,7 +168,7 @@ def early_exit_training(training: dict) -> str:
   sequences{sampled}.
 - Loss, online: each step runs SmolLM2 over the batch for its top-{32} log-probabilities at every loss row (the
   answer; the continuation and the last 64 prompt tokens) and trains the draft's {a['head_vocab']}-token head
-  against them with `draft.train.distill_loss` (top-k plus a 'rest' bucket). Trained: the {training['layers']}
+  against them with `draft.loss.distill_loss` (top-k plus a 'rest' bucket). Trained: the {training['layers']}
   layers and the final norm; the embedding stays SmolLM2's. AdamW, lr {a['lr']:g} (cosine to a tenth),
   batches of about {a['tokens_per_batch']:,} tokens, {training['steps']:,} steps ({d['epochs_started']} passes over
   {d['train_tokens']:,} tokens); loss of the last steps {training['final_loss']:.3f}.

@@ -77,7 +77,8 @@ def calibrate_distilled(folder: Path, out: Path = BUILD / "calibrated") -> Path:
 
 
 def instructions_used(folder: Path) -> list[str]:
-    """Ids (in ``data/instructions``) of the instructions whose answers the draft was distilled on."""
+    """Ids (in ``data/instructions``) of the instructions whose answers the GPU run wrote (the draft was distilled
+    on all but the run's own held-out share)."""
     text = torch.load(folder / "teacher_text.pt")
     return sorted({i for i, kind in zip(text["ids"], text["kinds"]) if kind.startswith("instruction")})
 

@@ -92,10 +92,19 @@ def shared_embedding_source(folder: Path) -> str | None:
     return json.loads(cfg.read_text()).get(SHARED_EMBEDDING) if cfg.exists() else None
 
 
+HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json", "chat_template.jinja")
+
+
 def assembled_draft_folder(folder: Path) -> Path:
     """A ``from_pretrained`` folder for a draft that borrows its target's embedding: its committed tensors plus
-    the target's input embedding in the draft's dtype, written once into the user's cache (named by both files'
-    sha256) so that transformers, our engines and llama.cpp's converter all see a plain Llama."""
+    the target's input embedding in the draft's dtype, written once into the user's cache (named by the sha256 of
+    the draft's tensors, its config and the target's GGUF) so that transformers, our engines and llama.cpp's
+    converter all see a plain Llama. Its companions (``token_counts.json``, ``lookup.json``) stay where they are
+    (``companion_dir``)."""
+    import shutil
+    import tempfile
+
     from safetensors.torch import load_file, save_file
 
     source = shared_embedding_source(folder)
@@ -103,21 +112,28 @@ def assembled_draft_folder(folder: Path) -> Path:
         raise ValueError(f"{folder / 'config.json'}: {SHARED_EMBEDDING}={source!r}; only 'embedded:target' is "
                          "supported (the cpu profile's target)")
     target = smollm2_folder()
-    key = f"{sha256_file(folder / 'model.safetensors')[:12]}-{sha256_file(target / 'model.safetensors')[:12]}"
+    target_sha = json.loads((target / "provenance.json").read_text())["sha256"]  # the GGUF's
+    key = f"{sha256_file(folder / 'model.safetensors')[:12]}-{sha256_file(folder / 'config.json')[:8]}-{target_sha[:12]}"
     out = cache_dir() / f"{folder.name}-{key}"
     if (out / "provenance.json").exists():
         return out
-    out.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     tensors = load_file(str(folder / "model.safetensors"))
     dtype = next(iter(tensors.values())).dtype
     embedding = load_file(str(target / "model.safetensors"))["model.embed_tokens.weight"]
-    save_file({**tensors, "model.embed_tokens.weight": embedding.to(dtype)}, str(out / "model.safetensors"),
+    save_file({**tensors, "model.embed_tokens.weight": embedding.to(dtype)}, str(tmp / "model.safetensors"),
               metadata={"format": "pt"})
-    for f in folder.iterdir():
-        if f.suffix in (".json", ".jinja") and f.name not in ("model.safetensors", "README.md"):
-            (out / f.name).write_bytes(f.read_bytes())
-    (out / "provenance.json").write_text(json.dumps({"draft": str(folder), "embedding_from": source,
-                                                     "key": key}, indent=1))
+    for name in HF_FILES:
+        if (folder / name).exists():
+            shutil.copyfile(folder / name, tmp / name)
+    (tmp / "provenance.json").write_text(json.dumps({"draft": str(folder), "embedding_from": source, "key": key},
+                                                    indent=1))
+    if (out / "provenance.json").exists():  # another process finished first
+        shutil.rmtree(tmp)
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
     return out
 
 
