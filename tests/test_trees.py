@@ -47,3 +47,15 @@ def test_show_tree_command(capsys):
                  "-T", "8", "--iterations", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("draft conf") == 2 and "output:" in out
+
+
+def test_informative_tree_skips_iterations_that_drafted_nothing():
+    """An iteration with no drafted depth (empty ``per_depth``) is never picked as worth drawing, and is no error."""
+    import pandas as pd
+
+    from dynatree_lib.reporting import treeviz
+
+    trees = pd.DataFrame({"label": ["DynaTree"] * 3, "prompt_id": ["a", "a", "b"], "position": [0, 5, 0],
+                          "nodes": [1, 6, 5], "root_breadth": [0, 2, 1], "per_depth": [[], [2, 2], [1, 1, 1]],
+                          "accepted": [1, 3, 5]})
+    assert treeviz.informative(trees) == ("a", 5)

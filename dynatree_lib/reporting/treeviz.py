@@ -147,7 +147,8 @@ def informative(trees: pd.DataFrame, label: str = "DynaTree", min_nodes: int = 4
     """(prompt, position) of an iteration worth drawing: one of ``label``'s trees with at least ``min_nodes``
     nodes that branches and accepts the most tokens (the earliest such), rather than a trivial one."""
     sub = trees[trees.label == label]
-    rich = sub[(sub.nodes >= min_nodes) & (sub.root_breadth + sub.per_depth.map(max) > 2)]
+    widest = sub.per_depth.map(lambda d: max(d, default=0))  # an iteration that drafted nothing has no depths
+    rich = sub[(sub.nodes >= min_nodes) & (sub.root_breadth + widest > 2)]
     pick = (rich if len(rich) else sub).sort_values(["accepted", "nodes", "position"], ascending=[False, False, True])
     r = pick.iloc[0]
     return r.prompt_id, int(r.position)
