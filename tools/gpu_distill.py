@@ -41,16 +41,13 @@ PROMPT_TAIL = 64
 
 def heldout_instruction_ids() -> set[str]:
     """Instructions of v3's held-out teacher shards: never trained on, so those shards stay a fair held-out set."""
-    from dynatree_lib.draft.teacher import TEXT
-    from dynatree_lib.draft.train import DraftSpec
+    import gzip
 
-    every = DraftSpec().heldout_every
-    out = set()
-    for f in sorted(TEXT.glob("instr-*.json.gz")):
-        if int(f.name.split(".")[0].split("-")[1]) % every == every - 1:
-            import gzip
-            out.update(json.loads(gzip.decompress(f.read_bytes()))["ids"])
-    return out
+    from dynatree_lib.draft.teacher import TEXT
+    from dynatree_lib.draft.train import DraftSpec, is_heldout
+
+    return {i for f in sorted(TEXT.glob("instr-*.json.gz")) if is_heldout(f.name, DraftSpec())
+            for i in json.loads(gzip.decompress(f.read_bytes()))["ids"]}
 
 
 def prepare(out: Path, windows: int = 12_000, seed: int = 2026) -> Path:

@@ -86,16 +86,19 @@ def write_card(training: dict, pair: dict, costs: dict, out: Path = DRAFT_DIR / 
     return out
 
 
-def header(training: dict) -> str:
-    if training.get("recipe") == "early-exit":
-        return early_exit_header(training)
-    s = training["draft_spec"]
-    return f"""---
+FRONT_MATTER = """---
 license: apache-2.0
 base_model: HuggingFaceTB/SmolLM2-135M-Instruct
 tags: [speculative-decoding, draft-model, distillation]
 ---
-# smollm2-draft (v3): a calibrated draft for SmolLM2-135M-Instruct
+"""
+
+
+def header(training: dict) -> str:
+    if training.get("recipe") == "early-exit":
+        return early_exit_header(training)
+    s = training["draft_spec"]
+    return FRONT_MATTER + f"""# smollm2-draft (v3): a calibrated draft for SmolLM2-135M-Instruct
 
 The `cpu` profile's draft model (`embedded:draft`) for the DynaTree reproduction: a
 {s['layers']}-layer Llama (hidden {s['hidden']}, {s['heads']} heads, MLP {s['intermediate']}, tied embeddings,
@@ -127,14 +130,6 @@ def training_section(training: dict) -> str:
 - Calibration: one temperature, {training['calibration']['temperature']}, fitted for the lowest expected calibration
   error on the held-out shards and baked into the final norm's weight (so the files are a plain Llama).{heldout_line(training)}
 - Rebuild: `{training['rebuild']}` (seeded and resumable).
-"""
-
-
-FRONT_MATTER = """---
-license: apache-2.0
-base_model: HuggingFaceTB/SmolLM2-135M-Instruct
-tags: [speculative-decoding, draft-model, distillation]
----
 """
 
 

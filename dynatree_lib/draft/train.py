@@ -74,10 +74,14 @@ def examples(shard: dict, spec: DraftSpec) -> list[Example]:
             for x, lp, ids in zip(shard["tokens"], shard["top_lp"], shard["top_ids"])]
 
 
+def is_heldout(shard_name: str, spec: DraftSpec) -> bool:
+    """Whether the teacher shard named ``shard-NNNN`` / ``instr-NNNN`` (any suffix) is held out (see ``DraftSpec``)."""
+    return int(shard_name.split(".")[0].split("-")[1]) % spec.heldout_every == spec.heldout_every - 1
+
+
 def shard_files(folder: Path, spec: DraftSpec, heldout: bool) -> list[Path]:
     """The teacher shards of both kinds, training or held out."""
-    files = teacher_files(folder)
-    return [f for f in files if (int(f.stem.split("-")[1]) % spec.heldout_every == spec.heldout_every - 1) == heldout]
+    return [f for f in teacher_files(folder) if is_heldout(f.name, spec) == heldout]
 
 
 def draft_config(target_cfg, spec: DraftSpec):

@@ -176,8 +176,7 @@ def draft_gguf(draft: Path | str | None = None, bin_dir: Path | None = None) -> 
     """The BF16 GGUF of a draft folder (default ``embedded:draft`` as ``weights.resolve`` assembles it), found by
     the sha256 of its ``model.safetensors`` (a newer draft needs a new conversion); a ``.gguf`` path is returned
     as given."""
-    default = Path(resolve("embedded:draft"))
-    d = Path(draft) if draft else default
+    d = Path(draft) if draft else Path(resolve("embedded:draft"))
     if d.suffix == ".gguf":
         if not d.is_file():
             raise LlamaCppMissing(f"draft GGUF {d} does not exist. {how_to_get()}")
@@ -188,7 +187,7 @@ def draft_gguf(draft: Path | str | None = None, bin_dir: Path | None = None) -> 
     root = _root_of(Path(bin_dir)) if bin_dir else default_root()
     f = root / gguf_name("draft", _sha256(w))
     if not f.is_file():
-        arg = "" if d.resolve() == default.resolve() else f" --draft {d}"
+        arg = "" if d.resolve() == Path(resolve("embedded:draft")).resolve() else f" --draft {d}"
         raise LlamaCppMissing(f"the draft {d} is not converted for llama.cpp ({f} is missing; rerun "
                               f"`bash {BUILD_SCRIPT}{arg}`, which skips the build). {how_to_get()}")
     return f

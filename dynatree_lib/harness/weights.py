@@ -105,6 +105,7 @@ def assembled_draft_folder(folder: Path) -> Path:
     import shutil
     import tempfile
 
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     source = shared_embedding_source(folder)
@@ -121,7 +122,8 @@ def assembled_draft_folder(folder: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     tensors = load_file(str(folder / "model.safetensors"))
     dtype = next(iter(tensors.values())).dtype
-    embedding = load_file(str(target / "model.safetensors"))["model.embed_tokens.weight"]
+    with safe_open(str(target / "model.safetensors"), framework="pt") as f:  # the embedding, not all 538 MB
+        embedding = f.get_tensor("model.embed_tokens.weight")
     save_file({**tensors, "model.embed_tokens.weight": embedding.to(dtype)}, str(tmp / "model.safetensors"),
               metadata={"format": "pt"})
     for name in HF_FILES:
