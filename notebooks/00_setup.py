@@ -131,5 +131,14 @@ show_fig(plots.chain_acceptance(pair), "fig_chain_acceptance", prof)
 costs = json.loads(run_costs(prof, rerun, render_only=render_only).read_text())
 show_table(tables.forward_cost_table(costs), "table_forward_costs", prof)
 
+# %% [markdown]
+# The draft's one-token forward over the target's, in paired rounds (target, then draft, seconds apart). The
+# machine's memory bandwidth drifts between phases within minutes and the target, which streams all its weights
+# per token, follows it more than the draft: the curves above (two blocks minutes apart) read the phase as well as
+# the models, the median of paired rounds reads the models (the cpu draft must cost at most 1/8 of the target).
+
+# %%
+show_table(tables.one_token_table(costs), "table_one_token_cost", prof)
+
 # %% tags=["nbval-ignore-output"]
 show_fig(plots.cost_curves(costs), "fig_forward_costs", prof)

@@ -103,3 +103,28 @@ def test_cost_model_table_scales_by_the_same_runs_ar():
     assert len(ar) == ar.index.nunique() > 0 and (t[t.Method == "AR"]["gap, AR-scaled"].abs() < 1e-12).all()
     for _, r in t.iterrows():
         assert r["gap, AR-scaled"] == pytest.approx((1 + r.gap) / (1 + ar[(r.Dataset, r.precision, r.replicate)]) - 1)
+
+
+def test_one_token_ratio_pairs_its_rounds(target, draft):
+    t, d = HFRunner(target), HFRunner(draft)
+    one = costmodel.one_token_ratio(t, d, 12, rounds=3, reps=2)
+    assert one["rounds"] == len(one["target_ms"]) == len(one["draft_ms"]) == 3
+    ratios = sorted(b / a for a, b in zip(one["target_ms"], one["draft_ms"]))
+    assert one["median"] == pytest.approx(ratios[1]) and one["quartiles"][0] <= one["median"] <= one["quartiles"][1]
+
+
+def test_run_costs_adds_the_paired_ratio_and_keeps_the_curves(tmp_path):
+    """A file from before the paired measurement gets ``one_token`` added, its curves (which the tuning's
+    cost-aware candidates were built from) untouched; render-only adds nothing."""
+    prof = get_profile("smoke")
+    path = tmp_path / "smoke" / "costs.json"
+    costmodel.run_costs(prof, root=tmp_path)
+    new = json.loads(path.read_text())
+    assert set(new["one_token"]["by_dtype"]) == set(new["curves"])
+    old = {k: v for k, v in new.items() if k != "one_token"}
+    path.write_text(json.dumps(old))
+    costmodel.run_costs(prof, root=tmp_path, render_only=True)
+    assert json.loads(path.read_text()) == old
+    costmodel.run_costs(prof, root=tmp_path)
+    added = json.loads(path.read_text())
+    assert {k: v for k, v in added.items() if k != "one_token"} == old and added["one_token"]["by_dtype"]

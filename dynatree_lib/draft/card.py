@@ -233,8 +233,11 @@ def cost_section(costs: dict, pair: dict) -> str:
     cur = costs["curves"]
     per = ", ".join(f"{d} {c['draft']['1'] / c['target']['1']:.3f} ({c['draft']['1']:.2f} / {c['target']['1']:.2f} ms, "
                     f"`{c['engine']}`)" for d, c in cur.items())
-    return f"""One-token cached forward, draft / target, same process, back to back, on the profile's engine
-(`results/cpu/costs.json`): {per}.
+    paired = ", ".join(f"{d} {o['median']:.3f} (quartiles {o['quartiles'][0]:.3f}-{o['quartiles'][1]:.3f}, "
+                       f"{o['rounds']} rounds)" for d, o in costs.get("one_token", {}).get("by_dtype", {}).items())
+    return f"""One-token cached forward, draft / target, same process, on the profile's engine (`results/cpu/costs.json`):
+median of paired rounds (target, then draft, seconds apart): {paired or "not measured"}; the curves' two blocks,
+measured minutes apart: {per}.
 """
 
 

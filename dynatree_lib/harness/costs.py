@@ -74,6 +74,23 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
     return {k: _warm_median_ms(t) for k, t in ts.items()}
 
 
+def one_token_ratio(target, draft, context: int, rounds: int = 15, reps: int = 5) -> dict:
+    """The draft's one-token forward cost over the target's, in ``rounds`` interleaved pairs: each round times
+    the target's (``argmax``, as the loops call it) and then the draft's one-token forward (``forward_costs``,
+    ``reps`` each), seconds apart. The machine's memory bandwidth drifts between phases over minutes, and the
+    bandwidth-bound target follows it more than a draft that fits the CPU caches, so a ratio of two blocks
+    measured minutes apart (the curves) reads the phase as much as the models; the median of paired rounds
+    reads the models, its quartiles the drift."""
+    t_ms, d_ms = [], []
+    for i in range(rounds):
+        t_ms.append(forward_costs(target, context, ks=(1,), reps=reps, seed=i, argmax=True)[1])
+        d_ms.append(forward_costs(draft, context, ks=(1,), reps=reps, seed=i)[1])
+    ratios = torch.tensor([d / t for d, t in zip(d_ms, t_ms)], dtype=torch.float64)
+    q1, med, q3 = ratios.quantile(torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)).tolist()
+    return {"target_ms": t_ms, "draft_ms": d_ms, "median": med, "quartiles": [q1, q3], "rounds": rounds,
+            "reps": reps}
+
+
 def _warm_median_ms(seconds: list[float]) -> float:
     """Median in milliseconds of timed repetitions, the first two (warm-up) dropped."""
     t = sorted(seconds[2:])
@@ -141,10 +158,10 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     Per precision: ``target`` and ``draft`` (back-to-back forwards of one model), ``draft_after_target``
     (each draft forward right after a target forward: the first draft forward of every iteration), with a
     ``draft_vocab`` profile ``draft_full_vocab`` (the same draft scoring every token: what the subset head
-    saves), ``loop`` (the loop's own work, ``loop_costs``), the bandwidth bound and the engine. ``rerun``, or
-    a file measured on another engine: measure everything again, the old file kept as ``costs.bak.json``."""
-    from .models import on_engine
-
+    saves), ``loop`` (the loop's own work, ``loop_costs``), the bandwidth bound and the engine; and beside the
+    curves ``one_token``, the draft/target cost in paired rounds (``one_token_ratio``). ``rerun``, or a file
+    measured on another engine: measure everything again, the old file kept as ``costs.bak.json``. A file
+    without ``one_token`` gets it added, its curves kept (the tuning's cost-aware candidates are built from them)."""
     path = results_path("costs", profile, root)
     engine = str(profile.models.engine)
     if path.exists() and (was := json.loads(path.read_text())["engine"]) != engine:
@@ -156,28 +173,46 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     if path.exists() and rerun and not render_only:
         path.rename(path.with_suffix(".bak.json"))
     if not needs_run(path, rerun, render_only):
+        if not render_only and "one_token" not in (out := json.loads(path.read_text())):
+            path.write_text(json.dumps({**out, "one_token": _one_token(profile, out["context"])}, indent=1))
         return path
-    if profile.models.threads:
-        torch.set_num_threads(profile.models.threads)
-    context, curves = max(profile.protocol.L_max.values()), {}
+    context, curves, paired = max(profile.protocol.L_max.values()), {}, {}
     probe = BandwidthProbe(profile.models.device)
-    for dtype in dict.fromkeys(d for d in (profile.models.dtype, profile.models.exact_dtype) if d):
-        target, draft, _ = profile.models.load_pair(dtype, profile.max_len)
-        t, d = as_runner(target), as_runner(draft)
-        if isinstance(d, LookupRunner):  # the costs of the network; the lookup's own work is in ``loop``
-            d = d.inner
+    for dtype, t, d in _runners(profile):
+        paired[dtype] = one_token_ratio(t, d, context)
         curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context),
                          COLD: forward_costs(d, context, ks=(1, 2, 4, 8), between=t),
                          "loop": loop_costs(t, d, profile.method("dynatree", profile.workloads[0]).policy(), context),
                          "bound": bound(t.model, probe), "engine": t.engine, "draft_vocab": profile.models.draft_vocab}
         if profile.models.draft_vocab is not None:
+            from .models import on_engine
+
             full = as_runner(on_engine(d.model, profile.models.engine, profile.max_len))
             curves[dtype]["draft_full_vocab"] = forward_costs(full, context)
     path.parent.mkdir(parents=True, exist_ok=True)
+    env = environment(profile.models.device)
     out = {"profile": profile.name, "engine": engine, "context": context, "ks": list(KS), "curves": curves,
-           "environment": environment(profile.models.device)}
+           "one_token": {"by_dtype": paired, "environment": env}, "environment": env}
     path.write_text(json.dumps(out, indent=1))
     return path
+
+
+def _runners(profile):
+    """(precision, target runner, draft network runner) for the timed and the exact precision: the draft
+    without its context lookup, whose own work the loop costs hold."""
+    if profile.models.threads:
+        torch.set_num_threads(profile.models.threads)
+    for dtype in dict.fromkeys(d for d in (profile.models.dtype, profile.models.exact_dtype) if d):
+        target, draft, _ = profile.models.load_pair(dtype, profile.max_len)
+        d = as_runner(draft)
+        yield dtype, as_runner(target), d.inner if isinstance(d, LookupRunner) else d
+
+
+def _one_token(profile, context: int) -> dict:
+    """``one_token_ratio`` per precision, with the environment it was measured in (a file measured before
+    ``one_token`` existed gets it later than its curves)."""
+    by_dtype = {dtype: one_token_ratio(t, d, context) for dtype, t, d in _runners(profile)}
+    return {"by_dtype": by_dtype, "environment": environment(profile.models.device)}
 
 
 def interp(curve: dict, k: float) -> float:

@@ -623,6 +623,21 @@ def forward_cost_table(costs: dict) -> pd.DataFrame:
     return t
 
 
+def one_token_table(costs: dict) -> pd.DataFrame:
+    """The draft's one-token forward over the target's in paired rounds (``costs.one_token_ratio``): the
+    median ratio with its quartiles, and each model's range over the rounds (the machine's drift)."""
+    rows = {}
+    for dtype, o in costs.get("one_token", {}).get("by_dtype", {}).items():
+        rows[dtype] = {"draft / target (median)": f"{o['median']:.3f}",
+                       "quartiles": f"[{o['quartiles'][0]:.3f}, {o['quartiles'][1]:.3f}]",
+                       "target ms (min-max)": f"{min(o['target_ms']):.2f}-{max(o['target_ms']):.2f}",
+                       "draft ms (min-max)": f"{min(o['draft_ms']):.2f}-{max(o['draft_ms']):.2f}",
+                       "rounds": o["rounds"]}
+    t = pd.DataFrame.from_dict(rows, orient="index")
+    t.index.name = "precision"
+    return t
+
+
 def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
     """AR's time per token (TPOT) beside the bandwidth bound of the same record (``bound_ms``: record means),
     and each generation against its own probe (``bound_ratios``: median [min, max])."""
