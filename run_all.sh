@@ -54,4 +54,7 @@ for nb in notebooks/[0-9][0-9]_*.ipynb; do
 done
 echo "[run_all] done in $(( $(date +%s) - start ))s: notebooks in $OUT, JSON in results/$PROFILE, figures in figures/$PROFILE"
 "$PY" -m dynatree_lib.reporting.results_md "$PROFILE" && echo "[run_all] results summary: RESULTS.md"
-if [ "$PROFILE" = cpu ]; then "$PY" -m dynatree_lib.reporting.scorecard cpu >/dev/null && echo "[run_all] README scorecard updated"; fi
+if [ "$PROFILE" = cpu ]; then
+  "$PY" -m dynatree_lib.reporting.scorecard cpu >/dev/null && echo "[run_all] README scorecard updated"
+  "$PY" -m dynatree_lib.draft.card >/dev/null && echo "[run_all] draft model card updated"
+fi

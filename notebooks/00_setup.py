@@ -132,10 +132,11 @@ costs = json.loads(run_costs(prof, rerun, render_only=render_only).read_text())
 show_table(tables.forward_cost_table(costs), "table_forward_costs", prof)
 
 # %% [markdown]
-# The draft's one-token forward over the target's, in paired rounds (target, then draft, seconds apart). The
-# machine's memory bandwidth drifts between phases within minutes and the target, which streams all its weights
-# per token, follows it more than the draft: the curves above (two blocks minutes apart) read the phase as well as
-# the models, the median of paired rounds reads the models (the cpu draft must cost at most 1/8 of the target).
+# The draft's one-token forward over the target's, in paired rounds (the target's forward, then the draft's),
+# spread over a few minutes. The machine's memory bandwidth drifts between phases and the target, which streams all
+# its weights per token, follows it more than the draft: the ratio depends on the phase, so the table gives the
+# median and quartiles over the rounds with the read bandwidth they met (the cpu draft must cost at most 1/8 of
+# the target).
 
 # %%
 show_table(tables.one_token_table(costs), "table_one_token_cost", prof)

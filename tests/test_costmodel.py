@@ -106,21 +106,25 @@ def test_cost_model_table_scales_by_the_same_runs_ar():
 
 
 def test_one_token_ratio_pairs_its_rounds(target, draft):
+    from dynatree_lib.harness.environment import BandwidthProbe
+
     t, d = HFRunner(target), HFRunner(draft)
-    one = costmodel.one_token_ratio(t, d, 12, rounds=3, reps=2)
-    assert one["rounds"] == len(one["target_ms"]) == len(one["draft_ms"]) == 3
+    one = costmodel.one_token_ratio(t, d, 12, rounds=3, reps=2, span_s=0.2, probe=BandwidthProbe(mib=8))
+    assert one["rounds"] == len(one["target_ms"]) == len(one["draft_ms"]) == len(one["read_gbs"]) == 3
+    assert all(g > 0 for g in one["read_gbs"]) and one["span_s"] == 0.2
     ratios = sorted(b / a for a, b in zip(one["target_ms"], one["draft_ms"]))
     assert one["median"] == pytest.approx(ratios[1]) and one["quartiles"][0] <= one["median"] <= one["quartiles"][1]
 
 
 def test_run_costs_adds_the_paired_ratio_and_keeps_the_curves(tmp_path):
     """A file from before the paired measurement gets ``one_token`` added, its curves (which the tuning's
-    cost-aware candidates were built from) untouched; render-only adds nothing."""
+    cost-aware candidates were built from) untouched; render-only adds nothing; a file that names other weights
+    is refused."""
     prof = get_profile("smoke")
     path = tmp_path / "smoke" / "costs.json"
     costmodel.run_costs(prof, root=tmp_path)
     new = json.loads(path.read_text())
-    assert set(new["one_token"]["by_dtype"]) == set(new["curves"])
+    assert set(new["one_token"]["by_dtype"]) == set(new["curves"]) and new["one_token"]["weights"] == new["weights"]
     old = {k: v for k, v in new.items() if k != "one_token"}
     path.write_text(json.dumps(old))
     costmodel.run_costs(prof, root=tmp_path, render_only=True)
@@ -128,3 +132,12 @@ def test_run_costs_adds_the_paired_ratio_and_keeps_the_curves(tmp_path):
     costmodel.run_costs(prof, root=tmp_path)
     added = json.loads(path.read_text())
     assert {k: v for k, v in added.items() if k != "one_token"} == old and added["one_token"]["by_dtype"]
+    path.write_text(json.dumps({**old, "weights": {"draft": {"ref": "another"}}}))
+    with pytest.raises(ValueError, match="other weights"):
+        costmodel.run_costs(prof, root=tmp_path)
+
+
+def test_one_token_table_says_when_nothing_was_measured():
+    from dynatree_lib.reporting.tables import one_token_table
+
+    assert one_token_table({"curves": {}}).iloc[0, 0] == "not measured"

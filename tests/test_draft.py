@@ -33,6 +33,14 @@ def test_committed_draft_is_small_and_documented():
     assert training["steps"] > 0 and training["calibration"]["temperature"] > 0
 
 
+def test_model_card_quotes_the_committed_json(tmp_path):
+    """The card is written from training.json, pair.json and costs.json alone (``card.refresh``, which
+    ``./run_all.sh`` runs): the committed card is what they give now."""
+    from dynatree_lib.draft.card import refresh
+
+    assert refresh(tmp_path / "README.md").read_text() == (DRAFT_DIR / "README.md").read_text()
+
+
 def test_draft_trained_on_answers_to_the_committed_instructions_only():
     """The instructions whose answers the draft was distilled on are ``data/instructions``'s (disjoint from every
     evaluation text: ``test_instructions.py``), less those of the held-out shards its temperature was fitted on."""

@@ -10,6 +10,7 @@ Fast tier (``./test.sh``): the rule on chosen children, on a drawn chain and on 
 Slow tier (``pytest -m slow``): the same with 100,000 draws on peaked and flat laws, and every method at
 temperature 0.7 with top-k and with top-p.
 """
+import copy
 import itertools
 
 import pytest
@@ -340,6 +341,20 @@ def test_the_end_to_end_test_catches_a_broken_sampler(tiny_pair, monkeypatch):
 def test_every_method_samples_the_target_law_tempered_and_filtered(tiny_pair, name, s):
     target, draft = tiny_pair
     assert chi2_pvalue(empirical(target, draft, name, s, 4000), exact_law(target, s), 4000) > OK
+
+
+@pytest.mark.parametrize("name", ["linear", "fixed_tree", "streaming_spec"])
+def test_a_draft_equal_to_the_target_has_every_drawn_token_accepted(tiny_pair, name):
+    """Efficiency, which the law tests cannot see: a child drawn from q is accepted with probability
+    min(1, p/q), so a draft whose law is the target's has its first drawn child accepted at every level, and
+    every iteration commits its whole drafted depth plus the bonus token (the loop drafts no deeper than T
+    allows). 22 positions stay inside StreamingLLM's window, so its case is linear drafting's through its engine."""
+    target, _ = tiny_pair
+    draft = copy.deepcopy(target)
+    for seed in range(5):
+        out = generate(target, PROMPT, 20, draft=draft, method=method_config(name), temperature=1.0,
+                       generator=torch.Generator().manual_seed(seed))
+        assert out.log.accepted == out.log.depth and sum(out.log.accepted) + out.iterations == 20, (name, seed)
 
 
 def test_sampling_is_reproducible_from_the_seed(tiny_pair):

@@ -234,10 +234,11 @@ def cost_section(costs: dict, pair: dict) -> str:
     per = ", ".join(f"{d} {c['draft']['1'] / c['target']['1']:.3f} ({c['draft']['1']:.2f} / {c['target']['1']:.2f} ms, "
                     f"`{c['engine']}`)" for d, c in cur.items())
     paired = ", ".join(f"{d} {o['median']:.3f} (quartiles {o['quartiles'][0]:.3f}-{o['quartiles'][1]:.3f}, "
-                       f"{o['rounds']} rounds)" for d, o in costs.get("one_token", {}).get("by_dtype", {}).items())
+                       f"{o['rounds']} rounds over {o.get('span_s', 0):.0f} s)"
+                       for d, o in costs.get("one_token", {}).get("by_dtype", {}).items())
     return f"""One-token cached forward, draft / target, same process, on the profile's engine (`results/cpu/costs.json`):
-median of paired rounds (target, then draft, seconds apart): {paired or "not measured"}; the curves' two blocks,
-measured minutes apart: {per}.
+median of paired rounds (the target's forward, then the draft's): {paired or "not measured"}; from the curves
+(each model's block, back to back): {per}. The target follows the machine's memory bandwidth more than the draft.
 """
 
 
@@ -274,3 +275,15 @@ maximum-likelihood weight of the target's greedy token at that match length, fit
 {fit['agreement_with_lookup']:.3f} with the lookup. The target still verifies every token: decoding stays exact.
 The evaluation table above shows the network alone beside the draft with its lookup.
 """
+
+
+def refresh(out: Path = DRAFT_DIR / "README.md") -> Path:
+    """The model card again from the committed logs (``training.json``, ``results/cpu/pair.json`` and
+    ``costs.json``): ``./run_all.sh`` runs it after the cpu notebooks, so the card quotes the JSON they render."""
+    training, pair, costs = (json.loads(p.read_text()) for p in
+                             (DRAFT_DIR / "training.json", RESULTS_CPU / "pair.json", RESULTS_CPU / "costs.json"))
+    return write_card(training, pair, costs, out)
+
+
+if __name__ == "__main__":
+    print(refresh())

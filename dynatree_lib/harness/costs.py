@@ -74,21 +74,25 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
     return {k: _warm_median_ms(t) for k, t in ts.items()}
 
 
-def one_token_ratio(target, draft, context: int, rounds: int = 15, reps: int = 5) -> dict:
-    """The draft's one-token forward cost over the target's, in ``rounds`` interleaved pairs: each round times
-    the target's (``argmax``, as the loops call it) and then the draft's one-token forward (``forward_costs``,
-    ``reps`` each), seconds apart. The machine's memory bandwidth drifts between phases over minutes, and the
-    bandwidth-bound target follows it more than a draft that fits the CPU caches, so a ratio of two blocks
-    measured minutes apart (the curves) reads the phase as much as the models; the median of paired rounds
-    reads the models, its quartiles the drift."""
-    t_ms, d_ms = [], []
+def one_token_ratio(target, draft, context: int, rounds: int = 15, reps: int = 5, span_s: float = 0.0,
+                    probe: BandwidthProbe | None = None) -> dict:
+    """The draft's one-token forward cost over the target's, in ``rounds`` pairs: each round times the target's
+    (``argmax``, as the loops call it) and right after it the draft's one-token forward (``forward_costs``,
+    ``reps`` each), and with a ``probe`` the memory read bandwidth beside them. The machine's bandwidth drifts
+    between phases over minutes and the bandwidth-bound target follows it more than a draft that fits the CPU
+    caches, so the ratio depends on the phase: pairing keeps both sides of a round in one phase, and ``span_s``
+    spreads the rounds over that many seconds so that the median and quartiles cover the phases met."""
+    t_ms, d_ms, gbs = [], [], []
+    start = time.perf_counter()
     for i in range(rounds):
+        time.sleep(max(0.0, start + span_s * i / max(rounds - 1, 1) - time.perf_counter()))
         t_ms.append(forward_costs(target, context, ks=(1,), reps=reps, seed=i, argmax=True)[1])
         d_ms.append(forward_costs(draft, context, ks=(1,), reps=reps, seed=i)[1])
+        gbs.append(probe.read_gbs() if probe is not None else float("nan"))
     ratios = torch.tensor([d / t for d, t in zip(d_ms, t_ms)], dtype=torch.float64)
     q1, med, q3 = ratios.quantile(torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)).tolist()
-    return {"target_ms": t_ms, "draft_ms": d_ms, "median": med, "quartiles": [q1, q3], "rounds": rounds,
-            "reps": reps}
+    return {"target_ms": t_ms, "draft_ms": d_ms, "read_gbs": gbs, "median": med, "quartiles": [q1, q3],
+            "rounds": rounds, "reps": reps, "span_s": span_s}
 
 
 def _warm_median_ms(seconds: list[float]) -> float:
@@ -158,10 +162,14 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     Per precision: ``target`` and ``draft`` (back-to-back forwards of one model), ``draft_after_target``
     (each draft forward right after a target forward: the first draft forward of every iteration), with a
     ``draft_vocab`` profile ``draft_full_vocab`` (the same draft scoring every token: what the subset head
-    saves), ``loop`` (the loop's own work, ``loop_costs``), the bandwidth bound and the engine; and beside the
-    curves ``one_token``, the draft/target cost in paired rounds (``one_token_ratio``). ``rerun``, or a file
-    measured on another engine: measure everything again, the old file kept as ``costs.bak.json``. A file
-    without ``one_token`` gets it added, its curves kept (the tuning's cost-aware candidates are built from them)."""
+    saves), ``loop`` (the loop's own work, ``loop_costs``), the bandwidth bound and the engine; beside the
+    curves ``one_token``, the draft/target cost in paired rounds (``one_token_ratio``), and the weights. ``rerun``,
+    or a file measured on another engine: measure everything again, the old file kept as ``costs.bak.json``. A
+    file without ``one_token`` gets it added, its curves kept (the tuning's cost-aware candidates are built from
+    them), unless it names other weights than the profile's."""
+    from .models import on_engine
+    from .weights import weights_info
+
     path = results_path("costs", profile, root)
     engine = str(profile.models.engine)
     if path.exists() and (was := json.loads(path.read_text())["engine"]) != engine:
@@ -172,28 +180,28 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
         rerun = True
     if path.exists() and rerun and not render_only:
         path.rename(path.with_suffix(".bak.json"))
+    weights = {"target": weights_info(profile.models.target), "draft": weights_info(profile.models.draft)}
     if not needs_run(path, rerun, render_only):
         if not render_only and "one_token" not in (out := json.loads(path.read_text())):
-            path.write_text(json.dumps({**out, "one_token": _one_token(profile, out["context"])}, indent=1))
+            if out.get("weights", weights) != weights:
+                raise ValueError(f"{path} was measured with other weights than the profile's: run with --rerun")
+            path.write_text(json.dumps({**out, "one_token": _one_token(profile, out["context"], weights)}, indent=1))
         return path
-    context, curves, paired = max(profile.protocol.L_max.values()), {}, {}
+    context, curves = max(profile.protocol.L_max.values()), {}
     probe = BandwidthProbe(profile.models.device)
     for dtype, t, d in _runners(profile):
-        paired[dtype] = one_token_ratio(t, d, context)
         curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context),
                          COLD: forward_costs(d, context, ks=(1, 2, 4, 8), between=t),
                          "loop": loop_costs(t, d, profile.method("dynatree", profile.workloads[0]).policy(), context),
                          "bound": bound(t.model, probe), "engine": t.engine, "draft_vocab": profile.models.draft_vocab}
         if profile.models.draft_vocab is not None:
-            from .models import on_engine
-
             full = as_runner(on_engine(d.model, profile.models.engine, profile.max_len))
             curves[dtype]["draft_full_vocab"] = forward_costs(full, context)
+    probe.release()
     path.parent.mkdir(parents=True, exist_ok=True)
-    env = environment(profile.models.device)
     out = {"profile": profile.name, "engine": engine, "context": context, "ks": list(KS), "curves": curves,
-           "one_token": {"by_dtype": paired, "environment": env}, "environment": env}
-    path.write_text(json.dumps(out, indent=1))
+           "weights": weights, "environment": environment(profile.models.device)}
+    path.write_text(json.dumps({**out, "one_token": _one_token(profile, context, weights)}, indent=1))
     return path
 
 
@@ -208,11 +216,14 @@ def _runners(profile):
         yield dtype, as_runner(target), d.inner if isinstance(d, LookupRunner) else d
 
 
-def _one_token(profile, context: int) -> dict:
-    """``one_token_ratio`` per precision, with the environment it was measured in (a file measured before
-    ``one_token`` existed gets it later than its curves)."""
-    by_dtype = {dtype: one_token_ratio(t, d, context) for dtype, t, d in _runners(profile)}
-    return {"by_dtype": by_dtype, "environment": environment(profile.models.device)}
+def _one_token(profile, context: int, weights: dict) -> dict:
+    """``one_token_ratio`` per precision, spread over the profile's ``cost_span_s``, with the weights and the
+    environment it was measured in (a file measured before ``one_token`` existed gets it later than its curves)."""
+    probe = BandwidthProbe(profile.models.device)
+    by_dtype = {dtype: one_token_ratio(t, d, context, span_s=profile.extras.cost_span_s, probe=probe)
+                for dtype, t, d in _runners(profile)}
+    probe.release()
+    return {"by_dtype": by_dtype, "weights": weights, "environment": environment(profile.models.device)}
 
 
 def interp(curve: dict, k: float) -> float:

@@ -128,7 +128,9 @@ class Extras:
     notebook 09's recorded trees, and whether the main table adds the cost-aware extension (built from this
     profile's measured forward costs, ``results/<profile>/costs.json``; tuned over DynaTree's candidates with the
     cut on where the profile tunes), and notebook 12's llama.cpp peers (``peers_n_prompts`` main-table prompts per
-    continuation dataset and ``peers_n_questions`` per Spec-Bench category; 0: no peers experiment)."""
+    continuation dataset and ``peers_n_questions`` per Spec-Bench category; 0: no peers experiment); and the seconds
+    over which ``costs.json`` spreads its paired rounds of the draft/target one-token cost (``cost_span_s``: on a
+    machine whose memory bandwidth drifts, the rounds then meet its phases)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -138,6 +140,7 @@ class Extras:
     cost_aware: bool = True
     peers_n_prompts: int = 0
     peers_n_questions: int = 1
+    cost_span_s: float = 0.0
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -272,7 +275,7 @@ PROFILES: dict[str, Profile] = {
                threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
         Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
-               peers_n_questions=2)),
+               peers_n_questions=2, cost_span_s=180.0)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),

@@ -625,15 +625,18 @@ def forward_cost_table(costs: dict) -> pd.DataFrame:
 
 def one_token_table(costs: dict) -> pd.DataFrame:
     """The draft's one-token forward over the target's in paired rounds (``costs.one_token_ratio``): the
-    median ratio with its quartiles, and each model's range over the rounds (the machine's drift)."""
+    median ratio with its quartiles, each model's range and the read bandwidth's over the rounds (the phases
+    they met); a file measured before the paired rounds existed shows a row saying so."""
     rows = {}
     for dtype, o in costs.get("one_token", {}).get("by_dtype", {}).items():
+        gbs = [g for g in o.get("read_gbs", []) if g == g]  # NaN: no probe
         rows[dtype] = {"draft / target (median)": f"{o['median']:.3f}",
                        "quartiles": f"[{o['quartiles'][0]:.3f}, {o['quartiles'][1]:.3f}]",
                        "target ms (min-max)": f"{min(o['target_ms']):.2f}-{max(o['target_ms']):.2f}",
                        "draft ms (min-max)": f"{min(o['draft_ms']):.2f}-{max(o['draft_ms']):.2f}",
-                       "rounds": o["rounds"]}
-    t = pd.DataFrame.from_dict(rows, orient="index")
+                       "read GB/s (min-max)": f"{min(gbs):.1f}-{max(gbs):.1f}" if gbs else "–",
+                       "rounds over s": f"{o['rounds']} over {o.get('span_s', 0):.0f}"}
+    t = pd.DataFrame.from_dict(rows or {"–": {"draft / target (median)": "not measured"}}, orient="index")
     t.index.name = "precision"
     return t
 
