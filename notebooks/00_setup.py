@@ -136,10 +136,13 @@ show_table(tables.forward_cost_table(costs), "table_forward_costs", prof)
 # spread over a few minutes. The machine's memory bandwidth drifts between phases and the target, which streams all
 # its weights per token, follows it more than the draft: the ratio depends on the phase, so the table gives the
 # median and quartiles over the rounds with the read bandwidth they met (the cpu draft must cost at most 1/8 of
-# the target).
+# the target). Below, the ratio on the curves above (k = 1) beside the previous draft's curves (`costs_v3.json`),
+# the one measurement both drafts have.
 
 # %%
-show_table(tables.one_token_table(costs), "table_one_token_cost", prof)
+earlier_costs = {v: json.loads(results_path(f"costs_{v}", prof).read_text())
+                 for v in ("v3",) if results_path(f"costs_{v}", prof).exists()}
+show_table(tables.one_token_table(costs, earlier_costs, now="v4"), "table_one_token_cost", prof)
 
 # %% tags=["nbval-ignore-output"]
 show_fig(plots.cost_curves(costs), "fig_forward_costs", prof)

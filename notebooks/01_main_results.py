@@ -44,6 +44,7 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 from dynatree_lib.harness import experiments
 from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.store import results_path
 from dynatree_lib.reporting import plots, tables
 from dynatree_lib.reporting.notebook import show_fig, show_table
 
@@ -97,6 +98,18 @@ show_table(tables.controls_table(df), "table_controls", prof)
 
 # %%
 show_table(tables.loop_table(df), "table_loops", prof)
+
+# %% [markdown]
+# ## What the draft changed
+# The same run with the previous draft (v3, kept as `main_v3.json` on the cpu profile), method by method and
+# workload by workload: the speedups over AR and the tokens per verification, with the network alone and with its
+# lookup. Each speedup is paired with AR inside its own run; the runs are different sessions, so read the
+# differences between paired ratios, not as a paired test of one draft against the other.
+
+# %%
+earlier = results_path("main_v3", prof)
+if earlier.exists():
+    show_table(tables.draft_change_table(df, tables.load(earlier), ("v3", "v4")), "table_draft_change", prof)
 
 # %% [markdown]
 # ## Spec-Bench by category

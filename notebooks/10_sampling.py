@@ -32,6 +32,7 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 from dynatree_lib.harness import experiments
 from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.store import results_path
 from dynatree_lib.reporting import plots, tables
 from dynatree_lib.reporting.notebook import show_fig, show_table
 
@@ -46,6 +47,15 @@ show_table(tables.sampling_table(df), "table_sampling", prof)
 
 # %% tags=["nbval-ignore-output"]
 show_fig(plots.sampling(df), "fig_sampling", prof)
+
+# %% [markdown]
+# The same run with the previous draft (v3, kept as `sampling_v3.json` on the cpu profile): speedups over AR
+# sampling, tokens per verification and drafting time per iteration, each paired with AR inside its own run.
+
+# %%
+earlier = results_path("sampling_v3", prof)
+if earlier.exists():
+    show_table(tables.draft_change_table(df, tables.load(earlier), ("v3", "v4")), "table_sampling_draft_change", prof)
 
 # %% [markdown]
 # How much of AR's sampled output repeats earlier text (what the context lookup can copy; notebook 01 gives the

@@ -47,6 +47,7 @@ print("no peer records logged" if df is None or df.empty else f"{len(df)} record
 # %% tags=["nbval-ignore-output"]
 if df is not None and not df.empty:
     show_table(tables.peers_table(df), "table_peers", prof)  # replicate 1
+    show_table(tables.peers_table(df, 1), "table_peers_r2", prof)  # replicate 2, its own process
     show_table(tables.best_vs_peer(df), "table_peers_best", prof)  # every replicate, each in its own process
     show_fig(plots.main_throughput(tables.replicate(df)), "fig_peers", prof)
 

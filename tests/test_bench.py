@@ -344,3 +344,14 @@ def test_tables_say_which_records_an_earlier_draft_measured(smoke_main, tmp_path
     assert "1 record(s) were measured with an earlier draft (sha256 abababababab" in out
     tables.records(path, prof)
     assert "earlier draft" not in capsys.readouterr().out
+
+
+def test_draft_change_table_pairs_the_two_runs_cell_by_cell(smoke_main):
+    """The draft change table shows a method only where both runs measured it, each run's speedup from its own
+    AR: a run compared with itself reads the same in both columns."""
+    prof, root, path = smoke_main
+    df = tables.load(path, prof)
+    before = df[df.method != "linear"]
+    t = tables.draft_change_table(df, before, ("old", "new"))
+    assert len(t) and not any("Linear" in m for _, m in t.index)
+    assert (t["old speedup r1"] == t["new speedup r1"]).all() and (t["old L̄"] == t["new L̄"]).all()

@@ -48,8 +48,10 @@ def test_smoke_regression_copy_matches_source(src):
         f"{copy} is stale: run ./run_all.sh smoke"
 
 
-# produced in figures/cpu only: notebook 12 needs llama.cpp, the draft versions table an earlier draft's pair report
-CPU_ONLY = {"table_peers", "table_peers_best", "fig_peers", "table_draft_versions"}
+# produced in figures/cpu only: notebook 12 needs llama.cpp, the draft versions and draft change tables an earlier
+# draft's reports
+CPU_ONLY = {"table_peers", "table_peers_r2", "table_peers_best", "fig_peers", "table_draft_versions",
+            "table_draft_change", "table_sampling_draft_change"}
 
 
 @pytest.mark.parametrize("doc", ["README.md", "RESULTS.md", "FINDINGS.md"])

@@ -364,6 +364,41 @@ def controls_table(df) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
 
 
+def draft_change_table(now: pd.DataFrame, before: pd.DataFrame, names: tuple[str, str]) -> pd.DataFrame:
+    """What a new draft changed in the main run: each drafting method of ours in both runs (``before``: the
+    earlier draft's records, ``now``: the current one's; ``names`` their versions), with the network alone and
+    with its lookup, per workload: speedup over AR in each replicate, tokens per verification and drafting time
+    per iteration (replicate 1).
+    Each speedup is paired with AR inside its own run; the two runs are different sessions, so the table compares
+    paired ratios, it is not a paired test of one draft against the other."""
+    def cells(df):
+        t = role(df)
+        t = t[(t.engine == "ours") & (t.method != "ar")]
+        return {(r.dataset, r.label, r.replicate): r for _, r in t.iterrows()}
+
+    runs = dict(zip(names, (cells(before), cells(now))))
+    reps = sorted(role(now).replicate.unique())
+    rows = []
+    for ds in DATASET_LABELS:
+        labels = [r.label for r in order(role(now)[(role(now).dataset == ds) & (role(now).method != "ar")]
+                                         .drop_duplicates("label")).itertuples()]
+        for lab in labels:
+            if not all((ds, lab, 0) in c for c in runs.values()):
+                continue
+            row = {"Workload": DATASET_LABELS[ds], "Method": lab}
+            for name, c in runs.items():
+                for rep in reps:
+                    r = c.get((ds, lab, rep))
+                    row[f"{name} speedup r{rep + 1}"] = "–" if r is None else f"{r.speedup:.2f}×"
+            for name, c in runs.items():
+                row[f"{name} L̄"] = f"{c[(ds, lab, 0)].L_bar:.2f}"
+            for name, c in runs.items():
+                r = c[(ds, lab, 0)]
+                row[f"{name} draft ms/iter"] = f"{1e3 * r.draft_s / r.iterations:.2f}"
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
+
+
 def loop_table(df) -> pd.DataFrame:
     """How much of each continuation's output copies earlier text (AR rows: the share of positions whose
     preceding 12-gram occurred earlier, and how many outputs end in an exactly periodic tail), and each method's
@@ -623,21 +658,32 @@ def forward_cost_table(costs: dict) -> pd.DataFrame:
     return t
 
 
-def one_token_table(costs: dict) -> pd.DataFrame:
+def one_token_table(costs: dict, earlier: dict[str, dict] | None = None, now: str = "now") -> pd.DataFrame:
     """The draft's one-token forward over the target's in paired rounds (``costs.one_token_ratio``): the
     median ratio with its quartiles, each model's range and the read bandwidth's over the rounds (the phases
-    they met); a file measured before the paired rounds existed shows a row saying so."""
+    they met); a file measured before the paired rounds existed shows a row saying so. Below, the same ratio on
+    the forward-cost curves (k = 1) of this draft and of ``earlier`` versions (version name -> its costs file),
+    the one measurement every version has."""
     rows = {}
     for dtype, o in costs.get("one_token", {}).get("by_dtype", {}).items():
         gbs = [g for g in o.get("read_gbs", []) if g == g]  # NaN: no probe
-        rows[dtype] = {"draft / target (median)": f"{o['median']:.3f}",
-                       "quartiles": f"[{o['quartiles'][0]:.3f}, {o['quartiles'][1]:.3f}]",
-                       "target ms (min-max)": f"{min(o['target_ms']):.2f}-{max(o['target_ms']):.2f}",
-                       "draft ms (min-max)": f"{min(o['draft_ms']):.2f}-{max(o['draft_ms']):.2f}",
-                       "read GB/s (min-max)": f"{min(gbs):.1f}-{max(gbs):.1f}" if gbs else "–",
-                       "rounds over s": f"{o['rounds']} over {o.get('span_s', 0):.0f}"}
-    t = pd.DataFrame.from_dict(rows or {"–": {"draft / target (median)": "not measured"}}, orient="index")
-    t.index.name = "precision"
+        rows[f"{now}, paired rounds, {dtype}"] = {
+            "draft / target (median)": f"{o['median']:.3f}",
+            "quartiles": f"[{o['quartiles'][0]:.3f}, {o['quartiles'][1]:.3f}]",
+            "target ms (min-max)": f"{min(o['target_ms']):.2f}-{max(o['target_ms']):.2f}",
+            "draft ms (min-max)": f"{min(o['draft_ms']):.2f}-{max(o['draft_ms']):.2f}",
+            "read GB/s (min-max)": f"{min(gbs):.1f}-{max(gbs):.1f}" if gbs else "–",
+            "rounds over s": f"{o['rounds']} over {o.get('span_s', 0):.0f}"}
+    if not rows:
+        rows[f"{now}, paired rounds"] = {"draft / target (median)": "not measured"}
+    for name, c in {**(earlier or {}), now: costs}.items():
+        for dtype, curve in c.get("curves", {}).items():
+            target, draft = curve["target"]["1"], curve["draft"]["1"]
+            rows[f"{name}, curves (k = 1), {dtype}"] = {
+                "draft / target (median)": f"{draft / target:.3f}", "target ms (min-max)": f"{target:.2f}",
+                "draft ms (min-max)": f"{draft:.2f}"}
+    t = pd.DataFrame.from_dict(rows, orient="index").fillna("–")
+    t.index.name = "draft, measurement, precision"
     return t
 
 
