@@ -257,3 +257,9 @@ def test_temperature_fit_reports_each_kind_of_held_out_shard():
     assert temp in (0.5, 1.0, 2.0) and set(kinds) == {"continuation", "instruction"}
     assert kinds["instruction"]["positions"] == 4 and kinds["continuation"]["positions"] == 2 * (11 - 2)
     assert sum(v["positions"] for v in kinds.values()) == fit["heldout_positions"]
+
+
+def test_the_draft_shares_the_target_embedding_it_borrows(pair):
+    """The committed draft borrows its target's embedding: loaded as a pair, memory holds one copy of it."""
+    target, draft, _ = pair
+    assert draft.get_input_embeddings().weight is target.get_input_embeddings().weight

@@ -118,3 +118,23 @@ def test_commit_copies_only_what_moves(llama_target, keep):
                  else [(layer.keys[0], layer.values[0]) for layer in r.cache.layers])
         for (k0, v0), (k1, v1) in zip(kv, after):
             assert torch.equal(k1, k0[:, src]) and torch.equal(v1, v0[:, src])
+
+
+def test_a_runner_shares_the_tensors_it_reads_as_the_model_holds_them(llama_target):
+    """The embedding (and an unpacked whole head) is the model's own tensor, not a second copy in memory."""
+    r = StaticRunner(llama_target)
+    assert r.net.embed.data_ptr() == llama_target.get_input_embeddings().weight.data_ptr()
+    assert r.net.head.data_ptr() == llama_target.lm_head.weight.data_ptr()
+
+
+def test_a_draft_holding_the_targets_embedding_shares_it_with_the_same_logits():
+    from dynatree_lib.harness.models import share_embedding
+
+    target, draft = (tiny_llama(seed=s, vocab_size=64, hidden_size=32, layers=1, max_positions=64) for s in (0, 1))
+    assert not share_embedding(target, draft)  # other values: each keeps its own
+    draft.get_input_embeddings().weight.data.copy_(target.get_input_embeddings().weight)
+    x = torch.arange(10)[None]
+    before = draft(input_ids=x).logits
+    assert share_embedding(target, draft)
+    assert draft.get_input_embeddings().weight is target.get_input_embeddings().weight
+    assert torch.equal(draft(input_ids=x).logits, before)

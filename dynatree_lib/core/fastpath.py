@@ -126,9 +126,11 @@ class StaticLlama(nn.Module):
         dtype, dev = hf.dtype, next(hf.parameters()).device
         # attention by the bf16 kernel too, where it takes the head size
         self.fused_attention = kernel and dtype == torch.bfloat16 and dev.type == "cpu" and kernels.attention_takes(self.hd)
-        p = lambda t: nn.Parameter(t.detach().clone(), requires_grad=False)
-        # matmul weights: packed for the bf16 kernel where asked and possible (``linear`` dispatches on it)
-        w = lambda t: kernels.pack(t.detach()) if kernel and kernels.packable(t) else t.detach().clone()
+        # A tensor read as the model holds it is shared with the model, not copied (the embedding, the norms, an
+        # unpacked whole head); matmul weights are packed for the bf16 kernel where asked and possible
+        # (``linear`` dispatches on it), and stacked over layers, so those are the runner's own.
+        p = lambda t: nn.Parameter(t.detach(), requires_grad=False)
+        w = lambda t: kernels.pack(t.detach()) if kernel and kernels.packable(t) else t.detach()
         # Each kind of weight is one tensor over all layers ([layers, ...]; layer i reads a view): a compiled
         # call checks and passes every input tensor, a fixed cost per tensor and call.
         stack = lambda f: nn.Parameter(torch.stack([f(L) for L in hf.model.layers]), requires_grad=False)
@@ -222,7 +224,8 @@ class StaticLlama(nn.Module):
 
 class StaticRunner(Runner):
     """The ``Runner`` of the fast path (see module docstring). ``model`` is the source transformers model
-    (its config is what checks read); the runner owns a ``StaticLlama`` copy of its weights.
+    (its config is what checks read); the runner's ``StaticLlama`` holds its weights in the layout its kernels
+    read, sharing the tensors it reads as they are (the embedding) with the model.
 
     The cache has ``max_len`` slots (default: the model's context) plus ``tree_slots`` for the draft tree
     that sits in the cache during a verification beyond the committed tokens. ``vocab``: score only

@@ -119,6 +119,7 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
         return on_engine(target, engine, max_len), None, tt
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
+    share_embedding(target, draft)
     override_context((target, draft), context_override)
     vocab = None if draft_vocab is None else frequent_tokens(draft_ref, draft_vocab)
     cfg = lookup_config(draft_ref) if draft_lookup else None
@@ -126,6 +127,20 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     if cfg is not None:
         draft = LookupRunner(as_runner(draft), cfg)
     return on_engine(target, engine, max_len), draft, tt
+
+
+def share_embedding(target, draft) -> bool:
+    """Point the draft's input embedding (and its output layer, where tied to it) at the target's tensor when
+    the two hold the same values, as for a draft that borrows its target's embedding (the cpu profile's): one copy
+    in memory instead of two, the same numbers. Whether it shared."""
+    t, d = target.get_input_embeddings().weight, draft.get_input_embeddings().weight
+    if t is d or t.shape != d.shape or t.dtype != d.dtype or t.device != d.device or not torch.equal(t, d):
+        return False
+    head = draft.get_output_embeddings()
+    if head is not None and head.weight is d:
+        head.weight = t
+    draft.get_input_embeddings().weight = t
+    return True
 
 
 def override_context(models, context_override: int | None) -> None:
