@@ -92,6 +92,15 @@ print("prompt ...", repr(pair["sample"]["prompt_tail"]))
 print("target's greedy continuation:", repr(pair["sample"]["continuation"]))
 
 # %% [markdown]
+# Greedy agreement reads only the top token. A sampled verification accepts a token drawn from the draft with
+# probability Σ min(p, q) over the two models' next-token laws at temperature 1 (one drawn child; a tree's
+# siblings add to it), and it drafts on text the target sampled, not on its greedy output. The table gives that
+# overlap on both texts (notebook 10 runs the sampling experiment itself).
+
+# %%
+show_table(tables.overlap_table(pair), "table_draft_overlap", prof)
+
+# %% [markdown]
 # The draft against its previous versions on the same dev prompts, where their reports were kept
 # (`pair_v2.json`, `pair_v3.json`): agreement of the network alone, with its lookup, and its calibration error.
 # v2 was distilled on continuations only; v3, a larger network trained from scratch on 2 CPU cores, also on the

@@ -263,3 +263,20 @@ def test_the_draft_shares_the_target_embedding_it_borrows(pair):
     """The committed draft borrows its target's embedding: loaded as a pair, memory holds one copy of it."""
     target, draft, _ = pair
     assert draft.get_input_embeddings().weight is target.get_input_embeddings().weight
+
+
+def test_overlap_is_the_acceptance_of_one_drawn_token():
+    """sum(min(p, q)): 1 for equal laws, 0 for disjoint ones, a draft head's missing tokens count as q = 0, and it
+    equals the rate at which speculative sampling accepts a token drawn from q (min(1, p/q))."""
+    from dynatree_lib.harness.pair import overlap
+
+    p = torch.tensor([[0.5, 0.3, 0.2, 0.0]]).log()
+    assert torch.allclose(overlap(p, p), torch.tensor([1.0]))
+    assert torch.allclose(overlap(p, torch.tensor([[0.0, 0.0, 0.0, 1.0]]).log()), torch.tensor([0.0]))
+    sub = torch.tensor([0, 3])  # the head scores tokens 0 and 3 only: q = (0.6, 0, 0, 0.4)
+    assert torch.allclose(overlap(p, torch.tensor([[0.6, 0.4]]).log(), sub), torch.tensor([0.5]))
+    q = torch.tensor([0.1, 0.6, 0.2, 0.1])
+    g = torch.Generator().manual_seed(0)
+    x = torch.multinomial(q, 200_000, replacement=True, generator=g)
+    accepted = torch.rand(x.numel(), generator=g) < (p[0].exp()[x] / q[x]).clamp(max=1)
+    assert abs(float(accepted.float().mean()) - float(overlap(p, q[None].log()))) < 0.005

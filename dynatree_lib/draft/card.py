@@ -188,19 +188,22 @@ def evaluation_section(pair: dict) -> str:
     heads += [("network alone", pair["agreement_no_lookup"])] if "agreement_no_lookup" in pair else []
     heads += [("full head", pair["agreement_full_vocab"])] if "agreement_full_vocab" in pair else []
     rows = "\n".join(f"| {k} | {h} | {v['positions']} | {v['agreement']:.3f} | {v['mean_confidence']:.3f} | "
-                     f"{v['ece']:.3f} |" for h, agr in heads for k, v in agr.items())
+                     f"{v['ece']:.3f} | " + (f"{v['overlap']:.3f} |" if "overlap" in v else "– |")
+                     for h, agr in heads for k, v in agr.items())
     bpb = pair["bits_per_byte"]
     bpb_line = ", ".join(f"{ds}: target {bpb['target'][ds]:.2f} / draft {bpb['draft'][ds]:.2f}" for ds in bpb["target"])
     return f"""## Held-out evaluation
 On the `cpu` profile's dev prompts (no training text, no test prompt), teacher-forced on SmolLM2's own greedy output (the
 text a speculative decoder drafts; `results/cpu/pair.json`, notebook 00) and, as `*_human`, on the human-written
-prompts. Agreement: the draft's argmax equals the target's. ECE: 10 equal-width bins. Heads: the draft as drafting
+prompts. Agreement: the draft's argmax equals the target's. ECE: 10 equal-width bins. Σ min(p, q): the overlap of
+the two next-token laws at temperature 1, the probability that speculative sampling accepts a token drawn from the
+draft. Heads: the draft as drafting
 uses it (its {n_sub} most frequent tokens and its context lookup), the network alone, and its full head (every
 token of the vocabulary; distillation trains the head drafting uses, so the full head is shown for what it is, never
 used).
 
-| text | head | positions | agreement | mean top-1 prob | ECE |
-|---|---|---|---|---|---|
+| text | head | positions | agreement | mean top-1 prob | ECE | Σ min(p, q) |
+|---|---|---|---|---|---|---|
 {rows}
 
 Bits per byte (held out): {bpb_line}.

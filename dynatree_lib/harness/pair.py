@@ -7,6 +7,9 @@ continuations of the experiment prompts (the text a speculative decoder actually
 - agreement: share of positions where the draft's argmax equals the target's.
 - calibration: the draft's top-1 probability against that agreement in 10 equal-width bins; ECE is the
   bin-size-weighted mean |accuracy - confidence|.
+- overlap: sum over tokens of min(p, q), the target's and the draft's next-token laws at temperature 1, averaged
+  over positions: the probability that a token drawn from the draft is accepted by speculative sampling
+  (one drawn child; a tree's siblings add to it). Greedy agreement reads only the top token; this reads the law.
 - chain acceptance by depth: a linear draft of K started at position t is accepted up to depth j iff the
   teacher-forced agreements t..t+j-1 all hold (while the draft agrees, it reads the target's tokens), so
   P(depth j accepted) is a run-length statistic of the agreement sequence.
@@ -69,13 +72,21 @@ def top1(lp: Tensor, vocab: Tensor | None = None) -> tuple[Tensor, Tensor]:
     return conf.exp(), top if vocab is None else vocab[top]
 
 
-def agreement_stats(conf: list[Tensor], agree: list[Tensor]) -> dict:
-    """Agreement, calibration and chain acceptance from per-sequence draft confidences and agreement flags
-    (the draft's argmax equals the target's) at the same positions."""
+def agreement_stats(conf: list[Tensor], agree: list[Tensor], overlap: list[Tensor]) -> dict:
+    """Agreement, calibration, chain acceptance and the laws' overlap from per-sequence draft confidences,
+    agreement flags (the draft's argmax equals the target's) and sum(min(p, q)) at the same positions."""
     c, ok = torch.cat(conf), torch.cat(agree)
     bins, ece = calibration_bins(c, ok)
     return {"positions": int(c.numel()), "agreement": float(ok.float().mean()),
-            "mean_confidence": float(c.mean()), "ece": ece, "bins": bins, "chain_acceptance": chain_acceptance(agree)}
+            "mean_confidence": float(c.mean()), "ece": ece, "bins": bins, "chain_acceptance": chain_acceptance(agree),
+            "overlap": float(torch.cat(overlap).mean())}
+
+
+def overlap(target_lp: Tensor, draft_lp: Tensor, vocab: Tensor | None = None) -> Tensor:
+    """sum(min(p, q)) per row of two log-probability tables, the draft's over the columns ``vocab`` (a token
+    outside it has q = 0 and adds nothing)."""
+    p = (target_lp if vocab is None else target_lp[:, vocab]).exp()
+    return torch.minimum(p, draft_lp.exp()).sum(-1)
 
 
 @torch.no_grad()
@@ -96,7 +107,9 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     ``draft_vocab`` profile the agreement is the draft's as drafting uses it (its head over the frequent tokens),
     and ``agreement_full_vocab`` the same draft scoring every token; with ``draft_lookup`` the draft's distribution
     carries its context lookup (``core.lookup.mix``) and ``agreement_no_lookup`` is the network alone; bits/byte
-    always score the network alone, over every token. ``draft``: another draft than the profile's (a folder with
+    always score the network alone, over every token. ``sampled``: the same agreement report on the target's
+    output sampled at temperature 1 (where a sampled verification drafts; its overlap is what acceptance reads).
+    ``draft``: another draft than the profile's (a folder with
     the same companions: an earlier version, reported beside the current one)."""
     from .environment import environment
     from .models import load_pair
@@ -120,8 +133,11 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
                                   "layers": m.config.num_hidden_layers, "hidden": m.config.hidden_size,
                                   "weights": weights_info(ref)}
     report["bits_per_byte"] = held_out_bits(profile, target, dm, tok)
-    seqs = greedy_outputs(profile, target, tok, T, report)
+    seqs = target_outputs(profile, target, tok, T, report)
     report |= agreement_report(profile, draft_ref, target, dm, seqs)
+    # the same on text the target samples at temperature 1, where a sampled verification drafts
+    report["sampled"] = agreement_report(profile, draft_ref, target, dm, target_outputs(profile, target, tok, T, report,
+                                                                                         sample=True))
     report["environment"] = environment(profile.models.device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))
@@ -143,21 +159,24 @@ def held_out_bits(profile, target, draft, tok) -> dict:
     return out
 
 
-def greedy_outputs(profile, target, tok, T: int, report: dict) -> list[tuple[str, Tensor, int]]:
-    """(group, prompt + the target's greedy output, the prompt's last row) for every dev prompt; Spec-Bench's
-    groups are ``spec_bench/<category>``. The first continuation is kept as a sample in ``report``."""
+def target_outputs(profile, target, tok, T: int, report: dict, sample: bool = False) -> list[tuple[str, Tensor, int]]:
+    """(group, prompt + the target's output, the prompt's last row) for every dev prompt: greedy, or with
+    ``sample`` drawn at temperature 1 (seeded by the protocol's seed); Spec-Bench's groups are
+    ``spec_bench/<category>``. The first greedy continuation is kept as a sample in ``report``."""
     from ..methods import generate
     from .prompts import load_prompts
 
+    gen = torch.Generator().manual_seed(profile.protocol.seed) if sample else None
     seqs = []
     for ws in profile.workloads:
         spec = ws == "spec_bench"
         n = (profile.extras.pair_n_questions if spec else profile.extras.pair_n_prompts) or profile.protocol.n_prompts
         for p in load_prompts(ws, tok, n, profile.L_max(ws), "dev", profile.protocol.seed, profile.protocol.data_source):
             ids = p.ids[-profile.protocol.max_prompt:] if profile.protocol.max_prompt else p.ids
-            out = generate(target, ids, T, eos_token_id=tok.eos_token_id if spec else None).tokens
+            out = generate(target, ids, T, eos_token_id=tok.eos_token_id if spec else None,
+                           temperature=1.0 if sample else 0.0, generator=gen).tokens
             seqs.append((f"{ws}/{p.category}" if spec else ws, torch.cat([ids, torch.tensor(out)]), ids.numel() - 1))
-            if not report.get("sample"):
+            if not sample and not report.get("sample"):
                 report["sample"] = {"prompt_id": p.id, "prompt_tail": tok.decode(ids[-40:]),
                                     "continuation": tok.decode(out[:64])}
     return seqs
@@ -197,17 +216,18 @@ def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
     lookup = lookup_config(draft_ref) if profile.models.draft_lookup else None
     heads = ({"agreement": (vocab, lookup)} | ({"agreement_full_vocab": (None, lookup)} if vocab is not None else {})
              | ({"agreement_no_lookup": (vocab, None)} if lookup is not None else {}))
-    flags = {key: [] for key in heads}  # (group, text, draft confidences, agreement with the target)
+    flags = {key: [] for key in heads}  # (group, text, draft confidences, agreement with the target, overlap)
     for group, ids, s in seqs:
         for text, x, lo in (("", ids, s), ("_human", ids[:s + 1], 0)):
-            t_top = teacher_forced(target, x)[lo:-1].argmax(-1)
+            t_lp = teacher_forced(target, x)[lo:-1]
             lps = {}  # one draft forward per head: the rows with and without the lookup share it
             for key, (v, lk) in heads.items():
                 if (v is None) not in lps:
                     lps[v is None] = teacher_forced(draft, x, vocab=v)[:-1]
                 lp = lps[v is None]
-                conf, top = top1(lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v), v)
-                flags[key].append((group, text, conf, top == t_top))
+                d_lp = lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v)
+                conf, top = top1(d_lp, v)
+                flags[key].append((group, text, conf, top == t_lp.argmax(-1), overlap(t_lp, d_lp, v)))
     groups = list(dict.fromkeys(g for g, _, _ in seqs))
     pooled = [CONTINUATIONS] if sum("/" not in g for g in groups) > 1 else []
     scopes = groups + [w for w in profile.workloads if w not in groups] + pooled + ["all"]
@@ -218,5 +238,5 @@ def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
             for text in ("", "_human"):
                 sel = [f for f in flags[key] if f[1] == text and in_scope(scope, f[0])]
                 if sel:
-                    out[key][scope + text] = agreement_stats([f[2] for f in sel], [f[3] for f in sel])
+                    out[key][scope + text] = agreement_stats(*([f[i] for f in sel] for i in (2, 3, 4)))
     return out

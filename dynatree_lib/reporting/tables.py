@@ -599,7 +599,8 @@ def pair_table(pair: dict) -> pd.DataFrame:
 
 
 def agreement_table(pair: dict) -> pd.DataFrame:
-    """Teacher-forced draft/target agreement, mean confidence and ECE, on the target's greedy continuations
+    """Teacher-forced draft/target agreement, mean confidence, ECE and the overlap of the two laws at T = 1
+    (``harness.pair``: what a drawn token's acceptance reads), on the target's greedy continuations
     and on the human-written prompts; with a draft head over a token subset, also with the full head; with a
     context lookup, also the network alone."""
     rows = {}
@@ -611,9 +612,31 @@ def agreement_table(pair: dict) -> pd.DataFrame:
             text = ("human text (prompts)" if key.endswith("_human") else "target's greedy output") + head
             rows[(scope_label(key.replace("_human", "")), text)] = {
                 "positions": a["positions"], "agreement": f"{a['agreement']:.3f}",
-                "mean top-1 prob": f"{a['mean_confidence']:.3f}", "ECE": f"{a['ece']:.3f}"}
+                "mean top-1 prob": f"{a['mean_confidence']:.3f}", "ECE": f"{a['ece']:.3f}",
+                "Σ min(p, q) at T = 1": f"{a['overlap']:.3f}" if "overlap" in a else "–"}
     t = pd.DataFrame(rows).T
     t.index.names = ["scope", "text"]
+    return t
+
+
+def overlap_table(pair: dict) -> pd.DataFrame:
+    """Σ min(p, q) per workload and category, the probability that speculative sampling accepts a token drawn from
+    the draft at temperature 1, teacher-forced on the target's greedy output and on its output sampled at
+    temperature 1 (``pair["sampled"]``), for each head the report measured; empty for a report without it."""
+    sampled = pair.get("sampled")
+    if not sampled:
+        return pd.DataFrame()
+    heads = {"agreement": "as drafting uses it", "agreement_no_lookup": "network alone",
+             "agreement_full_vocab": "full head"}
+    rows = {}
+    for field_, head in heads.items():
+        for text, rep in (("greedy output", pair), ("sampled output", sampled)):
+            for key, a in rep.get(field_, {}).items():
+                if not key.endswith("_human") and "overlap" in a:
+                    rows.setdefault(scope_label(key), {})[(head, text)] = f"{a['overlap']:.3f}"
+    t = pd.DataFrame(rows).T
+    t.columns = pd.MultiIndex.from_tuples(t.columns)
+    t.index.name = "text"
     return t
 
 
