@@ -136,8 +136,9 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     seqs = target_outputs(profile, target, tok, T, report)
     report |= agreement_report(profile, draft_ref, target, dm, seqs)
     # the same on text the target samples at temperature 1, where a sampled verification drafts
-    report["sampled"] = agreement_report(profile, draft_ref, target, dm, target_outputs(profile, target, tok, T, report,
-                                                                                         sample=True))
+    # (the prompts themselves, ``*_human``, are the same text: reported once, above)
+    sampled = target_outputs(profile, target, tok, T, report, sample=True)
+    report["sampled"] = agreement_report(profile, draft_ref, target, dm, sampled, human=False)
     report["environment"] = environment(profile.models.device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))
@@ -206,9 +207,9 @@ def versions(pair: dict, before: dict) -> dict[str, dict]:
     return out
 
 
-def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
+def agreement_report(profile, draft_ref: str, target, draft, seqs, human: bool = True) -> dict:
     """Agreement and calibration of each draft head (see ``run_pair``) per group, per workload, and over all,
-    on the target's output and on the human prompt. Teacher-forced once per sequence and text."""
+    on the target's output and (with ``human``) on the human prompt. Teacher-forced once per sequence and text."""
     from ..core.lookup import mix
     from .weights import frequent_tokens, lookup_config
 
@@ -218,8 +219,9 @@ def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
              | ({"agreement_no_lookup": (vocab, None)} if lookup is not None else {}))
     flags = {key: [] for key in heads}  # (group, text, draft confidences, agreement with the target, overlap)
     for group, ids, s in seqs:
-        for text, x, lo in (("", ids, s), ("_human", ids[:s + 1], 0)):
+        for text, x, lo in (("", ids, s),) + ((("_human", ids[:s + 1], 0),) if human else ()):
             t_lp = teacher_forced(target, x)[lo:-1]
+            t_top = t_lp.argmax(-1)
             lps = {}  # one draft forward per head: the rows with and without the lookup share it
             for key, (v, lk) in heads.items():
                 if (v is None) not in lps:
@@ -227,7 +229,7 @@ def agreement_report(profile, draft_ref: str, target, draft, seqs) -> dict:
                 lp = lps[v is None]
                 d_lp = lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v)
                 conf, top = top1(d_lp, v)
-                flags[key].append((group, text, conf, top == t_lp.argmax(-1), overlap(t_lp, d_lp, v)))
+                flags[key].append((group, text, conf, top == t_top, overlap(t_lp, d_lp, v)))
     groups = list(dict.fromkeys(g for g, _, _ in seqs))
     pooled = [CONTINUATIONS] if sum("/" not in g for g in groups) > 1 else []
     scopes = groups + [w for w in profile.workloads if w not in groups] + pooled + ["all"]

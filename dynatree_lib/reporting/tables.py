@@ -371,30 +371,26 @@ def draft_change_table(now: pd.DataFrame, before: pd.DataFrame, names: tuple[str
     per iteration (replicate 1).
     Each speedup is paired with AR inside its own run; the two runs are different sessions, so the table compares
     paired ratios, it is not a paired test of one draft against the other."""
-    def cells(df):
+    def drafting(df):
         t = role(df)
-        t = t[(t.engine == "ours") & (t.method != "ar")]
-        return {(r.dataset, r.label, r.replicate): r for _, r in t.iterrows()}
+        return order(t[(t.engine == "ours") & (t.method != "ar")])
 
-    runs = dict(zip(names, (cells(before), cells(now))))
-    reps = sorted(role(now).replicate.unique())
+    runs = {name: {(r.dataset, r.label, r.replicate): r for _, r in drafting(df).iterrows()}
+            for name, df in zip(names, (before, now))}
+    ours = drafting(now)
+    reps = sorted(ours.replicate.unique())
     rows = []
     for ds in DATASET_LABELS:
-        labels = [r.label for r in order(role(now)[(role(now).dataset == ds) & (role(now).method != "ar")]
-                                         .drop_duplicates("label")).itertuples()]
-        for lab in labels:
-            if not all((ds, lab, 0) in c for c in runs.values()):
+        for lab in ours[ours.dataset == ds].label.drop_duplicates():
+            first = {name: c.get((ds, lab, 0)) for name, c in runs.items()}
+            if any(r is None for r in first.values()):
                 continue
             row = {"Workload": DATASET_LABELS[ds], "Method": lab}
-            for name, c in runs.items():
-                for rep in reps:
-                    r = c.get((ds, lab, rep))
-                    row[f"{name} speedup r{rep + 1}"] = "–" if r is None else f"{r.speedup:.2f}×"
-            for name, c in runs.items():
-                row[f"{name} L̄"] = f"{c[(ds, lab, 0)].L_bar:.2f}"
-            for name, c in runs.items():
-                r = c[(ds, lab, 0)]
-                row[f"{name} draft ms/iter"] = f"{1e3 * r.draft_s / r.iterations:.2f}"
+            speedup = lambda r: "–" if r is None else f"{r.speedup:.2f}×"
+            row |= {f"{name} speedup r{rep + 1}": speedup(c.get((ds, lab, rep)))
+                    for name, c in runs.items() for rep in reps}
+            row |= {f"{name} L̄": f"{r.L_bar:.2f}" for name, r in first.items()}
+            row |= {f"{name} draft ms/iter": f"{1e3 * r.draft_s / r.iterations:.2f}" for name, r in first.items()}
             rows.append(row)
     return pd.DataFrame(rows).set_index(["Workload", "Method"]) if rows else pd.DataFrame()
 
