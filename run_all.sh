@@ -51,6 +51,7 @@ for nb in notebooks/[0-9][0-9]_*.ipynb; do
     echo "[run_all] FAILED in $name; the executed notebook with the error is $OUT/$name" >&2
     exit 1
   fi
+  "$PY" -m dynatree_lib.reporting.executed strip "$OUT/$name"  # no timestamps: an unchanged render changes no file
 done
 echo "[run_all] done in $(( $(date +%s) - start ))s: notebooks in $OUT, JSON in results/$PROFILE, figures in figures/$PROFILE"
 "$PY" -m dynatree_lib.reporting.results_md "$PROFILE" && echo "[run_all] results summary: RESULTS.md"

@@ -47,7 +47,9 @@ class Method:
     "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that engine's AR as well as ours);
     ``engine_ar``: this method is its engine's own AR, the row the engine's other rows are also divided by (a
     method whose configs hold several modes, like llama.cpp's, tags that row ``own_ar`` instead);
-    ``describe(cfg)``: a dict its records carry under ``engine_info``."""
+    ``describe(cfg)``: a dict its records carry under ``engine_info``; ``unavailable()``: what this machine lacks to
+    measure it (a message naming the missing tool and how to get it), None when nothing is missing. It decides
+    what gets measured, never what gets rendered: committed records of a method render everywhere."""
 
     name: str
     config: type | None
@@ -62,6 +64,7 @@ class Method:
     engine: str = "ours"
     engine_ar: bool = False
     describe: Callable | None = None  # config -> what its records log about another engine (version, build, command)
+    unavailable: Callable[[], str | None] = lambda: None
 
 
 REGISTRY: dict[str, Method] = {}

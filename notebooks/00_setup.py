@@ -33,7 +33,7 @@ from dynatree_lib.reporting.notebook import show_fig, show_table
 
 prof = get_profile(profile, **overrides)
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "machine-output"]
 from dynatree_lib.harness.environment import environment
 
 environment(prof.models.device)

@@ -39,14 +39,21 @@ from dynatree_lib.reporting.notebook import show_fig, show_table
 prof = get_profile(profile, **overrides)
 
 # %% tags=["nbval-ignore-output"]
-path = experiments.run("sampling", prof, rerun=rerun, render_only=render_only)
-df = tables.load(path, prof)
+df = None
+if experiments.measures("sampling", prof):
+    path = experiments.run("sampling", prof, rerun=rerun, render_only=render_only)
+    df = tables.load(path, prof)
+else:
+    print(f"profile {prof.name!r} samples nothing (temperatures={prof.protocol.temperatures}); "
+          "add one with `--set \"temperatures=(1.0,)\"` or overrides={'temperatures': (1.0,)}")
 
 # %%
-show_table(tables.sampling_table(df), "table_sampling", prof)
+if df is not None:
+    show_table(tables.sampling_table(df), "table_sampling", prof)
 
 # %% tags=["nbval-ignore-output"]
-show_fig(plots.sampling(df), "fig_sampling", prof)
+if df is not None:
+    show_fig(plots.sampling(df), "fig_sampling", prof)
 
 # %% [markdown]
 # The same run with the previous draft (v3, kept as `sampling_v3.json` on the cpu profile): speedups over AR
@@ -54,7 +61,7 @@ show_fig(plots.sampling(df), "fig_sampling", prof)
 
 # %%
 earlier = results_path("sampling_v3", prof)
-if earlier.exists():
+if df is not None and earlier.exists():
     show_table(tables.draft_change_table(df, tables.load(earlier), ("v3", "v4")), "table_sampling_draft_change", prof)
 
 # %% [markdown]
@@ -62,11 +69,12 @@ if earlier.exists():
 # greedy outputs' share):
 
 # %%
-show_table(tables.ar_loops(df), "table_sampling_loops", prof)
+if df is not None:
+    show_table(tables.ar_loops(df), "table_sampling_loops", prof)
 
 # %% [markdown]
 # Spec-Bench by category at the first temperature:
 
 # %%
-if "spec_bench" in prof.workloads:
+if df is not None and "spec_bench" in prof.workloads:
     show_table(tables.spec_bench_table(df, prof.protocol.temperatures[0]), "table_sampling_spec_bench", prof)

@@ -18,8 +18,8 @@
 # can leave our AR's path at near-ties: the last column counts the prompts where they do not.
 #
 # llama.cpp is optional: `bash tools/build_llamacpp.sh` builds it from the source vendored in the
-# `llama-cpp-python` sdist and converts the weights. Without a build (or on a profile with no peers) this
-# notebook measures nothing and renders what is logged.
+# `llama-cpp-python` sdist and converts the weights. Without a build this notebook measures none of llama.cpp's
+# cells (it says what is missing) and renders the committed records all the same.
 
 # %% tags=["parameters"]
 profile = "cpu"      # only "cpu" runs peers (llama.cpp GGUFs of its SmolLM2 pair)
@@ -28,7 +28,7 @@ rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) a
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
-from dynatree_lib.harness import experiments, llamacpp, peers
+from dynatree_lib.harness import experiments
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.reporting import plots, tables
 from dynatree_lib.reporting.notebook import show_fig, show_table
@@ -36,11 +36,9 @@ from dynatree_lib.reporting.notebook import show_fig, show_table
 prof = get_profile(profile, **overrides)
 if not prof.extras.peers_n_prompts:
     print(f"profile {prof.name!r} runs no peers")
-elif not peers.available():
-    print(llamacpp.how_to_get())
 
 # %% tags=["nbval-ignore-output"]
-path = experiments.run("peers", prof, rerun=rerun, render_only=render_only or not peers.available())
+path = experiments.run("peers", prof, rerun=rerun, render_only=render_only)
 df = tables.load(path, prof) if path.exists() else None
 print("no peer records logged" if df is None or df.empty else f"{len(df)} records from {path.name}")
 

@@ -275,20 +275,44 @@ def test_eos_is_kept_as_our_decoders_keep_it():
     assert peers.result_of({**row, "stop_type": "limit"}, eos=2).tokens == [5, 6]
 
 
-def test_peers_experiment_without_llamacpp(monkeypatch, tmp_path):
-    """Without a build the peers experiment has no cells and the notebook's run returns at once; with one, the
+def test_the_peers_cells_do_not_depend_on_the_build(monkeypatch):
+    """Whether llama.cpp is built decides what is measured, never which cells (and so which records render): the
     cpu profile's cells put llama.cpp beside our AR on every workload, its own AR tagged as its reference."""
     from dynatree_lib.harness import experiments, peers
     from dynatree_lib.harness.profiles import get_profile
 
     prof = get_profile("cpu", candidates=None)
     monkeypatch.setattr(peers, "available", lambda: False)
-    assert experiments.peers_cells(prof) == []
-    assert not experiments.run("peers", get_profile("smoke", candidates=None), root=tmp_path).exists()
+    without = experiments.peers_cells(prof)
     monkeypatch.setattr(peers, "available", lambda: True)
-    cells = experiments.peers_cells(prof)
+    assert experiments.peers_cells(prof) == without
     for ws in prof.workloads:
-        mine = [c for c in cells if c.dataset == ws]
+        mine = [c for c in without if c.dataset == ws]
         assert {c.method for c in mine} >= {"ar", "dynatree", "llamacpp"}
         assert sum(c.tags["own_ar"] for c in mine if c.method == "llamacpp") == prof.protocol.replicates
-    assert experiments.n_prompts("peers", prof, cells[0]) == prof.extras.peers_n_prompts
+    assert experiments.n_prompts("peers", prof, without[0]) == prof.extras.peers_n_prompts
+    assert experiments.peers_cells(get_profile("smoke", candidates=None)) == []
+
+
+def test_without_llamacpp_its_cells_are_skipped_by_name_and_a_rerun_keeps_its_records(monkeypatch, tmp_path, capsys):
+    from dynatree_lib.harness import experiments, peers
+    from dynatree_lib.harness.profiles import get_profile
+
+    prof = get_profile("cpu", candidates=None)
+    monkeypatch.setattr(peers, "available", lambda: False)
+    cells = experiments.peers_cells(prof)
+    kept = experiments.measurable("peers", [(c, str(i)) for i, c in enumerate(cells)], prof)
+    assert [c for c, _ in kept] == [c for c in cells if c.method != "llamacpp"] and kept
+    out = capsys.readouterr().out
+    assert "'llamacpp' not measured on this machine" in out and "tools/build_llamacpp.sh" in out
+
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "costs.json").write_bytes((experiments.results_path("costs", prof)).read_bytes())
+    committed = tmp_path / "cpu" / "peers.json"
+    committed.write_text('{"schema": 2, "records": []}')
+    measured = []
+    monkeypatch.setattr(experiments, "in_fresh_process", lambda *a: measured.append(a[-1]))
+    experiments.run("peers", prof, rerun=True, root=tmp_path)
+    assert committed.exists() and not list((tmp_path / "cpu").glob("*.bak.json"))
+    assert measured == list(range(prof.protocol.replicates))  # our cells still measured, llama.cpp's not
+    assert "rerun of 'peers' skipped" in capsys.readouterr().out

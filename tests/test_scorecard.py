@@ -8,17 +8,23 @@ import pytest
 from dynatree_lib.harness.paths import REPO
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.reporting import scorecard
+from dynatree_lib.reporting.verdict import VERDICTS, verdict
 
 
-@pytest.mark.parametrize("per_ws, verdict", [
+@pytest.mark.parametrize("per_ws, expected", [
     ({"a": [(1.3, 1.1, 1.5), (1.2, 1.05, 1.4)], "b": [(1.1, 1.01, 1.2)]}, "reproduces"),
-    ({"a": [(1.3, 1.1, 1.5), (1.2, 0.9, 1.4)]}, "partly"),            # one replicate's interval includes 1
-    ({"a": [(1.3, 1.1, 1.5)], "b": [(0.8, 0.7, 0.9)]}, "partly"),       # one workload the other way
-    ({"a": [(0.9, 0.8, 0.95)], "b": [(0.99, 0.9, 1.05)]}, "no"),
+    ({"a": [(1.3, 1.1, 1.5), (1.25, 1.1, 1.4)], "b": [(1.2, 0.9, 1.4)]}, "partly"),  # b: one replicate ties
+    ({"a": [(1.3, 1.1, 1.5)], "b": [(0.8, 0.7, 0.9)]}, "partly"),                 # b the other way
+    ({"a": [(0.88, 0.81, 0.98)], "b": [(0.92, 0.84, 1.04)], "c": [(0.95, 0.87, 1.06)]}, "no"),  # all below 1
+    ({"a": [(0.97, 0.9, 1.05)], "b": [(0.98, 0.9, 1.06)]}, "no"),                  # all below 1, all tie
+    ({"a": [(1.02, 0.95, 1.1), (0.99, 0.9, 1.05)], "b": [(1.01, 0.97, 1.06)]}, "tie"),
+    ({"a": [(1.3, 1.1, 1.5), (1.02, 0.95, 1.1)], "b": [(0.99, 0.95, 1.04)]}, "no"),  # no workload agrees
+    ({"a": [(1.3, 1.1, 1.5), (1.2, 1.05, 1.4)], "b": []}, "reproduces"),          # b not measured
     ({"a": []}, "no"),
+    ({}, "no"),
 ])
-def test_verdict_follows_the_documented_rule(per_ws, verdict):
-    assert scorecard._verdict(per_ws) == verdict
+def test_verdict_follows_the_documented_rule(per_ws, expected):
+    assert verdict(per_ws) == expected and expected in VERDICTS
 
 
 def test_cell_marks_intervals_that_include_one():

@@ -172,11 +172,12 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
 
     path = results_path("costs", profile, root)
     engine = str(profile.models.engine)
-    if path.exists() and (was := json.loads(path.read_text())["engine"]) != engine:
+    if path.exists() and (was := json.loads(path.read_text()).get("engine")) != engine:
+        how = "predates the engine field" if was is None else f"was measured on engine {was!r}"
         if render_only:
-            raise ValueError(f"{path} was measured on engine {was!r}, the profile runs {engine!r}: "
-                             "run without --render to measure it again")
-        print(f"{path}: measured on engine {was!r}; measuring {engine!r}")
+            raise ValueError(f"{path} {how}, the profile runs {engine!r}: `./run_all.sh {profile.name}` (without "
+                             "--render) measures it again")
+        print(f"{path} {how}; measuring the costs again on {engine!r}")
         rerun = True
     if path.exists() and rerun and not render_only:
         path.rename(path.with_suffix(".bak.json"))

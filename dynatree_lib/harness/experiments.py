@@ -218,8 +218,8 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
 def peers_cells(p: Profile, root=None) -> list[Cell]:
     """Notebook 12: llama.cpp's modes (``peers.PEERS``) beside our AR, DynaTree and the extension (without its
     variants), greedy on the main table's first prompts in the timed precision, each replicate in a fresh process;
-    none where the profile runs no peers or llama.cpp is not built."""
-    if not p.extras.peers_n_prompts or not peers.available():
+    none where the profile runs no peers. Whether llama.cpp is built decides what ``run`` measures, not the cells."""
+    if not p.extras.peers_n_prompts:
         return []
     cells, T = [], p.protocol.T
     for r in range(p.protocol.replicates):
@@ -278,15 +278,40 @@ def missing(name: str, profile: Profile, root: Path | None = None, replicate: in
     return [(c, k) for c in cells if store.get(k := cell_key(name, profile, c)) is None]
 
 
+def measures(name: str, profile: Profile, root: Path | None = None) -> bool:
+    """Whether the profile has any cell of experiment ``name`` (a profile without temperatures samples nothing)."""
+    return bool(EXPERIMENTS[name](profile, root))
+
+
+def unmeasurable(cells: list[Cell]) -> dict[str, str]:
+    """{method: what this machine lacks to measure it} for the cells' methods that cannot run here."""
+    methods = dict.fromkeys(c.method for c in cells)
+    return {m: why for m in methods if (why := registry.REGISTRY[m].unavailable()) is not None}
+
+
+def measurable(name: str, todo: list, profile: Profile) -> list:
+    """The missing (cell, key) pairs this machine can measure; says which it cannot, and why."""
+    lacking = unmeasurable([c for c, _ in todo])
+    for method, why in lacking.items():
+        n = sum(c.method == method for c, _ in todo)
+        print(f"{name}: {n} cell(s) of {method!r} not measured on this machine: {why}")
+    return [(c, k) for c, k in todo if c.method not in lacking]
+
+
 def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False,
         replicate: int | None = None) -> Path:
     """Run every cell of experiment ``name`` that its JSON lacks; returns the JSON path. Replicated experiments
-    (``IN_PROCESS``) measure each replicate in a fresh Python process unless ``replicate`` names one."""
+    (``IN_PROCESS``) measure each replicate in a fresh Python process unless ``replicate`` names one. Cells of a
+    method this machine cannot run (``Method.unavailable``) are not measured, and an experiment holding such
+    cells is not archived by ``rerun``: its committed records stay and render."""
     from . import runner
 
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}")
     path = results_path(name, profile, root)
+    if rerun and not render_only and (lacking := unmeasurable(EXPERIMENTS[name](profile, root))):
+        print(f"rerun of {name!r} skipped, its records kept: this machine cannot measure {sorted(lacking)}")
+        rerun = False
     if rerun and not render_only and (old := ResultStore(path).archive()):
         print(f"rerun: previous results kept at {old}")
     if profile.extras.cost_aware and name in ("tuning", "main", "sampling"):  # the extension's cells come from the
@@ -295,11 +320,11 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     if profile.tuning.candidates is not None and name != "tuning":
         run("tuning", profile, root=root, render_only=render_only)
     todo = missing(name, profile, root, replicate)
-    if not todo:
-        return path
-    if render_only:
+    if todo and render_only:
         raise FileNotFoundError(f"render-only: {len(todo)} cell(s) of '{name}' are missing from {path}; "
                                 "run without --render first")
+    if not (todo := measurable(name, todo, profile)):
+        return path
     if name == "memory":
         from .memory import run_memory
 

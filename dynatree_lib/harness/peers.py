@@ -4,8 +4,8 @@ interleaves it with our methods prompt by prompt and logs it in our record schem
 
 A generation's time is llama.cpp's own (``timings.prompt_ms`` + ``predicted_ms``: prefill + decode, HTTP and
 JSON excluded), the same definition as ours (new tokens over prefill + decode). llama.cpp is optional: without a
-build, ``available()`` is False and the peers experiment has no cells (``harness.llamacpp.how_to_get`` says how
-to build it).
+build, ``unavailable()`` says how to get it, the peers experiment measures none of its cells and its committed
+records still render.
 """
 from __future__ import annotations
 
@@ -58,6 +58,11 @@ def available() -> bool:
     return found is not None and (found / "llama-server").is_file()
 
 
+def unavailable() -> str | None:
+    """None where llama.cpp can be measured, else what is missing and how to get it."""
+    return None if available() else "llama.cpp (llama-server) is not built here. " + llamacpp.how_to_get()
+
+
 _SERVERS: dict[LlamaCppConfig, llamacpp.LlamaServer] = {}
 
 
@@ -106,4 +111,5 @@ def describe(cfg: LlamaCppConfig) -> dict:
 
 
 registry.register(registry.Method("llamacpp", LlamaCppConfig, "llama.cpp", "#17becf", "peer", False, None,
-                                  generate_llamacpp, drafts=False, engine="llama.cpp", describe=describe))
+                                  generate_llamacpp, drafts=False, engine="llama.cpp", describe=describe,
+                                  unavailable=unavailable))

@@ -3,9 +3,9 @@ the logged JSON alone (``python -m dynatree_lib.reporting.scorecard cpu`` rewrit
 ``<!-- scorecard -->`` markers; ``run_all.sh`` does).
 
 A comparison between two methods is the ratio of their mean throughputs over the prompts both measured, with
-its 95% paired bootstrap interval, in each replicate. Verdicts: **reproduces** where every replicate on every
-workload shows the paper's direction with an interval that excludes 1; **partly** where the direction holds on
-some workloads or replicates, or only with intervals that include 1; **no** where no workload shows it.
+its 95% paired bootstrap interval, in each replicate. Every speedup claim gets its verdict from one rule
+(``verdict.verdict``: reproduces, partly, tie or no); the memory claims, which bound a ratio instead, read
+reproduces where every workload is within the bound, partly where some are, no where none is.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pandas as pd
 from ..harness.paths import REPO
 from ..harness.tuning import NotTuned
 from . import tables
+from .verdict import verdict
 
 MARK = re.compile(r"<!-- scorecard -->.*?<!-- /scorecard -->", re.S)
 
@@ -49,20 +50,12 @@ def _cell(rs: list) -> str:
     return " / ".join(f"{r:.2f}{'' if lo > 1 or hi < 1 else '~'}" for r, lo, hi in rs)
 
 
-def _verdict(per_ws: dict[str, list], higher: bool = True) -> str:
-    good = [all((lo > 1) if higher else (hi < 1) for _, lo, hi in rs) for rs in per_ws.values() if rs]
-    some = [any((r > 1) if higher else (r < 1) for r, _, _ in rs) for rs in per_ws.values() if rs]
-    if good and all(good):
-        return "reproduces"
-    return "partly" if any(some) else "no"
-
-
 def comparison(df: pd.DataFrame, a: str, b: str, claim: str, paper: str) -> dict:
     reps = sorted(df.replicate.unique())
     per_ws = {ws: [x for r in reps if (x := _ratio(df, a, b, ws, r)) is not None] for ws in tables.DATASET_LABELS}
     row = {"claim": claim, "paper": paper}
     row |= {tables.DATASET_LABELS[ws]: _cell(rs) if rs else "–" for ws, rs in per_ws.items()}
-    row["verdict"] = _verdict(per_ws)
+    row["verdict"] = verdict(per_ws)
     return row
 
 
@@ -88,8 +81,7 @@ def ablation_rows(path: Path, profile) -> list[dict]:
         r = df[df.tag_step == step].iloc[0]
         ratio, lo, hi, _ = tables.paired(r.tps_by_prompt, base)
         rows.append({"claim": claim, "paper": paper, "WikiText-2": f"{ratio - 1:+.1%} [{lo - 1:+.1%}, {hi - 1:+.1%}]",
-                     "PG-19": "–", "Spec-Bench": "–",
-                     "verdict": "reproduces" if lo > 1 else "partly" if ratio > 1 else "no"})
+                     "PG-19": "–", "Spec-Bench": "–", "verdict": verdict({"wikitext2": [(ratio, lo, hi)]})})
     return rows
 
 
@@ -121,7 +113,7 @@ def sampling_row(path: Path, profile) -> list[dict]:
     sub = df[df.temperature == t]
     row = {"claim": f"Sampling at T = {t:g} keeps the speedup (best DynaTree-family method over AR sampling)",
            "paper": "TALON Table 3 (T = 1)"}
-    best = []
+    best = {}
     for ws, name in tables.DATASET_LABELS.items():
         w = sub[(sub.dataset == ws) & sub.method.isin(["dynatree", "dynatree_cost"])]
         if w.empty:
@@ -129,9 +121,8 @@ def sampling_row(path: Path, profile) -> list[dict]:
             continue
         b = w.loc[w.speedup.idxmax()]
         row[name] = f"{b.speedup:.2f}× [{b.speedup_lo:.2f}, {b.speedup_hi:.2f}]"
-        best.append(b)
-    row["verdict"] = ("reproduces" if best and all(b.speedup_lo > 1 for b in best)
-                      else "no" if best and all(b.speedup_hi < 1 for b in best) else "partly")
+        best[ws] = [(b.speedup, b.speedup_lo, b.speedup_hi)]
+    row["verdict"] = verdict(best)
     return [row]
 
 
@@ -165,8 +156,8 @@ def peers_row(path: Path, profile) -> list[dict]:
         if mine := [p for p in pairs if p["dataset"] == ds]:
             peers = ", ".join(dict.fromkeys(p["peer"].label for p in mine))
             row[name] = f"{_cell([(p['ratio'], p['lo'], p['hi']) for p in mine])} vs {peers}"
-    sides = [1 if p["lo"] > 1 else -1 if p["hi"] < 1 else 0 for p in pairs]
-    row["verdict"] = "yes" if min(sides) > 0 else "no" if max(sides) < 0 else "mixed"
+    per_ws = {ds: [(p["ratio"], p["lo"], p["hi"]) for p in pairs if p["dataset"] == ds] for ds in tables.DATASET_LABELS}
+    row["verdict"] = verdict(per_ws).replace("reproduces", "yes")  # not the paper's claim: nothing to reproduce
     return [row]
 
 
@@ -198,6 +189,9 @@ def write(profile, readme: Path = REPO / "README.md") -> str:
     md = tables.to_markdown(scorecard(profile))
     note = ("Ours: WikiText-2 / PG-19 continuations and Spec-Bench questions on the sealed test prompts, ratios of "
             "mean throughputs per replicate (r1 / r2; `~`: the 95% interval includes 1), from `results/cpu/`. "
+            "Verdicts of the speedup claims, one rule (`dynatree_lib/reporting/verdict.py`): *no* where every estimate "
+            "is below 1, *tie* where every interval includes 1, *reproduces* where every workload's intervals lie "
+            "above 1 in every replicate, *partly* where some workloads do, else *no*. "
             "Generated by `python -m dynatree_lib.reporting.scorecard`.\n")
     if current(REPO / "results" / profile.name / "main.json", profile) is None:
         note += (f"\nThe main table's claims (exactness, DynaTree against AR, linear and the fixed tree) get their rows "

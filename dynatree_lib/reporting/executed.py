@@ -1,0 +1,65 @@
+"""Executed notebooks without what changes on every run: ``run_all.sh`` strips papermill's and Jupyter's timestamps
+and durations from each notebook it executes, so a render of unchanged JSON leaves ``executed/`` unchanged, and
+``same_render`` compares two executed notebooks the way the clean-render check (``tools/clean_render.sh``) does.
+
+    python -m dynatree_lib.reporting.executed strip executed/cpu/*.ipynb
+    python -m dynatree_lib.reporting.executed compare A.ipynb B.ipynb
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+RUN_TIMES = ("start_time", "end_time", "duration")  # papermill's, per notebook and per cell
+MACHINE_TAG = "machine-output"  # a cell whose output describes the machine and checkout that ran it
+
+
+def strip(nb: dict) -> dict:
+    """``nb`` without execution timestamps and durations (the outputs and everything else kept)."""
+    for meta in [nb["metadata"].get("papermill", {})] + [c["metadata"].get("papermill", {}) for c in nb["cells"]]:
+        for key in RUN_TIMES:
+            meta.pop(key, None)
+    for cell in nb["cells"]:
+        cell["metadata"].pop("execution", None)
+    return nb
+
+
+def strip_file(path: Path) -> None:
+    """Strip an executed notebook in place, written as papermill writes it (nbformat)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nbformat.write(nbformat.from_dict(strip(nb)), path)
+
+
+def comparable(nb: dict) -> dict:
+    """What two renders of the same JSON must share: ``strip``'s notebook without the outputs of cells tagged
+    ``MACHINE_TAG`` (the environment: this machine, commit and date) and without the ids jupytext gives new cells."""
+    nb = strip(json.loads(json.dumps(nb)))
+    for cell in nb["cells"]:
+        cell.pop("id", None)
+        if MACHINE_TAG in cell["metadata"].get("tags", []):
+            cell["outputs"] = []
+    return nb
+
+
+def same_render(a: Path, b: Path) -> bool:
+    return comparable(json.loads(Path(a).read_text())) == comparable(json.loads(Path(b).read_text()))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "strip":
+        for p in argv[1:]:
+            strip_file(Path(p))
+        return 0
+    if len(argv) == 3 and argv[0] == "compare":
+        same = same_render(Path(argv[1]), Path(argv[2]))
+        print(f"{argv[2]}: {'same render' if same else 'DIFFERS from ' + argv[1]}")
+        return 0 if same else 1
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
