@@ -2,6 +2,7 @@
 
   python -m dynatree_lib setup --profile cpu                 # load the models, check the data
   python -m dynatree_lib generate --method dynatree -T 64 --text "It was a dark night"
+  python -m dynatree_lib generate --chat --temperature 0.7 --top-p 0.9 --text "Name three primary colors."
   python -m dynatree_lib show-tree --method dynatree -T 24 --text "The capital of France is"
   python -m dynatree_lib bench --experiment main --set T=128 --set n_prompts=4
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
@@ -13,15 +14,18 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import sys
 
 from .harness.profiles import get_profile
+from .harness.prompts import WORKLOADS
 from .methods import method_names
 
 # ./run_all.sh --quick: a first look (two prompts per continuation dataset, one per Spec-Bench category, one replicate)
 QUICK = {"n_prompts": 2, "n_questions": 1, "n_exact": 1, "replicates": 1, "tuning.n": 1, "tuning.n_questions": 1,
          "warmup": 1}
 BUILD_STEPS = ("instructions", "teacher", "vocab", "lookup")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def overrides(items: list[str]) -> dict:
@@ -38,6 +42,48 @@ def overrides(items: list[str]) -> dict:
     return out
 
 
+def flag_type(parse, ok, rule: str):
+    """An argparse ``type=``: ``parse`` the flag's text and refuse a value outside ``rule`` (argparse then exits
+    with code 2, naming the flag: "argument -T: must be an integer >= 1, got '0'"), before anything loads."""
+    def convert(text: str):
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}")
+        return value
+    return convert
+
+
+POSITIVE_INT = flag_type(int, lambda v: v >= 1, "an integer >= 1")
+TEMPERATURE = flag_type(float, lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (0: greedy)")
+TOP_K = flag_type(int, lambda v: v >= 0, "an integer >= 0 (0: no top-k cut)")
+TOP_P = flag_type(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+TEXT = flag_type(str, str.strip, "non-empty text")
+
+
+def add_decode_flags(g: argparse.ArgumentParser) -> None:
+    """The flags ``generate`` and ``show-tree`` share: the method, the prompt, the length and the sampling law."""
+    g.add_argument("--method", default="dynatree", choices=method_names())
+    g.add_argument("--dataset", default=None, choices=WORKLOADS,
+                   help="the workload whose tuned setting the method takes and, without --text, whose first dev "
+                        "prompt is decoded (default: spec_bench with --chat, else wikitext2)")
+    g.add_argument("--text", default=None, type=TEXT, help="prompt text (default: the first dev prompt of --dataset)")
+    g.add_argument("--chat", action="store_true",
+                   help="send --text through the target tokenizer's chat template as one user turn (as Spec-Bench "
+                        "questions are) and stop at its end-of-sequence token; needs --text (spec_bench's dataset "
+                        "prompts are already chat turns)")
+    g.add_argument("-T", type=POSITIVE_INT, default=None, help="new tokens (default: the profile's T)")
+    g.add_argument("--dtype", default=None, choices=DTYPES, help="precision (default: the profile's)")
+    g.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0: greedy; > 0: sample the target's law")
+    g.add_argument("--top-k", type=TOP_K, default=0, help="sample among the k most probable tokens (0: all)")
+    g.add_argument("--top-p", type=TOP_P, default=None,
+                   help="sample among the smallest most-probable set whose mass reaches p (default: all)")
+    g.add_argument("--seed", type=int, default=0, help="the sampling generator's seed")
+    g.set_defaults(refuse=g.error)  # check_decode_flags' errors then read as this command's own
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dynatree", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -46,15 +92,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--profile", default="cpu")
         sp.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a profile field")
     for name in ("generate", "show-tree"):
-        g = sub.choices[name]
-        g.add_argument("--method", default="dynatree", choices=method_names())
-        g.add_argument("--dataset", default="wikitext2", help="a workload (wikitext2, pg19, spec_bench)")
-        g.add_argument("--text", default=None, help="prompt text (default: the first dev prompt of --dataset)")
-        g.add_argument("-T", type=int, default=None)
-        g.add_argument("--dtype", default=None, help="float32 or bfloat16 (default: the profile's)")
-        g.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sample the target's law")
-        g.add_argument("--seed", type=int, default=0, help="the sampling generator's seed")
-    sub.choices["show-tree"].add_argument("--iterations", type=int, default=4, help="trees to print")
+        add_decode_flags(sub.choices[name])
+    sub.choices["show-tree"].add_argument("--iterations", type=POSITIVE_INT, default=4, help="trees to print")
     sub.choices["bench"].add_argument("--experiment", default="main")
     sub.choices["bench"].add_argument("--rerun", action="store_true", help="archive the existing JSON and start over")
     sub.choices["plan"].add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK}, no sweeps")
@@ -64,6 +103,23 @@ def parser() -> argparse.ArgumentParser:
     bd.add_argument("--from-gpu", metavar="DIR", help="the files `tools/gpu_distill.py run` wrote (default: "
                     "models/draft-build-v4/gpu)")
     return ap
+
+
+def check_decode_flags(args, prof) -> None:
+    """The decode flags that only make sense together, checked before any model loads (argparse's exit 2);
+    fills in ``--dataset``'s default."""
+    if args.chat and args.text is None:
+        args.refuse("argument --chat: needs --text (the text to send as the user's turn)")
+    if args.temperature == 0:
+        for flag, value in (("--top-k", args.top_k or None), ("--top-p", args.top_p)):
+            if value is not None:
+                args.refuse(f"argument {flag}: {value} applies only when sampling; add --temperature > 0 "
+                         "(greedy decoding takes the most probable token)")
+    if args.dataset is None:
+        args.dataset = "spec_bench" if args.chat and "spec_bench" in prof.workloads else "wikitext2"
+    if args.dataset not in prof.workloads:
+        args.refuse(f"argument --dataset: {args.dataset!r} is not a workload of profile {prof.name!r} "
+                 f"(choose from {', '.join(prof.workloads)})")
 
 
 def build_draft(args) -> object:
@@ -88,40 +144,63 @@ def decode(args, prof) -> None:
     """``generate`` and ``show-tree``: one prompt with the method's tuned setting (else the paper's)."""
     import torch
 
+    from .core.sampling import Sampling
     from .harness.metrics import prompt_metrics
-    from .harness.prompts import load_prompts
-    from .harness.tuning import NotTuned, tuned
     from .methods import generate
 
     if prof.models.threads:
         torch.set_num_threads(prof.models.threads)
+    sampling = Sampling(args.temperature, args.top_k or None, args.top_p)
     target, draft, tok = prof.load_pair(args.dtype)
-    try:
-        method = tuned(prof, args.method, args.dataset)
-    except NotTuned as e:
-        print(f"note: {e}; decoding with the profile's default setting", file=sys.stderr)
-        method = prof.method(args.method, args.dataset)
-    if args.text:
-        ids = torch.tensor(tok(args.text, add_special_tokens=False)["input_ids"])
-    else:
-        ids = load_prompts(args.dataset, tok, 1, prof.L_max(args.dataset), "dev", prof.protocol.seed,
-                           prof.protocol.data_source)[0].ids
-    T = args.T or prof.protocol.T
+    ids = prompt_ids(args, prof, tok)
+    T = args.T if args.T is not None else prof.protocol.T
+    trees = args.iterations if args.cmd == "show-tree" else 0
+    eos = tok.eos_token_id if args.chat or args.dataset == "spec_bench" else None
+    res = generate(target, ids, T, draft=draft, method=decode_method(args, prof, sampling),
+                   kv_mode=prof.protocol.kv_mode, eos_token_id=eos, record_trees=trees,
+                   temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                   generator=torch.Generator().manual_seed(args.seed))
     if args.cmd == "show-tree":
         from .reporting.treeviz import format_tree
 
-        res = generate(target, ids, T, draft=draft, method=method, record_trees=args.iterations)
         print(f"prompt: ...{tok.decode(ids[-30:])!r}")
         for rec in res.trees:
             print(format_tree(rec, tok))
         print(f"output: {tok.decode(res.tokens)!r}")
         return
-    eos = tok.eos_token_id if args.dataset == "spec_bench" else None
-    res = generate(target, ids, T, draft=draft, method=method, kv_mode=prof.protocol.kv_mode, eos_token_id=eos,
-                   temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed))
     print(tok.decode(res.tokens))
     m = prompt_metrics(res)
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in m.items()}), file=sys.stderr)
+
+
+def decode_method(args, prof, sampling):
+    """``--method``'s setting tuned on ``--dataset`` at this sampling law, else the profile's default."""
+    from .harness.tuning import NotTuned, tuned
+
+    try:
+        return tuned(prof, args.method, args.dataset, sampling=sampling)
+    except NotTuned as e:
+        print(f"note: {e}; decoding with the profile's default setting", file=sys.stderr)
+        return prof.method(args.method, args.dataset)
+
+
+def prompt_ids(args, prof, tok):
+    """The prompt's token ids: ``--text`` (through the chat template with ``--chat``), else ``--dataset``'s first
+    dev prompt."""
+    import torch
+
+    from .harness.data import chat_prompt
+    from .harness.prompts import load_prompts
+
+    if args.chat:
+        if not getattr(tok, "chat_template", None):
+            raise ValueError(f"--chat: the target's tokenizer ({prof.models.target}) has no chat template; "
+                             "drop --chat to decode --text as plain text")
+        return torch.tensor(chat_prompt(tok, args.text))
+    if args.text is not None:
+        return torch.tensor(tok(args.text, add_special_tokens=False)["input_ids"])
+    return load_prompts(args.dataset, tok, 1, prof.L_max(args.dataset), "dev", prof.protocol.seed,
+                        prof.protocol.data_source)[0].ids
 
 
 def setup(prof) -> None:
@@ -153,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "setup":
             setup(prof)
         else:
+            check_decode_flags(args, prof)
             decode(args, prof)
         return 0
     except (ValueError, TypeError, FileNotFoundError) as e:

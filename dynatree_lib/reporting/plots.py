@@ -42,29 +42,99 @@ def tick(label: str, width: int = 12) -> str:
     return textwrap.fill(label, width, break_long_words=False)
 
 
-def main_throughput(df: pd.DataFrame):
-    """Figure 4: mean throughput over the test prompts (bars; whiskers: the standard deviation over prompts) and
-    the speedup over AR on the same prompts (labels above the whiskers), one bar per workload."""
-    fig, ax = plt.subplots(figsize=(16, 4.6))
+VARIANT_TAGS = ("paper_settings", "lookup_skip", "skip_window")  # a row run with another setting than the tuned one
+
+
+def has_tag(df: pd.DataFrame, name: str) -> pd.Series:
+    """Whether each row's record carries the tag ``name`` (its value may be False or 0: the tag marks the row)."""
+    col = df.get(f"tag_{name}")
+    return pd.Series(False, index=df.index) if col is None else col.notna()
+
+
+def paper_comparison(df: pd.DataFrame) -> pd.Series:
+    """The rows of the main figure: the paper's methods and ours (registry roles "paper" and "extension"), each
+    in its main setting (tuned where the profile tunes) with the profile's draft. Not a control (the ``control`` tag: the draft network without
+    its lookup; ``lookup`` alone would not say it, a profile without a lookup logs False everywhere), not a
+    variant (the paper's settings, the extension without a part of it)."""
+    variant = np.logical_or.reduce([has_tag(df, t) for t in VARIANT_TAGS])
+    main = registry.names("paper") + registry.names("extension")
+    return df.method.isin(main) & ~has_tag(df, "control") & ~variant
+
+
+REPLICATE_MARKERS = ("o", "D", "s", "^")  # replicate 1 filled, the others hollow
+GREY = "#b0b0b0"  # a reference row: shown for comparison, not the figure's subject
+
+
+def _speedup_row(ax, rows: pd.DataFrame, y: float, colour: str) -> None:
+    """One method's speedup in each replicate: a marker with its 95% interval, the value beside it."""
+    reps = sorted(rows.replicate.unique())
+    for j, (_, r) in enumerate(rows.sort_values("replicate").iterrows()):
+        yj = y - (j - (len(reps) - 1) / 2) * 0.3  # replicate 1 on top
+        lo, hi = (r.speedup, r.speedup) if pd.isna(r.speedup_lo) else (r.speedup_lo, r.speedup_hi)
+        ax.errorbar(r.speedup, yj, xerr=[[r.speedup - lo], [hi - r.speedup]], fmt=REPLICATE_MARKERS[j % 4], ms=5,
+                    color=colour, mfc=colour if j == 0 else "white", capsize=2.5, lw=1.2)
+        if r.method != "ar":
+            ax.annotate(f"{r.speedup:.2f}", (hi, yj), xytext=(4, 0), textcoords="offset points", va="center",
+                        fontsize=6.5, color="#333")
+
+
+def speedup_panels(df: pd.DataFrame, reference: pd.Series | None = None, title: str = ""):
+    """Speedup over AR on the same prompts, one panel per workload, one row per method label (registry order),
+    each replicate a marker with its 95% paired bootstrap interval; ``reference`` rows are drawn in ``GREY``."""
     df = order(df)
+    grey = reference.reindex(df.index, fill_value=False) if reference is not None else pd.Series(False, index=df.index)
     labels = list(df.label.unique())
-    colors = [color(m) for m in df.drop_duplicates("label").method]
+    colours = {lab: GREY if g else color(m) for lab, m, g in zip(df.label, df.method, grey)}
     dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
-    w = 0.8 / len(dss)
-    for j, ds in enumerate(dss):
-        sub = df[df.dataset == ds].set_index("label").reindex(labels)
-        x = np.arange(len(labels)) + (j - (len(dss) - 1) / 2) * w
-        bars = ax.bar(x, sub.tps, w, yerr=sub.tps_std, capsize=3, label=DATASET_LABELS[ds],
-                      color=colors, alpha=(1.0, 0.6, 0.3)[j % 3], edgecolor="black", linewidth=0.5, hatch=("", "", "//")[j % 3])
-        for b, s, sd in zip(bars, sub.speedup, sub.tps_std.fillna(0)):
-            ax.annotate(f"{s:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height() + sd), ha="center", va="bottom",
-                        fontsize=6, rotation=90, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(np.arange(len(labels)), [tick(lab, 11) for lab in labels], fontsize=7)
-    ax.set_ylabel("throughput (tokens/s)")
-    ax.margins(y=0.2)
-    ax.legend(title="workload (left to right)", fontsize=8, title_fontsize=8, loc="upper left")
-    ax.set_title("Mean throughput ± std over prompts; labels: speedup over AR on the same prompts")
+    fig, axes = plt.subplots(1, len(dss), figsize=(3.9 * len(dss) + 1.5, 0.42 * len(labels) + 1.3), sharex=True,
+                             sharey=True, squeeze=False)
+    for ax, ds in zip(axes[0], dss):
+        sub = df[df.dataset == ds]
+        for i, lab in enumerate(labels):
+            _speedup_row(ax, sub[sub.label == lab], -i, colours[lab])
+        ax.axvline(1, color=color("ar"), ls="--", lw=0.8)
+        ax.set_title(DATASET_LABELS[ds], fontsize=10)
+        ax.set_xlabel("speedup over AR (×)", fontsize=8)
+        ax.grid(axis="y", visible=False)
+    lo = min(np.nanmin(df[["speedup", "speedup_lo"]].to_numpy()), 1)
+    hi = max(np.nanmax(df[["speedup", "speedup_hi"]].to_numpy()), 1)
+    axes[0, 0].set_xlim(lo - 0.05 * (hi - lo), hi + 0.18 * (hi - lo))  # AR's line, and room for the value labels
+    axes[0, 0].set_yticks(-np.arange(len(labels)), [tick(lab, 30) for lab in labels], fontsize=8)
+    for t, lab in zip(axes[0, 0].get_yticklabels(), labels):
+        t.set_color("#808080" if colours[lab] == GREY else "black")
+    _replicate_legend(fig, sorted(df.replicate.unique()), reference is not None)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
     return fig
+
+
+def _replicate_legend(fig, reps: list, with_reference: bool) -> None:
+    """The replicates' markers (and the grey reference rows), below the panels where they cover no data."""
+    handles = [plt.Line2D([], [], marker=REPLICATE_MARKERS[j % 4], color="black", mfc="black" if j == 0 else "white",
+                          ls="-", lw=1.2, label=f"replicate {int(r) + 1} (95% interval)") for j, r in enumerate(reps)]
+    if with_reference:
+        handles.append(plt.Line2D([], [], marker="o", color=GREY, ls="-", label="the main figure's row"))
+    handles.append(plt.Line2D([], [], color=color("ar"), ls="--", lw=0.8, label="AR (1×)"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.06))
+
+
+def main_speedup(df: pd.DataFrame):
+    """Figure 4: the paper's comparison (``paper_comparison``) as speedup over AR with 95% intervals, per workload
+    and replicate."""
+    return speedup_panels(df[paper_comparison(df)], title="Speedup over AR on the same test prompts: the paper's "
+                          "methods and our extension")
+
+
+def controls_and_variants(df: pd.DataFrame):
+    """Figure 4b: every other row of the main run (controls: the draft network alone; variants: the paper's
+    settings, the extension without a part of it; the other seed systems), each below its method's main row
+    in grey (where it has one)."""
+    main = paper_comparison(df)
+    varied = df[~main].method.unique()
+    return speedup_panels(df[(df.method != "ar") & (~main | df.method.isin(varied))], reference=main,
+                          title="Controls and variants, each below its method's main row (grey): speedup over AR on "
+                          "the same test prompts")
 
 
 def ablation(df: pd.DataFrame):
