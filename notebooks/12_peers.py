@@ -47,7 +47,8 @@ if df is not None and not df.empty:
     show_table(tables.peers_table(df), "table_peers", prof)  # replicate 1
     show_table(tables.peers_table(df, 1), "table_peers_r2", prof)  # replicate 2, its own process
     show_table(tables.best_vs_peer(df), "table_peers_best", prof)  # every replicate, each in its own process
-    show_fig(plots.main_throughput(tables.replicate(df)), "fig_peers", prof)
+    show_fig(plots.speedup_panels(df, title="Peers: speedup over our AR on the same prompts (llama.cpp on the same "
+                                  "weights)"), "fig_peers", prof)
 
 # %% [markdown]
 # What to look for: whether llama.cpp's own AR is ahead of ours at the same precision (the engine alone), whether
