@@ -7,6 +7,7 @@
   python -m dynatree_lib bench --experiment main --set T=128 --set n_prompts=4
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
   python -m dynatree_lib build-draft [--instructions-only | --teacher-only | --vocab-only | --lookup-only]
+  python -m dynatree_lib build-draft --sampled-teacher-only  # the target's answers sampled at T = 1 (resumable)
   python -m dynatree_lib build-draft --from-gpu DIR          # calibrate and publish tools/gpu_distill.py's output
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ from .methods import method_names
 # ./run_all.sh --quick: a first look (two prompts per continuation dataset, one per Spec-Bench category, one replicate)
 QUICK = {"n_prompts": 2, "n_questions": 1, "n_exact": 1, "replicates": 1, "tuning.n": 1, "tuning.n_questions": 1,
          "warmup": 1}
-BUILD_STEPS = ("instructions", "teacher", "vocab", "lookup")
+BUILD_STEPS = ("instructions", "teacher", "sampled-teacher", "vocab", "lookup")
+STEP_HELP = {"sampled-teacher": "only the target's answers sampled at T = 1 (resumable; no other phase reads them)"}
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -99,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["plan"].add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK}, no sweeps")
     bd = sub.add_parser("build-draft", help="rebuild weights/smollm2-draft (teacher data, distillation, calibration)")
     for step in BUILD_STEPS:
-        bd.add_argument(f"--{step}-only", action="store_true", help=f"only the {step} phase")
+        bd.add_argument(f"--{step}-only", action="store_true", help=STEP_HELP.get(step, f"only the {step} phase"))
     bd.add_argument("--from-gpu", metavar="DIR", help="the files `tools/gpu_distill.py run` wrote (default: "
                     "models/draft-build-v4/gpu)")
     return ap
@@ -129,6 +131,8 @@ def build_draft(args) -> object:
         return build.build_instructions()
     if args.teacher_only:
         return build.build_teacher()
+    if args.sampled_teacher_only:
+        return build.build_sampled_text()
     if args.vocab_only:
         from .draft.vocab import count_tokens
 

@@ -2,7 +2,9 @@
 
 1. ``instructions``: the instruction set (``draft.instructions``; committed, so a rebuild reuses it).
 2. ``teacher``: instruction-answer and continuation shards (``draft.teacher``): v3's training data, kept for the
-   temperature fit (its held-out shards) and the head's token ranking.
+   temperature fit (its held-out shards) and the head's token ranking. ``--sampled-teacher-only``: the target's
+   answers to the same instructions sampled at temperature 1 (``draft.teacher.build_sampled_teacher``), for a
+   draft head trained on sampled text too; no other phase reads them.
 3. ``vocab``: the draft head's token ranking (``draft.vocab``).
 4. ``distil``: ``tools/gpu_distill.py prepare`` here, then ``run`` where a GPU is (on a CPU the same command
    runs, for as long as ``--seconds`` allows); its files go to ``models/draft-build-v4/gpu/``.
@@ -18,7 +20,8 @@ from pathlib import Path
 from . import instructions
 from .calibrate import calibrate
 from .card import export
-from .teacher import build_continuation_teacher, build_instruction_teacher, german, load_target, write_manifest
+from .teacher import (build_continuation_teacher, build_instruction_teacher, build_sampled_teacher, german,
+                      load_target, write_manifest)
 from .train import train_draft
 from .vocab import count_tokens
 
@@ -37,6 +40,12 @@ def build_teacher() -> Path:
     out = build_continuation_teacher()
     write_manifest()
     return out
+
+
+def build_sampled_text() -> Path:
+    """The sampled-answer shards (resumable; their texts and manifest in ``data/draft_teacher_sampled/``)."""
+    build_instructions()
+    return build_sampled_teacher()
 
 
 def build_v3() -> Path:

@@ -1,19 +1,31 @@
-"""The draft's teacher data: the target's greedy text with its next-token distributions (soft targets).
+"""The draft's teacher data: the target's text with its next-token distributions (soft targets).
 
-Two kinds of shard, both resumable (shard ``s`` depends only on its spec and ``s``; existing shards are kept):
+Three kinds of shard, all resumable (shard ``s`` depends only on its spec and ``s``; existing shards are kept):
 
 - continuations (``shard-NNNN.pt``, ``ContinuationSpec``): prompts cut from text no experiment uses (the PG-19
   books outside the test split and the WikiText-2 *validation* split), the target's greedy continuation of each,
   and its top-k next-token log-probabilities at every position;
 - instruction answers (``instr-NNNN.pt``, ``InstructionSpec``): the committed instructions
   (``draft.instructions``) through the chat template, the target's greedy answer to each (to EOS or
-  ``max_new`` tokens, left-padded batches) and its top-k log-probabilities before every answer token.
+  ``max_new`` tokens, left-padded batches) and its top-k log-probabilities before every answer token;
+- sampled answers (``sampled-GGGG-J.pt``, ``SampledAnswerSpec``): the same instructions in the same groups of
+  ``batch`` (group ``GGGG`` holds the instructions of ``instr-GGGG``, so a held-out group is held out in both), the
+  target's answer sampled from its own distribution at ``temperature`` (no top-k / top-p cut), ``samples`` answers
+  per instruction (``J``: each its own seed), and its top-k log-probabilities at temperature 1 (the raw
+  log-softmax) before every answer token. ``teacher_files`` (v3's training data) leaves them out;
+  ``sampled_files`` lists them.
 
-Generating the greedy text is the slow part (hours on 2 cores), so each shard's text is committed
+Generating the text is the slow part (hours on 2 cores), so each shard's text is committed
 (``data/draft_teacher/<shard>.json.gz``, with the spec that made it) and the soft targets, a hundred times larger,
 are not: a build that finds a shard's text recomputes them by one teacher-forced forward over it
 (``soft_targets``, much less work than generating it). The text is the same; the log-probabilities equal those
 recorded while generating up to bf16 rounding, so where two tokens nearly tie their order may differ.
+
+The sampled answers' texts go to ``data/draft_teacher_sampled/`` (``python -m dynatree_lib build-draft
+--sampled-teacher-only``; a rerun resumes, skipping every shard already in ``models/draft-build-v3/teacher/``). The
+build rewrites that folder's ``SHA256SUMS`` after each shard, so committing a batch is
+``git add data/draft_teacher_sampled/*.json.gz data/draft_teacher_sampled/SHA256SUMS`` (the texts with the
+manifest that lists them; ``tests/test_data.py`` checks every line of it).
 """
 from __future__ import annotations
 
@@ -35,6 +47,7 @@ from . import instructions
 BUILD = REPO / "models" / "draft-build-v3"  # git-ignored: teacher shards, checkpoints
 TEACHER = BUILD / "teacher"
 TEXT = REPO / "data" / "draft_teacher"  # committed: each shard's greedy text and the spec that made it
+SAMPLED_TEXT = REPO / "data" / "draft_teacher_sampled"  # committed: each sampled shard's text and its spec
 
 
 def load_target(dtype: str = "float32"):
@@ -125,7 +138,8 @@ def continuation_shard(model, texts: dict, spec: ContinuationSpec, s: int) -> di
 
 def teacher_files(folder: Path = TEACHER) -> list[Path]:
     """The shards the specs define (continuation, then instruction), in order; shards past a spec's ``shards``
-    (from an earlier, larger spec) are ignored, so training sees exactly what the specs describe."""
+    (from an earlier, larger spec) are ignored, so training sees exactly what the specs describe. Sampled-answer
+    shards are not among them (``sampled_files``)."""
     n_instr = InstructionSpec().shards
     cont = [folder / f"shard-{s:04d}.pt" for s in range(ContinuationSpec().shards)]
     instr = [f for f in sorted(folder.glob("instr-*.pt")) if n_instr is None or int(f.stem.split("-")[1]) < n_instr]
@@ -149,10 +163,11 @@ def build_continuation_teacher(spec: ContinuationSpec = ContinuationSpec(), out:
 
 
 def build_shards(names: list[str], spec, make: Callable[[object, object, int], dict], out: Path, text: Path,
-                 desc: str) -> Path:
+                 desc: str, on_text: Callable[[], object] | None = None) -> Path:
     """Write ``out/<name>.pt`` for each shard missing there: its soft targets recomputed from its committed text
     where ``text`` holds it, else ``make(model, tokenizer, s)`` (generation), whose text is then committed. A
-    shard built before its text was committed gets its text written first."""
+    shard built before its text was committed gets its text written first. ``on_text`` runs after each text
+    written (e.g. ``write_manifest``, so that the text folder's manifest never lags behind a long build)."""
     from tqdm.auto import tqdm
 
     torch.set_num_threads(spec.threads)
@@ -161,6 +176,8 @@ def build_shards(names: list[str], spec, make: Callable[[object, object, int], d
     for name in names:
         if (out / f"{name}.pt").exists() and not text_path(text, name).exists():
             save_text(torch.load(out / f"{name}.pt"), spec, text_path(text, name))
+            if on_text:
+                on_text()
     todo = [s for s, name in enumerate(names) if not (out / f"{name}.pt").exists()]
     if not todo:
         return out
@@ -173,6 +190,8 @@ def build_shards(names: list[str], spec, make: Callable[[object, object, int], d
         else:
             shard, how = make(model, tok, s), "generated"
             save_text(shard, spec, src)
+            if on_text:
+                on_text()
         tmp = out / f"{names[s]}.pt.tmp"
         torch.save(shard, tmp)
         tmp.rename(out / f"{names[s]}.pt")
@@ -194,7 +213,9 @@ def text_path(folder: Path, name: str) -> Path:
 
 
 TEXT_KEYS = {"instruction": ("kind", "ids", "prompts", "answers", "shard"),
+             "sampled": ("kind", "ids", "prompts", "answers", "shard", "sample", "seed"),
              "continuation": ("kind", "tokens", "prompt_len", "source", "prompt_ids", "shard")}
+ANSWER_KINDS = ("instruction", "sampled")  # prompts and answers, a distribution before each answer token
 
 
 def save_text(shard: dict, spec, path: Path) -> None:
@@ -209,13 +230,18 @@ def save_text(shard: dict, spec, path: Path) -> None:
     tmp.rename(path)
 
 
+# fields that change no shard's tokens: torch's threads, and how many shards (samples) a spec asks for, since
+# shard s (sample j) is the same in a longer build
+SPEC_FIELDS_KEEPING_TOKENS = ("threads", "shards", "samples")
+
+
 def load_text(path: Path, spec) -> dict:
     """A committed shard text, refused when the spec that made it is not ``spec``."""
     try:
         row = json.loads(gzip.decompress(path.read_bytes()))
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: not a teacher text file (gzip'd JSON): {e}") from e
-    content = lambda d: {k: v for k, v in (d or {}).items() if k != "threads"}  # threads change no token
+    content = lambda d: {k: v for k, v in (d or {}).items() if k not in SPEC_FIELDS_KEEPING_TOKENS}
     want = json.loads(json.dumps(asdict(spec)))
     if content(row.get("spec")) != content(want):
         raise ValueError(f"{path} was generated with {row.get('spec')}, not the current {type(spec).__name__} "
@@ -228,7 +254,7 @@ def soft_targets(model, text: dict, k: int, rows: int = 8) -> dict:
     """The shard ``text`` was cut from: its soft targets recomputed by a teacher-forced forward (right-padded
     batches of ``rows`` sequences; a causal model's earlier rows never see the padding). A continuation has a
     distribution at every row but the last; an answer before each of its tokens."""
-    if text["kind"] == "instruction":
+    if text["kind"] in ANSWER_KINDS:
         seqs = [(p + a[:-1], len(p) - 1) for p, a in zip(text["prompts"], text["answers"])]
     else:
         seqs = [(t[:-1], 0) for t in text["tokens"]]
@@ -243,7 +269,7 @@ def soft_targets(model, text: dict, k: int, rows: int = 8) -> dict:
             lps.append(v)
             ids.append(i)
     shard = {k_: text[k_] for k_ in TEXT_KEYS[text["kind"]]}
-    if text["kind"] == "instruction":
+    if text["kind"] in ANSWER_KINDS:
         return {**shard, "top_lp": lps, "top_ids": ids}
     shard.pop("kind")
     return {**shard, "tokens": torch.tensor(text["tokens"], dtype=torch.int32), "top_lp": torch.stack(lps),
@@ -268,7 +294,9 @@ class InstructionSpec:
 
 
 class _TopK:
-    """A logits processor that records each step's top-k log-probs and passes the scores on unchanged."""
+    """A logits processor that records each step's top-k log-probs and passes the scores on unchanged.
+    transformers runs the processors passed to ``generate`` before its sampling warpers (temperature, top-k,
+    top-p), so what it records is the model's own distribution (temperature 1) whatever the sampling."""
 
     def __init__(self, k: int):
         self.k, self.lp, self.ids = k, [], []
@@ -280,19 +308,36 @@ class _TopK:
         return scores
 
 
+def generation_config(max_new: int, eos: int, pad: int, temperature: float = 0.0):
+    """Greedy at ``temperature`` 0, else pure sampling at ``temperature``: top_k=0 and top_p=1 cut nothing
+    (top_k is set because transformers fills an unset one with 50)."""
+    from transformers import GenerationConfig
+
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if temperature == 0:
+        return GenerationConfig(do_sample=False, max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad)
+    return GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new,
+                            eos_token_id=eos, pad_token_id=pad)
+
+
 @torch.no_grad()
-def answer_batch(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, k: int = 0) -> list[dict]:
-    """Greedy answers to ``prompts`` (token id lists): for each, ``answer`` (ids, EOS included if reached) and,
-    with ``k``, ``top_lp`` / ``top_ids`` [len(answer), k]: the target's distribution before each answer token."""
-    from transformers import GenerationConfig, LogitsProcessorList
+def answer_batch(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, k: int = 0,
+                 temperature: float = 0.0, seed: int = 0) -> list[dict]:
+    """Answers to ``prompts`` (token id lists), greedy or sampled at ``temperature`` from ``seed`` (the caller's
+    random state is left as it was): for each, ``answer`` (ids, EOS included if reached) and, with ``k``,
+    ``top_lp`` / ``top_ids`` [len(answer), k]: the target's distribution (temperature 1) before each answer token."""
+    from transformers import LogitsProcessorList
 
     width = max(map(len, prompts))
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     rec = _TopK(k) if k else None
-    cfg = GenerationConfig(do_sample=False, max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad)
-    out = model.generate(ids, attention_mask=mask, generation_config=cfg,
-                         logits_processor=LogitsProcessorList([rec] if rec else []))
+    cfg = generation_config(max_new, eos, pad, temperature)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # sampling draws from the global generator; greedy draws nothing
+        out = model.generate(ids, attention_mask=mask, generation_config=cfg,
+                             logits_processor=LogitsProcessorList([rec] if rec else []))
     new = out[:, width:]
     rows = []
     for b in range(len(prompts)):
@@ -321,17 +366,102 @@ def build_instruction_teacher(out: Path = TEACHER, spec: InstructionSpec = Instr
     depends only on ``spec`` and the instruction file, and existing shards are kept)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "instruction_spec.json").write_text(json.dumps(asdict(spec)))
-    rows = instructions.load()
-    random.Random(spec.seed).shuffle(rows)
-    shards = [rows[i:i + spec.batch] for i in range(0, len(rows), spec.batch)][:spec.shards]
+    shards = instruction_groups(spec)
 
     def make(model, tok, s: int) -> dict:
-        group = sorted(shards[s], key=lambda r: len(r["text"]))
-        prompts = [chat_prompt(tok, r["text"])[-spec.max_prompt:] for r in group]
-        answers = answer_batch(model, prompts, spec.max_new, tok.eos_token_id, tok.pad_token_id or 0, spec.k)
-        return {"kind": "instruction", "ids": [r["id"] for r in group], "prompts": prompts,
-                "answers": [a["answer"] for a in answers], "top_lp": [a["top_lp"] for a in answers],
-                "top_ids": [a["top_ids"] for a in answers], "shard": s}
+        return {"kind": "instruction", **answer_group(model, tok, shards[s], spec), "shard": s}
 
     names = [f"instr-{s:04d}" for s in range(len(shards))]
     return build_shards(names, spec, make, out, text, "instruction teacher shards")
+
+
+def instruction_groups(spec) -> list[list[dict]]:
+    """The committed instructions shuffled by ``spec.seed``, in groups of ``spec.batch``, the first ``spec.shards``
+    (None: all) of them."""
+    rows = instructions.load()
+    random.Random(spec.seed).shuffle(rows)
+    return [rows[i:i + spec.batch] for i in range(0, len(rows), spec.batch)][:spec.shards]
+
+
+def answer_group(model, tok, group: list[dict], spec, temperature: float = 0.0, seed: int = 0) -> dict:
+    """The target's answers to one group of instructions as one batch, shortest first (less padding): ids,
+    chat-template prompts (their last ``spec.max_prompt`` tokens), answers and their top-``spec.k`` log-probs."""
+    group = sorted(group, key=lambda r: len(r["text"]))
+    prompts = [chat_prompt(tok, r["text"])[-spec.max_prompt:] for r in group]
+    answers = answer_batch(model, prompts, spec.max_new, tok.eos_token_id, tok.pad_token_id or 0, spec.k,
+                           temperature, seed)
+    return {"ids": [r["id"] for r in group], "prompts": prompts, "answers": [a["answer"] for a in answers],
+            "top_lp": [a["top_lp"] for a in answers], "top_ids": [a["top_ids"] for a in answers]}
+
+
+@dataclass(frozen=True)
+class SampledAnswerSpec:
+    """``samples`` answers to each instruction of the first ``shards`` of ``InstructionSpec``'s groups (same
+    ``seed`` and ``batch``, so group ``s`` is ``instr-s``'s instructions; None: every group, past v3's too), each
+    sampled at ``temperature`` with no top-k / top-p cut from its own seed (``sampled_seed``), at most ``max_new``
+    tokens, the top-``k`` log-probs of the target's distribution at temperature 1 before each answer token,
+    prompts cut to their last ``max_prompt`` tokens, the target in ``dtype`` (bf16, as the greedy answers and the
+    timed runs)."""
+
+    shards: int | None = None
+    samples: int = 2
+    temperature: float = 1.0
+    dtype: str = "bfloat16"
+    batch: int = 32
+    max_new: int = 256
+    k: int = 32
+    max_prompt: int = 1024
+    seed: int = 4321
+    threads: int = 2
+
+    def __post_init__(self):
+        if not self.temperature > 0:
+            raise ValueError(f"SampledAnswerSpec.temperature must be > 0 (sampling), got {self.temperature}")
+        if self.samples < 1:
+            raise ValueError(f"SampledAnswerSpec.samples must be >= 1, got {self.samples}")
+
+
+def sampled_name(group: int, sample: int) -> str:
+    """``sampled-GGGG-J``: the number after the first dash is the group, as in ``instr-GGGG`` (held-out tests
+    read it)."""
+    return f"sampled-{group:04d}-{sample}"
+
+
+def sampled_seed(spec: SampledAnswerSpec, sample: int, group: int) -> int:
+    """The torch seed of one sampled shard: distinct for every (sample, group) of a spec (groups < 100,003)."""
+    return spec.seed * 1_000_003 + sample * 100_003 + group
+
+
+def sampled_shard(model, tok, group_rows: list[dict], spec: SampledAnswerSpec, sample: int, group: int) -> dict:
+    """One sampled-answer shard: the answers to ``group_rows`` (instruction group ``group``) of sample ``sample``."""
+    seed = sampled_seed(spec, sample, group)
+    return {"kind": "sampled", **answer_group(model, tok, group_rows, spec, spec.temperature, seed), "shard": group,
+            "sample": sample, "seed": seed}
+
+
+def build_sampled_teacher(out: Path = TEACHER, spec: SampledAnswerSpec = SampledAnswerSpec(),
+                          text: Path = SAMPLED_TEXT) -> Path:
+    """Shards ``sampled-GGGG-J.pt`` of sampled answers (see module docstring), sample 0 of every group first, so an
+    interrupted build has answered every instruction once before it answers any twice; resumable like the others.
+    ``text``'s ``SHA256SUMS`` is rewritten after each shard."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sampled_spec.json").write_text(json.dumps(asdict(spec)))
+    groups = instruction_groups(spec)
+    jobs = [(sample, group) for sample in range(spec.samples) for group in range(len(groups))]
+
+    def make(model, tok, s: int) -> dict:
+        sample, group = jobs[s]
+        return sampled_shard(model, tok, groups[group], spec, sample, group)
+
+    names = [sampled_name(group, sample) for sample, group in jobs]
+    return build_shards(names, spec, make, out, text, "sampled teacher shards", on_text=lambda: write_manifest(text))
+
+
+def sampled_files(folder: Path = TEACHER, spec: SampledAnswerSpec = SampledAnswerSpec()) -> list[Path]:
+    """The sampled-answer shards ``spec`` defines that ``folder`` holds, by group then sample (the draft head's
+    training chooses whether to read them; ``teacher_files`` does not)."""
+    def defined(f: Path) -> bool:
+        _, group, sample = f.name.split(".")[0].split("-")
+        return (spec.shards is None or int(group) < spec.shards) and int(sample) < spec.samples
+
+    return [f for f in sorted(folder.glob("sampled-*-*.pt")) if defined(f)]
