@@ -3,7 +3,7 @@
 # llama.cpp build), then
 #   1. render the cpu profile from the committed JSON (./run_all.sh --render) and fail if README.md, RESULTS.md,
 #      figures/ or weights/ change, or if an executed notebook differs from the committed one in more than its
-#      machine's description (dynatree_lib.reporting.executed.same_render);
+#      machine's description (dynatree_lib.reporting.executed.render_diff);
 #   2. run every profile that runs on a CPU from scratch (./run_all.sh <profile> --rerun: smoke, paper-dryrun,
 #      authors-dryrun), which must pass.
 # .ci/run calls it after the tests.   Usage: tools/clean_render.sh [--render-only]
@@ -31,8 +31,8 @@ fi
 status=0
 for nb in executed/cpu/*.ipynb; do
   git show "HEAD:$nb" > "$WORK/committed.ipynb"
-  "$PY" -m dynatree_lib.reporting.executed compare "$WORK/committed.ipynb" "$nb" >/dev/null \
-    || { echo "[clean_render] FAILED: $nb renders differently from the committed one" >&2; status=1; }
+  "$PY" -m dynatree_lib.reporting.executed compare "$WORK/committed.ipynb" "$nb" >&2 \
+    || { echo "[clean_render] FAILED: $nb renders differently from the committed one (above)" >&2; status=1; }
 done
 [ "$status" = 0 ] || exit 1
 echo "[clean_render] cpu: the render equals what is committed"

@@ -1,6 +1,6 @@
 """Executed notebooks without what changes on every run: ``run_all.sh`` strips papermill's and Jupyter's timestamps
 and durations from each notebook it executes, so a render of unchanged JSON leaves ``executed/`` unchanged, and
-``same_render`` compares two executed notebooks the way the clean-render check (``tools/clean_render.sh``) does.
+``render_diff`` compares two executed notebooks the way the clean-render check (``tools/clean_render.sh``) does.
 
     python -m dynatree_lib.reporting.executed strip executed/cpu/*.ipynb
     python -m dynatree_lib.reporting.executed compare A.ipynb B.ipynb
@@ -44,8 +44,12 @@ def comparable(nb: dict) -> dict:
     return nb
 
 
-def same_render(a: Path, b: Path) -> bool:
-    return comparable(json.loads(Path(a).read_text())) == comparable(json.loads(Path(b).read_text()))
+def render_diff(a: Path, b: Path) -> list[str]:
+    """The lines in which two executed notebooks' ``comparable`` forms differ (unified diff; empty: same render)."""
+    import difflib
+
+    text = lambda p: json.dumps(comparable(json.loads(Path(p).read_text())), indent=1, sort_keys=True).splitlines()
+    return list(difflib.unified_diff(text(a), text(b), str(a), str(b), lineterm="", n=2))
 
 
 def main(argv: list[str]) -> int:
@@ -54,9 +58,9 @@ def main(argv: list[str]) -> int:
             strip_file(Path(p))
         return 0
     if len(argv) == 3 and argv[0] == "compare":
-        same = same_render(Path(argv[1]), Path(argv[2]))
-        print(f"{argv[2]}: {'same render' if same else 'DIFFERS from ' + argv[1]}")
-        return 0 if same else 1
+        diff = render_diff(Path(argv[1]), Path(argv[2]))
+        print("\n".join(diff[:80]) if diff else f"{argv[2]}: same render")
+        return 1 if diff else 0
     print(__doc__, file=sys.stderr)
     return 2
 
