@@ -11,7 +11,7 @@ from .core.policies import DraftPolicy, DynaTreeConfig, FixedTreeConfig, LinearC
 from .core.result import GenerationResult
 from .core.sampling import Sampling
 from .extensions.cost_aware import CostAwareConfig
-from .harness.peers import LlamaCppConfig  # registers llama.cpp (a peer engine, greedy only) with the methods
+from .harness.peers import LlamaCppConfig  # llama.cpp (a peer engine, greedy only): registered by peers.register()
 from .methods import REGISTRY, Method, generate, method_names, register
 
 __all__ = ["generate", "GenerationResult", "Sampling", "REGISTRY", "Method", "register", "method_names", "DraftPolicy",

@@ -19,8 +19,8 @@ import math
 import sys
 
 from .harness.profiles import get_profile
-from .harness.prompts import WORKLOADS
-from .methods import method_names
+from .harness.workloads import WORKLOADS, continuations, count, eos as workload_eos
+from .methods import DYNATREE, method_names
 
 # ./run_all.sh --quick: a first look (two prompts per continuation dataset, one per Spec-Bench category, one replicate)
 QUICK = {"n_prompts": 2, "n_questions": 1, "n_exact": 1, "replicates": 1, "tuning.n": 1, "tuning.n_questions": 1,
@@ -67,8 +67,8 @@ TEXT = flag_type(str, str.strip, "non-empty text")
 
 def add_decode_flags(g: argparse.ArgumentParser) -> None:
     """The flags ``generate`` and ``show-tree`` share: the method, the prompt, the length and the sampling law."""
-    g.add_argument("--method", default="dynatree", choices=method_names())
-    g.add_argument("--dataset", default=None, choices=WORKLOADS,
+    g.add_argument("--method", default=DYNATREE, choices=method_names())
+    g.add_argument("--dataset", default=None, choices=tuple(WORKLOADS),
                    help="the workload whose tuned setting the method takes and, without --text, whose first dev "
                         "prompt is decoded (default: spec_bench with --chat, else wikitext2)")
     g.add_argument("--text", default=None, type=TEXT, help="prompt text (default: the first dev prompt of --dataset)")
@@ -118,7 +118,8 @@ def check_decode_flags(args, prof) -> None:
                 args.refuse(f"argument {flag}: {value} applies only when sampling; add --temperature > 0 "
                          "(greedy decoding takes the most probable token)")
     if args.dataset is None:
-        args.dataset = "spec_bench" if args.chat and "spec_bench" in prof.workloads else "wikitext2"
+        questions = [w for w in prof.workloads if not WORKLOADS[w].continuation]
+        args.dataset = questions[0] if args.chat and questions else continuations()[0]
     if args.dataset not in prof.workloads:
         args.refuse(f"argument --dataset: {args.dataset!r} is not a workload of profile {prof.name!r} "
                  f"(choose from {', '.join(prof.workloads)})")
@@ -159,7 +160,7 @@ def decode(args, prof) -> None:
     ids = prompt_ids(args, prof, tok)
     T = args.T if args.T is not None else prof.protocol.T
     trees = args.iterations if args.cmd == "show-tree" else 0
-    eos = tok.eos_token_id if args.chat or args.dataset == "spec_bench" else None
+    eos = tok.eos_token_id if args.chat else workload_eos(args.dataset, tok)
     res = generate(target, ids, T, draft=draft, method=decode_method(args, prof, sampling),
                    kv_mode=prof.protocol.kv_mode, eos_token_id=eos, record_trees=trees,
                    temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
@@ -212,7 +213,7 @@ def setup(prof) -> None:
 
     _, _, tok = prof.load_pair()
     for ws in prof.workloads:
-        n = prof.protocol.n_questions if ws == "spec_bench" else prof.protocol.n_prompts
+        n = count(ws, prof.protocol.n_prompts, prof.protocol.n_questions)
         ps = load_prompts(ws, tok, n, prof.L_max(ws), "test", prof.protocol.seed, prof.protocol.data_source)
         print(f"{ws}: {len(ps)} test prompts ok")
     print(f"models ok: target {prof.models.target}, draft {prof.models.draft}")

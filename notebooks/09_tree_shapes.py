@@ -32,6 +32,7 @@ from dynatree_lib.reporting.notebook import show_fig, show_table
 prof = get_profile(profile, **overrides)
 
 # %% tags=["nbval-ignore-output"]
+from dynatree_lib.methods import DYNATREE
 from dynatree_lib.reporting import treeviz
 
 from dynatree_lib.harness.models import load_tokenizer
@@ -47,15 +48,15 @@ tok = load_tokenizer(prof.models.target)  # the drawings show token text
 # edge width is the draft's probability of the child, the accepted path is green, rejected branches are grey.
 
 # %% tags=["nbval-ignore-output"]
-labels = [lab for lab in ("Fixed Tree", "DynaTree", "TALON") if lab in set(trees.label)]
-prompt_id, position = treeviz.informative(trees, "DynaTree")
-show_fig(treeviz.side_by_side(trees, labels, prompt_id, position, tok), "fig_trees_side_by_side", prof)
+methods = list(dict.fromkeys(trees.method))  # the tree methods, in the experiment's order (AR records no trees)
+prompt_id, position = treeviz.informative(trees, DYNATREE)
+show_fig(treeviz.side_by_side(trees, methods, prompt_id, position, tok), "fig_trees_side_by_side", prof)
 
 # %% [markdown]
 # ## Consecutive iterations of DynaTree on one prompt, from that iteration
 
 # %% tags=["nbval-ignore-output"]
-show_fig(treeviz.strip(trees, "DynaTree", prompt_id, position, 6, tok), "fig_trees_strip", prof)
+show_fig(treeviz.strip(trees, DYNATREE, prompt_id, position, 6, tok), "fig_trees_strip", prof)
 
 # %% [markdown]
 # ## Shape statistics
@@ -74,9 +75,9 @@ show_table(treeviz.by_confidence(trees).map(lambda x: f"{x:.2f}"), "table_tree_v
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
 
-fig, axes = plt.subplots(1, len(labels), figsize=(4.4 * len(labels), 3.2))
-for ax, lab in zip(axes, labels):
-    treeviz.depth_heatmap(ax, trees, lab)
+fig, axes = plt.subplots(1, len(methods), figsize=(4.4 * len(methods), 3.2))
+for ax, m in zip(axes, methods):
+    treeviz.depth_heatmap(ax, trees, m)
 fig.tight_layout()
 show_fig(fig, "fig_tree_depth_heatmap", prof)
 

@@ -5,7 +5,7 @@ import dataclasses
 import torch
 
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, generate
-from dynatree_lib.core.policies import AuthorsHistory
+from dynatree_lib.core.policies import AuthorsHistory, Session
 from dynatree_lib.harness import experiments
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.prompts import authors_prompts
@@ -50,10 +50,10 @@ def test_authors_history_is_bang_bang_with_a_dead_band():
 
 def test_history_is_kept_across_a_runs_generations(target, draft):
     cfg = DynaTreeConfig(D0=3, D_max=8, W=10, a_star=0.1, history_scope="prompt")  # every prompt reads "above"
-    session = {}
+    session = Session()
     for p in prompts(6, seed=4):
         generate(target, p, 16, draft=draft, method=cfg, session=session)
-    state = session[("authors_history", cfg)]
+    state = session.history(cfg)
     assert len(state.window) == 6 and state.D0 == 5  # two adjustments after the fifth and sixth prompts
     fresh = cfg.policy()
     assert fresh.D0 == 3  # without a session nothing carries over

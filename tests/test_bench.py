@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from dynatree_lib.harness import experiments, measure, tuning
+from dynatree_lib.harness import experiments, measure, tuning, variants
 from dynatree_lib.reporting import tables
 from dynatree_lib.harness.store import ResultStore
 from dynatree_lib.harness.measure import agreement
@@ -83,8 +83,8 @@ def expected_rows(prof, rec) -> int:
     """Prompts behind a record: its cell's count, times the categories for Spec-Bench."""
     from dynatree_lib.harness.splits import CATEGORIES
 
-    cell = experiments.Cell(rec["dataset"], rec["method"], rec["label"], None, rec["T"], rec["L_max"], rec["dtype"],
-                            rec["tags"])
+    cell = experiments.Cell(dataset=rec["dataset"], method=rec["method"], variant=rec["variant"], config=None,
+                            T=rec["T"], L_max=rec["L_max"], dtype=rec["dtype"], tags=rec["tags"])
     per = len(set(CATEGORIES.values())) if rec["dataset"] == "spec_bench" else 1
     return experiments.n_prompts("main", prof, cell) * per
 
@@ -98,7 +98,7 @@ def test_main_json_schema(smoke_main):
     assert {r["dataset"] for r in recs} == set(prof.workloads)
     assert {r["tags"].get("replicate") for r in recs if r["tags"]["role"] == "timed"} == set(range(prof.protocol.replicates))
     for r in recs:
-        for k in ("key", "dataset", "method", "label", "config", "T", "L_max", "dtype", "prompt_ids", "rows",
+        for k in ("key", "dataset", "method", "variant", "label", "config", "T", "L_max", "dtype", "prompt_ids", "rows",
                   "aggregate", "environment", "target", "draft", "warmup", "kv_mode", "engine", "weights", "bound",
                   "split", "temperature", "replicate"):
             assert k in r, k
@@ -211,7 +211,7 @@ def test_main_runs_the_extension_also_without_its_lookup_skip():
         assert ext.config.lookup_skip < 1.0 and off.config == dataclasses.replace(ext.config, lookup_skip=1.0)
         assert ext.config.skip_window > 0 and blind.config == dataclasses.replace(ext.config, skip_window=0)
         assert {(c.dataset, c.dtype) for c in (ext, off, blind)} == {(ext.dataset, ext.dtype)}
-        assert (off.label, blind.label) == (experiments.NO_SKIP, experiments.NO_RECORD)
+        assert (off.variant, blind.variant) == (variants.EVERY_LEVEL_DRAFTED, variants.NO_COPY_RECORD)
     assert not get_profile("smoke").models.draft_lookup  # smoke's tiny draft has none: one extension row
 
 
@@ -313,9 +313,9 @@ def test_memory_peaks_do_not_depend_on_the_order_of_cells():
     from dynatree_lib import DynaTreeConfig
 
     prof = get_profile("smoke", T=16)
-    cells = [Cell("wikitext2", "ar", "AR", None, 16, 24, "bfloat16", {"role": "memory"}),
-             Cell("wikitext2", "dynatree", "DynaTree", DynaTreeConfig(D_max=6, n_max=32), 16, 24, "bfloat16",
-                  {"role": "memory"})]
+    at = dict(dataset="wikitext2", T=16, L_max=24, dtype="bfloat16", tags={"role": "memory"})
+    cells = [Cell(method="ar", config=None, **at),
+             Cell(method="dynatree", config=DynaTreeConfig(D_max=6, n_max=32), **at)]
     first = [measure_in_process(prof, c) for c in cells]
     second = [measure_in_process(prof, c) for c in reversed(cells)][::-1]
     for a, b in zip(first, second):

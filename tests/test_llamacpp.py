@@ -258,9 +258,10 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
     assert res.engine.startswith("llama.cpp")
     from dynatree_lib.harness.measure import Cell, engine_info
 
-    info = engine_info(Cell("wikitext2", "llamacpp", "peer", cfg, 32, 8, "bfloat16"))["engine_info"]
+    at = dict(dataset="wikitext2", T=32, L_max=8, dtype="bfloat16")
+    info = engine_info(Cell(method="llamacpp", variant=peers.PEERS[0].variant, config=cfg, **at))["engine_info"]
     assert info["command"] == "llama-server -m target.gguf" and info["version"].startswith("llama.cpp")
-    assert engine_info(Cell("wikitext2", "dynatree", "DynaTree", None, 32, 8, "bfloat16")) == {}
+    assert engine_info(Cell(method="dynatree", config=None, **at)) == {}
     with pytest.raises(ValueError, match="greedy only"):
         generate(None, torch.arange(5), 32, method=cfg, temperature=1.0)
     with pytest.raises(ValueError, match="mode must be one of"):

@@ -1,32 +1,34 @@
 """The main figure shows the paper's comparison only; controls and variants get a figure of their own."""
 import pandas as pd
 
-from dynatree_lib.harness.experiments import ALONE, PAPER_DYNATREE
-from dynatree_lib.reporting import plots
+from dynatree_lib.harness import variants as v
+from dynatree_lib.reporting import plots, tables
 
 EXT = "DynaTree + cost budget (ext.)"
-# (method, label, tags) of a main run's rows, as experiments.main_cells tags them
-ROWS = [("ar", "AR", {}), ("linear", "Linear Spec", {}), ("linear", "Linear Spec" + ALONE, {"control": True}),
-        ("dynatree", "DynaTree", {}), ("dynatree", PAPER_DYNATREE, {"paper_settings": True}),
-        ("dynatree_cost", EXT, {"extension": True}),
-        ("dynatree_cost", "DynaTree + cost budget, every level drafted (ext.)", {"extension": True, "lookup_skip": False}),
-        ("dynatree_cost", "DynaTree + cost budget, no copy record (ext.)", {"extension": True, "skip_window": 0}),
-        ("talon", "TALON", {}), ("hf_ar", "HF AR", {})]
+ALONE, PAPER_DYNATREE = " · network alone", "DynaTree (paper settings)"
+# (method, variant, tags) of a main run's rows, as experiments.main_cells makes them
+ROWS = [("ar", v.MAIN, {}), ("linear", v.MAIN, {}), ("linear", v.NETWORK_ALONE, {"control": True}),
+        ("dynatree", v.MAIN, {}), ("dynatree", v.PAPER_SETTINGS, {"paper_settings": True}),
+        ("dynatree_cost", v.MAIN, {"extension": True}),
+        ("dynatree_cost", v.EVERY_LEVEL_DRAFTED, {"extension": True, "lookup_skip": False}),
+        ("dynatree_cost", v.NO_COPY_RECORD, {"extension": True, "skip_window": 0}),
+        ("talon", v.MAIN, {}), ("hf_ar", v.MAIN, {})]
 
 
 def main_run() -> pd.DataFrame:
     """Two replicates of every row on two workloads, speedups with intervals."""
-    return pd.DataFrame([{"dataset": ds, "method": m, "label": lab, "replicate": r, "speedup": s,
-                          "speedup_lo": s - 0.1, "speedup_hi": s + 0.1, **{f"tag_{k}": v for k, v in tags.items()}}
+    return pd.DataFrame([{"dataset": ds, "method": m, "variant": var, "row": tables.row_id(m, var),
+                          "label": v.label(m, var, {}, tags), "replicate": r, "speedup": s,
+                          "speedup_lo": s - 0.1, "speedup_hi": s + 0.1, **{f"tag_{k}": x for k, x in tags.items()}}
                          for ds in ("wikitext2", "spec_bench") for r in (0, 1)
-                         for s, (m, lab, tags) in zip([1.0, *[1.1 + 0.05 * i for i in range(len(ROWS) - 1)]], ROWS)])
+                         for s, (m, var, tags) in zip([1.0, *[1.1 + 0.05 * i for i in range(len(ROWS) - 1)]], ROWS)])
 
 
 def ytick_labels(fig) -> list[str]:
     return [t.get_text().replace("\n", " ") for t in fig.axes[0].get_yticklabels()]
 
 
-def test_main_figure_selects_by_method_and_tags():
+def test_main_figure_selects_by_method_and_variant():
     df = main_run()
     assert sorted(df[plots.paper_comparison(df)].label.unique()) == sorted(["AR", "Linear Spec", "DynaTree", EXT])
     fig = plots.main_speedup(df)

@@ -6,6 +6,7 @@ import json
 import pandas as pd
 import pytest
 
+from dynatree_lib.harness import peers, workloads
 from dynatree_lib.harness.metrics import aggregate
 from dynatree_lib.harness.paths import REPO
 from dynatree_lib.harness.profiles import get_profile
@@ -31,12 +32,15 @@ def record(ds: str, method: str, label: str, ratio: float, *, replicate: int = 0
             row["category"] = ("qa", "math_reasoning")[i % 2]
         rows.append(row)
     tags = {"role": "timed", "replicate": replicate, **({} if lookup else {"control": True}), **(engine_tags or {})}
-    return {"key": f"{ds}-{method}-{label}-{replicate}", "dataset": ds, "method": method, "label": label,
+    variant = next((p.variant for p in peers.PEERS if p.label == label), "main" if lookup else "network_alone")
+    return {"key": f"{ds}-{method}-{label}-{replicate}", "dataset": ds, "method": method, "variant": variant,
+            "label": label,
             "config": {}, "T": 64, "L_max": 100, "dtype": "bfloat16", "tags": tags, "temperature": 0.0,
             "lookup": lookup, "rows": rows, "aggregate": aggregate(rows)}
 
 
 def load(tmp_path, recs: list[dict]) -> pd.DataFrame:
+    peers.register()  # llama.cpp's records name its modes
     path = tmp_path / "main.json"
     path.write_text(json.dumps({"schema": 2, "records": recs}))
     return tables.load(path)
@@ -62,7 +66,7 @@ def test_table1_shows_every_method_with_the_speedup_its_records_imply(tmp_path):
                                       "DynaTree": EVERYWHERE}))
     t = tables.table1(df)
     assert list(t.index) == ["AR", "Linear Spec", "DynaTree"]
-    for ds, name in tables.DATASET_LABELS.items():
+    for ds, name in workloads.labels().items():
         if ds == "continuations":
             continue
         assert t.loc["DynaTree", (name, "speedup r1 [95% CI]")].startswith(f"{EVERYWHERE[ds]:.2f}×")
@@ -117,14 +121,12 @@ def test_peers_tables_show_every_mode_over_both_ars(tmp_path):
 
 def test_the_committed_peers_records_render_without_llamacpp(monkeypatch):
     """What a fresh machine renders: every committed peers record, whether llama.cpp is built or not."""
-    from dynatree_lib.harness import peers
-
     monkeypatch.setattr(peers, "available", lambda: False)
     prof = get_profile("cpu")
     path = REPO / "results" / "cpu" / "peers.json"
     df = tables.load(path, prof)
     assert len(df) == len(json.loads(path.read_text())["records"])
-    assert sum(df.method == "llamacpp") and set(tables.peers_table(df).index) >= {label for label, _ in peers.PEERS}
+    assert sum(df.method == "llamacpp") and set(tables.peers_table(df).index) >= {peer.label for peer in peers.PEERS}
     assert scorecard.peers_row(path, prof)
 
 
@@ -135,7 +137,7 @@ def test_the_committed_peers_records_render_without_llamacpp(monkeypatch):
 ])
 def test_scorecard_rows_follow_their_numbers(tmp_path, ratios, expected):
     df = load(tmp_path, main_records({"DynaTree": ratios}))
-    row = scorecard.comparison(df, "DynaTree", "AR", "claim", "paper")
+    row = scorecard.comparison(df, "dynatree", "ar", "claim", "paper")
     assert row["verdict"] == expected
     assert row["WikiText-2"] == f"{ratios['wikitext2']:.2f} / {ratios['wikitext2']:.2f}"
 
@@ -144,7 +146,7 @@ def test_a_tie_reads_tie(tmp_path):
     df = load(tmp_path, [record(ds, m, lab, 1.0, replicate=rep, jitter=0.2)
                          for rep in range(2) for ds in ("wikitext2", "pg19")
                          for m, lab in (("ar", "AR"), ("dynatree", "DynaTree"))])
-    row = scorecard.comparison(df, "DynaTree", "AR", "claim", "paper")
+    row = scorecard.comparison(df, "dynatree", "ar", "claim", "paper")
     assert row["verdict"] == "tie" and "~" in row["WikiText-2"]
 
 

@@ -34,7 +34,7 @@ def test_text_and_tables(target, draft):
     assert text.count("✓") == len(res.trees[0]["accepted"]) - 1 and "draft conf" in text
     x, y = layout(res.trees[0])
     assert len(x) == len(res.trees[0]["parents"])
-    recs = [{"method": "dynatree", "label": "DynaTree", "dataset": "wikitext2",
+    recs = [{"method": "dynatree", "variant": "main", "config": {}, "label": "DynaTree", "dataset": "wikitext2",
              "rows": [{"prompt_id": "a", "trees": res.trees}]}]
     t = tree_table(recs)
     assert len(t) == 4 and (t.nodes >= t.accepted).all()
@@ -55,7 +55,7 @@ def test_informative_tree_skips_iterations_that_drafted_nothing():
 
     from dynatree_lib.reporting import treeviz
 
-    trees = pd.DataFrame({"label": ["DynaTree"] * 3, "prompt_id": ["a", "a", "b"], "position": [0, 5, 0],
+    trees = pd.DataFrame({"method": ["dynatree"] * 3, "prompt_id": ["a", "a", "b"], "position": [0, 5, 0],
                           "nodes": [1, 6, 5], "root_breadth": [0, 2, 1], "per_depth": [[], [2, 2], [1, 1, 1]],
                           "accepted": [1, 3, 5]})
     assert treeviz.informative(trees) == ("a", 5)

@@ -717,9 +717,10 @@ def run_authors(impl, method, history, dataset, prompts, target, draft, T, ar, l
 
 def run_ours(impl, method, history, dataset, prompts, target, draft, T, ar, log, variants, args) -> list[dict]:
     from dynatree_lib import generate
+    from dynatree_lib.core.policies import Session
 
     cfg = our_configs(dataset)[(method, history)]
-    session = {} if history else None
+    session = Session() if history else None
     warm = warmup_prompts(prompts, args.history_warmup if history else 0)
     for p in warm:  # discarded generations that feed the history before the measured ones
         generate(target, p["ids"], T, draft=draft, method=cfg, kv_mode="rebuild", session=session)
@@ -743,7 +744,7 @@ def run_ours(impl, method, history, dataset, prompts, target, draft, T, ar, log,
         r = make_run(impl, method, dataset, settings, history, p["id"], list(res.tokens), ar[p["id"]], its,
                      seconds=round(secs, 2))
         if history:
-            state = next((v for k, v in session.items() if isinstance(k, tuple) and k[0] == "authors_history"), None)
+            state = session.histories.get(cfg)
             if state is not None:
                 r["history_state"] = {"window": [round(x, 4) for x in state.window], "D0": state.D0,
                                       "tau_h": state.tau_h, "rho_deep": state.rho_deep}

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .drafting import DraftState, draft_tree
-from .policies import DraftPolicy
+from .policies import DraftPolicy, Session
 from .result import GenerationResult, IterationLog
 from .runners import Runner, as_runner, check_pair, check_supported, context_limit, rotary_inv_freq, vocab_rows
 from .sampling import Sampling, draw, target_probs, verify_sampled
@@ -36,14 +36,15 @@ class Options:
     the first that many drafted trees; ``sampling``: greedy, or the target's law at a temperature
     (``sampling.Sampling``); ``generator``: every random draw (on the target's device; at temperature > 0
     without one, a generator seeded once from torch's global generator); ``session``: state a drafting policy may
-    keep across the generations of one run (``DynaTreeConfig.history_scope="prompt"``; None: none kept)."""
+    keep across the generations of one run (``policies.Session``: ``DynaTreeConfig.history_scope="prompt"``; None:
+    none kept)."""
 
     kv_mode: str = "gather"
     eos_token_id: int | None = None
     record_trees: int = 0
     sampling: Sampling = Sampling()
     generator: torch.Generator | None = None
-    session: dict | None = None
+    session: Session | None = None
 
     def rng(self, device: torch.device) -> torch.Generator | None:
         """The generator the draws use (None when greedy)."""

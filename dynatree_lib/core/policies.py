@@ -86,7 +86,7 @@ class LinearConfig:
         check_field_types(self)
         require(is_int(self.K) and self.K >= 1, f"K must be an integer >= 1, got {self.K!r}")
 
-    def policy(self, session: dict | None = None) -> "StaticPolicy":
+    def policy(self, session: Session | None = None) -> "StaticPolicy":
         return StaticPolicy(breadth=1, depth=self.K, tau=0.0, n_max=self.K)
 
 
@@ -112,7 +112,7 @@ class FixedTreeConfig:
         require(0.0 <= self.tau < 1.0, f"pruning threshold tau must be in [0, 1), got {self.tau!r}")
         require(is_int(self.n_max) and self.n_max >= 1, f"node budget n_max must be >= 1, got {self.n_max!r}")
 
-    def policy(self, session: dict | None = None) -> "StaticPolicy":
+    def policy(self, session: Session | None = None) -> "StaticPolicy":
         return StaticPolicy(breadth=self.B, depth=self.D, tau=self.tau, n_max=self.n_max,
                             root_siblings=self.root_siblings, tau_on_parent=self.tau_on_parent)
 
@@ -181,12 +181,11 @@ class DynaTreeConfig:
         require(self.history_scope in ("iteration", "prompt"),
                 f"history_scope must be 'iteration' or 'prompt', got {self.history_scope!r}")
 
-    def policy(self, session: dict | None = None) -> "DynaTreePolicy":
-        """A policy for one generation; ``session`` (a dict kept across a run's generations) holds the history of
+    def policy(self, session: Session | None = None) -> "DynaTreePolicy":
+        """A policy for one generation; ``session`` (kept across a run's generations) holds the history of
         ``history_scope="prompt"``, which without one starts afresh."""
         if self.history_scope == "prompt":
-            state = (session if session is not None else {}).setdefault(("authors_history", self), AuthorsHistory(self))
-            return DynaTreePolicy(self, state)
+            return DynaTreePolicy(self, (session or Session()).history(self))
         return DynaTreePolicy(self)
 
 
@@ -347,7 +346,7 @@ class TalonConfig:
         require(is_int(self.N) and self.N >= 1, f"TALON budget N must be >= 1, got {self.N!r}")
         require(is_int(self.K) and self.K >= 1, f"TALON root width K must be >= 1, got {self.K!r}")
 
-    def policy(self, session: dict | None = None) -> "TalonPolicy":
+    def policy(self, session: Session | None = None) -> "TalonPolicy":
         return TalonPolicy(self)
 
 
@@ -377,3 +376,17 @@ class TalonPolicy(DraftPolicy):
 
     def expandable(self, depth: int, cum_logp: float) -> bool:
         return True
+
+
+class Session:
+    """What a run keeps across its generations, for a policy that adapts across prompts: the authors' history
+    controller of each DynaTree setting that runs with ``history_scope="prompt"``."""
+
+    def __init__(self) -> None:
+        self.histories: dict[DynaTreeConfig, AuthorsHistory] = {}
+
+    def history(self, cfg: DynaTreeConfig) -> AuthorsHistory:
+        """``cfg``'s controller in this run (a fresh one at its first generation)."""
+        if cfg not in self.histories:
+            self.histories[cfg] = AuthorsHistory(cfg)
+        return self.histories[cfg]

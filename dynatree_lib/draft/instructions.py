@@ -25,7 +25,7 @@ import random
 import re
 from pathlib import Path
 
-from ..harness.data import REPO_DATA, load_texts, spec_bench_questions, training_text, wikitext_valid_articles
+from ..harness.data import DATASETS, REPO_DATA, load_texts, spec_bench_questions, training_text, wikitext_valid_articles
 
 FOLDER = REPO_DATA / "instructions"
 BUILT = FOLDER / "instructions.jsonl"
@@ -104,7 +104,7 @@ def evaluation_ngrams() -> set[int]:
     for q in spec_bench_questions():
         for turn in q["turns"]:
             out |= ngram_hashes(turn)
-    for dataset in ("wikitext2", "pg19"):
+    for dataset in DATASETS:
         for _, text in load_texts(dataset):
             out |= ngram_hashes(text)
     return out

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from ..core.policies import DynaTreeConfig, DynaTreePolicy
+from ..core.policies import DynaTreeConfig, DynaTreePolicy, Session
 from ..core.tree import Tree
 from ..core.validate import check_field_types, is_int, is_real, require
 
@@ -72,7 +72,7 @@ class CostAwareConfig:
         require(self.draft_ms >= 0, f"draft_ms must be >= 0, got {self.draft_ms!r}")
         require(self.fixed_ms >= 0, f"fixed_ms must be >= 0, got {self.fixed_ms!r}")
 
-    def policy(self, session: dict | None = None) -> "CostAwarePolicy":
+    def policy(self, session: Session | None = None) -> "CostAwarePolicy":
         return CostAwarePolicy(self)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from .. import methods as registry
 from ..core.decoding import GreedyVerifier
 from ..core.drafting import DraftState, draft_tree
 from ..core.runners import Runner, as_runner, greedy
@@ -193,7 +194,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     for dtype, t, d in _runners(profile):
         curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context),
                          COLD: forward_costs(d, context, ks=(1, 2, 4, 8), between=t),
-                         "loop": loop_costs(t, d, profile.method("dynatree", profile.workloads[0]).policy(), context),
+                         "loop": loop_costs(t, d, profile.method(registry.DYNATREE, profile.workloads[0]).policy(), context),
                          "bound": bound(t.model, probe), "engine": t.engine, "draft_vocab": profile.models.draft_vocab}
         if profile.models.draft_vocab is not None:
             full = as_runner(on_engine(d.model, profile.models.engine, profile.max_len))
@@ -243,7 +244,7 @@ def predict_ms_per_token(curves: dict, method: str, nodes: float, depth: float, 
                          L_bar: float) -> float:
     """Predicted milliseconds per generated token (see module docstring); ``curves`` is one precision's
     entry of costs.json, the other arguments are a row's per-iteration means."""
-    if method == "ar":
+    if method == registry.AR:
         return interp(curves["target"], 1)
     return sum(predict_iteration(curves, nodes, depth, draft_forwards, L_bar)) / L_bar
 
@@ -266,4 +267,4 @@ def chain_speedup(curves: dict, alpha: float, K: int) -> float:
     these costs (draft forwards priced back to back)."""
     tokens = (1 - alpha ** (K + 1)) / (1 - alpha) if alpha < 1 else K + 1.0
     # a chain is a tree of K nodes, K levels deep, drafted in K forwards
-    return interp(curves["target"], 1) / predict_ms_per_token(curves, "linear", K, K, K, tokens)
+    return interp(curves["target"], 1) / predict_ms_per_token(curves, registry.LINEAR, K, K, K, tokens)

@@ -13,6 +13,7 @@ prompts (the pair report, the tree drawings); the test prompts appear only in me
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pickle
 import subprocess
 import sys
@@ -22,24 +23,15 @@ from pathlib import Path
 from .. import methods as registry
 from ..core.policies import FixedTreeConfig
 from ..core.sampling import Sampling
-from . import peers  # registers llama.cpp as a method
+from . import peers, variants as v
 from .costs import run_costs
 from .measure import Cell
 from .profiles import Profile
 from .store import ResultStore, config_dict, record_key, results_path
 from .tuning import cost_aware, cost_candidates, tuned, tuned_families
+from .workloads import count
 
-NO_SKIP = "DynaTree + cost budget, every level drafted (ext.)"  # the extension with lookup_skip off
-NO_RECORD = "DynaTree + cost budget, no copy record (ext.)"  # ... skipping on the copy weight alone (skip_window 0)
-PAPER_DYNATREE = "DynaTree (paper settings)"
-ALONE = " · network alone"  # label suffix of a control row: the draft without its context lookup
-CONTROLS = ("linear", "fixed_tree", "dynatree", "dynatree_cost")  # methods shown with and without the lookup
 GREEDY = Sampling()
-
-
-def label(name: str) -> str:
-    """What tables and plots call a registered method."""
-    return registry.REGISTRY[name].label
 
 
 def main_methods() -> tuple[str, ...]:
@@ -49,11 +41,12 @@ def main_methods() -> tuple[str, ...]:
     return registry.names("paper") + registry.names("seed") + ext
 
 
-def _cell(p: Profile, ws: str, family: str, T: int, L: int | None = None, tags: dict | None = None,
+def _cell(p: Profile, ws: str, method: str, T: int, L: int | None = None, tags: dict | None = None,
           dtype: str | None = None, root: Path | None = None, sampling: Sampling = GREEDY, split: str = "test") -> Cell:
-    cfg = tuned(p, family, ws, root, sampling)
-    return Cell(ws, family, label(family), cfg, T, p.L_max(ws) if L is None else L, dtype or p.models.dtype,
-                dict(tags or {}), sampling, True, split)
+    """``method``'s main cell: its tuned setting (the paper's where the profile does not tune it)."""
+    return Cell(dataset=ws, method=method, config=tuned(p, method, ws, root, sampling), T=T,
+                L_max=p.L_max(ws) if L is None else L, dtype=dtype or p.models.dtype, tags=dict(tags or {}),
+                sampling=sampling, split=split)
 
 
 def _four(p: Profile, ws: str, T: int, L: int, tags: dict | None = None, root=None) -> list[Cell]:
@@ -61,10 +54,13 @@ def _four(p: Profile, ws: str, T: int, L: int, tags: dict | None = None, root=No
     return [_cell(p, ws, m, T, L, tags, root=root) for m in registry.names("paper")]
 
 
-def _short(cfg) -> str:
-    d = dataclasses.asdict(cfg)
-    return " ".join(f"{k}={v}" for k, v in d.items() if k not in ("dynamic_breadth", "dynamic_depth", "history",
-                                                                    "W", "a_star", "eta_D", "eta_h"))
+def _paper_settings(p: Profile, ws: str, dtype: str, tags: dict, sampling: Sampling = GREEDY) -> list[Cell]:
+    """DynaTree with the paper's own settings, where the profile tunes (else its main cell has them)."""
+    if p.tuning.candidates is None:
+        return []
+    return [Cell(dataset=ws, method=registry.DYNATREE, variant=v.PAPER_SETTINGS, config=p.method(registry.DYNATREE, ws),
+                 T=p.protocol.T, L_max=p.L_max(ws), dtype=dtype, tags={**tags, "paper_settings": True},
+                 sampling=sampling)]
 
 
 def tuning_cells(p: Profile, root=None) -> list[Cell]:
@@ -78,14 +74,13 @@ def tuning_cells(p: Profile, root=None) -> list[Cell]:
     for s in (GREEDY,) + tuple(Sampling(t) for t in p.protocol.temperatures[:1]):
         for ws in p.workloads:
             tags = {} if s.greedy else {"temperature": s.temperature}
-            cells.append(Cell(ws, "ar", "AR", None, T, p.L_max(ws), p.models.dtype, dict(tags), s, True, "tuning"))
-            for fam in tuned_families():
-                for i, cfg in enumerate(p.tuning.candidates[fam]):
-                    cells.append(Cell(ws, fam, f"{label(fam)} #{i}: {_short(cfg)}", cfg, T, p.L_max(ws), p.models.dtype,
-                                      {"candidate": i, **tags}, s, True, "tuning"))
-            for i, cfg in enumerate(cost):
-                cells.append(Cell(ws, "dynatree_cost", f"{label('dynatree_cost')} #{i}: {_short(cfg.base)}", cfg, T,
-                                  p.L_max(ws), p.models.dtype, {"candidate": i, **tags}, s, True, "tuning"))
+            at = dict(dataset=ws, T=T, L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s, split="tuning")
+            cells.append(Cell(method=registry.AR, config=None, tags=dict(tags), **at))
+            candidates = [(fam, cfg) for fam in tuned_families() for cfg in p.tuning.candidates[fam]]
+            candidates += [(registry.DYNATREE_COST, cfg) for cfg in cost]
+            for fam, group in itertools.groupby(candidates, key=lambda fc: fc[0]):
+                cells += [Cell(method=fam, variant=v.CANDIDATE, config=cfg, tags={"candidate": i, **tags}, **at)
+                          for i, (_, cfg) in enumerate(group)]
     return cells
 
 
@@ -96,20 +91,23 @@ def extension_cells(p: Profile, ws: str, dtype: str, tags: dict, root, sampling:
     if not p.extras.cost_aware:
         return []
     ext = cost_aware(p, ws, dtype, root, sampling)
-    T, L = p.protocol.T, p.L_max(ws)
-    cells = [Cell(ws, "dynatree_cost", label("dynatree_cost"), ext, T, L, dtype, {**tags, "extension": True}, sampling)]
+    tags = {**tags, "extension": True}
+    at = dict(dataset=ws, method=registry.DYNATREE_COST, T=p.protocol.T, L_max=p.L_max(ws), dtype=dtype,
+              sampling=sampling)
+    cells = [Cell(config=ext, tags=tags, **at)]
     if variants and p.models.draft_lookup:
-        cells.append(Cell(ws, "dynatree_cost", NO_SKIP, dataclasses.replace(ext, lookup_skip=1.0), T, L, dtype,
-                          {**tags, "extension": True, "lookup_skip": False}, sampling))
-        cells.append(Cell(ws, "dynatree_cost", NO_RECORD, dataclasses.replace(ext, skip_window=0), T, L, dtype,
-                          {**tags, "extension": True, "skip_window": 0}, sampling))
+        cells.append(Cell(variant=v.EVERY_LEVEL_DRAFTED, config=dataclasses.replace(ext, lookup_skip=1.0),
+                          tags={**tags, "lookup_skip": False}, **at))
+        cells.append(Cell(variant=v.NO_COPY_RECORD, config=dataclasses.replace(ext, skip_window=0),
+                          tags={**tags, "skip_window": 0}, **at))
     return cells
 
 
 def controls(cells: list[Cell]) -> list[Cell]:
-    """The same cells drafting with the network alone, for the methods in ``CONTROLS`` (their main rows only)."""
-    return [dataclasses.replace(c, label=c.label + ALONE, lookup=False, tags={**c.tags, "control": True})
-            for c in cells if c.method in CONTROLS and c.label in (label(c.method),)]
+    """The same cells drafting with the network alone, for the methods that declare ``controls`` (their main rows
+    only)."""
+    return [dataclasses.replace(c, variant=v.NETWORK_ALONE, lookup=False, tags={**c.tags, "control": True})
+            for c in cells if registry.REGISTRY[c.method].controls and c.variant == v.MAIN]
 
 
 def main_cells(p: Profile, root=None) -> list[Cell]:
@@ -125,9 +123,7 @@ def main_cells(p: Profile, root=None) -> list[Cell]:
             tags = {"role": role, "replicate": r}
             for ws in p.workloads:
                 row = [_cell(p, ws, m, p.protocol.T, None, tags, dtype, root) for m in main_methods()]
-                if p.tuning.candidates is not None:
-                    row.append(Cell(ws, "dynatree", PAPER_DYNATREE, p.method("dynatree", ws), p.protocol.T, p.L_max(ws),
-                                    dtype, {**tags, "paper_settings": True}))
+                row += _paper_settings(p, ws, dtype, tags)
                 row += extension_cells(p, ws, dtype, tags, root)
                 cells += row + (controls(row) if p.models.draft_lookup else [])
     return cells
@@ -141,72 +137,80 @@ def sampling_cells(p: Profile, root=None) -> list[Cell]:
         s, tags = Sampling(t), {"temperature": t}
         for ws in p.workloads:
             cells += [_cell(p, ws, m, p.protocol.T, None, tags, root=root, sampling=s) for m in main_methods()]
-            if p.tuning.candidates is not None:
-                cells.append(Cell(ws, "dynatree", PAPER_DYNATREE, p.method("dynatree", ws), p.protocol.T, p.L_max(ws),
-                                  p.models.dtype, {**tags, "paper_settings": True}, s))
+            cells += _paper_settings(p, ws, p.models.dtype, tags, s)
             cells += extension_cells(p, ws, p.models.dtype, tags, root, s, variants=False)
     return cells
 
 
 def ablation_cells(p: Profile, root=None) -> list[Cell]:
-    """The paper's Table 4 on WikiText-2: the fixed tree D=5, B=2 (the paper's baseline), the fixed tree that the
-    tuned DynaTree reduces to (D = D0, B = B_mid), + dynamic breadth & depth, + history adaptation."""
-    ws, T = "wikitext2", p.protocol.T
-    full = tuned(p, "dynatree", ws, root)
-    L, dt = p.L_max(ws), p.models.dtype
+    """The paper's Table 4 on the sweeps' workload: the fixed tree D=5, B=2 (the paper's baseline), the fixed tree
+    that the tuned DynaTree reduces to (D = D0, B = B_mid), + dynamic breadth & depth, + history adaptation."""
+    ws = p.sweeps.workload
+    full = tuned(p, registry.DYNATREE, ws, root)
+    at = dict(dataset=ws, T=p.protocol.T, L_max=p.L_max(ws), dtype=p.models.dtype)
+    fixed = dict(method=registry.FIXED_TREE, **at)
     paper = FixedTreeConfig(D=5, B=2, tau=full.tau, n_max=full.n_max)
     matched = FixedTreeConfig(D=full.D0, B=full.B_mid, tau=full.tau, n_max=full.n_max)
-    return [Cell(ws, "ar", "AR", None, T, L, dt),
-            Cell(ws, "fixed_tree", "Fixed Tree (D=5, B=2)", paper, T, L, dt, {"step": 0}),
-            Cell(ws, "fixed_tree", f"Fixed Tree (D={full.D0}, B={full.B_mid}: tuned DynaTree's D0, B_mid)", matched,
-                 T, L, dt, {"step": 0.5}),
-            Cell(ws, "dynatree", "+ Dynamic Breadth & Depth", dataclasses.replace(full, history=False), T, L, dt,
-                 {"step": 1}),
-            Cell(ws, "dynatree", "+ History Adaptation", full, T, L, dt, {"step": 2})]
+    return [Cell(method=registry.AR, config=None, **at),
+            Cell(variant=v.ABLATION_FIXED, config=paper, tags={"step": 0}, **fixed),
+            Cell(variant=v.ABLATION_MATCHED, config=matched, tags={"step": 0.5}, **fixed),
+            Cell(method=registry.DYNATREE, variant=v.ABLATION_DYNAMIC, config=dataclasses.replace(full, history=False),
+                 tags={"step": 1}, **at),
+            Cell(method=registry.DYNATREE, variant=v.ABLATION_HISTORY, config=full, tags={"step": 2}, **at)]
 
 
 def length_cells(p: Profile, root=None) -> list[Cell]:
-    return [c for T in p.sweeps.T_list for c in _four(p, "wikitext2", T, p.L_max("wikitext2"), {"T": T}, root)]
+    ws = p.sweeps.workload
+    return [c for T in p.sweeps.T_list for c in _four(p, ws, T, p.L_max(ws), {"T": T}, root)]
 
 
 def prompt_length_cells(p: Profile, root=None) -> list[Cell]:
-    return [c for L in p.sweeps.L_max_list for c in _four(p, "wikitext2", p.protocol.T, L, {"L_max": L}, root)]
+    return [c for L in p.sweeps.L_max_list for c in _four(p, p.sweeps.workload, p.protocol.T, L, {"L_max": L}, root)]
 
 
 def fixed_sweep_cells(p: Profile, root=None) -> list[Cell]:
     """The fixed tree's grid, plus the paper's main-table setting (D=8, B=3, tau=0.1) if the grid lacks it."""
-    ws, L, g, T, dt = "wikitext2", p.L_max("wikitext2"), p.sweeps.fixed_grid, p.protocol.T, p.models.dtype
+    ws, g = p.sweeps.workload, p.sweeps.fixed_grid
+    at = dict(dataset=ws, T=p.protocol.T, L_max=p.L_max(ws), dtype=p.models.dtype)
     grid = [(D, B, tau) for D in g["D"] for B in g["B"] for tau in g["tau"]]
     paper = (p.paper.fixed.D, p.paper.fixed.B, p.paper.fixed.tau)
-    cells = [Cell(ws, "ar", "AR", None, T, L, dt)]
+    cells = [Cell(method=registry.AR, config=None, **at)]
     for D, B, tau in grid + ([paper] if paper not in grid else []):
         cfg = FixedTreeConfig(D=D, B=B, tau=tau, n_max=p.paper.fixed.n_max)
-        cells.append(Cell(ws, "fixed_tree", f"fixed D={D} B={B} tau={tau}", cfg, T, L, dt, {"D": D, "B": B, "tau": tau}))
+        cells.append(Cell(method=registry.FIXED_TREE, variant=v.FIXED_GRID, config=cfg, tags={"D": D, "B": B, "tau": tau},
+                          **at))
     return cells
 
 
 def dynatree_sweep_cells(p: Profile, root=None) -> list[Cell]:
-    ws, L, T, dt = "wikitext2", p.L_max("wikitext2"), p.protocol.T, p.models.dtype
-    base = tuned(p, "dynatree", ws, root)
-    cells = [Cell(ws, "ar", "AR", None, T, L, dt),
-             Cell(ws, "fixed_tree", "Fixed Tree", tuned(p, "fixed_tree", ws, root), T, L, dt, {"sweep": "reference"})]
+    """DynaTree's sensitivity: its tuned setting with other thresholds, breadths and depths, beside the tuned fixed
+    tree."""
+    ws = p.sweeps.workload
+    at = dict(dataset=ws, T=p.protocol.T, L_max=p.L_max(ws), dtype=p.models.dtype)
+    dt = dict(method=registry.DYNATREE, **at)
+    base = tuned(p, registry.DYNATREE, ws, root)
+    cells = [Cell(method=registry.AR, config=None, **at),
+             Cell(method=registry.FIXED_TREE, config=tuned(p, registry.FIXED_TREE, ws, root),
+                  tags={"sweep": "reference"}, **at)]
     for th, tl in p.sweeps.threshold_pairs:
-        cells.append(Cell(ws, "dynatree", f"dynatree tau_h={th} tau_l={tl}", dataclasses.replace(base, tau_h=th, tau_l=tl),
-                          T, L, dt, {"sweep": "thresholds", "tau_h": th, "tau_l": tl}))
+        cells.append(Cell(variant=v.SWEEP_THRESHOLDS, config=dataclasses.replace(base, tau_h=th, tau_l=tl),
+                          tags={"sweep": "thresholds", "tau_h": th, "tau_l": tl}, **dt))
     for b in p.sweeps.breadth_list:
         cfg = dataclasses.replace(base, B_min=b[0], B_mid=b[1], B_max=b[2])
-        cells.append(Cell(ws, "dynatree", f"dynatree B={b}", cfg, T, L, dt, {"sweep": "breadth", "B": list(b)}))
+        cells.append(Cell(variant=v.SWEEP_BREADTH, config=cfg, tags={"sweep": "breadth", "B": list(b)}, **dt))
     for d0, dmax in p.sweeps.depth_list:
-        cells.append(Cell(ws, "dynatree", f"dynatree D0={d0} D_max={dmax}", dataclasses.replace(base, D0=d0, D_max=dmax),
-                          T, L, dt, {"sweep": "depth", "D0": d0, "D_max": dmax}))
+        cells.append(Cell(variant=v.SWEEP_DEPTH, config=dataclasses.replace(base, D0=d0, D_max=dmax),
+                          tags={"sweep": "depth", "D0": d0, "D_max": dmax}, **dt))
     return cells
 
 
 def trees_cells(p: Profile, root=None) -> list[Cell]:
-    """Notebook 09: the tree methods with their trees recorded (``trees_per_prompt`` iterations each), on dev
-    prompts (the drawings show them)."""
+    """Notebook 09: AR and the methods that draft trees (``Method.trees``) of the paper and the seed systems, with
+    their trees recorded (``trees_per_prompt`` iterations each), on dev prompts (the drawings show them)."""
+    methods = (registry.AR,) + tuple(m for m in registry.names("paper") + registry.names("seed")
+                                     if registry.REGISTRY[m].trees)
     return [_cell(p, ws, m, p.protocol.T, None, {"record_trees": p.extras.trees_per_prompt}, root=root, split="dev")
-            for ws in p.workloads for m in ("ar", "fixed_tree", "dynatree", "talon")]
+            for ws in p.workloads for m in methods]
 
 
 def memory_cells(p: Profile, root=None) -> list[Cell]:
@@ -216,19 +220,22 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
 
 
 def peers_cells(p: Profile, root=None) -> list[Cell]:
-    """Notebook 12: llama.cpp's modes (``peers.PEERS``) beside our AR, DynaTree and the extension (without its
-    variants), greedy on the main table's first prompts in the timed precision, each replicate in a fresh process;
-    none where the profile runs no peers. Whether llama.cpp is built decides what ``run`` measures, not the cells."""
+    """Notebook 12: llama.cpp's modes (``peers.PEERS``, registered here) beside our AR, DynaTree and the extension
+    (without its variants), greedy on the main table's first prompts in the timed precision, each replicate in a
+    fresh process; none where the profile runs no peers. Whether llama.cpp is built decides what ``run`` measures,
+    not the cells."""
     if not p.extras.peers_n_prompts:
         return []
+    peers.register()
     cells, T = [], p.protocol.T
     for r in range(p.protocol.replicates):
         tags = {"role": "peer", **({"replicate": r} if r else {})}  # no replicate tag reads as replicate 0
         for ws in p.workloads:
-            cells += [_cell(p, ws, m, T, None, tags, root=root) for m in ("ar", "dynatree")]
+            cells += [_cell(p, ws, m, T, None, tags, root=root) for m in (registry.AR, registry.DYNATREE)]
             cells += extension_cells(p, ws, p.models.dtype, tags, root, variants=False)
-            cells += [Cell(ws, "llamacpp", lab, cfg, T, p.L_max(ws), p.models.dtype,
-                           {**tags, "own_ar": lab == peers.OWN_AR}) for lab, cfg in peers.PEERS]
+            cells += [Cell(dataset=ws, method=peers.METHOD, variant=mode.variant, config=mode.config, T=T,
+                           L_max=p.L_max(ws), dtype=p.models.dtype, tags={**tags, "own_ar": mode is peers.PEERS[0]})
+                      for mode in peers.PEERS]
     return cells
 
 
@@ -240,19 +247,19 @@ IN_PROCESS = ("main", "peers")  # experiments whose replicates each run in a fre
 
 
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:
-    """Prompts per cell: per continuation dataset, or per Spec-Bench category."""
-    spec = cell.dataset == "spec_bench"
+    """Prompts per cell: per continuation dataset, or per category of a workload with categories."""
+    ws = cell.dataset
     if name == "tuning":
-        return p.tuning.n_questions if spec else p.tuning.n
+        return count(ws, p.tuning.n, p.tuning.n_questions)
     if name == "trees":
-        return 1 if spec else p.extras.trees_n_prompts
+        return count(ws, p.extras.trees_n_prompts, 1)
     if name == "memory":
         return 1
     if name == "peers":
-        return p.extras.peers_n_questions if spec else p.extras.peers_n_prompts
+        return count(ws, p.extras.peers_n_prompts, p.extras.peers_n_questions)
     if cell.tags.get("role") == "exact":
-        return 1 if spec else p.protocol.n_exact
-    n = p.protocol.n_questions if spec else p.protocol.n_prompts
+        return count(ws, p.protocol.n_exact, 1)
+    n = count(ws, p.protocol.n_prompts, p.protocol.n_questions)
     if name in ("main", "sampling"):
         slow = registry.REGISTRY[cell.method].engine != "ours" or name == "sampling"
         return max(1, round(n * p.protocol.slow_share)) if slow else n
@@ -260,14 +267,21 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
 
 
 def cell_key(name: str, p: Profile, c: Cell) -> str:
+    """A cell's record key in experiment ``name``: a hash of everything that defines the cell (``key_parts``)."""
+    return record_key(**key_parts(name, p, c))
+
+
+def key_parts(name: str, p: Profile, c: Cell) -> dict:
+    """What a record key hashes: the profile's models and protocol, the cell's method, variant, configuration,
+    tags, workload, lengths, precision and sampling law; never what tables call it."""
     seed = p.tuning.seed if name == "tuning" else p.protocol.seed
     m, s = p.models, c.sampling
-    return record_key(profile=p.name, target=m.target, draft=m.draft, dtype=c.dtype, engine=str(m.engine),
-                      kv=p.protocol.kv_mode, seed=seed, n=n_prompts(name, p, c), warmup=p.protocol.warmup,
-                      ds=c.dataset, method=c.method, label=c.label, config=config_dict(c.config), T=c.T, L=c.L_max,
-                      tags=c.tags, split=c.split, lookup=c.lookup and m.draft_lookup, temperature=s.temperature,
-                      top_k=s.top_k, top_p=s.top_p, max_prompt=p.protocol.max_prompt,
-                      **({"draft_vocab": m.draft_vocab} if m.draft_vocab else {}))
+    return dict(profile=p.name, target=m.target, draft=m.draft, dtype=c.dtype, engine=str(m.engine),
+                kv=p.protocol.kv_mode, seed=seed, n=n_prompts(name, p, c), warmup=p.protocol.warmup,
+                ds=c.dataset, method=c.method, variant=c.variant, config=config_dict(c.config), T=c.T, L=c.L_max,
+                tags=c.tags, split=c.split, lookup=c.lookup and m.draft_lookup, temperature=s.temperature,
+                top_k=s.top_k, top_p=s.top_p, max_prompt=p.protocol.max_prompt,
+                **({"draft_vocab": m.draft_vocab} if m.draft_vocab else {}))
 
 
 def missing(name: str, profile: Profile, root: Path | None = None, replicate: int | None = None) -> list:

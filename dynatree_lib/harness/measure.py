@@ -10,13 +10,16 @@ from dataclasses import dataclass
 import torch
 
 from ..core.lookup import LookupRunner
+from ..core.policies import Session
 from ..core.runners import as_runner
 from ..core.sampling import Sampling
 from ..methods import REGISTRY, generate
 from .environment import BandwidthProbe, environment
 from .metrics import aggregate, loop_share, periodic_tail, prompt_metrics
 from .prompts import Prompt
+from . import variants
 from .store import config_dict
+from .variants import MAIN
 
 GREEDY = Sampling()
 
@@ -25,24 +28,33 @@ def tokens_hash(tokens: list[int]) -> str:
     return hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:16]
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Cell:
-    """One benchmark cell: a method on a workload at one (T, L_max), precision and sampling law.
+    """One benchmark cell: a method in one of its variants on a workload at one (T, L_max), precision and sampling
+    law.
 
-    ``lookup=False``: the draft network alone, without its context lookup (a control row); ``split``: which
-    prompts (``prompts.SPLITS``); ``tags``: sweep coordinates and roles ("timed", "exact", "memory", ...)."""
+    ``variant``: which of the method's ways to run it (``variants.VARIANTS``: its main setting, the paper's settings,
+    an ablation step, ...); with the configuration and tags it tells cells of one method apart, and it names what
+    tables show (``label``). ``lookup=False``: the draft network alone, without its context lookup (a control row);
+    ``split``: which prompts (``prompts.SPLITS``); ``tags``: sweep coordinates and roles ("timed", "exact",
+    "memory", ...)."""
 
     dataset: str
     method: str          # a registered method's name
-    label: str           # what tables show, e.g. "DynaTree (paper settings)" or "fixed D=5 B=2 tau=0.1"
+    variant: str = MAIN
     config: object       # the method's configuration dataclass, None for AR
     T: int
-    L_max: int           # prompt tokens of a continuation workload; 0 for Spec-Bench
+    L_max: int           # prompt tokens of a continuation workload; 0 for a question workload
     dtype: str
     tags: dict = dataclasses.field(default_factory=dict)
     sampling: Sampling = GREEDY
     lookup: bool = True
     split: str = "test"
+
+    @property
+    def label(self) -> str:
+        """What tables call this cell, e.g. "DynaTree (paper settings)" or "fixed D=5 B=2 tau=0.1"."""
+        return variants.label(self.method, self.variant, config_dict(self.config), self.tags)
 
 
 def drafter(cell: Cell, draft):
@@ -51,7 +63,7 @@ def drafter(cell: Cell, draft):
 
 
 def run_cell(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int | None, seed: int,
-             record_trees: int = 0, session: dict | None = None):
+             record_trees: int = 0, session: Session | None = None):
     """One generation of ``cell`` on ``prompt``; a sampled cell's draws come from a generator seeded by ``seed``;
     ``session``: the cell's state across its generations (warm-ups included)."""
     s = cell.sampling
@@ -62,7 +74,7 @@ def run_cell(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int |
 
 
 def warm_up(cell: Cell, target, draft, prompts: list[Prompt], warmup: int, kv_mode: str, eos: int | None,
-            session: dict | None = None) -> None:
+            session: Session | None = None) -> None:
     """``warmup`` discarded runs of the cell (on the first prompts)."""
     for i in range(warmup):
         run_cell(cell, target, draft, prompts[i % len(prompts)], kv_mode, eos, seed=i, session=session)
@@ -90,7 +102,7 @@ def divergence_gap(target, prompt_ids: torch.Tensor, ref: list[int], at: int) ->
 
 
 def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int | None, ar_tokens: list[int] | None,
-            probe: BandwidthProbe | None, seed: int, record_trees: int = 0, session: dict | None = None) -> dict:
+            probe: BandwidthProbe | None, seed: int, record_trees: int = 0, session: Session | None = None) -> dict:
     """One measured generation -> one row: metrics, agreement with AR's tokens (greedy cells), and for AR rows
     their tokens (``output_ids``: later or resumed cells compare with them), how much of their output copies
     earlier text (``loop_share``, ``periodic_tail``) and the memory bandwidth ``probe``d right after them."""
@@ -121,7 +133,7 @@ def engine_info(cell: Cell) -> dict:
 
 def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra: dict, replicate: int) -> dict:
     mo, s = profile.models, cell.sampling
-    return {"key": key, "dataset": cell.dataset, "method": cell.method, "label": cell.label,
+    return {"key": key, "dataset": cell.dataset, "method": cell.method, "variant": cell.variant, "label": cell.label,
             "config": config_dict(cell.config), "T": cell.T, "L_max": cell.L_max, "dtype": cell.dtype,
             "tags": cell.tags, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
             "lookup": cell.lookup, "split": cell.split, "replicate": replicate, "kv_mode": profile.protocol.kv_mode,

@@ -81,6 +81,7 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     from .measure import run_cell
     from .models import import_model_code, load_tokenizer
     from .runner import Prompts, prompt_seed
+    from .workloads import eos as workload_eos
 
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
@@ -88,7 +89,7 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     drafts = REGISTRY[cell.method].drafts
     tok = load_tokenizer(refs[0])
     prompt = Prompts(profile, tok, "memory").of(cell, prompt_index + 1)[prompt_index]
-    eos = tok.eos_token_id if cell.dataset == "spec_bench" else None
+    eos = workload_eos(cell.dataset, tok)
     del tok  # the pair brings its own
     for ref in refs[: 2 if drafts else 1]:
         import_model_code(ref)

@@ -22,6 +22,8 @@ import math
 import torch
 from torch import Tensor
 
+from .workloads import POOLED, count, eos, workload
+
 
 @torch.no_grad()
 def teacher_forced(model, ids: Tensor, chunk: int = 1024, vocab: Tensor | None = None) -> Tensor:
@@ -150,12 +152,12 @@ def held_out_bits(profile, target, draft, tok) -> dict:
     from .data import load_texts
 
     out = {}
-    for ds in [w for w in profile.workloads if w != "spec_bench"]:
+    for ds in [w for w in profile.workloads if workload(w).continuation]:
         docs = [text for _, text in load_texts(ds, profile.protocol.data_source)]
-        texts = ["".join(docs)] if ds == "wikitext2" else docs[:4]
-        n_tok = 8192 if ds == "wikitext2" else 2048
+        w = workload(ds)
+        texts = ["".join(docs)] if w.bits_docs is None else docs[:w.bits_docs]
         for role, m in (("target", target), ("draft", draft)):
-            bpb = [bits_per_byte(m, tok, t, n_tok) for t in texts]
+            bpb = [bits_per_byte(m, tok, t, w.bits_tokens) for t in texts]
             out.setdefault(role, {})[ds] = sum(bpb) / len(bpb)
     return out
 
@@ -170,20 +172,20 @@ def target_outputs(profile, target, tok, T: int, report: dict, sample: bool = Fa
     gen = torch.Generator().manual_seed(profile.protocol.seed) if sample else None
     seqs = []
     for ws in profile.workloads:
-        spec = ws == "spec_bench"
-        n = (profile.extras.pair_n_questions if spec else profile.extras.pair_n_prompts) or profile.protocol.n_prompts
+        n = count(ws, profile.extras.pair_n_prompts, profile.extras.pair_n_questions) or profile.protocol.n_prompts
         for p in load_prompts(ws, tok, n, profile.L_max(ws), "dev", profile.protocol.seed, profile.protocol.data_source):
             ids = p.ids[-profile.protocol.max_prompt:] if profile.protocol.max_prompt else p.ids
-            out = generate(target, ids, T, eos_token_id=tok.eos_token_id if spec else None,
-                           temperature=1.0 if sample else 0.0, generator=gen).tokens
-            seqs.append((f"{ws}/{p.category}" if spec else ws, torch.cat([ids, torch.tensor(out)]), ids.numel() - 1))
+            out = generate(target, ids, T, eos_token_id=eos(ws, tok), temperature=1.0 if sample else 0.0,
+                           generator=gen).tokens
+            group = f"{ws}/{p.category}" if workload(ws).per_category else ws
+            seqs.append((group, torch.cat([ids, torch.tensor(out)]), ids.numel() - 1))
             if not sample and not report.get("sample"):
                 report["sample"] = {"prompt_id": p.id, "prompt_tail": tok.decode(ids[-40:]),
                                     "continuation": tok.decode(out[:64])}
     return seqs
 
 
-CONTINUATIONS = "continuations"  # the scope pooling every continuation workload (groups without a category)
+CONTINUATIONS = POOLED  # the scope pooling every continuation workload (groups without a category)
 
 
 def in_scope(scope: str, group: str) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .. import methods as registry
+from . import variants
 from ..core.decoding import Options
 from ..core.result import GenerationResult, Totals
 from ..core.validate import check_field_types, require
@@ -40,16 +41,32 @@ class LlamaCppConfig:
         require(self.n_draft >= 1, f"n_draft must be >= 1, got {self.n_draft}")
 
 
-# (label, config): what the peers experiment runs; the first is llama.cpp's own AR (its speedups' reference)
+METHOD = LlamaCppConfig.method
+
+
+@dataclass(frozen=True, kw_only=True)
+class Peer:
+    """One llama.cpp mode the peers experiment runs: its variant (its cells' and records' name), what tables call it
+    and its configuration."""
+
+    variant: str
+    label: str
+    config: LlamaCppConfig
+
+
+# what the peers experiment runs; the first is llama.cpp's own AR (its speedups' reference)
 PEERS = (
-    ("llama.cpp AR (BF16)", LlamaCppConfig("ar", "bf16")),
-    ("llama.cpp AR (Q4_1)", LlamaCppConfig("ar", "q4_1")),
-    ("llama.cpp draft chain, our draft (n=3)", LlamaCppConfig("draft-chain", n_draft=3)),
-    ("llama.cpp draft chain, our draft (n=8)", LlamaCppConfig("draft-chain", n_draft=8)),
-    ("llama.cpp ngram-simple (n=8)", LlamaCppConfig("ngram-simple", n_draft=8, ngram_n=4)),
-    ("llama.cpp ngram-mod (n=8)", LlamaCppConfig("ngram-mod", n_draft=8, ngram_n=4)),
+    Peer(variant="llamacpp_ar_bf16", label="llama.cpp AR (BF16)", config=LlamaCppConfig("ar", "bf16")),
+    Peer(variant="llamacpp_ar_q4_1", label="llama.cpp AR (Q4_1)", config=LlamaCppConfig("ar", "q4_1")),
+    Peer(variant="llamacpp_draft_chain_3", label="llama.cpp draft chain, our draft (n=3)",
+         config=LlamaCppConfig("draft-chain", n_draft=3)),
+    Peer(variant="llamacpp_draft_chain_8", label="llama.cpp draft chain, our draft (n=8)",
+         config=LlamaCppConfig("draft-chain", n_draft=8)),
+    Peer(variant="llamacpp_ngram_simple_8", label="llama.cpp ngram-simple (n=8)",
+         config=LlamaCppConfig("ngram-simple", n_draft=8, ngram_n=4)),
+    Peer(variant="llamacpp_ngram_mod_8", label="llama.cpp ngram-mod (n=8)",
+         config=LlamaCppConfig("ngram-mod", n_draft=8, ngram_n=4)),
 )
-OWN_AR = PEERS[0][0]
 
 
 def available() -> bool:
@@ -110,6 +127,13 @@ def describe(cfg: LlamaCppConfig) -> dict:
             "timing": "llama-server timings: prompt_ms + predicted_ms (prefill + decode)"}
 
 
-registry.register(registry.Method("llamacpp", LlamaCppConfig, "llama.cpp", "#17becf", "peer", False, None,
-                                  generate_llamacpp, drafts=False, engine="llama.cpp", describe=describe,
-                                  unavailable=unavailable))
+def register() -> None:
+    """Register llama.cpp as a method and its modes as variants (once; the peers experiment calls this, and so
+    must anything that reads its records without it)."""
+    if METHOD in registry.REGISTRY:
+        return
+    registry.register(registry.Method(name=METHOD, config=LlamaCppConfig, label="llama.cpp", color="#17becf",
+                                      role="peer", decode=generate_llamacpp, drafts=False, engine="llama.cpp",
+                                      describe=describe, unavailable=unavailable))
+    for peer in PEERS:
+        variants.register(variants.Variant(name=peer.variant, label=variants.fixed(peer.label)))

@@ -109,7 +109,8 @@ class Tuning:
 
 @dataclass(frozen=True)
 class Sweeps:
-    """Notebooks 05-07 and 06's grids, each on ``n_prompts`` WikiText-2 prompts."""
+    """Notebooks 04-07: the ablation, the sweeps and 06's grids, each on ``n_prompts`` prompts of ``workload``
+    (WikiText-2, as the paper's)."""
 
     T_list: tuple = (100, 200, 300, 500, 1000, 1500)
     L_max_list: tuple = (100, 200, 400, 800)
@@ -119,6 +120,7 @@ class Sweeps:
     breadth_list: tuple = ((1, 1, 2), (1, 2, 3), (1, 2, 4), (2, 2, 3), (2, 3, 4))
     depth_list: tuple = ((3, 6), (4, 7), (5, 8), (6, 10), (8, 12))
     n_prompts: int = 10
+    workload: str = "wikitext2"
 
 
 @dataclass(frozen=True)

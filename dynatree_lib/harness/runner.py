@@ -5,13 +5,16 @@ import zlib
 
 import torch
 
+from ..core.policies import Session
 from ..core.runners import as_runner
+from ..methods import AR
 from . import measure
 from .environment import BandwidthProbe, bound
 from .prompts import authors_prompts, load_prompts
 from .splits import CATEGORIES
 from .store import ResultStore
 from .weights import weights_info
+from .workloads import eos as workload_eos, workload
 
 
 def prompt_seed(profile_seed: int, prompt_id: str, replicate: int) -> int:
@@ -39,7 +42,7 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     rows = {k: store.partial(k) for _, k in todo}
     prompts = Prompts(p, tok, name)
     refs = ar_references(store, todo, rows, dtype)
-    sessions = {k: {} for _, k in todo}  # a cell's state across its generations (a policy adapting across prompts)
+    sessions = {k: Session() for _, k in todo}  # a cell's state across its generations (a policy adapting across prompts)
     bar = tqdm(total=sum(counts[k] * prompts.per_cell(c) for c, k in todo), initial=sum(map(len, rows.values())),
                desc=f"{p.name}/{name} {dtype}", unit="gen")
     # Interleaved: round i measures prompt i for every cell (AR first), so slow drifts of machine speed hit all
@@ -50,7 +53,7 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
             if len(rows[k]) > i or i >= len(ps):
                 continue
             bar.set_postfix_str(f"{c.dataset} {c.label[:40]} T={c.T}")
-            eos = tok.eos_token_id if c.dataset == "spec_bench" else None
+            eos = workload_eos(c.dataset, tok)
             if not rows[k]:
                 measure.warm_up(c, target, draft, ps, p.protocol.warmup, p.protocol.kv_mode, eos, sessions[k])
             ref = refs.setdefault(ref_key(c), {})
@@ -74,10 +77,10 @@ def ref_key(c) -> tuple:
 def ar_references(store: ResultStore, todo: list, rows: dict, dtype: str) -> dict:
     """AR's greedy tokens per (workload, T, L_max, split) and prompt, from finished records or checkpointed rows."""
     refs: dict = {}
-    pending = [{"method": "ar", "dataset": c.dataset, "T": c.T, "L_max": c.L_max, "split": c.split, "dtype": c.dtype,
+    pending = [{"method": AR, "dataset": c.dataset, "T": c.T, "L_max": c.L_max, "split": c.split, "dtype": c.dtype,
                 "temperature": c.sampling.temperature, "rows": rows[k]} for c, k in todo if c.config is None]
     for r in store.records + pending:
-        if r["method"] == "ar" and r["dtype"] == dtype and r.get("temperature", 0.0) == 0.0:
+        if r["method"] == AR and r["dtype"] == dtype and r.get("temperature", 0.0) == 0.0:
             key = (r["dataset"], r["T"], r["L_max"], r.get("split", "test"))
             refs.setdefault(key, {}).update({row["prompt_id"]: row["output_ids"] for row in r["rows"]})
     return refs
@@ -91,8 +94,8 @@ class Prompts:
         self.seed = p.tuning.seed if name == "tuning" else p.protocol.seed
 
     def per_cell(self, c) -> int:
-        """Prompts a cell's count stands for: one per category for Spec-Bench."""
-        return len(set(CATEGORIES.values())) if c.dataset == "spec_bench" else 1
+        """Prompts a cell's count stands for: one per category for a workload with categories."""
+        return len(set(CATEGORIES.values())) if workload(c.dataset).per_category else 1
 
     def of(self, c, n: int) -> list:
         key = (c.dataset, c.L_max, c.split, n)

@@ -7,7 +7,6 @@ did not run at).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -29,11 +28,12 @@ def tuned_families() -> tuple[str, ...]:
 
 def tuned(p: Profile, family: str, workload: str, root: Path | None = None, sampling: Sampling = GREEDY):
     """The family's setting for ``workload``: the fastest tuning candidate (from the logged JSON), or the paper's
-    setting where the profile does not tune the family. StreamingLLM drafts a chain: it takes linear's K."""
+    setting where the profile does not tune the family; a method declaring ``tuning_from`` adopts that method's
+    tuned setting into its paper setting (``Method.adopt``) where the profile tunes."""
     if p.tuning.candidates is None or family not in tuned_families():
-        if family == "streaming_spec" and p.tuning.candidates is not None:
-            K = tuned(p, "linear", workload, root, sampling).K
-            return dataclasses.replace(p.method(family, workload), K=K)
+        m = registry.REGISTRY[family]
+        if m.tuning_from is not None and p.tuning.candidates is not None:
+            return m.adopt(p.method(family, workload), tuned(p, m.tuning_from, workload, root, sampling))
         return p.method(family, workload)
     return fastest(p, family, workload, p.tuning.candidates[family], root, sampling)
 
@@ -96,7 +96,7 @@ def cost_candidates(p: Profile, root: Path | None = None) -> tuple[CostAwareConf
     """The extension's tuning candidates: DynaTree's candidates, each with its trees cut by the curves of the
     timed precision (the same number as every family's)."""
     curve = cost_curve(p, p.models.dtype, root)
-    return tuple(CostAwareConfig(base, *curve) for base in p.tuning.candidates["dynatree"])
+    return tuple(CostAwareConfig(base, *curve) for base in p.tuning.candidates[registry.DYNATREE])
 
 
 def cost_aware(p: Profile, workload: str, dtype: str, root: Path | None = None,
@@ -104,6 +104,6 @@ def cost_aware(p: Profile, workload: str, dtype: str, root: Path | None = None,
     """The named extension for ``workload`` in ``dtype``: DynaTree's trees cut by the forward-cost curves this
     profile measured in ``dtype``. Its DynaTree settings are, where the profile tunes, the fastest of
     ``cost_candidates`` (tuned with the cut on, as the extension runs), else the paper's."""
-    base = (p.method("dynatree", workload) if p.tuning.candidates is None
-            else fastest(p, "dynatree_cost", workload, cost_candidates(p, root), root, sampling).base)
+    base = (p.method(registry.DYNATREE, workload) if p.tuning.candidates is None
+            else fastest(p, registry.DYNATREE_COST, workload, cost_candidates(p, root), root, sampling).base)
     return CostAwareConfig(base, *cost_curve(p, dtype, root))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import methods as registry
 from ..harness.data import REPO_DATA
 
 AUTHORS_REPORTED = REPO_DATA / "authors_reported.json"
@@ -50,7 +51,7 @@ def authors_code(data: dict) -> pd.DataFrame:
         mism, comp = trees.get(k, (0, 0))
         trees[k] = (mism + v["tree_mismatches"], comp + v["same_context_compared"])
     rows = []
-    for g in sorted((g for g in data["summary"]["groups"] if g["method"] != "ar"), key=_sort_key):
+    for g in sorted((g for g in data["summary"]["groups"] if g["method"] != registry.AR), key=_sort_key):
         k = (g["impl"], g["method"], g["history"], g["dataset"])
         mism, comp = trees.get(k, (None, None))
         rows.append({"implementation": g["impl"], "method": g["method"] + (" + history" if g["history"] else ""),
@@ -62,7 +63,7 @@ def authors_code(data: dict) -> pd.DataFrame:
 
 def authors_code_exactness(data: dict) -> dict:
     """The README's finding: their tree decoders and ours against greedy AR on the same prompts (fp32)."""
-    groups = [g for g in data["summary"]["groups"] if g["method"] in ("fixed_tree", "dynatree")]
+    groups = [g for g in data["summary"]["groups"] if g["method"] in (registry.FIXED_TREE, registry.DYNATREE)]
 
     def count(impl):
         gs = [g for g in groups if g["impl"] == impl]

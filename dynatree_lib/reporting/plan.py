@@ -16,7 +16,9 @@ from ..harness.experiments import EXPERIMENTS, n_prompts
 from ..harness.splits import CATEGORIES
 from ..harness.store import results_path
 from ..harness.tuning import NotTuned, tuned
-from .tables import reported
+from ..harness.variants import MAIN
+from ..harness.workloads import count, workload
+from .records import reported
 
 NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_latency": (), "03_verification_efficiency": (),
              "04_ablation": ("ablation",), "05_length_scaling": ("length_scaling",),
@@ -40,9 +42,10 @@ class Rates:
     def __call__(self, method: str, workload: str, dtype: str) -> float:
         if (method, workload, dtype) in self.logged:
             return self.logged[(method, workload, dtype)]
-        if ("ar", workload, dtype) in self.logged:  # a method not logged yet: AR's rate
-            return self.logged[("ar", workload, dtype)]
-        t1 = reported()["table1_throughput_tokens_per_s"].get(workload, reported()["table1_throughput_tokens_per_s"]["pg19"])
+        if (registry.AR, workload, dtype) in self.logged:  # a method not logged yet: AR's rate
+            return self.logged[(registry.AR, workload, dtype)]
+        paper = reported()["table1_throughput_tokens_per_s"]
+        t1 = paper.get(workload, paper[list(paper)[-1]])  # a workload the paper lacks: its last one's (PG-19's)
         m = registry.REGISTRY.get(method)
         tps = t1[m.reported if m and m.reported else "linear_spec"]["mean"]
         return tps / 4 if dtype == "float32" else tps
@@ -54,7 +57,7 @@ def cells_of(profile, name: str):
     p = profile
     try:
         for ws in p.workloads:
-            tuned(p, "dynatree", ws)
+            tuned(p, registry.DYNATREE, ws)
     except NotTuned:  # no tuning logged for this protocol yet
         p = dataclasses.replace(p, tuning=dataclasses.replace(p.tuning, candidates=None))
     try:
@@ -62,7 +65,7 @@ def cells_of(profile, name: str):
     except NotTuned:  # the extension's costs, or its tuning on them, not logged yet
         no_ext = dataclasses.replace(p, extras=dataclasses.replace(p.extras, cost_aware=False))
         cells = EXPERIMENTS[name](no_ext, None)
-        return cells + [c for c in cells if c.method == "dynatree" and not c.tags.get("paper_settings")]
+        return cells + [c for c in cells if c.method == registry.DYNATREE and c.variant == MAIN]
 
 
 def plan(profile, quick: bool = False) -> list[dict]:
@@ -77,12 +80,12 @@ def plan(profile, quick: bool = False) -> list[dict]:
             if name == "pair":  # greedy output of the dev prompts, fp32
                 for ws in profile.workloads:
                     n = profile.extras.pair_n_prompts or profile.protocol.n_prompts
-                    n = profile.extras.pair_n_questions * per_category if ws == "spec_bench" else n
+                    n = count(ws, n, profile.extras.pair_n_questions * per_category)
                     gens, toks = gens + n, toks + n * profile.protocol.T
-                    secs += n * profile.protocol.T / rate("ar", ws, "float32")
+                    secs += n * profile.protocol.T / rate(registry.AR, ws, "float32")
                 continue
             for c in cells_of(profile, name):
-                n = n_prompts(name, profile, c) * (per_category if c.dataset == "spec_bench" else 1) + profile.protocol.warmup
+                n = n_prompts(name, profile, c) * count(c.dataset, 1, per_category) + profile.protocol.warmup
                 gens, toks = gens + n, toks + n * c.T
                 secs += n * c.T / rate(c.method, c.dataset, c.dtype)
         out.append({"notebook": nb, "generations": int(gens), "tokens": int(toks), "hours": secs / 3600})

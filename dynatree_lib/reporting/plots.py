@@ -12,7 +12,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .. import methods as registry  # noqa: E402
-from .tables import DATASET_LABELS, order  # noqa: E402
+from ..harness.variants import MAIN  # noqa: E402
+from ..harness.workloads import POOLED, label as workload_label  # noqa: E402
+from .formatting import present  # noqa: E402
+from .records import order  # noqa: E402
 
 
 def color(method: str) -> str:
@@ -42,23 +45,12 @@ def tick(label: str, width: int = 12) -> str:
     return textwrap.fill(label, width, break_long_words=False)
 
 
-VARIANT_TAGS = ("paper_settings", "lookup_skip", "skip_window")  # a row run with another setting than the tuned one
-
-
-def has_tag(df: pd.DataFrame, name: str) -> pd.Series:
-    """Whether each row's record carries the tag ``name`` (its value may be False or 0: the tag marks the row)."""
-    col = df.get(f"tag_{name}")
-    return pd.Series(False, index=df.index) if col is None else col.notna()
-
-
 def paper_comparison(df: pd.DataFrame) -> pd.Series:
     """The rows of the main figure: the paper's methods and ours (registry roles "paper" and "extension"), each
-    in its main setting (tuned where the profile tunes) with the profile's draft. Not a control (the ``control`` tag: the draft network without
-    its lookup; ``lookup`` alone would not say it, a profile without a lookup logs False everywhere), not a
-    variant (the paper's settings, the extension without a part of it)."""
-    variant = np.logical_or.reduce([has_tag(df, t) for t in VARIANT_TAGS])
+    in its main variant (tuned where the profile tunes) with the profile's draft: not a control (the draft network
+    without its lookup), not another variant (the paper's settings, the extension without a part of it)."""
     main = registry.names("paper") + registry.names("extension")
-    return df.method.isin(main) & ~has_tag(df, "control") & ~variant
+    return df.method.isin(main) & (df.variant == MAIN)
 
 
 REPLICATE_MARKERS = ("o", "D", "s", "^")  # replicate 1 filled, the others hollow
@@ -73,35 +65,36 @@ def _speedup_row(ax, rows: pd.DataFrame, y: float, colour: str) -> None:
         lo, hi = (r.speedup, r.speedup) if pd.isna(r.speedup_lo) else (r.speedup_lo, r.speedup_hi)
         ax.errorbar(r.speedup, yj, xerr=[[r.speedup - lo], [hi - r.speedup]], fmt=REPLICATE_MARKERS[j % 4], ms=5,
                     color=colour, mfc=colour if j == 0 else "white", capsize=2.5, lw=1.2)
-        if r.method != "ar":
+        if r.method != registry.AR:
             ax.annotate(f"{r.speedup:.2f}", (hi, yj), xytext=(4, 0), textcoords="offset points", va="center",
                         fontsize=6.5, color="#333")
 
 
 def speedup_panels(df: pd.DataFrame, reference: pd.Series | None = None, title: str = ""):
-    """Speedup over AR on the same prompts, one panel per workload, one row per method label (registry order),
+    """Speedup over AR on the same prompts, one panel per workload, one row per method and variant (registry order),
     each replicate a marker with its 95% paired bootstrap interval; ``reference`` rows are drawn in ``GREY``."""
     df = order(df)
     grey = reference.reindex(df.index, fill_value=False) if reference is not None else pd.Series(False, index=df.index)
-    labels = list(df.label.unique())
-    colours = {lab: GREY if g else color(m) for lab, m, g in zip(df.label, df.method, grey)}
-    dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
-    fig, axes = plt.subplots(1, len(dss), figsize=(3.9 * len(dss) + 1.5, 0.42 * len(labels) + 1.3), sharex=True,
+    rows = list(df.row.unique())
+    labels = [dict(zip(df.row, df.label))[r] for r in rows]
+    colours = {r: GREY if g else color(m) for r, m, g in zip(df.row, df.method, grey)}
+    dss = present(df.dataset)
+    fig, axes = plt.subplots(1, len(dss), figsize=(3.9 * len(dss) + 1.5, 0.42 * len(rows) + 1.3), sharex=True,
                              sharey=True, squeeze=False)
     for ax, ds in zip(axes[0], dss):
         sub = df[df.dataset == ds]
-        for i, lab in enumerate(labels):
-            _speedup_row(ax, sub[sub.label == lab], -i, colours[lab])
-        ax.axvline(1, color=color("ar"), ls="--", lw=0.8)
-        ax.set_title(DATASET_LABELS[ds], fontsize=10)
+        for i, r in enumerate(rows):
+            _speedup_row(ax, sub[sub.row == r], -i, colours[r])
+        ax.axvline(1, color=color(registry.AR), ls="--", lw=0.8)
+        ax.set_title(workload_label(ds), fontsize=10)
         ax.set_xlabel("speedup over AR (×)", fontsize=8)
         ax.grid(axis="y", visible=False)
     lo = min(np.nanmin(df[["speedup", "speedup_lo"]].to_numpy()), 1)
     hi = max(np.nanmax(df[["speedup", "speedup_hi"]].to_numpy()), 1)
     axes[0, 0].set_xlim(lo - 0.05 * (hi - lo), hi + 0.18 * (hi - lo))  # AR's line, and room for the value labels
     axes[0, 0].set_yticks(-np.arange(len(labels)), [tick(lab, 30) for lab in labels], fontsize=8)
-    for t, lab in zip(axes[0, 0].get_yticklabels(), labels):
-        t.set_color("#808080" if colours[lab] == GREY else "black")
+    for t, r in zip(axes[0, 0].get_yticklabels(), rows):
+        t.set_color("#808080" if colours[r] == GREY else "black")
     _replicate_legend(fig, sorted(df.replicate.unique()), reference is not None)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -114,7 +107,7 @@ def _replicate_legend(fig, reps: list, with_reference: bool) -> None:
                           ls="-", lw=1.2, label=f"replicate {int(r) + 1} (95% interval)") for j, r in enumerate(reps)]
     if with_reference:
         handles.append(plt.Line2D([], [], marker="o", color=GREY, ls="-", label="the main figure's row"))
-    handles.append(plt.Line2D([], [], color=color("ar"), ls="--", lw=0.8, label="AR (1×)"))
+    handles.append(plt.Line2D([], [], color=color(registry.AR), ls="--", lw=0.8, label="AR (1×)"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, -0.06))
 
@@ -132,14 +125,14 @@ def controls_and_variants(df: pd.DataFrame):
     in grey (where it has one)."""
     main = paper_comparison(df)
     varied = df[~main].method.unique()
-    return speedup_panels(df[(df.method != "ar") & (~main | df.method.isin(varied))], reference=main,
+    return speedup_panels(df[(df.method != registry.AR) & (~main | df.method.isin(varied))], reference=main,
                           title="Controls and variants, each below its method's main row (grey): speedup over AR on "
                           "the same test prompts")
 
 
 def ablation(df: pd.DataFrame):
     """Figure 5: throughput with #Iter., and L-bar with acceptance, along the ablation steps."""
-    sub = df[df.method != "ar"].sort_values("tag_step")
+    sub = df[df.method != registry.AR].sort_values("tag_step")
     x, labels = np.arange(len(sub)), [tick(m, 14) for m in sub.label]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
     a1.bar(x, sub.tps, yerr=sub.tps_std, color="#2ca02c", alpha=0.7, capsize=3)
@@ -164,7 +157,7 @@ def vs_param(df: pd.DataFrame, param: str, metrics: list[tuple[str, str]], logx:
     axes = np.atleast_1d(axes)
     for ax, (col, title) in zip(axes, metrics):
         for m, sub in order(df).groupby("method", sort=False):
-            if col in ("ell_bar", "accept_rate") and m == "ar":
+            if col in ("ell_bar", "accept_rate") and m == registry.AR:
                 continue
             sub = sub.sort_values(param)
             ax.plot(sub[param], sub[col], "o-", color=color(m), label=label(m), ms=4)
@@ -179,7 +172,7 @@ def vs_param(df: pd.DataFrame, param: str, metrics: list[tuple[str, str]], logx:
 
 def fixed_sweep(df: pd.DataFrame):
     """Figure 7: fixed-tree speedup vs D for each (B, tau), best configuration marked."""
-    sub = df[df.method != "ar"]
+    sub = df[df.method != registry.AR]
     best = sub.loc[sub.tps.idxmax()]
     fig, axes = plt.subplots(1, sub.tag_B.nunique(), figsize=(3.6 * sub.tag_B.nunique(), 3.2), sharey=True)
     axes = np.atleast_1d(axes)
@@ -200,8 +193,8 @@ def fixed_sweep(df: pd.DataFrame):
 
 def dynatree_sensitivity(df: pd.DataFrame):
     """Figure 8: threshold scatter over (tau_h, tau_l); breadth and depth sweeps with AR / fixed lines."""
-    ar = df[df.method == "ar"].tps.iloc[0]
-    fixed = df[df.method == "fixed_tree"].tps.iloc[0]
+    ar = df[df.method == registry.AR].tps.iloc[0]
+    fixed = df[df.method == registry.FIXED_TREE].tps.iloc[0]
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(11, 3.3))
     th = df[df.get("tag_sweep") == "thresholds"]
     sc = a.scatter(th.tag_tau_h, th.tag_tau_l, c=th.tps, s=120, cmap="viridis", edgecolors="k")
@@ -215,8 +208,8 @@ def dynatree_sensitivity(df: pd.DataFrame):
         names = [str(tuple(v)) for v in s.tag_B] if sweep == "breadth" else \
             [f"({d0:.0f},{dm:.0f})" for d0, dm in zip(s.tag_D0, s.tag_D_max)]
         ax.errorbar(range(len(s)), s.tps, yerr=s.tps_std, fmt="o-", color="#2ca02c", capsize=3, label="DynaTree")
-        ax.axhline(ar, color=color("ar"), ls="--", label="AR")
-        ax.axhline(fixed, color=color("fixed_tree"), ls=":", label="Fixed Tree")
+        ax.axhline(ar, color=color(registry.AR), ls="--", label=label(registry.AR))
+        ax.axhline(fixed, color=color(registry.FIXED_TREE), ls=":", label=label(registry.FIXED_TREE))
         ax.set_xticks(range(len(s)), names, fontsize=7, rotation=20)
         ax.set_title(title)
         ax.set_ylabel("tok/s")
@@ -239,7 +232,7 @@ def draft_efficiency(rows: pd.DataFrame):
 def time_breakdown(df: pd.DataFrame):
     """Where the time goes: milliseconds per generated token in drafting, verification and bookkeeping
     (tree, top-k, commit), plus prefill, per method and dataset (speculative loop rows)."""
-    dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
+    dss = present(df.dataset)
     fig, axes = plt.subplots(1, len(dss), figsize=(6.4 * len(dss), 3.9), sharey=True)
     parts = [("prefill_s", "prefill", "#cccccc"), ("draft_s", "draft", "#1f77b4"), ("verify_s", "verify", "#ff7f0e"),
              ("commit_s", "bookkeeping", "#2ca02c")]
@@ -251,11 +244,11 @@ def time_breakdown(df: pd.DataFrame):
             v = 1e3 * sub[col].to_numpy(dtype=float) / tokens
             ax.bar(x, v, bottom=bottom, color=c, label=name, edgecolor="black", linewidth=0.4)
             bottom += v
-        ar = df[(df.dataset == ds) & (df.method == "ar")]
+        ar = df[(df.dataset == ds) & (df.method == registry.AR)]
         if len(ar):
             ax.axhline(1e3 * ar.wall_s.iloc[0] / ar["T"].iloc[0], color="k", ls="--", lw=1, label="AR, whole")
         ax.set_xticks(x, [tick(lab, 11) for lab in sub.label], fontsize=6.5)
-        ax.set_title(DATASET_LABELS[ds], fontsize=9)
+        ax.set_title(workload_label(ds), fontsize=9)
     np.atleast_1d(axes)[0].set_ylabel("ms per generated token")
     np.atleast_1d(axes)[0].legend(fontsize=7)
     fig.tight_layout()
@@ -266,9 +259,9 @@ def reliability(pair: dict, head: str = "agreement"):
     """Reliability diagram of the draft's top-1 probability against agreement with the target's greedy token,
     one panel per workload (on the target's output, and dashed on the human text), with how many positions fall
     in each bin. ``head``: which draft (``agreement``: as it drafts; ``agreement_no_lookup``: the network alone)."""
-    from .tables import scope_label
+    from .formatting import scope_label
 
-    scopes = [k for k in pair[head] if "/" not in k and not k.endswith("_human") and k not in ("all", "continuations")]
+    scopes = [k for k in pair[head] if "/" not in k and not k.endswith("_human") and k not in ("all", POOLED)]
     fig, axes = plt.subplots(2, len(scopes), figsize=(3.4 * len(scopes), 5.6), squeeze=False,
                              gridspec_kw={"height_ratios": [3, 1]})
     for j, key in enumerate(scopes):
@@ -294,7 +287,7 @@ def reliability(pair: dict, head: str = "agreement"):
 def chain_acceptance(pair: dict):
     """P(a linear draft is accepted to depth j), and the acceptance at depth j given depth j-1."""
     fig, ax = plt.subplots(figsize=(4.6, 3.2))
-    from .tables import scope_label
+    from .formatting import scope_label
 
     for key in [k for k in pair["agreement"] if not k.endswith("_human") and "/" not in k]:
         p = pair["agreement"][key]["chain_acceptance"]
@@ -347,20 +340,21 @@ def cost_model(t: pd.DataFrame):
 def sampling(df: pd.DataFrame):
     """Speedup over AR sampling at each temperature, per workload and method (the draft with its lookup)."""
     temps = sorted(df.temperature.unique())
-    dss = [d for d in DATASET_LABELS if d in set(df.dataset)]
+    dss = present(df.dataset)
     fig, axes = plt.subplots(1, len(dss), figsize=(4.2 * len(dss), 3.6), squeeze=False, sharey=True)
     for ax, ds in zip(axes[0], dss):
-        sub = order(df[(df.dataset == ds) & (df.method != "ar")])
-        labels = list(sub.label.unique())
+        sub = order(df[(df.dataset == ds) & (df.method != registry.AR)])
+        rows = list(sub.row.unique())
+        labels = [dict(zip(sub.row, sub.label))[r] for r in rows]
         w = 0.8 / len(temps)
         for j, t in enumerate(temps):
-            g = sub[sub.temperature == t].set_index("label").reindex(labels)
+            g = sub[sub.temperature == t].set_index("row").reindex(rows)
             x = np.arange(len(labels)) + (j - (len(temps) - 1) / 2) * w
             ax.bar(x, g.speedup, w, color=[color(m) for m in g.method.fillna("")], alpha=1.0 if j == 0 else 0.55,
                    edgecolor="black", linewidth=0.5, label=f"T = {t:g}")
         ax.axhline(1, color="gray", lw=0.8)
         ax.set_xticks(np.arange(len(labels)), [tick(lab, 12) for lab in labels], fontsize=6, rotation=90)
-        ax.set_title(DATASET_LABELS[ds], fontsize=9)
+        ax.set_title(workload_label(ds), fontsize=9)
     axes[0, 0].set_ylabel("speedup over AR sampling")
     axes[0, 0].legend(fontsize=7, title="temperature (left to right)", title_fontsize=7)
     fig.tight_layout()

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import methods as registry
 from ..harness.paths import REPO
 from ..harness.tuning import NotTuned
+from ..harness.variants import MAIN
+from ..harness.workloads import WORKLOADS, labels as workload_labels
 from . import tables
 from .verdict import verdict
 
@@ -36,10 +39,16 @@ def current(path: Path, profile) -> pd.DataFrame | None:
     return None if df.empty else df
 
 
+def main_rows(df: pd.DataFrame, method: str) -> pd.DataFrame:
+    """``method``'s rows in its main variant."""
+    return df[df.row == tables.row_id(method, MAIN)]
+
+
 def _ratio(df: pd.DataFrame, a: str, b: str, ws: str, rep: int) -> tuple[float, float, float] | None:
-    """(ratio, lo, hi) of method label ``a`` over ``b`` on a workload in one replicate (draft with its lookup)."""
+    """(ratio, lo, hi) of method ``a`` over ``b`` (main variants) on a workload in one replicate (draft with its
+    lookup)."""
     sub = df[(df.dataset == ws) & (df.replicate == rep) & df.lookup]
-    x, y = sub[sub.label == a], sub[sub.label == b]
+    x, y = main_rows(sub, a), main_rows(sub, b)
     if x.empty or y.empty:
         return None
     return tables.paired(x.iloc[0].tps_by_prompt, y.iloc[0].tps_by_prompt)[:3]
@@ -52,9 +61,9 @@ def _cell(rs: list) -> str:
 
 def comparison(df: pd.DataFrame, a: str, b: str, claim: str, paper: str) -> dict:
     reps = sorted(df.replicate.unique())
-    per_ws = {ws: [x for r in reps if (x := _ratio(df, a, b, ws, r)) is not None] for ws in tables.DATASET_LABELS}
+    per_ws = {ws: [x for r in reps if (x := _ratio(df, a, b, ws, r)) is not None] for ws in workload_labels()}
     row = {"claim": claim, "paper": paper}
-    row |= {tables.DATASET_LABELS[ws]: _cell(rs) if rs else "–" for ws, rs in per_ws.items()}
+    row |= {workload_labels()[ws]: _cell(rs) if rs else "–" for ws, rs in per_ws.items()}
     row["verdict"] = verdict(per_ws)
     return row
 
@@ -63,8 +72,9 @@ def exactness(df: pd.DataFrame) -> dict:
     exact = tables.role(df, "exact")
     timed = tables.replicate(tables.role(df))
     row = {"claim": "Greedy DynaTree emits the target's own tokens (exact)", "paper": "exact (stated)"}
-    for ws, name in tables.DATASET_LABELS.items():
-        e, t = exact[(exact.dataset == ws) & (exact.label == "DynaTree")], timed[(timed.dataset == ws) & (timed.label == "DynaTree")]
+    for ws, name in workload_labels().items():
+        e = main_rows(exact[exact.dataset == ws], registry.DYNATREE)
+        t = main_rows(timed[timed.dataset == ws], registry.DYNATREE)
         row[name] = "–" if e.empty else f"fp32 {e.iloc[0].equals_ar}/{e.iloc[0].n}, bf16 {t.iloc[0].equals_ar}/{t.iloc[0].n}"
     bad = tables.exactness_failures(exact)
     row["verdict"] = "reproduces" if bad.empty and len(exact) else "no"
@@ -72,16 +82,22 @@ def exactness(df: pd.DataFrame) -> dict:
 
 
 def ablation_rows(path: Path, profile) -> list[dict]:
+    """Table 4's two claims on the ablation's workload (``Sweeps.workload``), the paper's gains from
+    ``paper_reported.json``."""
     if (df := current(path, profile)) is None:
         return []
     base = df[df.tag_step == 0].iloc[0].tps_by_prompt
-    rows = []
-    for step, claim, paper in ((1, "Dynamic breadth & depth beat the fixed tree D=5, B=2 (ablation)", "+13.4%"),
-                               (2, "... and history adaptation adds more", "+16.2%")):
+    paper = tables.reported()["table4_ablation_wikitext2"]
+    ws, rows = profile.sweeps.workload, []
+    for step, claim, key in ((1, "Dynamic breadth & depth beat the fixed tree D=5, B=2 (ablation)",
+                              "plus_dynamic_breadth_depth"),
+                             (2, "... and history adaptation adds more", "plus_history_adaptation")):
         r = df[df.tag_step == step].iloc[0]
         ratio, lo, hi, _ = tables.paired(r.tps_by_prompt, base)
-        rows.append({"claim": claim, "paper": paper, "WikiText-2": f"{ratio - 1:+.1%} [{lo - 1:+.1%}, {hi - 1:+.1%}]",
-                     "PG-19": "–", "Spec-Bench": "–", "verdict": verdict({"wikitext2": [(ratio, lo, hi)]})})
+        measured = f"{ratio - 1:+.1%} [{lo - 1:+.1%}, {hi - 1:+.1%}]"
+        rows.append({"claim": claim, "paper": f"{paper[key]['delta_vs_fixed']:+.1%}",
+                     **{x.label: measured if w == ws else "–" for w, x in WORKLOADS.items()},
+                     "verdict": verdict({ws: [(ratio, lo, hi)]})})
     return rows
 
 
@@ -90,16 +106,17 @@ def memory_row(path: Path, profile) -> list[dict]:
     against AR's (the draft's share of the weights sets it) and against linear drafting's (what the tree adds)."""
     if (df := current(path, profile)) is None or "footprint_mb" not in df:  # earlier records: absolute peaks only
         return []
-    mem = {lab: df[df.label == lab].groupby("dataset").footprint_mb.mean() for lab in ("AR", "Linear Spec", "DynaTree")}
+    mem = {m: main_rows(df, m).groupby("dataset").footprint_mb.mean()
+           for m in (registry.AR, registry.LINEAR, registry.DYNATREE)}
     t5 = tables.reported()["table5_peak_memory_mb"]
+    paper = {m: t5[registry.REGISTRY[m].reported]["average"] for m in mem}
     rows = []
-    for base, paper, within in (("AR", t5["dynatree"]["average"] / t5["ar"]["average"], 0.10),
-                                ("Linear Spec", t5["dynatree"]["average"] / t5["linear_spec"]["average"], 0.02)):
-        dt, other = mem["DynaTree"], mem[base]
-        row = {"claim": f"DynaTree's memory is within {within:.0%} of {base}'s (footprint of one generation)",
-               "paper": f"{paper - 1:+.1%}"}
+    for base, within in ((registry.AR, 0.10), (registry.LINEAR, 0.02)):
+        dt, other = mem[registry.DYNATREE], mem[base]
+        row = {"claim": f"DynaTree's memory is within {within:.0%} of {registry.REGISTRY[base].label}'s (footprint of "
+                        "one generation)", "paper": f"{paper[registry.DYNATREE] / paper[base] - 1:+.1%}"}
         row |= {name: f"{dt[ws] / other[ws] - 1:+.1%}" if ws in dt and ws in other else "–"
-                for ws, name in tables.DATASET_LABELS.items()}
+                for ws, name in workload_labels().items()}
         close = [abs(dt[w] / other[w] - 1) < within for w in dt.index if w in other]
         row["verdict"] = "reproduces" if close and all(close) else "partly" if any(close) else "no"
         rows.append(row)
@@ -114,8 +131,8 @@ def sampling_row(path: Path, profile) -> list[dict]:
     row = {"claim": f"Sampling at T = {t:g} keeps the speedup (best DynaTree-family method over AR sampling)",
            "paper": "TALON Table 3 (T = 1)"}
     best = {}
-    for ws, name in tables.DATASET_LABELS.items():
-        w = sub[(sub.dataset == ws) & sub.method.isin(["dynatree", "dynatree_cost"])]
+    for ws, name in workload_labels().items():
+        w = sub[(sub.dataset == ws) & sub.method.isin(registry.family(registry.DYNATREE))]
         if w.empty:
             row[name] = "–"
             continue
@@ -135,13 +152,15 @@ def authors_code_row(path: Path) -> list[dict]:
     groups = json.loads(path.read_text())["summary"]["groups"]
     row = {"claim": "The authors' published tree decoders are exact (fp32, against greedy AR; docs/fidelity.md)",
            "paper": "exact (§3.6)"}
-    for ws, name in tables.DATASET_LABELS.items():
+    trees = (registry.FIXED_TREE, registry.DYNATREE)
+    for ws, name in workload_labels().items():
         def count(impl):
-            gs = [g for g in groups if g["dataset"] == ws and g["impl"] == impl and g["method"] in ("fixed_tree", "dynatree")]
+            gs = [g for g in groups if g["dataset"] == ws and g["impl"] == impl and g["method"] in trees]
             return f"{sum(g['equal_to_ar'] for g in gs)}/{sum(g['prompts'] for g in gs)}" if gs else None
         theirs, ours = count("authors"), count("ours")
         row[name] = "–" if theirs is None else f"theirs {theirs}, ours {ours}"
-    exact = [g["equal_to_ar"] == g["prompts"] for g in groups if g["impl"] == "authors" and g["method"] != "linear"]
+    exact = [g["equal_to_ar"] == g["prompts"] for g in groups
+             if g["impl"] == "authors" and g["method"] != registry.LINEAR]
     row["verdict"] = "reproduces" if exact and all(exact) else "no: their missing position_ids"
     return [row]
 
@@ -152,31 +171,34 @@ def peers_row(path: Path, profile) -> list[dict]:
         return []
     row = {"claim": "Our fastest method is faster than llama.cpp's fastest mode, same weights (not in the paper)",
            "paper": "–"}
-    for ds, name in tables.DATASET_LABELS.items():
+    for ds, name in workload_labels().items():
         if mine := [p for p in pairs if p["dataset"] == ds]:
             peers = ", ".join(dict.fromkeys(p["peer"].label for p in mine))
             row[name] = f"{_cell([(p['ratio'], p['lo'], p['hi']) for p in mine])} vs {peers}"
-    per_ws = {ds: [(p["ratio"], p["lo"], p["hi"]) for p in pairs if p["dataset"] == ds] for ds in tables.DATASET_LABELS}
+    per_ws = {ds: [(p["ratio"], p["lo"], p["hi"]) for p in pairs if p["dataset"] == ds] for ds in workload_labels()}
     row["verdict"] = verdict(per_ws).replace("reproduces", "yes")  # not the paper's claim: nothing to reproduce
     return [row]
 
 
 def paper_ratio(a: str, b: str) -> str:
-    """The paper's Table 1 throughput of ``a`` over ``b``, WikiText-2 / PG-19 (data/paper_reported.json)."""
+    """The paper's Table 1 throughput of method ``a`` over ``b`` on each workload it reports (WikiText-2 / PG-19;
+    data/paper_reported.json)."""
     t1 = tables.reported()["table1_throughput_tokens_per_s"]
-    return " / ".join(f"{t1[ds][a]['mean'] / t1[ds][b]['mean']:.2f}" for ds in ("wikitext2", "pg19"))
+    ka, kb = registry.REGISTRY[a].reported, registry.REGISTRY[b].reported
+    return " / ".join(f"{t1[ds][ka]['mean'] / t1[ds][kb]['mean']:.2f}" for ds in t1)
 
 
 def scorecard(profile) -> pd.DataFrame:
     root = REPO / "results" / profile.name
     rows = []
     if (main := current(root / "main.json", profile)) is not None:
+        dt = registry.DYNATREE
         rows += [exactness(main),
-                 comparison(main, "DynaTree", "AR", "DynaTree is faster than AR", paper_ratio("dynatree", "ar")),
-                 comparison(main, "DynaTree", "Linear Spec", "DynaTree is faster than linear speculative decoding",
-                            paper_ratio("dynatree", "linear_spec")),
-                 comparison(main, "DynaTree", "Fixed Tree", "DynaTree is faster than a tuned fixed tree",
-                            paper_ratio("dynatree", "fixed_tree"))]
+                 comparison(main, dt, registry.AR, "DynaTree is faster than AR", paper_ratio(dt, registry.AR)),
+                 comparison(main, dt, registry.LINEAR, "DynaTree is faster than linear speculative decoding",
+                            paper_ratio(dt, registry.LINEAR)),
+                 comparison(main, dt, registry.FIXED_TREE, "DynaTree is faster than a tuned fixed tree",
+                            paper_ratio(dt, registry.FIXED_TREE))]
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
     rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
     rows += peers_row(root / "peers.json", profile)

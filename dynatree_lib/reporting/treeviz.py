@@ -15,6 +15,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .. import methods as registry  # noqa: E402
+from ..harness import variants  # noqa: E402
+
 
 def _children(rec: dict) -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {i: [] for i in range(len(rec["parents"]))}
@@ -89,14 +92,15 @@ def draw_tree(ax, rec: dict, tok=None, title: str = "") -> None:
 
 
 def tree_table(records: list[dict]) -> pd.DataFrame:
-    """One row per recorded tree: method, dataset, prompt, position, size, depth, root breadth, accepted,
+    """One row per recorded tree: method, its label, dataset, prompt, position, size, depth, root breadth, accepted,
     root confidence, nodes per depth."""
     rows = []
     for r in records:
+        label = variants.label(r["method"], r["variant"], r["config"], r.get("tags", {}))
         for row in r["rows"]:
             for t in row.get("trees", []):
                 per_depth = Counter(t["depth"][1:])
-                rows.append({"method": r["method"], "label": r["label"], "dataset": r["dataset"],
+                rows.append({"method": r["method"], "label": label, "dataset": r["dataset"],
                              "prompt_id": row["prompt_id"], "position": t["position"], "nodes": len(t["parents"]) - 1,
                              "depth": max(t["depth"]), "root_breadth": per_depth.get(1, 0),
                              "accepted": len(t["accepted"]) - 1, "root_conf": t["root_conf"],
@@ -104,27 +108,38 @@ def tree_table(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def by_label(out: pd.DataFrame, trees: pd.DataFrame) -> pd.DataFrame:
+    """``out``, whose first index level is the method, with each method shown by its label."""
+    labels = dict(zip(trees.method, trees.label))
+    return out.rename(index=labels, level=0).rename_axis(["label", *out.index.names[1:]])
+
+
 def shape_summary(trees: pd.DataFrame) -> pd.DataFrame:
     """Per method and dataset: mean and spread of tree size, depth, root breadth and accepted length."""
-    g = trees.groupby(["label", "dataset"], sort=False)
+    g = trees.groupby(["method", "dataset"], sort=False)
     out = pd.DataFrame({"trees": g.size(), "nodes": g.nodes.mean(), "nodes sd": g.nodes.std(),
                         "depth": g.depth.mean(), "depth sd": g.depth.std(), "root breadth": g.root_breadth.mean(),
                         "accepted": g.accepted.mean(), "accepted / node": g.accepted.sum() / g.nodes.sum()})
-    return out
+    return by_label(out, trees)
 
 
 def by_confidence(trees: pd.DataFrame, edges=(0, 0.2, 0.4, 0.6, 0.8, 1.0)) -> pd.DataFrame:
     """Tree depth, root breadth and accepted length against the draft's confidence at the root (binned):
     does a method deepen where the draft is sure and widen where it hesitates?"""
     t = trees.assign(conf=pd.cut(trees.root_conf, list(edges), include_lowest=True))
-    g = t.groupby(["label", "conf"], observed=True, sort=False)
-    return pd.DataFrame({"trees": g.size(), "depth": g.depth.mean(), "root breadth": g.root_breadth.mean(),
-                         "nodes": g.nodes.mean(), "accepted": g.accepted.mean()})
+    g = t.groupby(["method", "conf"], observed=True, sort=False)
+    out = pd.DataFrame({"trees": g.size(), "depth": g.depth.mean(), "root breadth": g.root_breadth.mean(),
+                        "nodes": g.nodes.mean(), "accepted": g.accepted.mean()})
+    return by_label(out, trees)
 
 
-def depth_heatmap(ax, trees: pd.DataFrame, label: str, max_depth: int = 10) -> None:
+def label_of(trees: pd.DataFrame, method: str) -> str:
+    return trees[trees.method == method].label.iloc[0]
+
+
+def depth_heatmap(ax, trees: pd.DataFrame, method: str, max_depth: int = 10) -> None:
     """Mean nodes per depth level, for trees binned by root confidence (rows) of one method."""
-    sub = trees[trees.label == label]
+    sub = trees[trees.method == method]
     edges = np.linspace(0, 1, 6)
     mat = np.full((5, max_depth), np.nan)
     for b in range(5):
@@ -139,14 +154,14 @@ def depth_heatmap(ax, trees: pd.DataFrame, label: str, max_depth: int = 10) -> N
     ax.set_yticks(range(5), [f"{edges[b]:.1f}-{edges[b + 1]:.1f}" for b in range(5)], fontsize=7)
     ax.set_xlabel("depth")
     ax.set_ylabel("root confidence")
-    ax.set_title(label, fontsize=9)
+    ax.set_title(label_of(trees, method), fontsize=9)
     plt.colorbar(im, ax=ax, label="nodes per tree")
 
 
-def informative(trees: pd.DataFrame, label: str = "DynaTree", min_nodes: int = 4) -> tuple[str, int]:
-    """(prompt, position) of an iteration worth drawing: one of ``label``'s trees with at least ``min_nodes``
+def informative(trees: pd.DataFrame, method: str = registry.DYNATREE, min_nodes: int = 4) -> tuple[str, int]:
+    """(prompt, position) of an iteration worth drawing: one of ``method``'s trees with at least ``min_nodes``
     nodes that branches and accepts the most tokens (the earliest such), rather than a trivial one."""
-    sub = trees[trees.label == label]
+    sub = trees[trees.method == method]
     widest = sub.per_depth.map(lambda d: max(d, default=0))  # an iteration that drafted nothing has no depths
     rich = sub[(sub.nodes >= min_nodes) & (sub.root_breadth + widest > 2)]
     pick = (rich if len(rich) else sub).sort_values(["accepted", "nodes", "position"], ascending=[False, False, True])
@@ -154,26 +169,26 @@ def informative(trees: pd.DataFrame, label: str = "DynaTree", min_nodes: int = 4
     return r.prompt_id, int(r.position)
 
 
-def side_by_side(trees: pd.DataFrame, labels: list[str], prompt_id: str, position: int, tok=None):
+def side_by_side(trees: pd.DataFrame, methods: list[str], prompt_id: str, position: int, tok=None):
     """The trees of several methods for the same prompt at (or right after) the same position."""
-    fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 4.2))
-    for ax, lab in zip(np.atleast_1d(axes), labels):
-        sub = trees[(trees.label == lab) & (trees.prompt_id == prompt_id) & (trees.position >= position)]
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 4.2))
+    for ax, m in zip(np.atleast_1d(axes), methods):
+        sub = trees[(trees.method == m) & (trees.prompt_id == prompt_id) & (trees.position >= position)]
         if len(sub):
             r = sub.sort_values("position").iloc[0]
-            draw_tree(ax, r.tree, tok, f"{lab}  @{r.position}  conf {r.root_conf:.2f}")
+            draw_tree(ax, r.tree, tok, f"{r.label}  @{r.position}  conf {r.root_conf:.2f}")
     fig.tight_layout()
     return fig
 
 
-def strip(trees: pd.DataFrame, label: str, prompt_id: str, start: int = 0, n: int = 6, tok=None):
+def strip(trees: pd.DataFrame, method: str, prompt_id: str, start: int = 0, n: int = 6, tok=None):
     """Consecutive iterations of one method on one prompt: the shape follows the draft's confidence."""
-    sub = trees[(trees.label == label) & (trees.prompt_id == prompt_id)].sort_values("position")
+    sub = trees[(trees.method == method) & (trees.prompt_id == prompt_id)].sort_values("position")
     sub = sub[sub.position >= start].head(n)
     fig, axes = plt.subplots(1, len(sub), figsize=(2.6 * len(sub), 3.6))
     for ax, (_, r) in zip(np.atleast_1d(axes), sub.iterrows()):
         draw_tree(ax, r.tree, tok)
-    fig.suptitle(f"{label}: {n} consecutive iterations", fontsize=9)
+    fig.suptitle(f"{label_of(trees, method)}: {n} consecutive iterations", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -182,7 +197,8 @@ def scatter_accepted_vs_size(trees: pd.DataFrame):
     """Accepted length against tree size, per method (jittered)."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.4))
     rng = np.random.default_rng(0)
-    for lab, g in trees.groupby("label", sort=False):
+    for m, g in trees.groupby("method", sort=False):
+        lab = label_of(trees, m)
         a.scatter(g.nodes + rng.uniform(-0.3, 0.3, len(g)), g.accepted + rng.uniform(-0.2, 0.2, len(g)), s=6,
                   alpha=0.4, label=lab)
         c = by_confidence(g).reset_index()

@@ -1,0 +1,206 @@
+"""Tables of the model pair and its costs: the pair report (size, bits per byte, agreement, calibration, overlap),
+the forward-cost curves and what they predict, from ``pair.json`` and ``costs.json``, and the main run's rows against
+the cost model and the bandwidth bound."""
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+
+from .. import methods as registry
+from ..harness.workloads import label as workload_label, labels as workload_labels
+from .formatting import scope_label
+from .records import order
+
+
+def pair_table(pair: dict) -> pd.DataFrame:
+    """The model pair on held-out text: size, bits/byte, agreement and calibration (pair.json)."""
+    rows = {}
+    for role in ("target", "draft"):
+        m = pair["models"][role]
+        rows[role] = {"params (M)": f"{m['params'] / 1e6:.1f}", "layers × width": f"{m['layers']} × {m['hidden']}",
+                      **{f"bits/byte {workload_labels().get(ds, ds)}": f"{v:.3f}" for ds, v in pair["bits_per_byte"][role].items()}}
+    t = pd.DataFrame(rows).T
+    t.index.name = "model"
+    return t
+
+
+def agreement_table(pair: dict) -> pd.DataFrame:
+    """Teacher-forced draft/target agreement, mean confidence, ECE and the overlap of the two laws at T = 1
+    (``harness.pair``: what a drawn token's acceptance reads), on the target's greedy continuations
+    and on the human-written prompts; with a draft head over a token subset, also with the full head; with a
+    context lookup, also the network alone."""
+    rows = {}
+    heads = [("agreement", "")] + ([("agreement_full_vocab", ", full-vocabulary head")]
+                                   if "agreement_full_vocab" in pair else []) + \
+        ([("agreement_no_lookup", ", network alone (no lookup)")] if "agreement_no_lookup" in pair else [])
+    for field_, head in heads:
+        for key, a in pair[field_].items():
+            text = ("human text (prompts)" if key.endswith("_human") else "target's greedy output") + head
+            rows[(scope_label(key.replace("_human", "")), text)] = {
+                "positions": a["positions"], "agreement": f"{a['agreement']:.3f}",
+                "mean top-1 prob": f"{a['mean_confidence']:.3f}", "ECE": f"{a['ece']:.3f}",
+                "Σ min(p, q) at T = 1": f"{a['overlap']:.3f}" if "overlap" in a else "–"}
+    t = pd.DataFrame(rows).T
+    t.index.names = ["scope", "text"]
+    return t
+
+
+def overlap_table(pair: dict) -> pd.DataFrame:
+    """Σ min(p, q) per workload and category, the probability that speculative sampling accepts a token drawn from
+    the draft at temperature 1, teacher-forced on the target's greedy output and on its output sampled at
+    temperature 1 (``pair["sampled"]``), for each head the report measured; empty for a report without it."""
+    sampled = pair.get("sampled")
+    if not sampled:
+        return pd.DataFrame()
+    heads = {"agreement": "as drafting uses it", "agreement_no_lookup": "network alone",
+             "agreement_full_vocab": "full head"}
+    rows = {}
+    for field_, head in heads.items():
+        for text, rep in (("greedy output", pair), ("sampled output", sampled)):
+            for key, a in rep.get(field_, {}).items():
+                if not key.endswith("_human") and "overlap" in a:
+                    rows.setdefault(scope_label(key), {})[(head, text)] = f"{a['overlap']:.3f}"
+    t = pd.DataFrame(rows).T
+    t.columns = pd.MultiIndex.from_tuples(t.columns)
+    t.index.name = "text"
+    return t
+
+
+def draft_versions_table(pair: dict, earlier: dict[str, dict], now: str = "now") -> pd.DataFrame:
+    """The draft against earlier versions (``earlier``: version name -> its pair report) on the same dev prompts,
+    teacher-forced on the target's greedy output: agreement of the network alone and with its lookup, and the
+    calibration error, per workload and category."""
+    from ..harness.pair import versions
+
+    metrics = {"network alone": "alone", "with lookup": "served", "ECE (network alone)": "ece"}
+    rows = {}
+    for name, before in earlier.items():
+        for key, v in versions(pair, before).items():
+            row = rows.setdefault(scope_label(key), {("positions", ""): v["positions"]})
+            for label, field in metrics.items():
+                row[(label, name)] = f"{v['before'][field]:.3f}"
+                row[(label, now)] = f"{v['now'][field]:.3f}"
+    order = [(label, ver) for label in metrics for ver in (*earlier, now)] + [("positions", "")]
+    t = pd.DataFrame(rows).T
+    t = t[[c for c in order if c in t.columns]]
+    t.columns = pd.MultiIndex.from_tuples(t.columns)
+    t.index.name = "text"
+    return t
+
+
+def forward_cost_table(costs: dict) -> pd.DataFrame:
+    """fwd(k) in ms for target and draft (back to back, and the draft right after a target forward; with a
+    draft head over a token subset also the same draft scoring every token) in each precision, with the
+    bandwidth bound of one token."""
+    from ..harness.costs import COLD
+
+    cols = {}
+    for dtype, c in costs["curves"].items():
+        for role in ("target", "draft", "draft_full_vocab", COLD):
+            if role in c:
+                cols[(dtype, role.replace("_", " "))] = {int(k): f"{v:.2f}" for k, v in c[role].items()}
+        cols[(dtype, "draft / target")] = {int(k): f"{c['draft'][k] / c['target'][k]:.3f}" for k in c["target"]}
+    t = pd.DataFrame(cols)
+    t.index.name = "k tokens"
+    bounds = {d: c["bound"]["ms_per_token"] for d, c in costs["curves"].items()}
+    t.attrs["bound"] = bounds
+    return t
+
+
+def one_token_table(costs: dict, earlier: dict[str, dict] | None = None, now: str = "now") -> pd.DataFrame:
+    """The draft's one-token forward over the target's in paired rounds (``costs.one_token_ratio``): the
+    median ratio with its quartiles, each model's range and the read bandwidth's over the rounds (the phases
+    they met); a file measured before the paired rounds existed shows a row saying so. Below, the same ratio on
+    the forward-cost curves (k = 1) of this draft and of ``earlier`` versions (version name -> its costs file),
+    the one measurement every version has."""
+    rows = {}
+    for dtype, o in costs.get("one_token", {}).get("by_dtype", {}).items():
+        gbs = [g for g in o.get("read_gbs", []) if g == g]  # NaN: no probe
+        rows[f"{now}, paired rounds, {dtype}"] = {
+            "draft / target (median)": f"{o['median']:.3f}",
+            "quartiles": f"[{o['quartiles'][0]:.3f}, {o['quartiles'][1]:.3f}]",
+            "target ms (min-max)": f"{min(o['target_ms']):.2f}-{max(o['target_ms']):.2f}",
+            "draft ms (min-max)": f"{min(o['draft_ms']):.2f}-{max(o['draft_ms']):.2f}",
+            "read GB/s (min-max)": f"{min(gbs):.1f}-{max(gbs):.1f}" if gbs else "–",
+            "rounds over s": f"{o['rounds']} over {o.get('span_s', 0):.0f}"}
+    if not rows:
+        rows[f"{now}, paired rounds"] = {"draft / target (median)": "not measured"}
+    for name, c in {**(earlier or {}), now: costs}.items():
+        for dtype, curve in c.get("curves", {}).items():
+            target, draft = curve["target"]["1"], curve["draft"]["1"]
+            rows[f"{name}, curves (k = 1), {dtype}"] = {
+                "draft / target (median)": f"{draft / target:.3f}", "target ms (min-max)": f"{target:.2f}",
+                "draft ms (min-max)": f"{draft:.2f}"}
+    t = pd.DataFrame.from_dict(rows, orient="index").fillna("–")
+    t.index.name = "draft, measurement, precision"
+    return t
+
+
+def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
+    """AR's time per token (TPOT) beside the bandwidth bound of the same record (``bound_ms``: record means),
+    and each generation against its own probe (``bound_ratios``: median [min, max])."""
+    ar = df[df.method == registry.AR]
+    bw = ar.read_bandwidth_gbs if "read_bandwidth_gbs" in ar else pd.Series(float("nan"), index=ar.index)
+    per = ar.bound_ratios if "bound_ratios" in ar else pd.Series(None, index=ar.index, dtype=object)
+    out = pd.DataFrame({"dataset": ar.dataset.map(workload_labels()), "precision": ar.dtype,
+                        "AR TPOT (ms)": ar.tpot_ms.map(lambda x: f"{x:.2f}"),
+                        "read bandwidth (GB/s)": bw.map(lambda x: "–" if pd.isna(x) else f"{x:.1f}"),
+                        "bound (ms)": ar.bound_ms.map(lambda x: f"{x:.2f}"),
+                        "TPOT / bound": (ar.tpot_ms / ar.bound_ms).map(lambda x: f"{x:.2f}×"),
+                        "each generation / its probe": per.map(
+                            lambda xs: "–" if not isinstance(xs, list)
+                            else f"{statistics.median(xs):.2f}× [{min(xs):.2f}, {max(xs):.2f}]")})
+    return out.set_index(["dataset", "precision"])
+
+
+def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
+    """Predicted (cost model) vs measured milliseconds per generated token, prefill excluded; for the
+    speculative rows also one iteration's drafting and verification, predicted and measured (ms).
+
+    ``gap``: measured / predicted - 1. ``gap, AR-scaled``: the same with the prediction multiplied by AR's
+    measured / predicted on the same dataset, precision and replicate (0 for AR by construction): the curves are
+    timed in notebook 00, minutes before or after the main run, and a shared VM's overall speed can drift between
+    the two; this gap is what remains once that common factor is taken out."""
+    from ..harness.costs import predict_iteration, predict_ms_per_token
+
+    rows, ar_scale = [], {}  # (dataset, precision, replicate) -> AR's measured / predicted
+    for _, r in order(df).iterrows():
+        prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
+        if prec not in costs["curves"] or r.engine != "ours":
+            continue
+        c = costs["curves"][prec]
+        stats = (r.draft_nodes_per_iter, r.depth_per_iter, r.draft_forwards_per_iter, r.L_bar)
+        pred = predict_ms_per_token(c, r.method, *stats)
+        row = {"Dataset": workload_label(r.dataset), "Method": r.label, "precision": prec,
+               "replicate": int(r.get("replicate", 0)) + 1, "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}
+        if r.method != registry.AR:
+            d, v, cm = predict_iteration(c, *stats)
+            row |= {"draft/iter pred.": d, "draft/iter meas.": 1e3 * r.draft_s / r.iterations,
+                    "verify/iter pred.": v, "verify/iter meas.": 1e3 * r.verify_s / r.iterations,
+                    "commit/iter pred.": cm, "commit/iter meas.": 1e3 * r.commit_s / r.iterations}
+        if r.method == registry.AR:
+            ar_scale[(row["Dataset"], prec, row["replicate"])] = r.ms_per_token / pred
+        rows.append(row)
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    scale = pd.Series([ar_scale.get(k, float("nan")) for k in zip(t.Dataset, t.precision, t.replicate)], index=t.index)
+    t.insert(t.columns.get_loc("gap") + 1, "gap, AR-scaled", t.measured / (t.predicted * scale) - 1)
+    return t
+
+
+def ceiling_table(costs: dict, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(1, 9)) -> pd.DataFrame:
+    """Per per-token acceptance and precision: the best chain length K and its predicted speedup over AR
+    from that precision's forward-cost curves (``costmodel.chain_speedup``): what acceptance a drafter
+    needs on this hardware."""
+    from ..harness.costs import chain_speedup
+
+    cols = {}
+    for prec, curves in costs["curves"].items():
+        best = {a: max(Ks, key=lambda K: chain_speedup(curves, a, K)) for a in alphas}
+        cols[(prec, "best K")] = {a: str(best[a]) for a in alphas}
+        cols[(prec, "predicted speedup")] = {a: f"{chain_speedup(curves, a, best[a]):.2f}x" for a in alphas}
+    t = pd.DataFrame(cols)
+    t.index.name = "acceptance per token"
+    return t

@@ -1,0 +1,187 @@
+"""Records and their statistics: an experiment's JSON records as a DataFrame (one row per record, labels from the
+registry), speedups over AR recomputed from the per-prompt rows with paired bootstrap intervals, the rows of one role
+or replicate in table order, and the paper's own numbers (``data/paper_reported.json``).
+
+A row is identified by its method and variant (``row``: ``<method>:<variant>``); ``label`` is what tables show,
+computed from the registry (``harness.variants.label``), never read back to select a row.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .. import methods as registry
+from ..harness import variants
+from ..harness.data import REPO_DATA
+from ..harness.experiments import EXPERIMENTS, cell_key
+from ..harness.weights import weights_info
+
+
+def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
+    """The records of an experiment file that belong to ``profile``'s current cells (all if None).
+
+    A file can hold runs of other settings (fewer prompts, another precision); those are skipped, and
+    said so, so a table never mixes two runs of one cell."""
+    recs = json.loads(Path(path).read_text())["records"]
+    if profile is None:
+        return recs
+    name = Path(path).stem
+    want = {cell_key(name, profile, c) for c in EXPERIMENTS[name](profile, Path(path).parents[1])}
+    keep = [r for r in recs if r["key"] in want]
+    if verbose and len(keep) < len(recs):
+        print(f"{Path(path).name}: skipped {len(recs) - len(keep)} record(s) of other settings "
+              f"(kept the {len(keep)} of profile {profile.name!r})")
+    if verbose:
+        say_other_drafts(Path(path).name, keep, weights_info(profile.models.draft))
+    return keep
+
+
+def say_other_drafts(name: str, recs: list[dict], draft: dict) -> None:
+    """Say which records were measured with another draft than the one the profile loads now (a rebuilt draft):
+    the cell is the same, the numbers are the earlier draft's until the experiment is rerun."""
+    other = {}
+    for r in recs:
+        w = r.get("weights", {}).get("draft")
+        if w is not None and w != draft:
+            other.setdefault(w.get("sha256", str(w))[:12], []).append(r)
+    for sha, rs in other.items():
+        print(f"{name}: {len(rs)} record(s) were measured with an earlier draft (sha256 {sha}...), not the one the "
+              f"profile loads now ({str(draft.get('sha256', draft))[:12]}...); `--rerun` measures them again")
+
+
+def row_id(method: str, variant: str) -> str:
+    """A table row's identity: its method and variant (never its label)."""
+    return f"{method}:{variant}"
+
+
+def load(path: str | Path, profile=None) -> pd.DataFrame:
+    """One row per record: identifiers (``row``: method and variant; ``label``: what tables call it), tags,
+    ``<metric>`` / ``<metric>_std`` means, equality counts, the per-prompt rows (``rows``), and the speedups
+    (``add_speedup``)."""
+    rows = []
+    for r in records(path, profile):
+        m = registry.REGISTRY.get(r["method"])
+        tags = r.get("tags", {})
+        row = {"dataset": r["dataset"], "method": r["method"], "variant": r["variant"],
+               "row": row_id(r["method"], r["variant"]),
+               "label": variants.label(r["method"], r["variant"], r["config"], tags), "T": r["T"],
+               "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
+               "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
+               "temperature": r.get("temperature", 0.0), "lookup": r.get("lookup", True),
+               "replicate": tags.get("replicate", 0), "engine": m.engine if m else "ours",
+               "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
+               "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r), "rows": r["rows"],
+               "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"] if "tps" in row},
+               **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in tags.items()}}
+        for k, v in r["aggregate"].items():
+            if isinstance(v, dict):
+                row[k], row[f"{k}_std"] = v["mean"], v["std"]
+        rows.append(row)
+    return add_speedup(pd.DataFrame(rows))
+
+
+def bound_ms(record: dict) -> float | None:
+    """A record's bandwidth bound (ms per token): weight bytes over the read bandwidth probed after each of
+    its generations (AR records), else over the probe taken when the models were loaded."""
+    b = record.get("bound") or {}
+    bw = record["aggregate"].get("read_bandwidth_gbs", {}).get("mean")
+    if bw is None or "weight_bytes" not in b:
+        return b.get("ms_per_token")
+    return b["weight_bytes"] / bw / 1e6
+
+
+def bound_ratios(record: dict) -> list[float] | None:
+    """Each AR generation's TPOT over the bound from the probe taken right after it (None where the rows carry
+    no probes). A VM's read bandwidth can flip between phases within seconds, so a record's mean probe can
+    describe no moment of the run; a generation and its own probe are the closer pair."""
+    wb = (record.get("bound") or {}).get("weight_bytes")
+    rows = record["rows"]
+    if not wb or not rows or any(not r.get("read_bandwidth_gbs") for r in rows):
+        return None
+    return [r["tpot_ms"] / (wb / r["read_bandwidth_gbs"] / 1e6) for r in rows]
+
+
+BOOTSTRAP = 2000  # resamples of the prompts for a confidence interval (seeded: tables are deterministic)
+
+
+def ratio_ci(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(a) / mean(b) over the prompts both measured (``{prompt id:
+    tps}``), resampling prompts in pairs: a prompt that is slow for one method is slow for the other, so the
+    pairing keeps the prompts' spread out of the ratio. (nan, nan) with fewer than 2 common prompts."""
+    ids = sorted(set(a) & set(b))
+    if len(ids) < 2:
+        return float("nan"), float("nan")
+    x, y = torch.tensor([a[i] for i in ids]), torch.tensor([b[i] for i in ids])
+    pick = torch.randint(len(ids), (BOOTSTRAP, len(ids)), generator=torch.Generator().manual_seed(seed))
+    r = x[pick].mean(1) / y[pick].mean(1)
+    lo, hi = r.quantile(torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=r.dtype)).tolist()
+    return lo, hi
+
+
+def paired_ratio(a: dict, b: dict) -> float:
+    """mean(a) / mean(b) over the prompts both measured."""
+    ids = set(a) & set(b)
+    if not ids:
+        return float("nan")
+    return statistics.fmean(a[i] for i in ids) / statistics.fmean(b[i] for i in ids)
+
+
+AR_KEY = ["dataset", "T", "L_max", "dtype", "temperature", "replicate"]
+
+
+def paired(a: dict, b: dict) -> tuple[float, float, float, int]:
+    """``paired_ratio`` of two ``{prompt id: tps}``, its ``ratio_ci`` and how many prompts both measured."""
+    return (paired_ratio(a, b), *ratio_ci(a, b), len(set(a) & set(b)))
+
+
+def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
+    """speedup = mean TPS / mean TPS of AR over the same prompts (same file, workload, T, L_max, precision,
+    temperature and replicate; never taken from a log), with its 95% paired bootstrap interval over prompts
+    (``speedup_lo``, ``speedup_hi``); rows of another engine also ``speedup_own`` over that engine's AR (a method
+    registered as ``engine_ar``: HF's AR; or the row tagged ``own_ar``: llama.cpp's)."""
+    df = df.copy()
+    if df.empty:
+        return df
+    keys = list(df[AR_KEY].itertuples(index=False, name=None))
+    ar = {k: t for k, t, m in zip(keys, df.tps_by_prompt, df.method) if m == registry.AR}
+    own_ar = df.method.isin(registry.engine_ars()) | df.get("tag_own_ar", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    own = {(e, k): t for k, t, e, o in zip(keys, df.tps_by_prompt, df.engine, own_ar) if o}
+    df["speedup"] = [paired_ratio(t, ar[k]) if k in ar else float("nan") for t, k in zip(df.tps_by_prompt, keys)]
+    ci = [ratio_ci(t, ar[k]) if k in ar else (float("nan"),) * 2 for t, k in zip(df.tps_by_prompt, keys)]
+    df["speedup_lo"], df["speedup_hi"] = [c[0] for c in ci], [c[1] for c in ci]
+    df["speedup_own"] = [paired_ratio(t, own[(e, k)]) if e != "ours" and (e, k) in own else float("nan")
+                         for t, k, e in zip(df.tps_by_prompt, keys, df.engine)]
+    return df
+
+
+def order(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the registry's method order, each method's variants after its main row by their declared rank
+    (DynaTree with the paper's settings right after DynaTree, a control row right after its method)."""
+    r = [variants.rank(m, v) for m, v in zip(df.method, df.variant)]
+    return df.assign(_r=r).sort_values(["_r"], kind="stable").drop(columns="_r")
+
+
+def shown(t: pd.DataFrame, df: pd.DataFrame, name: str = "Method") -> pd.DataFrame:
+    """``t``, indexed by row identity (``row``), indexed instead by what tables call each row of ``df``."""
+    labels = dict(zip(df.row, df.label))
+    t.index = pd.Index([labels[i] for i in t.index], name=name)
+    return t
+
+
+def role(df: pd.DataFrame, name: str = "timed") -> pd.DataFrame:
+    """The records of one role of the main run: "timed" (the timed precision) or "exact" (fp32)."""
+    return df[df.get("tag_role", pd.Series("timed", index=df.index)).fillna("timed") == name]
+
+
+def replicate(df: pd.DataFrame, r: int = 0) -> pd.DataFrame:
+    return df[df.replicate == r]
+
+
+def reported() -> dict:
+    """The paper's numbers as transcribed in data/paper_reported.json (not our measurements). Always the
+    repository's copy: ``$DYNATREE_DATA`` moves the evaluation text, never the reference numbers."""
+    return json.loads((REPO_DATA / "paper_reported.json").read_text(encoding="utf-8"))
