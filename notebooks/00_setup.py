@@ -26,12 +26,9 @@ import json
 
 from dynatree_lib.harness.costs import run_costs
 from dynatree_lib.harness.pair import run_pair
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.store import results_path
-from dynatree_lib.reporting import plots, tables
-from dynatree_lib.reporting.notebook import show_fig, show_table
+from dynatree_lib.reporting.notebook import plots, results_path, show_fig, show_table, start, tables
 
-prof = get_profile(profile, **overrides)
+prof = start(profile, overrides)
 
 # %% tags=["nbval-ignore-output", "machine-output"]
 from dynatree_lib.harness.environment import environment

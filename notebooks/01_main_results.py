@@ -42,13 +42,9 @@ rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) a
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
-from dynatree_lib.harness import experiments
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.store import results_path
-from dynatree_lib.reporting import plots, tables
-from dynatree_lib.reporting.notebook import show_fig, show_table
+from dynatree_lib.reporting.notebook import experiments, plots, results_path, show_fig, show_table, start, tables
 
-prof = get_profile(profile, **overrides)
+prof = start(profile, overrides)
 
 # %% [markdown]
 # ## Tuning (equal budget, tuning prompts)
@@ -158,7 +154,7 @@ if len(exact):
     show_table(tables.table1_exact(df), "table1_exact", prof)
     bad = tables.exactness_failures(exact)
     assert bad.empty, f"an exact decoder diverged from AR in fp32 away from a near-tie: {list(bad.label)}"
-    spec = exact[~exact.method.isin(["ar", "streaming_spec"])]
+    spec = tables.exact_decoders(exact)
     print(f"fp32: {int(spec.equals_ar.sum())} of {int(spec.n.sum())} exact-decoder generations equal AR; "
           f"the rest diverged only at near-ties (logit gap <= {tables.TIE_GAP})")
 

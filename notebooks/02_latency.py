@@ -17,18 +17,13 @@
 # %% tags=["parameters"]
 profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
 overrides = {}       # profile field overrides, e.g. {"T": 128, "n_prompts": 4}
-rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+rerun = False        # unused: this notebook reads notebook 01's main run (01's rerun measures it again)
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
-import json
+from dynatree_lib.reporting.notebook import experiments, plots, show_fig, show_table, start, tables
 
-from dynatree_lib.harness import experiments
-from dynatree_lib.reporting import plots, tables
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.reporting.notebook import show_fig, show_table
-
-prof = get_profile(profile, **overrides)
+prof = start(profile, overrides)
 
 # %% tags=["nbval-ignore-output"]
 path = experiments.run("main", prof, render_only=render_only)

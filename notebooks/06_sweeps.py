@@ -21,14 +21,9 @@ rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) a
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
-import json
+from dynatree_lib.reporting.notebook import experiments, plots, show_fig, show_table, start, tables
 
-from dynatree_lib.harness import experiments
-from dynatree_lib.reporting import plots, tables
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.reporting.notebook import show_fig, show_table
-
-prof = get_profile(profile, **overrides)
+prof = start(profile, overrides)
 
 # %% tags=["nbval-ignore-output"]
 path = experiments.run("fixed_sweep", prof, rerun=rerun, render_only=render_only)

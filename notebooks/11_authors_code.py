@@ -29,12 +29,10 @@ render_only = False  # unused
 # %%
 import json
 
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.store import results_path
 from dynatree_lib.reporting import fidelity
-from dynatree_lib.reporting.notebook import show_table
+from dynatree_lib.reporting.notebook import results_path, show_table, start
 
-prof = get_profile(profile, **overrides)
+prof = start(profile, overrides)
 
 # %% [markdown]
 # ## The authors' logged Table 1 runs (Pythia-2.8B/70M, fp16, one A100, T = 1500)

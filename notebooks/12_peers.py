@@ -28,12 +28,9 @@ rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) a
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
-from dynatree_lib.harness import experiments
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.reporting import plots, tables
-from dynatree_lib.reporting.notebook import show_fig, show_table
+from dynatree_lib.reporting.notebook import experiments, plots, show_fig, show_table, start, tables
 
-prof = get_profile(profile, **overrides)
+prof = start(profile, overrides)
 if not prof.extras.peers_n_prompts:
     print(f"profile {prof.name!r} runs no peers")
 

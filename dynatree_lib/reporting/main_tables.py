@@ -45,10 +45,15 @@ def _per_dataset(df: pd.DataFrame, cols: dict) -> pd.DataFrame:
     return shown(pd.DataFrame(out), df)
 
 
+def exact_decoders(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the methods that must emit AR's tokens (``Method.exact``), AR itself aside."""
+    return df[~df.method.isin([registry.AR, *registry.inexact()])]
+
+
 def exactness_failures(df: pd.DataFrame) -> pd.DataFrame:
-    """fp32 rows of exact decoders (``Method.exact``) that left AR's tokens anywhere but at a numerical near-tie (a
-    target top-1/top-2 logit gap of at most ``TIE_GAP`` where they diverged): these would be decoder bugs."""
-    exact = df[(df.dtype == "float32") & ~df.method.isin([registry.AR, *registry.inexact()])]
+    """fp32 rows of exact decoders (``exact_decoders``) that left AR's tokens anywhere but at a numerical near-tie
+    (a target top-1/top-2 logit gap of at most ``TIE_GAP`` where they diverged): these would be decoder bugs."""
+    exact = exact_decoders(df[df.dtype == "float32"])
     gap = exact.max_divergence_gap.astype(float)
     return exact[(exact.equals_ar < exact.n) & ~(gap <= TIE_GAP)]
 
