@@ -101,3 +101,9 @@ def test_short_core_functions():
         node = next(n for n in ast.walk(ast.parse((LIB / path).read_text()))
                     if isinstance(n, ast.FunctionDef) and n.name == fn)
         assert node.end_lineno - node.lineno < 60, (fn, node.end_lineno - node.lineno)
+
+
+def test_no_module_is_over_500_lines():
+    """A module that outgrows 500 lines holds more than one job: split it by job (the C++ kernel is not Python)."""
+    long = {module_name(f): n for f in LIB.rglob("*.py") if (n := len(f.read_text().splitlines())) > 500}
+    assert not long, long
