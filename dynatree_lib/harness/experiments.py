@@ -9,6 +9,10 @@ Tuning (profiles with candidates): every method family gets the same number of c
 the tuning prompts, greedy and at the sampling experiment's temperature; ``tuning.tuned`` picks each family's
 fastest candidate from ``tuning.json`` and every other experiment uses it. Design and diagnosis use the dev
 prompts (the pair report, the tree drawings); the test prompts appear only in measured JSON.
+
+A cell runs one registered method in one of its variants (``variants``: its main setting, the paper's settings, the
+draft network alone, an ablation step, a sweep point, a tuning candidate); its record's key (``cell_key``) hashes the
+method, the variant, the configuration, the tags and the protocol, never what tables call the cell.
 """
 from __future__ import annotations
 
