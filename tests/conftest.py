@@ -28,6 +28,7 @@ def why_no_git_checkout() -> str | None:
     return None
 
 
+NO_KERNEL = "needs a CPU with AVX512-BF16 and a C++ toolchain (g++, ninja) to build dynatree_lib/core/csrc"
 NO_GIT_CHECKOUT = why_no_git_checkout()
 needs_git_checkout = pytest.mark.skipif(NO_GIT_CHECKOUT is not None, reason=NO_GIT_CHECKOUT or "")
 

@@ -131,7 +131,7 @@ def test_an_unused_budget_changes_nothing(target, draft):
     """A node budget far beyond the trees built gives the same trees and tokens (its cost, once 20x that of a
     256 budget, is reported by ``tools/ratio_report.py budget``, not timed here)."""
     p = torch.tensor([1, 2, 3])
-    small, large = (generate(target, p, 20, draft=draft, method=FixedTreeConfig(D=2, B=2, tau=0.0, n_max=n), record_trees=20)
-                    for n in (256, 16384))
+    small, large = (generate(target, p, 20, draft=draft, method=FixedTreeConfig(D=2, B=2, tau=0.0, n_max=n),
+                             record_trees=20) for n in (256, 16384))
     assert large.tokens == small.tokens and large.log.nodes == small.log.nodes and max(small.log.nodes) < 256
     assert [t["tokens"] for t in large.trees] == [t["tokens"] for t in small.trees]

@@ -14,7 +14,7 @@ from dynatree_lib.harness.tiny import tiny_tokenizer
 from .conftest import REPO, needs_git_checkout
 
 needs_data = pytest.mark.skipif(not (data_dir() / "pg19").exists(),
-                                reason=f"needs the local data sets in {data_dir()} (committed in data/; $DYNATREE_DATA points elsewhere)")
+                                reason=f"needs the data sets in {data_dir()} (data/, or $DYNATREE_DATA)")
 
 
 @pytest.fixture(scope="module")

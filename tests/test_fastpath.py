@@ -9,7 +9,7 @@ from dynatree_lib.core.fastpath import StaticRunner, gqa_attention, linear
 from dynatree_lib.harness.tiny import perturb, tiny_llama
 from dynatree_lib.core.runners import HFRunner
 
-from .conftest import prompts
+from .conftest import NO_KERNEL, prompts
 
 
 def test_logits_match_transformers(llama_target):
@@ -78,7 +78,7 @@ def test_written_out_attention_and_matvec_match_the_references():
 
 
 @pytest.mark.parametrize("kernel", [False, pytest.param(True, marks=pytest.mark.skipif(
-    not kernels.available(), reason="needs a CPU with AVX512-BF16 and a C++ toolchain (g++, ninja) to build dynatree_lib/core/csrc"))], ids=["plain", "bf16-kernel"])
+    not kernels.available(), reason=NO_KERNEL))], ids=["plain", "bf16-kernel"])
 def test_compiled_graphs_serve_every_tree_size(kernel):
     """Dynamic shapes: the runner compiles its graphs when built (``warm``); then prompts of any length,
     one token on an empty cache, trees of any size, last-logits calls after a prefix and longer caches

@@ -10,7 +10,9 @@ from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.harness.tiny import tiny_llama
 from dynatree_lib.core.runners import additive_mask
 
-needs_kernel = pytest.mark.skipif(not kernels.available(), reason="needs a CPU with AVX512-BF16 and a C++ toolchain (g++, ninja) to build dynatree_lib/core/csrc")
+from .conftest import NO_KERNEL
+
+needs_kernel = pytest.mark.skipif(not kernels.available(), reason=NO_KERNEL)
 
 
 def test_pack_layout():

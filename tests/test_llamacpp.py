@@ -222,7 +222,7 @@ def test_broken_logs():
         L.parse_run("ar", "", "")
 
 
-@pytest.mark.skipif(L.find_llamacpp() is None, reason="needs the llama.cpp binaries (bash tools/build_llamacpp.sh builds them)")
+@pytest.mark.skipif(L.find_llamacpp() is None, reason="needs the llama.cpp binaries (tools/build_llamacpp.sh)")
 def test_llamacpp_tokenizes_our_prompt():
     meta, _, _ = load("ar-bf16")
     assert L.tokenize(meta["prompt"], L.target_gguf("q4_1")) == meta["expect_ids"]

@@ -403,7 +403,8 @@ def bigram_config(name: str):
     dyna = DynaTreeConfig(D0=3, D_max=4, n_max=12)
     return {"ar": None, "linear": LinearConfig(3), "fixed_tree": FixedTreeConfig(3, 2, 0.0, 10), "dynatree": dyna,
             "dynatree_cost": CostAwareConfig(dyna), "talon": TalonConfig(0.1, 8, 3),
-            "streaming_spec": StreamingConfig(3, 32, 2), "hf_ar": HFARConfig(), "hf_assisted": HFAssistedConfig(3)}[name]
+            "streaming_spec": StreamingConfig(3, 32, 2), "hf_ar": HFARConfig(),
+            "hf_assisted": HFAssistedConfig(3)}[name]
 
 
 @torch.no_grad()
