@@ -10,7 +10,7 @@ from dynatree_lib.core.decoding import Window
 from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.core.runners import HFRunner, rerotate, rotary_inv_freq
 
-from .conftest import prompts
+from .conftest import MAX_POS, prompts
 
 
 @pytest.mark.parametrize("cfg", [HFAssistedConfig(), HFAssistedConfig(3, "heuristic"),
@@ -137,11 +137,26 @@ def test_streaming_slides_and_stays_bounded(target, draft, fast_pair, fast, monk
         assert t.cache.layers[0].keys.shape[-2] == t.length
 
 
-def test_streaming_runs_past_the_context(target, draft):
-    """StreamingLLM's point: prompt + T beyond the model's positions, with a window inside them."""
+def record_positions(runner, monkeypatch) -> list[int]:
+    """The largest position of each of the runner's forwards, appended to the list returned (undone at teardown)."""
+    seen = []
+    for name in ("forward", "argmax"):
+        call = getattr(runner, name)
+        monkeypatch.setattr(runner, name, lambda tokens, positions, *a, _call=call, **k: (
+            seen.append(int(positions.max())), _call(tokens, positions, *a, **k))[1])
+    return seen
+
+
+def test_streaming_runs_past_the_context(target, draft, monkeypatch):
+    """StreamingLLM's point: prompt + T beyond the model's positions, with a window inside them: no forward of
+    either model reaches a position past the window's."""
+    t, d = HFRunner(target), HFRunner(draft)
+    cfg = StreamingConfig(K=3, cache_size=48, n_sink=4)
+    positions = record_positions(t, monkeypatch), record_positions(d, monkeypatch)
     p = prompts(1, seed=1, lo=100, hi=101)[0]
-    res = generate(target, p, 100, draft=draft, method=StreamingConfig(K=3, cache_size=48, n_sink=4))
-    assert len(res.tokens) == 100
+    res = generate(t, p, 100, draft=d, method=cfg)
+    assert len(res.tokens) == 100 and p.numel() + 100 > MAX_POS
+    assert max(positions[0]) < cfg.cache_size + cfg.K + 1 and max(positions[1]) < cfg.cache_size + 2 * cfg.K
 
 
 def test_streaming_bad_settings(target, draft):
