@@ -2,6 +2,10 @@
 
 GPT-NeoX (Pythia's architecture) on the eager transformers path, and Llama (SmolLM2's architecture) on
 both the eager path and the fast path (``fastpath.StaticRunner``)."""
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +15,34 @@ from dynatree_lib.harness.tiny import perturb, tiny_gpt_neox, tiny_llama
 
 VOCAB = 96
 MAX_POS = 160
+REPO = Path(__file__).resolve().parents[1]
+
+
+def why_no_git_checkout() -> str | None:
+    """Why a test that reads the repository through git cannot run here; None where it can."""
+    if shutil.which("git") is None:
+        return "needs the git binary (reads the repository's tracked files)"
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=REPO, capture_output=True, text=True)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != REPO:
+        return f"needs {REPO} to be a git checkout (reads the repository's tracked files)"
+    return None
+
+
+NO_KERNEL = "needs a CPU with AVX512-BF16 and a C++ toolchain (g++, ninja) to build dynatree_lib/core/csrc"
+NO_GIT_CHECKOUT = why_no_git_checkout()
+needs_git_checkout = pytest.mark.skipif(NO_GIT_CHECKOUT is not None, reason=NO_GIT_CHECKOUT or "")
+
+
+@pytest.fixture(autouse=True)
+def torch_settings_restored():
+    """torch's process-wide settings as they were before each test: a test, or the harness it runs (a profile sets
+    its thread count), must not leave later tests running under its own."""
+    threads, dtype, grad = torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    torch.set_default_dtype(dtype)
+    torch.set_grad_enabled(grad)
 
 
 def reference(model, prompt, T: int, eos: int | None = None) -> list[int]:

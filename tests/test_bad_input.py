@@ -1,5 +1,4 @@
 """Bad input gets a clear error from our code (never a torch traceback or a silent wrong answer)."""
-import time
 
 import numpy as np
 import pytest
@@ -128,15 +127,11 @@ def test_unknown_engine_dtype_and_models():
         load_pair("tiny:target", "tiny:draft", engine="static")  # GPT-NeoX has no fast path
 
 
-def test_an_unused_budget_costs_nothing(target, draft):
-    """A node budget allocates for the tree that is built (a 16384 budget took 20x longer than 256)."""
+def test_an_unused_budget_changes_nothing(target, draft):
+    """A node budget far beyond the trees built gives the same trees and tokens (its cost, once 20x that of a
+    256 budget, is reported by ``tools/ratio_report.py budget``, not timed here)."""
     p = torch.tensor([1, 2, 3])
-
-    def run(n_max):
-        t0 = time.perf_counter()
-        for _ in range(3):
-            generate(target, p, 20, draft=draft, method=FixedTreeConfig(D=2, B=2, tau=0.0, n_max=n_max))
-        return time.perf_counter() - t0
-
-    run(256)
-    assert run(16384) < 3 * run(256)
+    small, large = (generate(target, p, 20, draft=draft, method=FixedTreeConfig(D=2, B=2, tau=0.0, n_max=n),
+                             record_trees=20) for n in (256, 16384))
+    assert large.tokens == small.tokens and large.log.nodes == small.log.nodes and max(small.log.nodes) < 256
+    assert [t["tokens"] for t in large.trees] == [t["tokens"] for t in small.trees]

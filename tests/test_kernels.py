@@ -10,7 +10,9 @@ from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.harness.tiny import tiny_llama
 from dynatree_lib.core.runners import additive_mask
 
-needs_kernel = pytest.mark.skipif(not kernels.available(), reason="no AVX512-BF16 CPU or no C++ toolchain")
+from .conftest import NO_KERNEL
+
+needs_kernel = pytest.mark.skipif(not kernels.available(), reason=NO_KERNEL)
 
 
 def test_pack_layout():
@@ -121,18 +123,24 @@ def test_bf16_speculative_decoding_reproduces_bf16_ar():
     every exact decoder's bf16 tokens are bf16 AR's, trees included."""
     from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
 
-    m = tiny_llama(seed=1, hidden_size=128, heads=4, kv_heads=2, vocab_size=96, max_positions=160).to(torch.bfloat16)
-    d = tiny_llama(seed=2, hidden_size=64, heads=2, kv_heads=1, layers=1, vocab_size=96, max_positions=160)
-    d = d.to(torch.bfloat16)
+    from dynatree_lib.harness.tiny import perturb
+
+    shape = dict(hidden_size=128, heads=4, kv_heads=2, vocab_size=96, max_positions=160)
+    m = tiny_llama(seed=1, **shape).to(torch.bfloat16)
+    d = perturb(tiny_llama(seed=1, **shape), 0.03, seed=2).to(torch.bfloat16)  # agrees often: trees get accepted
     tgt, drf = StaticRunner(m, compile=True, kernel=True), StaticRunner(d, compile=True, kernel=True)
     assert tgt.net.fused_attention and tgt.engine == "static+compile+dpbf16"
     configs = [LinearConfig(K=4), FixedTreeConfig(D=3, B=2, tau=0.0, n_max=12),
                DynaTreeConfig(n_max=10, D_max=4, D0=3, B_max=3), TalonConfig(mu=0.01, N=10, K=3)]
+    accepted = dict.fromkeys(range(len(configs)), 0)
     for seed in range(3):
         p = torch.randint(1, 96, (20 + 7 * seed,), generator=torch.Generator().manual_seed(seed))
         ar = generate(tgt, p, 40).tokens
-        for cfg in configs:
-            assert generate(tgt, p, 40, draft=drf, method=cfg).tokens == ar, (seed, cfg)
+        for i, cfg in enumerate(configs):
+            res = generate(tgt, p, 40, draft=drf, method=cfg)
+            assert res.tokens == ar, (seed, cfg)
+            accepted[i] += res.accepted
+    assert all(accepted.values()), accepted
 
 
 def _fused_pair():

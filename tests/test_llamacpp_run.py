@@ -171,7 +171,7 @@ def test_broken_logs():
         L.parse_run("ar", "", "")
 
 
-@pytest.mark.skipif(H.find_llamacpp() is None, reason="llama.cpp is not built (tools/build_llamacpp.sh)")
+@pytest.mark.skipif(H.find_llamacpp() is None, reason="needs the llama.cpp binaries (tools/build_llamacpp.sh)")
 def test_llamacpp_tokenizes_our_prompt():
     meta, _, _ = load("ar-bf16")
     assert L.tokenize(meta["prompt"], H.target_gguf("q4_1")) == meta["expect_ids"]

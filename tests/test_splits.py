@@ -2,7 +2,6 @@
 named is a tuning or dev prompt; and no file outside results/ names a test prompt."""
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -10,7 +9,7 @@ from dynatree_lib.harness import splits
 from dynatree_lib.harness.prompts import SPLITS, WORKLOADS, candidates, load_prompts
 from dynatree_lib.harness.tiny import tiny_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import REPO, needs_git_checkout
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -45,11 +44,13 @@ def test_spec_bench_split_per_category():
     assert per == {c: 10 for c in set(splits.CATEGORIES.values())}
 
 
+@needs_git_checkout
 def test_no_file_outside_results_names_a_test_prompt():
     """Test prompts appear only in the measured JSON (results/): tables and figures never print their ids, and
     code, notes, notebooks and the tree drawings use dev prompts."""
     test_ids = {p for w in WORKLOADS for p in candidates(w, "test")}
-    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    assert len(files) > 100, files  # the whole repository was listed
     allowed = ("results/",)
     pattern = re.compile(r"(?:wikitext2:\d+|pg19:\d+@c\d+|spec_bench:\d+)\b")
     bad = []

@@ -1,11 +1,12 @@
 """Library structure: the sub-packages are layers and imports run one way between them (counting imports
 inside functions too), no module imports another's private names, there is no import cycle, and no hook or
-wrapped model is discovered with ``getattr``."""
+wrapped model is discovered with ``getattr``. And the tests' own structure: every test function checks something."""
 import ast
 import re
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "dynatree_lib"
+TESTS = Path(__file__).resolve().parent
 # what each layer may import, besides itself
 ALLOWED = {"core": set(), "baselines": {"core"}, "extensions": {"core"},
            "methods": {"core", "baselines", "extensions"},
@@ -107,3 +108,84 @@ def test_no_module_is_over_500_lines():
     """A module that outgrows 500 lines holds more than one job: split it by job (the C++ kernel is not Python)."""
     long = {module_name(f): n for f in LIB.rglob("*.py") if (n := len(f.read_text().splitlines())) > 500}
     assert not long, long
+
+
+# ---- every test checks something ------------------------------------------------------------------------------
+
+PYTEST_CHECKS = {"raises", "warns", "fail", "deprecated_call"}
+
+
+def dotted(func: ast.expr) -> list[str]:
+    """``a.b.c`` as ["a", "b", "c"] (empty for anything but names and attributes)."""
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    return (parts + [func.id])[::-1] if isinstance(func, ast.Name) else []
+
+
+def is_check(node: ast.AST) -> bool:
+    """An assert, a raised AssertionError, pytest's raises / warns / fail, or an assert_* call (numpy's and torch's
+    testing functions)."""
+    if isinstance(node, ast.Assert):
+        return True
+    if isinstance(node, ast.Raise) and node.exc is not None:
+        return "AssertionError" in ast.unparse(node.exc)
+    if not isinstance(node, ast.Call):
+        return False
+    name = dotted(node.func)
+    return bool(name) and ((name[0] == "pytest" and name[-1] in PYTEST_CHECKS) or name[-1].startswith("assert"))
+
+
+class CheckFinder:
+    """Which functions of a set of test modules check something, themselves or through the helpers they name
+    (their own module's functions, at any depth, and those they import from a sibling module): a fixed point,
+    starting from the functions that check directly."""
+
+    def __init__(self, modules: dict[str, ast.Module]):
+        self.functions = {m: {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+                          for m, tree in modules.items()}
+        named = {m: self.helpers_named(m, tree) for m, tree in modules.items()}
+        self.checking = {id(fn) for funcs in self.functions.values() for fn in funcs.values()
+                         if any(is_check(n) for n in ast.walk(fn))}
+        grew = True
+        while grew:
+            before = len(self.checking)
+            self.checking |= {id(fn) for m, funcs in self.functions.items() for fn in funcs.values()
+                              if any(id(h) in self.checking for h in named[m].get(id(fn), ()))}
+            grew = len(self.checking) > before
+
+    def helpers_named(self, module: str, tree: ast.Module) -> dict[int, list[ast.FunctionDef]]:
+        """id(function) -> the functions of tests/ it names (its module's own, then those it imports)."""
+        scope = dict(self.functions[module])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module in self.functions:
+                scope |= {a.asname or a.name: self.functions[node.module][a.name] for a in node.names
+                          if a.name in self.functions[node.module]}
+        return {id(fn): [scope[n.id] for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in scope]
+                for fn in self.functions[module].values()}
+
+    def unchecked_tests(self) -> list[str]:
+        return [f"{m}.py::{name}" for m, funcs in self.functions.items() if m.startswith("test_")
+                for name, fn in funcs.items() if name.startswith("test") and fn.col_offset == 0
+                and id(fn) not in self.checking]
+
+
+def test_every_test_function_checks_something():
+    """A test function must assert, expect an exception or a warning, or call a helper of tests/ that does
+    (followed through any depth of helpers)."""
+    modules = {f.stem: ast.parse(f.read_text()) for f in sorted(TESTS.glob("*.py"))}
+    assert len(modules) > 20 and "conftest" in modules
+    unchecked = CheckFinder(modules).unchecked_tests()
+    assert not unchecked, unchecked
+
+
+def test_the_check_finder_flags_a_test_that_checks_nothing():
+    helpers = ast.parse("def close(a, b):\n    assert a == b\n\n\ndef twice(a):\n    return close(a, a)\n")
+    tests = ast.parse("from .helpers import twice\n\n\ndef test_runs():\n    run()\n\n\n"
+                      "def test_via_helper():\n    twice(1)\n\n\ndef test_raises():\n"
+                      "    with pytest.raises(ValueError):\n        run()\n\n\n"
+                      "def test_torch():\n    torch.testing.assert_close(x, y)\n\n\n"
+                      "def test_recursive():\n    test_recursive()\n")
+    unchecked = CheckFinder({"helpers": helpers, "test_x": tests}).unchecked_tests()
+    assert unchecked == ["test_x.py::test_runs", "test_x.py::test_recursive"]

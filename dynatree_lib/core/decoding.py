@@ -62,8 +62,9 @@ class Window:
     n_sink: int
     span: int = 1  # most slots a verification adds beyond cache_size (a chain of K: K + 1)
 
-    def evict(self, runner: Runner) -> None:
-        n = runner.length - self.cache_size
+    def evict(self, runner: Runner, coming: int = 0) -> None:
+        """Drop the oldest slots after the sinks, so that ``coming`` more fit within ``cache_size``."""
+        n = runner.length + coming - self.cache_size
         if n > 0:
             runner.evict(self.n_sink, n)
 
@@ -140,17 +141,20 @@ def cut(new: list[int], room: int, eos: int | None) -> tuple[list[int], bool]:
 
 
 def prefill(runner: Runner, ids: Tensor, window: Window | None = None) -> int:
-    """Feed ``ids`` into an empty cache (in window-sized chunks under StreamingLLM); returns forwards used."""
+    """Feed ``ids`` into an empty cache; returns forwards used. Under StreamingLLM a prompt longer than the window
+    goes in chunks of half its recent slots, each after evicting the room it needs (StreamingLLM's evict for
+    space): the cache never holds more than ``cache_size`` slots, and each chunk sees half a window before it."""
     runner.reset()
     if ids.numel() == 0:
         return 0
-    step = ids.numel() if window is None else window.cache_size - window.n_sink
+    fits = window is None or ids.numel() <= window.cache_size
+    step = ids.numel() if fits else max(1, (window.cache_size - window.n_sink) // 2)
     n = 0
     for s in range(0, ids.numel(), step):
         chunk = ids[s:s + step]
-        runner.forward(chunk, runner.length + torch.arange(chunk.numel(), device=ids.device), last_only=True)
         if window is not None:
-            window.evict(runner)
+            window.evict(runner, chunk.numel())
+        runner.forward(chunk, runner.length + torch.arange(chunk.numel(), device=ids.device), last_only=True)
         n += 1
     return n
 
@@ -254,9 +258,13 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, opts:
     res = GenerationResult([], engine=tgt.engine, log=IterationLog())
     t0 = clock(dev)
     res.target_forwards = prefill(tgt, prompt[:-1], window)
-    drf.reset()
-    res.prefill_s = clock(dev) - t0
     state, ids, done = DraftState(), prompt, False
+    if window is None:
+        drf.reset()
+    else:  # the draft reads the prompt inside its window too (its first tree would feed it whole)
+        prefill(drf, prompt[:-1], window)
+        state.consumed = prompt.numel() - 1
+    res.prefill_s = clock(dev) - t0
     while not done:
         room = int(T) - len(res.tokens)
         times = [clock(dev)]
