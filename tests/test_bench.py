@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from dynatree_lib.harness import experiments, measure, tuning, variants
+from dynatree_lib.harness import experiments, measure, tuning, variants, workloads
 from dynatree_lib.reporting import tables
 from dynatree_lib.harness.store import ResultStore
 from dynatree_lib.harness.measure import agreement
@@ -229,7 +229,7 @@ def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
     assert set(df1[(df1.tag_role == "timed") & (df1.dataset != "spec_bench") & (df1.engine == "ours")].n) == {1}
     table = tables.table1(df)  # rendered from the current run: its prompt counts, not the small run's
     assert set(table.index) == set(df[df.tag_role == "timed"].label)
-    agree = table[(tables.DATASET_LABELS["wikitext2"], "= AR")]
+    agree = table[(workloads.label("wikitext2"), "= AR")]
     mine = set(df[ours & (df.dataset == "wikitext2") & (df.method != "ar")].label)
     assert mine and all(agree[lab].split()[0].endswith("/2") for lab in mine), agree
 
