@@ -173,8 +173,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
 
     path = results_path("costs", profile, root)
     engine = str(profile.models.engine)
-    if path.exists() and (was := json.loads(path.read_text()).get("engine")) != engine:
-        how = "predates the engine field" if was is None else f"was measured on engine {was!r}"
+    if path.exists() and (how := stale(path, engine)):
         if render_only:
             raise ValueError(f"{path} {how}, the profile runs {engine!r}: `./run_all.sh {profile.name}` (without "
                              "--render) measures it again")
@@ -205,6 +204,14 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
            "weights": weights, "environment": environment(profile.models.device)}
     path.write_text(json.dumps({**out, "one_token": _one_token(profile, context, weights)}, indent=1))
     return path
+
+
+def stale(path: Path, engine: str) -> str | None:
+    """Why the costs file at ``path`` cannot serve a profile that runs ``engine``, or None if it can."""
+    was = json.loads(path.read_text()).get("engine")
+    if was == engine:
+        return None
+    return "predates the engine field" if was is None else f"was measured on engine {was!r}"
 
 
 def _runners(profile):

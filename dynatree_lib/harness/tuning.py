@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import methods as registry
 from ..core.sampling import Sampling
 from ..extensions.cost_aware import CostAwareConfig
-from .costs import predict_iteration
+from .costs import predict_iteration, stale
 from .profiles import Profile
 from .store import config_dict, results_path
 from .weights import weights_info
@@ -83,6 +83,9 @@ def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float,
     if not path.exists():
         raise NotTuned(f"{path} is missing: the cost-aware extension needs the measured forward costs (the tuning "
                        "experiment measures them first: notebook 01, or harness.costs.run_costs)")
+    if how := stale(path, str(p.models.engine)):
+        raise NotTuned(f"{path} {how}, the profile runs {p.models.engine!r}: `./run_all.sh {p.name}` measures "
+                       "the costs again")
     curves = json.loads(path.read_text())["curves"][dtype]
     verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
     # notebook 03's iteration, one node a level: drafting one level (its first forward follows the target's),
