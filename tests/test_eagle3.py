@@ -153,3 +153,31 @@ def test_a_head_file_that_does_not_fit_is_refused(llama_target, head, tmp_path):
         from dynatree_lib.core.eagle3 import Eagle3Head
 
         Eagle3Head(head.cfg, torch.zeros(10, 64))
+
+
+def test_a_head_folder_is_a_draft_reference(tmp_path):
+    """``eagle3:<folder>`` loads as any draft: through a profile and ``load_pair``, on the eager and the static
+    engines, borrowing the target's embedding tensor, and ``generate`` drafts with it exactly."""
+    from dynatree_lib.harness.models import load_model, load_pair
+    from dynatree_lib.harness.profiles import get_profile
+
+    target, _ = load_model("tiny-llama:target")
+    save_head(tiny_eagle3(target, draft_vocab=200, seed=3), tmp_path, verifier="tiny-llama:target")
+    ref = f"eagle3:{tmp_path}"
+    prof = get_profile("smoke", target="tiny-llama:target", draft=ref, draft_vocab=None, draft_lookup=False,
+                       dtype="float32")
+    tgt, drf, tok = prof.load_pair()
+    assert isinstance(drf, Eagle3Runner) and drf.head.embed_tokens is tgt.get_input_embeddings().weight
+    p = torch.tensor(tok("It was a dark night")["input_ids"])
+    ar = generate(tgt, p, 16).tokens
+    for method in ("linear", "dynatree", "talon", "dynatree_cost"):
+        assert generate(tgt, p, 16, draft=drf, method=method).tokens == ar
+    tgt, drf, _ = load_pair("tiny-llama:target", ref, engine="static", draft_vocab=200)
+    assert drf.head.embed_tokens.data_ptr() == tgt.net.embed.data_ptr()
+    assert generate(tgt, p, 16, draft=drf, method="dynatree").tokens == ar
+    with pytest.raises(ValueError, match="scores its own 200 tokens"):
+        load_pair("tiny-llama:target", ref, draft_vocab=8192)
+    with pytest.raises(ValueError, match="lookup.json is missing"):
+        load_pair("tiny-llama:target", ref, draft_lookup=True)
+    with pytest.raises(FileNotFoundError, match="config.json is missing"):
+        load_pair("tiny-llama:target", f"eagle3:{tmp_path / 'nowhere'}")

@@ -327,6 +327,19 @@ def test_drawn_trees_of_a_subset_head_with_a_lookup_sample_the_target_law(tiny_p
     assert chi2_pvalue(empirical(target, drf, name, s, 2000), exact_law(target, s), 2000) > OK
 
 
+@pytest.mark.parametrize("name", ["linear", "dynatree", "talon", "dynatree_cost"])
+def test_an_eagle3_head_samples_the_target_law(tiny_pair, name):
+    """A head on the target's own features over a subset of the vocabulary (its laws mapped back, -inf elsewhere):
+    drawn trees, chains and chosen children keep the target's law."""
+    from dynatree_lib.core.eagle3_runner import Eagle3Runner
+    from dynatree_lib.harness.tiny import tiny_eagle3
+
+    target, _ = tiny_pair
+    drf = Eagle3Runner(tiny_eagle3(target, draft_vocab=6, seed=1, init_range=0.5))
+    s = Sampling(1.0)
+    assert chi2_pvalue(empirical(target, drf, name, s, 2000), exact_law(target, s), 2000) > OK
+
+
 def test_the_end_to_end_test_catches_a_broken_sampler(tiny_pair, monkeypatch):
     target, draft = tiny_pair
     s = Sampling(1.0)

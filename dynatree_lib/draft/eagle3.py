@@ -194,26 +194,31 @@ def teacher_pass(target, batch: Batch, layers: tuple[int, ...], vocab: torch.Ten
 
 def ttt_losses(head: Eagle3Head, batch: Batch, spec: HeadSpec) -> tuple[torch.Tensor, list[float]]:
     """The weighted loss of ``spec.ttt_steps`` unrolled steps and each step's agreement (the head's argmax is the
-    target's) on its loss rows. Row t at step i pairs the input of row t (the fused features of token t at step 0,
-    else the head's own step-(i - 1) output) with token t + 1 + i at position t + i, and predicts token t + 2 + i."""
-    T = batch.tokens.shape[1]
-    R = T - 1
-    hidden = head.fc(batch.features[:, :R])
-    causal = torch.full((R, R), torch.finfo(torch.float32).min).triu(1)
-    keys, values, total, agree = [], [], 0.0, []
-    for i in range(spec.ttt_steps):
-        rows = R - i  # rows whose input token exists
-        if rows <= 1:
-            break
-        tok = batch.tokens[:, 1 + i:1 + i + rows]
-        q, k, v = head.project(tok, hidden[:, :rows], torch.arange(rows) + i)
-        keys, values = [x[..., :rows, :] for x in keys] + [k], [x[..., :rows, :] for x in values] + [v]
-        out = head.finish(ttt_attend(q, keys, values, causal[:rows, :rows].to(q.dtype)), hidden[:, :rows])
-        loss, acc = step_loss(head, out[:, :rows - 1], batch, i)
+    target's) on its loss rows."""
+    total, agree = 0.0, []
+    for i, out in enumerate(ttt_outputs(head, batch.features, batch.tokens, spec.ttt_steps)):
+        loss, acc = step_loss(head, out[:, :-1], batch, i)
         total = total + spec.step_decay ** i * loss
         agree.append(acc)
-        hidden = out
     return total, agree
+
+
+def ttt_outputs(head: Eagle3Head, features: torch.Tensor, tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The layer's outputs [B, T - 1 - i, h] of each unrolled step i. Row t at step i pairs the input of row t (the
+    fused ``features`` of token t at step 0, else the head's own step-(i - 1) output) with token t + 1 + i at
+    position t + i, attending to step 0's rows up to t and to its own rows of steps 1..i: a node i levels below
+    the committed token t + 1, as the drafter feeds it."""
+    R = tokens.shape[1] - 1
+    hidden = head.fc(features[:, :R])
+    causal = torch.full((R, R), torch.finfo(torch.float32).min).triu(1)
+    keys, values, outs = [], [], []
+    for i in range(min(steps, R)):
+        rows = R - i  # rows whose input token exists
+        q, k, v = head.project(tokens[:, 1 + i:1 + i + rows], hidden[:, :rows], torch.arange(rows) + i)
+        keys, values = [x[..., :rows, :] for x in keys] + [k], [x[..., :rows, :] for x in values] + [v]
+        hidden = head.finish(ttt_attend(q, keys, values, causal[:rows, :rows].to(q.dtype)), hidden[:, :rows])
+        outs.append(hidden)
+    return outs
 
 
 def ttt_attend(q, keys, values, causal) -> torch.Tensor:
