@@ -288,7 +288,10 @@ class StaticRunner(Runner):
         self.features = None
 
     def keep_features(self, layers: tuple[int, ...]) -> None:
-        self.net.feature_layers = check_feature_layers(layers, self.net.cache_shape[0])
+        layers = check_feature_layers(layers, self.net.cache_shape[0])
+        if layers == self.net.feature_layers:  # asked again by the next generation: nothing changes
+            return
+        self.net.feature_layers = layers
         if self._step is not self.net:  # compiled: the graphs that return features, now rather than mid-run
             self.warm()
 
