@@ -9,6 +9,7 @@
   python -m dynatree_lib build-draft [--instructions-only | --teacher-only | --vocab-only | --lookup-only]
   python -m dynatree_lib build-draft --sampled-teacher-only  # the target's answers sampled at T = 1 (resumable)
   python -m dynatree_lib build-draft --from-gpu DIR          # calibrate and publish tools/gpu_distill.py's output
+  python -m dynatree_lib build-draft --head eagle3 [--draft-vocab 8192] [--seconds S | --steps N]  # resumable
 """
 from __future__ import annotations
 
@@ -104,6 +105,11 @@ def parser() -> argparse.ArgumentParser:
         bd.add_argument(f"--{step}-only", action="store_true", help=STEP_HELP.get(step, f"only the {step} phase"))
     bd.add_argument("--from-gpu", metavar="DIR", help="the files `tools/gpu_distill.py run` wrote (default: "
                     "models/draft-build-v4/gpu)")
+    bd.add_argument("--head", choices=("eagle3",), help="train a draft head on the target's features instead "
+                    "(draft.eagle3; checkpoints and the exported head under models/eagle3/v<N>k)")
+    bd.add_argument("--draft-vocab", type=POSITIVE_INT, default=8192, help="the head's vocabulary (--head)")
+    bd.add_argument("--seconds", type=POSITIVE_INT, default=None, help="stop this run after that long (--head)")
+    bd.add_argument("--steps", type=POSITIVE_INT, default=None, help="stop this run after that many steps (--head)")
     return ap
 
 
@@ -128,6 +134,10 @@ def check_decode_flags(args, prof) -> None:
 def build_draft(args) -> object:
     from .draft import build
 
+    if args.head == "eagle3":
+        from .draft.eagle3 import HeadSpec, train_head
+
+        return train_head(HeadSpec(draft_vocab=args.draft_vocab), seconds=args.seconds, steps=args.steps)
     if args.instructions_only:
         return build.build_instructions()
     if args.teacher_only:

@@ -90,6 +90,14 @@ def llama_draft():
 
 
 @pytest.fixture(scope="session")
+def eagle3_head(llama_target):
+    """A random EAGLE-3 head on the Llama target's features and embedding, over 80 of its 96 tokens."""
+    from dynatree_lib.harness.tiny import tiny_eagle3
+
+    return tiny_eagle3(llama_target, draft_vocab=80, seed=2)
+
+
+@pytest.fixture(scope="session")
 def fast_pair(llama_target, llama_draft):
     """The fast path over the Llama pair (eager static runners; the compiled graphs are tested apart)."""
     return StaticRunner(llama_target), StaticRunner(llama_draft)

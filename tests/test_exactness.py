@@ -6,6 +6,8 @@ import torch
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
 from dynatree_lib.core.decoding import KV_MODES
 
+from dynatree_lib.core.fastpath import StaticRunner
+
 from .conftest import MAX_POS, prompts, reference
 
 METHODS = {
@@ -84,6 +86,21 @@ def test_fast_path_speculative_equals_ar(fast_pair, fast_ar, name, kv_mode):
         res = generate(tgt, p, T, draft=drf, method=METHODS[name], kv_mode=kv_mode)
         if _fits(name, p, T):
             assert res.tokens == fast_ar[i], f"fast path {name}/{kv_mode} diverged on case {i}"
+
+
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+@pytest.mark.parametrize("engine", ["eager", "static"])
+@pytest.mark.parametrize("name", ["linear_k4", "fixed_d6b3_tau", "dynatree", "dynatree_budget1", "talon",
+                                  "dynatree_cost_steep", "dynatree_authors"])
+def test_eagle3_head_speculative_equals_ar(llama_target, eagle3_head, fast_ar, name, engine, kv_mode):
+    """An EAGLE-3 head drafting from the target's own features (from the eager forward or the fast path's)."""
+    from dynatree_lib.core.eagle3_runner import Eagle3Runner
+
+    tgt = llama_target if engine == "eager" else StaticRunner(llama_target)
+    drf = Eagle3Runner(eagle3_head)
+    for i, (p, T) in enumerate(CASES):
+        res = generate(tgt, p, T, draft=drf, method=METHODS[name], kv_mode=kv_mode)
+        assert res.tokens == fast_ar[i], f"eagle3 {name}/{engine}/{kv_mode} diverged on case {i}"
 
 
 def test_llama_eager_and_fast_agree(llama_target, llama_draft, fast_ar):

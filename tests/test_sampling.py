@@ -472,6 +472,18 @@ def test_drawn_trees_of_a_subset_head_with_a_lookup_sample_the_target_law(bigram
     assert chi2_sf(stat, df) > OK, (stat, df)
 
 
+@pytest.mark.parametrize("name", ["linear", "dynatree", "talon", "dynatree_cost"])
+def test_an_eagle3_head_samples_the_target_law(bigram_pair, one_thread, name):
+    """A head on the target's own features over a subset of the vocabulary (its laws mapped back, -inf elsewhere):
+    drawn trees, chains and chosen children keep the target's law."""
+    from dynatree_lib.core.eagle3_runner import Eagle3Runner
+    from dynatree_lib.harness.tiny import tiny_eagle3
+
+    drf = Eagle3Runner(tiny_eagle3(bigram_pair[0], draft_vocab=6, seed=1, init_range=0.5))
+    _, stat, df = sample(bigram_pair, name, SETTINGS["t1"], draft=drf)
+    assert chi2_sf(stat, df) > OK, (stat, df)
+
+
 @pytest.mark.parametrize("rule,method,where,mutant", [
     ("drawn children: the residual", "dynatree", "dynatree_lib.core.decoding.verify_sampled", no_residual),
     ("drawn children: q without the rejected", "dynatree", "dynatree_lib.core.sampling.sibling_rejection",

@@ -8,7 +8,11 @@ committed path again. AR keeps the same prefill (``prompt[:-1]``, then the last 
 step), so in low precision AR and the speculative loop differ only where batch shapes differ.
 
 Positions are cache-relative (``runner.length``): equal to absolute positions, except under a
-StreamingLLM ``Window``, the loop's one hook, which evicts old slots after each draft and each commit.
+StreamingLLM ``Window``, which evicts old slots after each draft and each commit.
+
+A draft that reads the target's hidden states (an EAGLE-3 head, ``Runner.reads_features``) gets them through
+``FeatureLink``: the target keeps them from the forwards it runs anyway, and the draft is handed the prompt's
+after prefill and the accepted path's after each verification (``Runner.observe_target``).
 """
 from __future__ import annotations
 
@@ -239,6 +243,29 @@ def commit(target: Runner, start: int, tree: Tree, path: Tensor, kv_mode: str) -
     return 1
 
 
+class FeatureLink:
+    """The target's hidden states of committed tokens, handed to a draft that reads them (see module docstring);
+    for any other draft it does nothing and asks the target for nothing."""
+
+    def __init__(self, target: Runner, draft: Runner, window: Window | None):
+        self.target, self.draft, self.on = target, draft, bool(draft.reads_features)
+        if self.on and window is not None:
+            raise ValueError("a draft on the target's hidden states (reads_features) cannot follow a StreamingLLM "
+                             "window (its features of evicted tokens are gone); use it without a window")
+        if self.on:
+            target.keep_features(draft.reads_features)
+
+    def prefilled(self) -> None:
+        """After prefill (and the draft's reset): the prompt's rows, positions from 0."""
+        if self.on and self.target.length:
+            self.draft.observe_target(self.target.features, 0)
+
+    def verified(self, path: Tensor, start: int) -> None:
+        """Right after a verification from cache slot ``start``: the accepted ``path``'s rows (root first)."""
+        if self.on:
+            self.draft.observe_target(self.target.features[path], start)
+
+
 def position_limit(target: Runner, draft: Runner, window: Window | None) -> int:
     """The most positions a sequence may reach in both models (none under a StreamingLLM window)."""
     limits = [x for x in (context_limit(target.model), context_limit(draft.model)) if x is not None]
@@ -253,7 +280,7 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, opts:
     tgt, drf = as_runner(target), as_runner(draft)
     prompt = check_inputs(tgt, drf, prompt, T, opts, window)
     limit, dev = position_limit(tgt, drf, window), prompt.device
-    check = verifier(opts, drf, dev)
+    check, link = verifier(opts, drf, dev), FeatureLink(tgt, drf, window)
     gen = check.generator
     res = GenerationResult([], engine=tgt.engine, log=IterationLog())
     t0 = clock(dev)
@@ -264,6 +291,7 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, opts:
     else:  # the draft reads the prompt inside its window too (its first tree would feed it whole)
         prefill(drf, prompt[:-1], window)
         state.consumed = prompt.numel() - 1
+    link.prefilled()  # a window refuses a draft on features, so this sees the whole prompt
     res.prefill_s = clock(dev) - t0
     while not done:
         room = int(T) - len(res.tokens)
@@ -280,6 +308,7 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, opts:
         times.append(clock(dev))
         # 3. accept a path and its bonus token; 4. commit the path's KV entries
         path, bonus = check.accept(tree, verified)
+        link.verified(path, start)
         new_t = tree.tokens[path[1:]].tolist() + [bonus]
         res.target_forwards += 1 + commit(tgt, start, tree, path, opts.kv_mode)
         if window is not None:

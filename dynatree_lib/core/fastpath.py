@@ -45,7 +45,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import kernels
-from .runners import Runner, additive_mask, check_vocab, context_limit, first_moved, greedy, rerotate, vocab_rows
+from .runners import (Runner, additive_mask, check_feature_layers, check_vocab, context_limit, first_moved, greedy,
+                      rerotate, vocab_rows)
 
 # inductor settings of the compiled fast path (scoped to its graphs through torch.compile's options).
 # No freezing: it would prepack the multi-token matmuls (no faster for these shapes) but its packed weights
@@ -112,7 +113,11 @@ def linear(x: Tensor, w: Tensor, reduce: bool = False) -> Tensor:
 
 class StaticLlama(nn.Module):
     """A Llama forward over a static cache (see module docstring). Built from a transformers model;
-    ``head_rows``: keep only these rows of the output layer (a draft head over a token subset)."""
+    ``head_rows``: keep only these rows of the output layer (a draft head over a token subset).
+    ``feature_layers``: layer ids whose entering hidden states ``forward`` also returns (``runners``: features),
+    empty unless asked (then nothing extra is computed or copied)."""
+
+    feature_layers: tuple[int, ...] = ()
 
     def __init__(self, hf, max_len: int, compile: bool = False, kernel: bool = False, head_rows: Tensor | None = None,
                  fused: bool = False):
@@ -176,9 +181,10 @@ class StaticLlama(nn.Module):
         h = x.shape[-1] // 2
         return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
 
-    def body(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor) -> Tensor:
+    def body(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
         """Final hidden states [q, d] of ``tokens`` at ``positions``, written to cache ``slots``, attending
-        to slots [0, kv) through the additive ``mask`` [q, kv]."""
+        to slots [0, kv) through the additive ``mask`` [q, kv]; and the hidden states entering each of
+        ``feature_layers`` ([q, k * d], None when none are asked)."""
         q_len, H, KV, hd = tokens.shape[0], self.H, self.KV, self.hd
         kv = mask.shape[1]
         r = self._reduce(q_len)
@@ -187,7 +193,10 @@ class StaticLlama(nn.Module):
         n_layers, _, n_slots, _ = self.cache_shape
         # cache rows of layer 0's KV heads at ``slots`` ([KV * q]); layer i's are KV * n_slots further on
         rows0 = (torch.arange(KV, device=slots.device)[:, None] * n_slots + slots[None, :]).reshape(-1)
+        kept = {}
         for i in range(n_layers):
+            if i in self.feature_layers:
+                kept[i] = x
             rows = rows0 + i * KV * n_slots
             qkv = linear(self._rms(x, self.ln1[i]), self.wqkv[i], r)
             q, k, v = qkv.split([H * hd, KV * hd, KV * hd], -1)
@@ -202,7 +211,7 @@ class StaticLlama(nn.Module):
             x = x + linear(o, self.wo[i], r)
             gate, up = linear(self._rms(x, self.ln2[i]), self.w13[i], r).split([self.inter, self.inter], -1)
             x = x + linear(F.silu(gate) * up, self.w2[i], r)
-        return x
+        return x, (torch.cat([kept[i] for i in self.feature_layers], -1) if self.feature_layers else None)
 
     def _reduce(self, rows: int) -> bool:
         """Whether matmuls over ``rows`` new tokens take the fused multiply-and-sum form (decided while
@@ -214,12 +223,23 @@ class StaticLlama(nn.Module):
         return linear(self._rms(x, self.norm), self.head, self._reduce(x.shape[0]))
 
     def forward(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor,
-                last_only: bool = False) -> Tensor:
-        """Logits [q, V] ([1, V] if ``last_only``) of ``tokens`` (see ``body``)."""
+                last_only: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """Logits [q, V] ([1, V] if ``last_only``) of ``tokens`` (see ``body``); with ``feature_layers``, the pair
+        (logits, features [q, k * d])."""
         if self.fused:
-            return kernels.forward(tokens, positions, slots, mask, self, last_only)
-        x = self.body(tokens, positions, slots, mask)
-        return self.logits(x[-1:] if last_only else x)
+            return self.one_call(tokens, positions, slots, mask, last_only)
+        x, feats = self.body(tokens, positions, slots, mask)
+        logits = self.logits(x[-1:] if last_only else x)
+        return logits if feats is None else (logits, feats)
+
+    def one_call(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, last_only: bool = False,
+                 greedy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``forward`` as one kernel call (``kernels.forward``; ``greedy``: argmaxes for logits)."""
+        if not self.feature_layers:
+            return kernels.forward(tokens, positions, slots, mask, self, last_only, greedy)
+        feats = torch.empty(tokens.numel(), len(self.feature_layers), self.embed.shape[1], dtype=self.embed.dtype)
+        out = kernels.forward(tokens, positions, slots, mask, self, last_only, greedy, feats, self.feature_layers)
+        return out, feats.view(tokens.numel(), -1)
 
 
 class StaticRunner(Runner):
@@ -265,6 +285,15 @@ class StaticRunner(Runner):
 
     def reset(self) -> None:
         self.length = 0
+        self.features = None
+
+    def keep_features(self, layers: tuple[int, ...]) -> None:
+        layers = check_feature_layers(layers, self.net.cache_shape[0])
+        if layers == self.net.feature_layers:  # asked again by the next generation: nothing changes
+            return
+        self.net.feature_layers = layers
+        if self._step is not self.net:  # compiled: the graphs that return features, now rather than mid-run
+            self.warm()
 
     def _mask(self, q: int, visible: Tensor | None, tree_start: int | None) -> Tensor:
         """[q, length + q] additive mask: the committed prefix, then causal or ``visible`` new slots."""
@@ -292,12 +321,13 @@ class StaticRunner(Runner):
         slots = torch.arange(self.length, self.length + q, device=tokens.device)
         mask, last = self._mask(q, visible, tree_start), last_only and q > 1
         if argmax and self.net.fused:
-            out = kernels.forward(tokens, positions, slots, mask, self.net, last, greedy=True)
+            out = self.net.one_call(tokens, positions, slots, mask, last, greedy=True)
         else:
             out = self._step(tokens, positions, slots, mask, last)
-            out = greedy(out) if argmax else out
+        if self.net.feature_layers:
+            out, self.features = out
         self.length += q
-        return out
+        return greedy(out) if argmax and not self.net.fused else out
 
     def truncate(self, length: int) -> None:
         self.length = length

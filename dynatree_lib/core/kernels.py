@@ -94,11 +94,14 @@ def forward_takes(hidden: int, intermediate: int) -> bool:
 
 
 def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net, last_only: bool = False,
-            greedy: bool = False) -> Tensor:
+            greedy: bool = False, features: Tensor | None = None, feature_layers: tuple[int, ...] = ()) -> Tensor:
     """A whole Llama forward in one call (``fastpath.StaticLlama`` ``net`` with packed weights): logits [q, V]
     ([1, V] if ``last_only``) of ``tokens`` at ``positions``, keys and values written to cache ``slots``,
     attending through the additive bf16 ``mask`` [q, kv] to slots [0, kv). ``greedy``: each row's argmax
-    instead (int64 [q] or [1]; the first index of the largest logit, as ``logits.float().argmax(-1)``)."""
+    instead (int64 [q] or [1]; the first index of the largest logit, as ``logits.float().argmax(-1)``).
+    ``features`` [q, len(feature_layers), d]: filled with the residual stream entering each of ``feature_layers``
+    for every row (the hidden states an EAGLE-3 head reads), by the same call."""
     return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, net.embed, net.wqkv, net.wo, net.w13,
                                           net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
-                                          net.sin, net.H, net.KV, net.eps, last_only, greedy)
+                                          net.sin, net.H, net.KV, net.eps, last_only, greedy, features,
+                                          list(feature_layers))

@@ -150,6 +150,10 @@ class LookupRunner(Runner):
     length = property(lambda self: self.inner.length)
     engine = property(lambda self: self.inner.engine)
     vocab = property(lambda self: self.inner.vocab)
+    reads_features = property(lambda self: self.inner.reads_features)
+
+    def observe_target(self, features: Tensor, start: int) -> None:
+        self.inner.observe_target(features, start)
 
     def reset(self) -> None:
         self.inner.reset()

@@ -16,6 +16,14 @@ Draft vocabulary. A draft runner may score only a subset of the vocabulary (``vo
 its logits' columns; FR-Spec's frequency-ranked draft head): its head reads a fraction of the output
 embedding, and exactness is untouched because the target verifies every token over the full vocabulary.
 
+Features. A draft that drafts from the target's own hidden states (an EAGLE-3 head) names the layers it reads
+(``reads_features``); the loop asks the target once (``keep_features``), after which every target forward also
+leaves the hidden states of those layers for every row it processed (``features``), computed by the same
+forward (no second pass). The loop hands the committed rows to the draft (``observe_target``): the prompt's
+after prefill, the accepted path's after each verification. Layer id ``i`` is the hidden state entering decoder
+layer ``i`` (transformers' ``hidden_states[i]``; 0 is the embedding), as EAGLE-3 and vLLM count them. A runner
+asked for no features does no extra work.
+
 We never call ``DynamicCache.crop``: its argument changed meaning in transformers 5.17 (an absolute
 length before, a negative count after), and our operations are plain tensor slicing anyway.
 """
@@ -38,6 +46,8 @@ class Runner:
     engine: str = "eager"       # which engine ran the forwards (logged with every result)
     vocab: Tensor | None = None  # token ids of the logits' columns (a draft head over a subset); None: all
     has_lookup: bool = False    # whether ``lookup`` can find anything (a draft with a context lookup)
+    reads_features: tuple[int, ...] = ()  # a draft on the target's hidden states: the layer ids it reads
+    features: Tensor | None = None  # a target asked to keep features: [rows, layers * hidden] of its last forward
 
     def reset(self) -> None:
         raise NotImplementedError
@@ -76,6 +86,16 @@ class Runner:
         """A context lookup's next token after ``context`` and its mixture weight (``lookup.LookupRunner``);
         a plain runner has none."""
         return None
+
+    def keep_features(self, layers: tuple[int, ...]) -> None:
+        """From now on, keep the hidden states of ``layers`` (layer ids, see module docstring) of every row each
+        forward processes in ``features`` (the layers concatenated in this order along the last dim)."""
+        raise ValueError(f"a draft reads the target's hidden states, and the target runner {type(self).__name__} "
+                         "cannot return them; run the target on HFRunner or StaticRunner")
+
+    def observe_target(self, features: Tensor, start: int) -> None:
+        """A draft on the target's hidden states: ``features`` [n, layers * hidden] of the committed tokens at
+        positions ``start .. start + n - 1`` (``reads_features``). Other drafts ignore them."""
 
 
 def greedy(logits: Tensor) -> Tensor:
@@ -173,6 +193,15 @@ def check_vocab(vocab, n_vocab: int, device=None) -> Tensor | None:
     return v.to(device=device, dtype=torch.long)
 
 
+def check_feature_layers(layers, n_layers: int) -> tuple[int, ...]:
+    """``layers`` as a tuple of layer ids in [0, n_layers) (see module docstring), refused otherwise."""
+    out = tuple(layers)
+    if not out or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers for i in out):
+        raise ValueError(f"feature layers must be a non-empty list of layer ids in [0, {n_layers}) (the hidden state "
+                         f"entering that decoder layer), got {layers!r}")
+    return out
+
+
 def first_moved(keep: Tensor) -> int:
     """Index of the first kept slot not already in place (``keep[i] != i``; ``len(keep)`` if none), so that
     a commit copies only what moves: an iteration that accepts no draft token keeps just the root, in
@@ -222,10 +251,15 @@ class HFRunner(Runner):
         self._new = DynamicCache
         self.cache = DynamicCache()
         self.length = 0
+        self.feature_layers: tuple[int, ...] = ()
 
     def reset(self) -> None:
         self.cache = self._new()
         self.length = 0
+        self.features = None
+
+    def keep_features(self, layers: tuple[int, ...]) -> None:
+        self.feature_layers = check_feature_layers(layers, self.model.config.num_hidden_layers)
 
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
@@ -235,9 +269,13 @@ class HFRunner(Runner):
         if visible is not None:
             mask = additive_mask(visible, tree_start, self.length + q, self.model.dtype)[None, None]
         kw = {"logits_to_keep": 1} if last_only else {}
+        if self.feature_layers:
+            kw["output_hidden_states"] = True
         out = self.model(input_ids=tokens[None], attention_mask=mask, position_ids=positions[None],
                          past_key_values=self.cache, use_cache=True, **kw)
         self.length += q
+        if self.feature_layers:
+            self.features = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], dim=-1)
         logits = out.logits[0, -1:] if last_only else out.logits[0]
         return logits if self.vocab is None else logits.index_select(-1, self.vocab)
 

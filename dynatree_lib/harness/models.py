@@ -1,15 +1,18 @@
 """Model loading: the same ``from_pretrained`` code for hub ids, local folders, ``embedded:*`` and the tiny
-fixtures, as eager transformers models or fast-path runners."""
+fixtures, as eager transformers models or fast-path runners; a draft may also be an EAGLE-3 head on the target's
+features (``eagle3:<folder>``, ``core.eagle3``), which borrows the target's embedding."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from ..core.lookup import LookupRunner
+from ..core.eagle3 import load_head
+from ..core.eagle3_runner import Eagle3Runner
+from ..core.lookup import LookupConfig, LookupRunner
 from ..core.runners import HFRunner, as_runner, check_pair, context_limit
 from . import tiny
-from .weights import frequent_tokens, lookup_config, resolve
+from .weights import frequent_tokens, head_folder, is_head, lookup_config, resolve
 
 
 
@@ -78,7 +81,7 @@ def load_model(ref: str, device: str = "cpu", dtype: str = "float32"):
 def import_model_code(ref: str) -> None:
     """Import the transformers modules that ``load_model(ref)`` will use, without loading weights (so a memory
     measurement can count the runtime's code apart from the model)."""
-    if is_tiny(ref):
+    if is_tiny(ref) or is_head(ref):
         return
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
@@ -114,9 +117,10 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
         raise ValueError(f"device {device!r} requested but CUDA is not available; use the 'cpu' profile")
     engine = Engine(engine) if isinstance(engine, str) else engine
     target, tt = load_model(target_ref, device, dtype)
-    if draft_ref is None:
+    if draft_ref is None or is_head(draft_ref):
         override_context((target,), context_override)
-        return on_engine(target, engine, max_len), None, tt
+        draft = draft_ref and load_head_draft(draft_ref, target, max_len, draft_vocab, draft_lookup)
+        return on_engine(target, engine, max_len), draft, tt
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
     share_embedding(target, draft)
@@ -127,6 +131,19 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     if cfg is not None:
         draft = LookupRunner(as_runner(draft), cfg)
     return on_engine(target, engine, max_len), draft, tt
+
+
+def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool):
+    """The EAGLE-3 head of ``eagle3:<folder>`` as a draft runner over ``target``'s embedding (the same tensor), in the
+    target's dtype; ``draft_vocab`` must be None or the head's own size; ``draft_lookup`` mixes in the
+    ``lookup.json`` of its folder."""
+    folder = head_folder(ref)
+    head = load_head(folder, target.get_input_embeddings().weight)
+    if draft_vocab is not None and draft_vocab != head.cfg.draft_vocab:
+        raise ValueError(f"draft_vocab={draft_vocab}, but the head {folder} scores its own {head.cfg.draft_vocab} "
+                         "tokens; set draft_vocab to None (or to that size)")
+    runner = Eagle3Runner(head, max_len)
+    return LookupRunner(runner, LookupConfig.load(folder / "lookup.json")) if draft_lookup else runner
 
 
 def share_embedding(target, draft) -> bool:

@@ -71,3 +71,19 @@ def tiny_llama(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, layer
                       bos_token_id=0, pad_token_id=0, tie_word_embeddings=False)
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_eagle3(target, draft_vocab: int | None = None, seed: int = 0, init_range: float = 0.3):
+    """A random EAGLE-3 head (``core.eagle3``) on a tiny Llama ``target``'s features and embedding: the target's
+    layer shape, EAGLE-3's layers, a draft vocabulary of ``draft_vocab`` random token ids (default: all)."""
+    from ..core.eagle3 import Eagle3Config, Eagle3Head
+
+    V = target.config.vocab_size
+    cfg = Eagle3Config.for_target(target.config, draft_vocab or V)
+    g = torch.Generator().manual_seed(seed)
+    head = Eagle3Head(cfg, target.get_input_embeddings().weight)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * init_range if p.dim() > 1 else 1 + 0.1 * torch.randn(p.shape, generator=g))
+    head.set_vocab(torch.randperm(V, generator=g)[:cfg.draft_vocab])
+    return head.to(target.dtype).eval()

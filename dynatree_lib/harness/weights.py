@@ -145,10 +145,29 @@ def companion_dir(ref: str) -> Path:
     return DRAFT_DIR if ref == "embedded:draft" else Path(resolve(ref))
 
 
+HEAD_PREFIX = "eagle3:"  # a draft reference to an EAGLE-3 head folder (``core.eagle3``): eagle3:<folder>
+
+
+def is_head(ref: str) -> bool:
+    """Whether ``ref`` names an EAGLE-3 head (``eagle3:<folder>``), a draft on the target's features."""
+    return ref.startswith(HEAD_PREFIX)
+
+
+def head_folder(ref: str) -> Path:
+    """The folder of an ``eagle3:<folder>`` reference (relative folders from the working directory)."""
+    folder = Path(ref.removeprefix(HEAD_PREFIX))
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{ref!r}: {folder / 'config.json'} is missing (an EAGLE-3 head folder holds the "
+                                "config.json and model.safetensors that build-draft --head eagle3 writes)")
+    return folder
+
+
 def weights_info(ref: str) -> dict:
     """Which weights a model reference means: file name and sha256 (logged with every record)."""
     if ref == "embedded:target":
         return json.loads((smollm2_folder() / "provenance.json").read_text())
+    if is_head(ref):
+        return {**weights_info(str(head_folder(ref))), "head": "eagle3", "embedding_from": "the target"}
     folder = DRAFT_DIR if ref == "embedded:draft" else Path(ref)
     f, ranking, lookup = folder / "model.safetensors", folder / "token_counts.json", folder / "lookup.json"
     if not f.exists():

@@ -412,10 +412,14 @@ struct LlamaWeights {
 
 // One call: logits of `tokens` at `positions`, their keys and values written to cache `slots`, attending through
 // the additive `mask` [q, kv] to slots [0, kv). `last_only`: of the last token only; `greedy`: each row's argmax
-// (int64, the first index of the largest logit) instead of its logits.
+// (int64, the first index of the largest logit) instead of its logits. `features` (optional, [q, k, d]): the
+// residual stream entering layer `feature_layers[j]` of every row is copied to features[:, j] (an EAGLE-3 head's
+// inputs, taken from this forward instead of a second one).
 struct Request {
   const at::Tensor &tokens, &positions, &slots, &mask;
   bool last_only, greedy;
+  const c10::optional<at::Tensor>& features;
+  at::IntArrayRef feature_layers;
 };
 
 // The sizes of a call: q tokens and nout output rows; hidden size d, L layers; H query and KV key-value heads of
@@ -459,6 +463,21 @@ Dims check_sizes(const LlamaWeights& w, const Request& r) {
   return {q, r.last_only ? 1 : q, d, L, H, KV, hd, kv, n_slots, ncol, inter, w.head.size(0) * 16};
 }
 
+// The features buffer, where asked: [q, len(feature_layers), d] bf16, each layer id in [0, L).
+void check_features(const Request& r, const Dims& n) {
+  if (!r.features.has_value()) {
+    TORCH_CHECK(r.feature_layers.empty(), "forward_bf16: feature_layers given without a features buffer");
+    return;
+  }
+  const at::Tensor& f = *r.features;
+  const int64_t k = static_cast<int64_t>(r.feature_layers.size());
+  TORCH_CHECK(f.scalar_type() == at::kBFloat16 && f.device().is_cpu() && f.is_contiguous() && f.dim() == 3 &&
+                  f.size(0) == n.q && f.size(1) == k && f.size(2) == n.d,
+              "forward_bf16: features must be a contiguous bf16 [", n.q, ", ", k, ", ", n.d, "] buffer");
+  for (int64_t i : r.feature_layers)
+    TORCH_CHECK(i >= 0 && i < n.L, "forward_bf16: feature layer ", i, " outside [0, ", n.L, ")");
+}
+
 // Every token id, position and slot in range: the threads index with them unchecked.
 void check_indices(const LlamaWeights& w, const Request& r, const Dims& n) {
   const auto* tk = r.tokens.data_ptr<int64_t>();
@@ -476,6 +495,7 @@ Dims check_inputs(const LlamaWeights& w, const Request& r) {
   check_layouts(w, r);
   const Dims n = check_sizes(w, r);
   check_indices(w, r, n);
+  check_features(r, n);
   return n;
 }
 
@@ -551,6 +571,7 @@ class Forward {
   void silu(const Thread& th);
   void head(const Thread& th);
   void argmax(const Thread& th);
+  void keep_features(int64_t i, const Thread& th);
 
   const Dims n_;
   const Model m_;
@@ -558,6 +579,8 @@ class Forward {
   const bf16* mask_;
   const int64_t mask_stride_;
   const bool greedy_;
+  bf16* feat_;                          // [q, feature layers, d] where asked, else null
+  std::vector<int64_t> feature_layers_;  // the layer each column of feat_ copies the residual stream entering
   const int nt_;  // threads of the region
   const AttentionTasks tasks_;
   const int64_t kvp_;  // visible slots rounded up to 16
@@ -573,7 +596,8 @@ class Forward {
 Forward::Forward(const Dims& n, const LlamaWeights& w, const Request& r)
     : n_(n), m_(model_of(w)), tok_(r.tokens.data_ptr<int64_t>()), pos_(r.positions.data_ptr<int64_t>()),
       slot_(r.slots.data_ptr<int64_t>()), mask_(r.mask.data_ptr<bf16>()), mask_stride_(r.mask.stride(0)),
-      greedy_(r.greedy), nt_(std::max(1, at::get_num_threads())), tasks_(split_attention(n, nt_)),
+      greedy_(r.greedy), feat_(r.features.has_value() ? r.features->data_ptr<bf16>() : nullptr),
+      feature_layers_(r.feature_layers.begin(), r.feature_layers.end()), nt_(std::max(1, at::get_num_threads())), tasks_(split_attention(n, nt_)),
       kvp_((n.kv + 15) / 16 * 16), scale_(1.0f / std::sqrt(static_cast<float>(n.hd))), attend_(kAttend[n.hd / 16]),
       x_({n.q, n.d}, w.embed.options()), qkv_({n.q, n.ncol}, w.embed.options()),
       att_({n.q, n.H * n.hd}, w.embed.options()), h13_({n.q, 2 * n.inter}, w.embed.options()),
@@ -590,7 +614,10 @@ at::Tensor Forward::run() {
     const Thread th{t, T, xn_.p + t * n_.q * n_.d, scratch_.data() + t * attention_scratch(kvp_)};
     embed(th);
 #pragma omp barrier
-    for (int64_t i = 0; i < n_.L; ++i) layer(i, th);
+    for (int64_t i = 0; i < n_.L; ++i) {
+      if (feat_) keep_features(i, th);
+      layer(i, th);
+    }
     head(th);
     if (greedy_) argmax(th);
   }
@@ -601,6 +628,17 @@ at::Tensor Forward::run() {
 void Forward::embed(const Thread& th) {
   for (int64_t r = th.t; r < n_.q; r += th.T)
     std::memcpy(x_.p + r * n_.d, m_.embed + tok_[r] * n_.d, n_.d * sizeof(bf16));
+}
+
+// The residual rows entering layer i into every features column that asks for layer i, every T-th row by this
+// thread (the rows it copies are complete: a barrier ended the step that wrote them, and the next write to them
+// comes after the barriers of layer i's attention).
+void Forward::keep_features(int64_t i, const Thread& th) {
+  const int64_t k = static_cast<int64_t>(feature_layers_.size()), d = n_.d;
+  for (int64_t j = 0; j < k; ++j) {
+    if (feature_layers_[j] != i) continue;
+    for (int64_t r = th.t; r < n_.q; r += th.T) std::memcpy(feat_ + (r * k + j) * d, x_.p + r * d, d * sizeof(bf16));
+  }
 }
 
 // Layer i: attention, then the MLP, each added to the residual stream x. A barrier follows every step whose
@@ -711,9 +749,10 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
                         const at::Tensor& w13, const at::Tensor& w2, const at::Tensor& ln1, const at::Tensor& ln2,
                         const at::Tensor& norm, const at::Tensor& head, const at::Tensor& kc, const at::Tensor& vc,
                         const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t KV, double eps,
-                        bool last_only, bool greedy) {
+                        bool last_only, bool greedy, const c10::optional<at::Tensor>& features,
+                        at::IntArrayRef feature_layers) {
   const LlamaWeights w{embed, wqkv, wo, w13, w2, ln1, ln2, norm, head, kc, vc, cos, sin, H, KV, eps};
-  const Request r{tokens, positions, slots, mask, last_only, greedy};
+  const Request r{tokens, positions, slots, mask, last_only, greedy, features, feature_layers};
   return Forward(check_inputs(w, r), w, r).run();
 }
 
@@ -722,7 +761,8 @@ at::Tensor forward_bf16_meta(const at::Tensor& tokens, const at::Tensor& positio
                              const at::Tensor& wo, const at::Tensor& w13, const at::Tensor& w2, const at::Tensor& ln1,
                              const at::Tensor& ln2, const at::Tensor& norm, const at::Tensor& head,
                              const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& cos, const at::Tensor& sin,
-                             int64_t H, int64_t KV, double eps, bool last_only, bool greedy) {
+                             int64_t H, int64_t KV, double eps, bool last_only, bool greedy,
+                             const c10::optional<at::Tensor>& features, at::IntArrayRef feature_layers) {
   const c10::SymInt rows = last_only ? c10::SymInt(1) : tokens.sym_size(0);
   if (greedy) return at::empty_symint({rows}, tokens.options());
   return at::empty_symint({rows, head.sym_size(0) * 16}, embed.options());
@@ -735,7 +775,8 @@ TORCH_LIBRARY(dynatree, m) {
   m.def("attention_bf16(Tensor q, Tensor k, Tensor v, Tensor mask) -> Tensor");
   m.def("forward_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor embed, Tensor wqkv, "
         "Tensor wo, Tensor w13, Tensor w2, Tensor ln1, Tensor ln2, Tensor norm, Tensor head, Tensor(a!) kc, "
-        "Tensor(b!) vc, Tensor cos, Tensor sin, int H, int KV, float eps, bool last_only, bool greedy=False) -> Tensor");
+        "Tensor(b!) vc, Tensor cos, Tensor sin, int H, int KV, float eps, bool last_only, bool greedy=False, "
+        "Tensor(c!)? features=None, int[] feature_layers=[]) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(dynatree, CPU, m) {
   m.impl("linear_bf16", linear_bf16);

@@ -1,0 +1,133 @@
+"""The EAGLE-3 head (``eagle3``) as a draft ``Runner``: the level-batched drafter drives it as any draft.
+
+Slots are the drafter's: slot s holds the token at position p (slot 0: the first token). The head's entry at
+that slot is the pair (input hidden state, that token) at RoPE position p - 1 (EAGLE-3 places a pair at its
+feature's position), keys and values in the runner's own cache:
+
+- a committed token (a forward without ``tree_start``: the drafter's catch-up) pairs with the target's hidden
+  states of the token before it, fused by ``fc``; the loop hands those over after prefill and after each
+  verification (``observe_target``, by position);
+- a drafted node (a forward with ``tree_start``) pairs with its parent's output (the layer's output at the parent's
+  slot: the committed slot before the tree for a child of the root), since the target has not seen it.
+
+The first token has no hidden state before it: its slot is never attended to (its own output, where a one-token
+prompt needs one, comes from a zero input). Nodes fed together whose parents are among them (a chain fed as one
+forward, or nodes that waited for a lookup-skipped level) run in as many waves as their depths need, so every
+node reads its parent's output. ``truncate`` and ``commit`` move or drop entries exactly as the other runners move
+their cache, so the cache always holds the committed tokens' pairs, never a rejected node's.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .eagle3 import Eagle3Head, attend
+from .runners import Runner, additive_mask, first_moved
+
+
+class Eagle3Runner(Runner):
+    """An ``Eagle3Head`` with a cache of ``max_len + tree_slots`` slots (default max_len: the head's context)."""
+
+    engine = "eagle3"
+
+    def __init__(self, head: Eagle3Head, max_len: int | None = None, tree_slots: int = 320):
+        c, w = head.cfg, head.fc.weight
+        self.model = self.head = head
+        self.vocab = head.vocab()
+        self.reads_features = c.aux_layers
+        self.max_len = (max_len or c.max_positions) + tree_slots
+        self.k = torch.zeros(c.kv_heads, self.max_len, c.head_dim, dtype=w.dtype, device=w.device)
+        self.v = torch.zeros_like(self.k)
+        self.out = torch.zeros(self.max_len, c.hidden, dtype=w.dtype, device=w.device)  # the layer's output per slot
+        self.pos = torch.zeros(self.max_len, dtype=torch.long, device=w.device)  # each slot's token position
+        self.target = torch.zeros(self.max_len, 3 * c.target_hidden, dtype=w.dtype, device=w.device)  # by position
+        self.known = 0  # the target's features are known for positions < known
+        self.length = 0
+
+    def reset(self) -> None:
+        self.length = self.known = 0
+
+    def observe_target(self, features: Tensor, start: int) -> None:
+        n = features.shape[0]
+        if start > self.known or start + n > self.max_len:
+            raise ValueError(f"target features for positions {start}..{start + n - 1} do not follow the "
+                             f"{self.known} known (or exceed the head's {self.max_len} slots)")
+        self.target[start:start + n] = features.to(self.target.dtype)
+        self.known = start + n
+
+    @torch.no_grad()
+    def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
+                tree_start: int | None = None, last_only: bool = False) -> Tensor:
+        """Logits over the draft vocabulary [q, V'] ([1, V'] if ``last_only``) of the new slots' pairs."""
+        q = tokens.numel()
+        if self.length + q > self.max_len:
+            raise ValueError(f"the head's cache of {self.max_len} slots is full ({self.length} used, {q} more asked)")
+        slots = torch.arange(self.length, self.length + q, device=tokens.device)
+        self.pos[slots] = positions
+        mask = self._mask(q, visible, tree_start)
+        if tree_start is None:
+            self._run(list(range(q)), tokens, positions, self._committed_inputs(positions), mask)
+        else:
+            parents = self._parents(positions, visible, tree_start)
+            for wave in waves(parents, self.length):
+                self._run(wave, tokens, positions, self.out[[parents[r] for r in wave]], mask)
+        self.length += q
+        return self.head.logits(self.out[slots[-1:] if last_only else slots])
+
+    def _committed_inputs(self, positions: Tensor) -> Tensor:
+        """The fused target features of the token before each committed row (zeros for the first token)."""
+        before = positions - 1
+        if int(before.max()) >= self.known:
+            raise ValueError(f"the head has the target's features up to position {self.known - 1}, and a committed "
+                             f"token at position {int(positions.max())} needs those of the token before it")
+        return torch.where((before >= 0)[:, None], self.head.fc(self.target[before.clamp(min=0)]), 0.0)
+
+    def _parents(self, positions: Tensor, visible: Tensor | None, tree_start: int) -> list[int]:
+        """Each new drafted row's parent slot: the visible slot one position up, else the last committed slot."""
+        if visible is None:  # a chain: the slot before each row
+            return list(range(self.length - 1, self.length + positions.numel() - 1))
+        span = self.pos[tree_start:tree_start + visible.shape[1]]
+        up = visible & (span[None, :] == positions[:, None] - 1)
+        first = up.to(torch.int8).argmax(1) + tree_start
+        return torch.where(up.any(1), first, tree_start - 1).tolist()
+
+    def _mask(self, q: int, visible: Tensor | None, tree_start: int | None) -> Tensor:
+        """[q, length + q] additive mask (committed prefix, then causal or ``visible``); slot 0 always hidden."""
+        if visible is None:
+            visible, tree_start = torch.ones(q, q, dtype=torch.bool, device=self.k.device).tril(), self.length
+        mask = additive_mask(visible, tree_start, self.length + q, self.k.dtype)
+        mask[:, 0] = torch.finfo(self.k.dtype).min
+        return mask
+
+    def _run(self, rows: list[int], tokens: Tensor, positions: Tensor, hidden: Tensor, mask: Tensor) -> None:
+        """The layer over new rows ``rows`` (their inputs ``hidden``): keys and values to their slots, outputs kept."""
+        idx = torch.tensor(rows, device=tokens.device)
+        slots, total = self.length + idx, self.length + tokens.numel()
+        qh, k, v = self.head.project(tokens[idx], hidden, positions[idx] - 1)
+        self.k[:, slots], self.v[:, slots] = k, v
+        attended = attend(qh, self.k[:, :total], self.v[:, :total], mask[idx])
+        self.out[slots] = self.head.finish(attended, hidden)
+
+    def truncate(self, length: int) -> None:
+        self.length = length
+
+    def commit(self, start: int, keep: Tensor) -> None:
+        n, m = keep.numel(), first_moved(keep)
+        if m < n:
+            src = keep[m:] + start
+            dst = slice(start + m, start + n)
+            self.k[:, dst], self.v[:, dst] = self.k[:, src], self.v[:, src]
+            self.out[dst], self.pos[dst] = self.out[src], self.pos[src]
+        self.length = start + n
+
+
+def waves(parents: list[int], length: int) -> list[list[int]]:
+    """Rows (new slot ``length + r``) in waves: a row runs once its parent's slot has run (slots below ``length``
+    ran before this forward). Rows of one tree level form one wave."""
+    done, left, out = set(), list(range(len(parents))), []
+    while left:
+        wave = [r for r in left if parents[r] < length or parents[r] in done]
+        done |= {length + r for r in wave}
+        left = [r for r in left if r not in wave]
+        out.append(wave)
+    return out

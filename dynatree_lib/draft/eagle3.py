@@ -1,0 +1,395 @@
+"""Training the EAGLE-3 head (``core.eagle3``) on SmolLM2's own features: ``build-draft --head eagle3``.
+
+The EAGLE-3 way (SafeAILab/EAGLE ``eagle/traineagle3``):
+
+- features on the fly: each step runs the target teacher-forced over its sequences (bf16, as it is timed) and
+  keeps the hidden states entering the head's layers and the logits, from that one forward;
+- soft targets: at each row, the target's softmax restricted to the draft vocabulary; the loss is their cross
+  entropy with the head's log-softmax, on rows whose predicted token is text the teacher wrote (answers,
+  continuations) and whose target argmax the draft vocabulary holds;
+- training-time test: ``ttt_steps`` unrolled steps; step i feeds, at every row, the head's own output of step
+  i - 1 in place of the target's features, with the true token i positions further on, attending to the committed
+  pairs (causal) and to its own earlier steps at that row, as a tree node attends to its ancestors; step i's loss
+  weighs ``step_decay ** i``.
+
+Data: the target's own text, committed: v4's ``data/draft_teacher_v4`` (greedy answers and continuations), v3's
+shard texts (``data/draft_teacher``) and the sampled answers (``data/draft_teacher_sampled``) where committed. Shards
+that ``train.is_heldout`` holds out are never trained on (they are the held-out check). The draft vocabulary is
+the ``draft_vocab`` most frequent tokens the loss sees (ties by id).
+
+Initialisation (``init``): ``last-layer`` (default) starts the decoder layer as the target's last layer reading the
+fused input's hidden half (q/k/v of the token-embedding half at zero), ``fc`` passing the high feature through,
+the final norm and the head as the target's (its tied embedding's rows over the draft vocabulary); ``tied`` keeps
+only the norm and head from the target. Everything is seeded by ``seed`` and the step; checkpoints every
+``ckpt_every`` steps under ``models/`` (git-ignored) and at the end of a run's budget; a rerun resumes from the
+newest. The head folder (the speculators format vLLM serves) is written at the end of every run.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..core.eagle3 import Eagle3Config, Eagle3Head, attend, save_head
+from ..harness.paths import REPO
+from .teacher import SAMPLED_TEXT, TEXT
+from .train import DraftSpec, is_heldout
+
+BUILD = REPO / "models" / "eagle3"  # git-ignored: checkpoints and the exported head, one folder per spec
+V4_TEXT = REPO / "data" / "draft_teacher_v4" / "teacher_text.json.gz"
+VERIFIER = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """The head's training. ``steps``: the schedule's length (a run stops earlier at its ``--seconds`` or
+    ``--steps`` budget and a rerun resumes). ``seq_len``: tokens per sequence window; ``seqs_per_step`` windows a
+    step. ``prompt_tail``: a continuation's loss covers its last that many prompt tokens too (human text)."""
+
+    draft_vocab: int = 8192
+    aux_layers: tuple[int, ...] | None = None  # None: EAGLE-3's (2, N // 2, N - 3)
+    ttt_steps: int = 3
+    step_decay: float = 0.8
+    steps: int = 6000
+    seqs_per_step: int = 4
+    seq_len: int = 512
+    lr: float = 3e-4
+    warmup: int = 50
+    weight_decay: float = 0.0
+    ckpt_every: int = 25
+    prompt_tail: int = 64
+    init: str = "last-layer"
+    sampled: bool = True  # train on the sampled answers too, where committed
+    seed: int = 0
+    threads: int = 2
+    matmul_dtype: str = "bfloat16"  # the head's matmuls under autocast (weights, optimizer, loss in fp32)
+
+    def __post_init__(self):
+        if self.init not in ("last-layer", "tied"):
+            raise ValueError(f"HeadSpec.init must be 'last-layer' or 'tied', got {self.init!r}")
+        if self.draft_vocab < 1 or self.ttt_steps < 1:
+            raise ValueError(f"HeadSpec.draft_vocab and ttt_steps must be >= 1, got {self.draft_vocab}, "
+                             f"{self.ttt_steps}")
+
+    def folder(self) -> Path:
+        return BUILD / f"v{self.draft_vocab // 1024}k"
+
+
+# ---- data --------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sequence:
+    """A token sequence whose tokens after index ``start`` carry a loss (the teacher wrote them)."""
+
+    tokens: tuple[int, ...]
+    start: int
+
+
+def read_gz(path: Path) -> dict:
+    try:
+        return json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a teacher text file (gzip'd JSON): {e}") from e
+
+
+def shard_sequences(row: dict, prompt_tail: int) -> list[Sequence]:
+    """The sequences of one v3 or sampled shard text: answers after their prompt, continuations after the last
+    ``prompt_tail`` prompt tokens."""
+    if row["kind"] in ("instruction", "sampled"):
+        return [Sequence(tuple(p + a), len(p) - 1) for p, a in zip(row["prompts"], row["answers"])]
+    start = max(0, row["prompt_len"] - 1 - prompt_tail)
+    return [Sequence(tuple(t), start) for t in row["tokens"]]
+
+
+def teacher_text(spec: HeadSpec, heldout: bool = False) -> list[Sequence]:
+    """The training sequences (or the held-out ones: v3's and the sampled shards' held-out groups)."""
+    marker = DraftSpec()
+    out = []
+    if not heldout:
+        v4 = read_gz(V4_TEXT)
+        out += [Sequence(tuple(t), s) for t, s in zip(v4["tokens"], v4["starts"])]
+    folders = [TEXT] + ([SAMPLED_TEXT] if spec.sampled and SAMPLED_TEXT.is_dir() else [])
+    for f in sorted(p for folder in folders for p in folder.glob("*.json.gz")):
+        if is_heldout(f.name, marker) == heldout:
+            out += shard_sequences(read_gz(f), spec.prompt_tail)
+    return out
+
+
+def frequent_tokens(seqs: list[Sequence], n: int, vocab: int) -> torch.Tensor:
+    """The ``n`` most frequent tokens that the loss predicts (ties by id)."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for s in seqs:
+        counts += torch.bincount(torch.tensor(s.tokens[s.start + 1:], dtype=torch.long), minlength=vocab)
+    order = sorted(range(vocab), key=lambda t: (-int(counts[t]), t))
+    return torch.tensor(order[:n])
+
+
+def window(s: Sequence, length: int, g: torch.Generator) -> Sequence:
+    """At most ``length`` tokens of ``s``: the whole of it, else a seeded window that keeps loss tokens."""
+    n = len(s.tokens)
+    if n <= length:
+        return s
+    lo = max(0, min(s.start + 1, n - length) - length // 2)
+    a = lo + int(torch.randint(n - length - lo + 1, (1,), generator=g))
+    return Sequence(s.tokens[a:a + length], max(0, s.start - a))
+
+
+def draw(seqs: list[Sequence], spec: HeadSpec, step: int) -> list[Sequence]:
+    """A step's windows, seeded by the step alone (a resumed run draws what an uninterrupted one would)."""
+    g = torch.Generator().manual_seed(spec.seed * 1_000_003 + step)
+    picks = torch.randint(len(seqs), (spec.seqs_per_step,), generator=g).tolist()
+    return [window(seqs[i], spec.seq_len, g) for i in picks]
+
+
+# ---- one step ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Batch:
+    """Right-padded windows: ``tokens`` [B, T]; ``valid`` [B, T] marks real tokens and ``loss`` [B, T] the tokens
+    whose prediction carries a loss; from the target: ``features`` [B, T, 3h] (entering the head's layers),
+    ``soft`` [B, T, V'] (its logits over the draft vocabulary at each position) and ``in_vocab`` [B, T] (its argmax
+    is a draft token)."""
+
+    tokens: torch.Tensor
+    valid: torch.Tensor
+    loss: torch.Tensor
+    features: torch.Tensor | None = None
+    soft: torch.Tensor | None = None
+    in_vocab: torch.Tensor | None = None
+
+
+def batch_of(seqs: list[Sequence]) -> Batch:
+    T = max(len(s.tokens) for s in seqs)
+    tokens = torch.zeros(len(seqs), T, dtype=torch.long)
+    valid = torch.zeros(len(seqs), T, dtype=torch.bool)
+    loss = torch.zeros_like(valid)
+    for b, s in enumerate(seqs):
+        tokens[b, :len(s.tokens)] = torch.tensor(s.tokens)
+        valid[b, :len(s.tokens)] = True
+        loss[b, s.start + 1:len(s.tokens)] = True
+    return Batch(tokens, valid, loss)
+
+
+@torch.no_grad()
+def teacher_pass(target, batch: Batch, layers: tuple[int, ...], vocab: torch.Tensor, rows: int = 1024) -> Batch:
+    """The target's features and draft-vocabulary logits for ``batch``, from one teacher-forced forward (the
+    full-vocabulary argmax taken in chunks of ``rows``, never the whole [B, T, V] at once)."""
+    out = target.model(input_ids=batch.tokens, output_hidden_states=True)
+    batch.features = torch.cat([out.hidden_states[i] for i in layers], -1)
+    last = out.last_hidden_state.flatten(0, 1)
+    w = target.lm_head.weight
+    batch.soft = (last @ w[vocab].T).float().view(*batch.tokens.shape, -1)
+    in_vocab = torch.zeros(w.shape[0], dtype=torch.bool)
+    in_vocab[vocab] = True
+    top = torch.cat([(last[r:r + rows] @ w.T).argmax(-1) for r in range(0, last.shape[0], rows)])
+    batch.in_vocab = in_vocab[top].view(batch.tokens.shape)
+    return batch
+
+
+def ttt_losses(head: Eagle3Head, batch: Batch, spec: HeadSpec) -> tuple[torch.Tensor, list[float]]:
+    """The weighted loss of ``spec.ttt_steps`` unrolled steps and each step's agreement (the head's argmax is the
+    target's) on its loss rows."""
+    total, agree = 0.0, []
+    for i, out in enumerate(ttt_outputs(head, batch.features, batch.tokens, spec.ttt_steps)):
+        loss, acc = step_loss(head, out[:, :-1], batch, i)
+        total = total + spec.step_decay ** i * loss
+        agree.append(acc)
+    return total, agree
+
+
+def ttt_outputs(head: Eagle3Head, features: torch.Tensor, tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The layer's outputs [B, T - 1 - i, h] of each unrolled step i. Row t at step i pairs the input of row t (the
+    fused ``features`` of token t at step 0, else the head's own step-(i - 1) output) with token t + 1 + i at
+    position t + i, attending to step 0's rows up to t and to its own rows of steps 1..i: a node i levels below
+    the committed token t + 1, as the drafter feeds it."""
+    R = tokens.shape[1] - 1
+    hidden = head.fc(features[:, :R])
+    causal = torch.full((R, R), torch.finfo(torch.float32).min).triu(1)
+    keys, values, outs = [], [], []
+    for i in range(min(steps, R)):
+        rows = R - i  # rows whose input token exists
+        q, k, v = head.project(tokens[:, 1 + i:1 + i + rows], hidden[:, :rows], torch.arange(rows) + i)
+        keys, values = [x[..., :rows, :] for x in keys] + [k], [x[..., :rows, :] for x in values] + [v]
+        hidden = head.finish(ttt_attend(q, keys, values, causal[:rows, :rows].to(q.dtype)), hidden[:, :rows])
+        outs.append(hidden)
+    return outs
+
+
+def ttt_attend(q, keys, values, causal) -> torch.Tensor:
+    """Step-i attention of ``q`` [B, H, R, hd]: causally over step 0's keys, and at each row over its own keys of
+    steps 1..i (``keys``/``values``: one [B, KV, R, hd] per step)."""
+    g = q.shape[1] // keys[0].shape[1]
+    rep = lambda x: x.repeat_interleave(g, dim=1)
+    scale = q.shape[-1] ** -0.5
+    scores = [q @ rep(keys[0]).transpose(-1, -2) * scale + causal]
+    scores += [(q * rep(k)).sum(-1, keepdim=True) * scale for k in keys[1:]]
+    p = torch.cat(scores, -1).float().softmax(-1).to(q.dtype)
+    R = q.shape[2]
+    out = p[..., :R] @ rep(values[0])
+    for j, v in enumerate(values[1:]):
+        out = out + p[..., R + j:R + j + 1] * rep(v)
+    return out
+
+
+def step_loss(head: Eagle3Head, out: torch.Tensor, batch: Batch, i: int) -> tuple[torch.Tensor, float]:
+    """Soft cross entropy of step ``i``'s rows ``out`` [B, r, h] (row t predicts token t + 2 + i from the target's
+    logits at position t + 1 + i) on rows whose predicted token carries a loss and whose target argmax is a draft
+    token; and the head's agreement with the target's argmax there."""
+    r = out.shape[1]
+    pos = slice(1 + i, 1 + i + r)
+    mask = batch.loss[:, 1 + i + 1:1 + i + 1 + r] & batch.valid[:, 1 + i + 1:1 + i + 1 + r] & batch.in_vocab[:, pos]
+    logq = F.log_softmax(head.logits(out).float(), -1)
+    p = F.softmax(batch.soft[:, pos], -1)
+    n = mask.sum().clamp(min=1)
+    loss = -((p * logq).sum(-1) * mask).sum() / n
+    agree = ((logq.argmax(-1) == p.argmax(-1)) & mask).sum().item() / n.item()
+    return loss, agree
+
+
+# ---- the head, its initialisation and the loop ----------------------------------------------------------------------
+
+def new_head(target, spec: HeadSpec, vocab: torch.Tensor) -> Eagle3Head:
+    """An fp32 head on ``target``'s embedding, seeded, initialised as ``spec.init`` says (module docstring)."""
+    cfg = Eagle3Config.for_target(target.config, spec.draft_vocab, spec.aux_layers)
+    torch.manual_seed(spec.seed)
+    head = Eagle3Head(cfg, target.get_input_embeddings().weight)
+    with torch.no_grad():
+        for m in head.modules():
+            if isinstance(m, torch.nn.Linear):
+                torch.nn.init.normal_(m.weight, std=0.02)
+        head.set_vocab(vocab)
+        head.lm_head.weight.copy_(target.lm_head.weight[head.vocab()].float())
+        head.norm.weight.copy_(target.model.norm.weight.float())
+        if spec.init == "last-layer":
+            copy_last_layer(head, target)
+    return head
+
+
+def copy_last_layer(head: Eagle3Head, target) -> None:
+    """The decoder layer as the target's last, on the hidden half; ``fc`` passing the high feature through."""
+    src, L, h = target.model.layers[-1], head.layer, head.cfg.hidden
+    for name in ("q_proj", "k_proj", "v_proj"):
+        w = getattr(L.self_attn, name).weight
+        w.zero_()
+        w[:, h:] = getattr(src.self_attn, name).weight.float()
+    L.self_attn.o_proj.weight.copy_(src.self_attn.o_proj.weight.float())
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        getattr(L.mlp, name).weight.copy_(getattr(src.mlp, name).weight.float())
+    L.hidden_norm.weight.copy_(src.input_layernorm.weight.float())
+    L.post_attention_layernorm.weight.copy_(src.post_attention_layernorm.weight.float())
+    head.fc.weight.zero_()
+    head.fc.weight[:, -h:] = torch.eye(h)
+
+
+def learning_rate(spec: HeadSpec, step: int) -> float:
+    """Linear warm-up, then cosine decay to a tenth over ``spec.steps``."""
+    return spec.lr * min(1.0, (step + 1) / spec.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
+
+
+def train_head(spec: HeadSpec = HeadSpec(), target=None, seconds: float | None = None, steps: int | None = None,
+               out: Path | None = None, seqs: list[Sequence] | None = None) -> Path:
+    """Train (or resume) the head in ``out`` (default ``spec.folder()``) for at most ``seconds`` / ``steps`` more
+    steps of this run, then checkpoint and export it to ``out / "head"``; returns that folder. ``target``: the
+    transformers target (default: the cpu profile's, bf16); ``seqs``: the training text (default ``teacher_text``)."""
+    from tqdm.auto import tqdm
+
+    torch.set_num_threads(spec.threads)
+    out = Path(out or spec.folder())
+    check_folder(out, spec)
+    target = target if target is not None else load_bf16_target()
+    seqs = seqs if seqs is not None else teacher_text(spec)
+    vocab = frequent_tokens(seqs, spec.draft_vocab, target.config.vocab_size)
+    head = new_head(target, spec, vocab)
+    opt = torch.optim.AdamW(head.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
+    log = resume(out, head, opt)
+    end = min(spec.steps, len(log) + (steps if steps is not None else spec.steps))
+    bar = tqdm(range(len(log), end), desc="train eagle3 head", initial=len(log), total=spec.steps)
+    t0, clock = time.time(), time.time() - (log[-1]["seconds"] if log else 0.0)
+    for step in bar:
+        log.append(train_step(head, opt, target, draw(seqs, spec, step), spec, step, clock))
+        bar.set_postfix(loss=f"{mean(log, 'loss'):.3f}", agree=f"{mean(log, 'agree0'):.3f}")
+        if (step + 1) % spec.ckpt_every == 0:
+            checkpoint(out, head, opt, log, spec)
+        if seconds is not None and time.time() - t0 >= seconds:
+            break
+    checkpoint(out, head, opt, log, spec)
+    return export(head, out / "head", spec, log)
+
+
+def train_step(head, opt, target, seqs: list[Sequence], spec: HeadSpec, step: int, clock: float) -> dict:
+    batch = teacher_pass(target, batch_of(seqs), head.cfg.aux_layers, head.vocab())
+    for grp in opt.param_groups:
+        grp["lr"] = learning_rate(spec, step)
+    with torch.autocast("cpu", dtype=getattr(torch, spec.matmul_dtype), enabled=spec.matmul_dtype != "float32"):
+        loss, agree = ttt_losses(head, batch, spec)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return {"step": step, "loss": round(loss.item(), 4), **{f"agree{i}": round(a, 4) for i, a in enumerate(agree)},
+            "seconds": round(time.time() - clock, 1)}
+
+
+def mean(log: list[dict], key: str, n: int = 20) -> float:
+    rows = [r[key] for r in log[-n:] if key in r]
+    return sum(rows) / max(1, len(rows))
+
+
+def load_bf16_target():
+    from .teacher import load_target
+
+    return load_target("bfloat16")[0]
+
+
+def check_folder(out: Path, spec: HeadSpec) -> None:
+    """Refuse a folder holding a head trained with another spec."""
+    out.mkdir(parents=True, exist_ok=True)
+    ckpts = sorted(out.glob("ckpt-*.pt"))
+    if ckpts and (was := torch.load(ckpts[-1])["spec"]) != json.loads(json.dumps(asdict(spec))):
+        raise ValueError(f"{out} holds a head trained with {was}, not {asdict(spec)}: choose another folder "
+                         "(--out) or remove it")
+
+
+def resume(out: Path, head: Eagle3Head, opt) -> list[dict]:
+    """Load the newest checkpoint into ``head`` and ``opt``; its log (empty if none)."""
+    ckpts = sorted(out.glob("ckpt-*.pt"))
+    if not ckpts:
+        return []
+    st = torch.load(ckpts[-1])
+    head.load_state_dict(st["head"])
+    opt.load_state_dict(st["opt"])
+    return st["log"]
+
+
+def checkpoint(out: Path, head: Eagle3Head, opt, log: list[dict], spec: HeadSpec) -> None:
+    """``ckpt-<steps>.pt`` written atomically; the two newest kept."""
+    tmp = out / "ckpt.tmp"
+    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "log": log,
+                "spec": json.loads(json.dumps(asdict(spec)))}, tmp)
+    tmp.rename(out / f"ckpt-{len(log):06d}.pt")
+    for old in sorted(out.glob("ckpt-*.pt"))[:-2]:
+        old.unlink()
+
+
+def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:
+    """The head in bf16 in the speculators Eagle3 format, with its training record and v4's context lookup
+    (``lookup.json``, fitted for v4's draft: a starting point until the head gets its own fit)."""
+    import copy
+    import shutil
+
+    from ..harness.paths import DRAFT_DIR
+
+    bf16 = copy.deepcopy(head, memo={id(head.embed_tokens): head.embed_tokens}).to(torch.bfloat16)
+    record = {"spec": asdict(spec), "steps": len(log), "seconds": log[-1]["seconds"] if log else 0.0,
+              "last": log[-20:], "rebuild": f"python -m dynatree_lib build-draft --head eagle3 --draft-vocab "
+                                            f"{spec.draft_vocab}"}
+    save_head(bf16, folder, VERIFIER, spec.ttt_steps, {"training": record, "embedding_from": "embedded:target"})
+    if (DRAFT_DIR / "lookup.json").exists():
+        shutil.copyfile(DRAFT_DIR / "lookup.json", folder / "lookup.json")
+    return folder

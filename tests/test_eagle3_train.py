@@ -1,0 +1,82 @@
+"""Training the EAGLE-3 head (``draft.eagle3``): the unrolled training-time steps compute what the drafter computes
+(row t at step i is the node i levels below committed token t + 1, on true tokens); a run is seeded and resumes to
+the same weights; the export drafts exactly; the held-out shards stay out of the training text."""
+import torch
+
+from dynatree_lib import DynaTreeConfig, generate
+from dynatree_lib.core.eagle3_runner import Eagle3Runner
+from dynatree_lib.core.eagle3 import load_head
+from dynatree_lib.draft import eagle3 as E
+
+from .conftest import prompts
+from .test_eagle3 import from_scratch, target_features
+
+
+def tiny_text(target, n: int = 12) -> list[E.Sequence]:
+    """The tiny target's own greedy continuations of random prompts (loss after the prompt)."""
+    out = []
+    for p in prompts(n, seed=11, lo=3, hi=12):
+        out.append(E.Sequence(tuple(p.tolist() + generate(target, p, 24).tokens), p.numel() - 1))
+    return out
+
+
+SPEC = E.HeadSpec(draft_vocab=64, steps=40, seqs_per_step=3, seq_len=30, lr=3e-3, warmup=2, ckpt_every=2,
+                  matmul_dtype="float32", init="tied", ttt_steps=3)
+
+
+@torch.no_grad()
+def test_each_unrolled_step_is_a_drafted_node(llama_target, eagle3_head):
+    x = prompts(1, seed=4, lo=14, hi=15)[0]
+    feats = target_features(llama_target, x, eagle3_head.cfg.aux_layers)[None]
+    outs = E.ttt_outputs(eagle3_head, feats, x[None], 3)
+    for i, out in enumerate(outs):
+        for t in (0, 5, out.shape[1] - 1):
+            want = from_scratch(eagle3_head, llama_target, x[:t + 2].tolist(), x[t + 2:t + 2 + i].tolist())
+            torch.testing.assert_close(eagle3_head.logits(out[0, t]), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_run_resumes_to_the_weights_of_an_uninterrupted_one(llama_target, tmp_path):
+    seqs = tiny_text(llama_target)
+    whole = E.train_head(SPEC, target=llama_target, steps=6, out=tmp_path / "whole", seqs=seqs)
+    E.train_head(SPEC, target=llama_target, steps=3, out=tmp_path / "split", seqs=seqs)
+    split = E.train_head(SPEC, target=llama_target, steps=3, out=tmp_path / "split", seqs=seqs)
+    a, b = (torch.load(sorted(f.parent.glob("ckpt-*.pt"))[-1]) for f in (whole, split))
+    assert [r["loss"] for r in a["log"]] == [r["loss"] for r in b["log"]] and len(a["log"]) == 6
+    for k in a["head"]:
+        assert torch.equal(a["head"][k], b["head"][k]), k
+    assert a["log"][-1]["loss"] < a["log"][0]["loss"]
+
+
+def test_the_exported_head_drafts_exactly(llama_target, tmp_path):
+    folder = E.train_head(SPEC, target=llama_target, steps=2, out=tmp_path, seqs=tiny_text(llama_target, 4))
+    head = load_head(folder, llama_target.get_input_embeddings().weight, torch.float32)
+    assert head.cfg.draft_vocab == 64 and head.cfg.aux_layers == (0, 1, 2)
+    p = prompts(1, seed=9)[0]
+    out = generate(llama_target, p, 20, draft=Eagle3Runner(head), method=DynaTreeConfig())
+    assert out.tokens == generate(llama_target, p, 20).tokens
+
+
+def test_the_draft_vocabulary_is_the_most_frequent_loss_tokens():
+    seqs = [E.Sequence((1, 2, 3, 3, 3, 4, 4), 2), E.Sequence((9, 9, 9, 5), 0)]
+    assert E.frequent_tokens(seqs, 3, 10).tolist() == [3, 4, 9]  # twice each (ties by id); 1, 2 and a 3 precede the loss
+
+
+def test_windows_keep_loss_tokens_and_draws_are_seeded_by_the_step():
+    s = E.Sequence(tuple(range(100)), 60)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        w = E.window(s, 30, g)
+        assert len(w.tokens) == 30 and w.start < 29
+    seqs = [E.Sequence(tuple(range(k, k + 50)), 10) for k in range(7)]
+    assert E.draw(seqs, SPEC, 5) == E.draw(seqs, SPEC, 5) != E.draw(seqs, SPEC, 6)
+
+
+def test_held_out_shards_stay_out_of_the_training_text():
+    from dynatree_lib.draft.train import DraftSpec, is_heldout
+
+    spec = E.HeadSpec()
+    held = {f.name for f in E.TEXT.glob("*.json.gz") if is_heldout(f.name, DraftSpec())}
+    assert held  # v3's held-out shards exist
+    train = {s.tokens for s in E.teacher_text(spec)}
+    for f in sorted(held)[:2]:
+        assert not train & {s.tokens for s in E.shard_sequences(E.read_gz(E.TEXT / f), spec.prompt_tail)}
