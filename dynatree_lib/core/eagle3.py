@@ -212,6 +212,62 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     return s.float().softmax(-1).to(q.dtype) @ v
 
 
+
+# ---- teacher-forced: every row's step at once (training, and the pair report's agreement) --------------------------
+
+def fused_features(hidden_states, layers: tuple[int, ...]) -> Tensor:
+    """The hidden states entering ``layers`` (a transformers ``output_hidden_states`` tuple: entry i enters layer
+    i), concatenated along the last dim in that order: what ``fc`` reads."""
+    return torch.cat([hidden_states[i] for i in layers], -1)
+
+
+def ttt_outputs(head: Eagle3Head, features: Tensor, tokens: Tensor, steps: int) -> list[Tensor]:
+    """The layer's outputs [B, T - 1 - i, h] of each unrolled step i. Row t at step i pairs the input of row t (the
+    fused ``features`` of token t at step 0, else the head's own step-(i - 1) output) with token t + 1 + i at
+    position t + i, attending to step 0's rows up to t and to its own rows of steps 1..i: a node i levels below
+    the committed token t + 1, as the drafter feeds it."""
+    R, dev = tokens.shape[1] - 1, tokens.device
+    hidden = head.fc(features[:, :R])
+    causal = torch.full((R, R), torch.finfo(torch.float32).min, device=dev).triu(1)
+    keys, values, outs = [], [], []
+    for i in range(min(steps, R)):
+        rows = R - i  # rows whose input token exists
+        q, k, v = head.project(tokens[:, 1 + i:1 + i + rows], hidden[:, :rows], torch.arange(rows, device=dev) + i)
+        keys, values = [x[..., :rows, :] for x in keys] + [k], [x[..., :rows, :] for x in values] + [v]
+        hidden = head.finish(ttt_attend(q, keys, values, causal[:rows, :rows].to(q.dtype)), hidden[:, :rows])
+        outs.append(hidden)
+    return outs
+
+
+def ttt_attend(q: Tensor, keys: list[Tensor], values: list[Tensor], causal: Tensor) -> Tensor:
+    """Step-i attention of ``q`` [B, H, R, hd]: causally over step 0's keys, and at each row over its own keys of
+    steps 1..i (``keys``/``values``: one [B, KV, R, hd] per step)."""
+    g = q.shape[1] // keys[0].shape[1]
+    rep = lambda x: x.repeat_interleave(g, dim=1)
+    scale = q.shape[-1] ** -0.5
+    scores = [q @ rep(keys[0]).transpose(-1, -2) * scale + causal]
+    scores += [(q * rep(k)).sum(-1, keepdim=True) * scale for k in keys[1:]]
+    p = torch.cat(scores, -1).float().softmax(-1).to(q.dtype)
+    R = q.shape[2]
+    out = p[..., :R] @ rep(values[0])
+    for j, v in enumerate(values[1:]):
+        out = out + p[..., R + j:R + j + 1] * rep(v)
+    return out
+
+
+@torch.no_grad()
+def first_drafts(head: Eagle3Head, tokens: Tensor, features: Tensor) -> Tensor:
+    """Logits [n, V'] (the draft vocabulary's columns) of the token the head drafts first after each prefix
+    ``tokens[:j + 1]`` of one sequence (``tokens`` [n]; ``features`` [n, 3 * target_hidden]: the target's fused
+    features of each token from one teacher-forced forward): the pair report's teacher-forced draft. Row j >= 1 is
+    training's step 0 (``ttt_outputs``) at row j - 1, the pair (features of token j - 1, token j); row 0, where no
+    token precedes the first, is what ``Eagle3Runner`` drafts after a lone first token (a zero input at
+    position -1, attending to itself alone)."""
+    step0 = ttt_outputs(head, features[None].to(head.fc.weight.dtype), tokens[None], 1)
+    rows = step0[0][0] if step0 else head.fc.weight.new_zeros(0, head.cfg.hidden)
+    lone, _ = head(tokens[:1], rows.new_zeros(1, head.cfg.hidden), torch.tensor([-1], device=tokens.device))
+    return head.logits(torch.cat([lone, rows]))
+
 # ---- the folder format (vLLM speculators' Eagle3) -------------------------------------------------------------
 
 def layer_config(c: Eagle3Config) -> dict:

@@ -22,7 +22,9 @@ fused input's hidden half (q/k/v of the token-embedding half at zero), ``fc`` pa
 the final norm and the head as the target's (its tied embedding's rows over the draft vocabulary); ``tied`` keeps
 only the norm and head from the target. Everything is seeded by ``seed`` and the step; checkpoints every
 ``ckpt_every`` steps under ``models/`` (git-ignored) and at the end of a run's budget; a rerun resumes from the
-newest. The head folder (the speculators format vLLM serves) is written at the end of every run.
+newest. The head folder (the speculators format vLLM serves) is written at the end of every run. Its first-token
+agreement, overlap and ECE beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
+``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..core.eagle3 import Eagle3Config, Eagle3Head, attend, save_head
+from ..core.eagle3 import Eagle3Config, Eagle3Head, fused_features, save_head, ttt_outputs
 from ..harness.paths import REPO
 from .teacher import SAMPLED_TEXT, TEXT
 from .train import DraftSpec, is_heldout
@@ -181,7 +183,7 @@ def teacher_pass(target, batch: Batch, layers: tuple[int, ...], vocab: torch.Ten
     """The target's features and draft-vocabulary logits for ``batch``, from one teacher-forced forward (the
     full-vocabulary argmax taken in chunks of ``rows``, never the whole [B, T, V] at once)."""
     out = target.model(input_ids=batch.tokens, output_hidden_states=True)
-    batch.features = torch.cat([out.hidden_states[i] for i in layers], -1)
+    batch.features = fused_features(out.hidden_states, layers)
     last = out.last_hidden_state.flatten(0, 1)
     w = target.lm_head.weight
     batch.soft = (last @ w[vocab].T).float().view(*batch.tokens.shape, -1)
@@ -201,40 +203,6 @@ def ttt_losses(head: Eagle3Head, batch: Batch, spec: HeadSpec) -> tuple[torch.Te
         total = total + spec.step_decay ** i * loss
         agree.append(acc)
     return total, agree
-
-
-def ttt_outputs(head: Eagle3Head, features: torch.Tensor, tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
-    """The layer's outputs [B, T - 1 - i, h] of each unrolled step i. Row t at step i pairs the input of row t (the
-    fused ``features`` of token t at step 0, else the head's own step-(i - 1) output) with token t + 1 + i at
-    position t + i, attending to step 0's rows up to t and to its own rows of steps 1..i: a node i levels below
-    the committed token t + 1, as the drafter feeds it."""
-    R = tokens.shape[1] - 1
-    hidden = head.fc(features[:, :R])
-    causal = torch.full((R, R), torch.finfo(torch.float32).min).triu(1)
-    keys, values, outs = [], [], []
-    for i in range(min(steps, R)):
-        rows = R - i  # rows whose input token exists
-        q, k, v = head.project(tokens[:, 1 + i:1 + i + rows], hidden[:, :rows], torch.arange(rows) + i)
-        keys, values = [x[..., :rows, :] for x in keys] + [k], [x[..., :rows, :] for x in values] + [v]
-        hidden = head.finish(ttt_attend(q, keys, values, causal[:rows, :rows].to(q.dtype)), hidden[:, :rows])
-        outs.append(hidden)
-    return outs
-
-
-def ttt_attend(q, keys, values, causal) -> torch.Tensor:
-    """Step-i attention of ``q`` [B, H, R, hd]: causally over step 0's keys, and at each row over its own keys of
-    steps 1..i (``keys``/``values``: one [B, KV, R, hd] per step)."""
-    g = q.shape[1] // keys[0].shape[1]
-    rep = lambda x: x.repeat_interleave(g, dim=1)
-    scale = q.shape[-1] ** -0.5
-    scores = [q @ rep(keys[0]).transpose(-1, -2) * scale + causal]
-    scores += [(q * rep(k)).sum(-1, keepdim=True) * scale for k in keys[1:]]
-    p = torch.cat(scores, -1).float().softmax(-1).to(q.dtype)
-    R = q.shape[2]
-    out = p[..., :R] @ rep(values[0])
-    for j, v in enumerate(values[1:]):
-        out = out + p[..., R + j:R + j + 1] * rep(v)
-    return out
 
 
 def step_loss(head: Eagle3Head, out: torch.Tensor, batch: Batch, i: int) -> tuple[torch.Tensor, float]:
