@@ -41,18 +41,21 @@ COLD = "draft_after_target"  # the curve of a draft forward that follows a targe
 
 @torch.no_grad()
 def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000, seed: int = 0,
-                  between=None, argmax: bool = False) -> dict:
+                  between=None, argmax: bool = False, target=None) -> dict:
     """Median milliseconds of one forward of k new tokens over ``context`` cached tokens, per k.
     ``between``: a target runner (holding a cache) whose untimed one-token ``argmax`` precedes each timed
     forward, as the decoding loop alternates target and draft (its weights push the timed model's out of the
     CPU caches). ``argmax``: time ``runner.argmax`` (a target's call in the loops) instead of the logits and
-    their ``greedy`` (a draft's)."""
+    their ``greedy`` (a draft's). A draft on the target's features (``reads_features``: an EAGLE-3 head) is handed
+    those of the tokens it reads by ``target`` (default ``between``), untimed (``hand_features``)."""
     g = torch.Generator().manual_seed(seed)
     dev = next(runner.model.parameters()).device
     vocab = min(vocab, runner.model.config.vocab_size)
     ids = torch.randint(vocab, (context + max(ks),), generator=g).to(dev)
     for r in (runner, between) if between is not None else (runner,):
         r.reset()
+        if r.reads_features:
+            hand_features(r, target if target is not None else between, ids)
         r.forward(ids[:context], torch.arange(context, device=dev), last_only=True)
     one = torch.tensor([context], device=dev)
     pos = {k: torch.arange(context, context + k, device=dev) for k in ks}
@@ -75,6 +78,19 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
     return {k: _warm_median_ms(t) for k, t in ts.items()}
 
 
+def hand_features(draft, target, ids) -> None:
+    """Give a draft on the target's hidden states (just reset) the target's features of ``ids``, from a target
+    forward over them, as the decoding loop hands them over (``core.decoding.FeatureLink``); the target's cache
+    holds ``ids`` afterwards."""
+    if target is None:
+        raise ValueError(f"the draft {type(draft).__name__} reads the target's hidden states: time it with its "
+                         "target runner (target=)")
+    target.keep_features(draft.reads_features)
+    target.reset()
+    target.forward(ids, torch.arange(ids.numel(), device=ids.device), last_only=True)
+    draft.observe_target(target.features, 0)
+
+
 def one_token_ratio(target, draft, context: int, rounds: int = 15, reps: int = 5, span_s: float = 0.0,
                     probe: BandwidthProbe | None = None) -> dict:
     """The draft's one-token forward cost over the target's, in ``rounds`` pairs: each round times the target's
@@ -82,13 +98,17 @@ def one_token_ratio(target, draft, context: int, rounds: int = 15, reps: int = 5
     ``reps`` each), and with a ``probe`` the memory read bandwidth beside them. The machine's bandwidth drifts
     between phases over minutes and the bandwidth-bound target follows it more than a draft that fits the CPU
     caches, so the ratio depends on the phase: pairing keeps both sides of a round in one phase, and ``span_s``
-    spreads the rounds over that many seconds so that the median and quartiles cover the phases met."""
+    spreads the rounds over that many seconds so that the median and quartiles cover the phases met. A draft on
+    the target's features (an EAGLE-3 head) is handed the features of its context by the target, untimed, and the
+    target keeps them in its timed forwards too, as it does when decoding with such a draft."""
     t_ms, d_ms, gbs = [], [], []
+    if draft.reads_features:
+        target.keep_features(draft.reads_features)
     start = time.perf_counter()
     for i in range(rounds):
         time.sleep(max(0.0, start + span_s * i / max(rounds - 1, 1) - time.perf_counter()))
         t_ms.append(forward_costs(target, context, ks=(1,), reps=reps, seed=i, argmax=True)[1])
-        d_ms.append(forward_costs(draft, context, ks=(1,), reps=reps, seed=i)[1])
+        d_ms.append(forward_costs(draft, context, ks=(1,), reps=reps, seed=i, target=target)[1])
         gbs.append(probe.read_gbs() if probe is not None else float("nan"))
     ratios = torch.tensor([d / t for d, t in zip(d_ms, t_ms)], dtype=torch.float64)
     q1, med, q3 = ratios.quantile(torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)).tolist()
@@ -132,6 +152,8 @@ def loop_costs(target, draft, policy, context: int, reps: int = 30, vocab: int =
     ids = torch.randint(min(vocab, target.model.config.vocab_size), (context + 1,), generator=g).to(dev)
     pos = torch.arange(context, device=dev)
     draft.reset()
+    if draft.reads_features:
+        hand_features(draft, target, ids[:context])
     replay = _Replay(draft.forward(ids[:context], pos), draft.vocab)
     draft.reset()
     target.reset()
@@ -191,11 +213,11 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     context, curves = max(profile.protocol.L_max.values()), {}
     probe = BandwidthProbe(profile.models.device)
     for dtype, t, d in _runners(profile):
-        curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context),
+        curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context, target=t),
                          COLD: forward_costs(d, context, ks=(1, 2, 4, 8), between=t),
                          "loop": loop_costs(t, d, profile.method(registry.DYNATREE, profile.workloads[0]).policy(), context),
                          "bound": bound(t.model, probe), "engine": t.engine, "draft_vocab": profile.models.draft_vocab}
-        if profile.models.draft_vocab is not None:
+        if profile.models.draft_vocab is not None and not d.reads_features:  # a head scores its own vocabulary only
             full = as_runner(on_engine(d.model, profile.models.engine, profile.max_len))
             curves[dtype]["draft_full_vocab"] = forward_costs(full, context)
     probe.release()

@@ -9,7 +9,7 @@ import torch
 
 from ..core.eagle3 import load_head
 from ..core.eagle3_runner import Eagle3Runner
-from ..core.lookup import LookupConfig, LookupRunner
+from ..core.lookup import LookupRunner
 from ..core.runners import HFRunner, as_runner, check_pair, context_limit
 from . import tiny
 from .weights import frequent_tokens, head_folder, is_head, lookup_config, resolve
@@ -143,7 +143,7 @@ def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, dra
         raise ValueError(f"draft_vocab={draft_vocab}, but the head {folder} scores its own {head.cfg.draft_vocab} "
                          "tokens; set draft_vocab to None (or to that size)")
     runner = Eagle3Runner(head, max_len)
-    return LookupRunner(runner, LookupConfig.load(folder / "lookup.json")) if draft_lookup else runner
+    return LookupRunner(runner, lookup_config(ref)) if draft_lookup else runner
 
 
 def share_embedding(target, draft) -> bool:

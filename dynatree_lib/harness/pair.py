@@ -13,6 +13,12 @@ continuations of the experiment prompts (the text a speculative decoder actually
 - chain acceptance by depth: a linear draft of K started at position t is accepted up to depth j iff the
   teacher-forced agreements t..t+j-1 all hold (while the draft agrees, it reads the target's tokens), so
   P(depth j accepted) is a run-length statistic of the agreement sequence.
+
+A draft on the target's features (an EAGLE-3 head, ``eagle3:<folder>``) is teacher-forced the way it was trained:
+the target runs once over the text, keeping the hidden states the head reads, and the head's row after each
+prefix is the token it would draft first there (``core.eagle3.first_drafts``: what ``Eagle3Runner`` drafts). Its
+log-probabilities cover its draft vocabulary, read through ``vocab`` as a head over a token subset is (a token
+outside it has q = 0), so every measure keeps its one definition.
 """
 from __future__ import annotations
 
@@ -22,6 +28,9 @@ import math
 import torch
 from torch import Tensor
 
+from ..core.eagle3 import Eagle3Head, first_drafts, fused_features
+from ..core.eagle3_runner import Eagle3Runner
+from ..core.runners import Runner
 from .workloads import POOLED, count, eos, workload
 
 
@@ -34,6 +43,26 @@ def teacher_forced(model, ids: Tensor, chunk: int = 1024, vocab: Tensor | None =
         logits = model(input_ids=ids[None, s:s + chunk]).logits[0].float()
         out.append(torch.log_softmax(logits if vocab is None else logits[:, vocab], -1))
     return torch.cat(out)
+
+
+@torch.no_grad()
+def teacher_forced_head(target, head: Eagle3Head, ids: Tensor, chunk: int = 1024) -> tuple[Tensor, Tensor]:
+    """The target's log-probabilities [n, V] (as ``teacher_forced``) and the head's [n, V'] over its draft
+    vocabulary (columns ``head.vocab()``) of the token it drafts first after every position of ``ids`` (fp32):
+    one target forward per window, which also keeps the features of the head's layers (``first_drafts``)."""
+    t_out, d_out = [], []
+    for s in range(0, ids.numel(), chunk):  # the windows of ``teacher_forced``
+        x = ids[s:s + chunk]
+        out = target(input_ids=x[None], output_hidden_states=True)
+        t_out.append(torch.log_softmax(out.logits[0].float(), -1))
+        features = fused_features(out.hidden_states, head.cfg.aux_layers)[0]
+        d_out.append(torch.log_softmax(first_drafts(head, x, features).float(), -1))
+    return torch.cat(t_out), torch.cat(d_out)
+
+
+def draft_head(draft) -> Eagle3Head | None:
+    """The EAGLE-3 head of a draft on the target's features (an ``Eagle3Runner``); None for a causal LM."""
+    return draft.head if isinstance(draft, Eagle3Runner) else None
 
 
 def calibration_bins(conf: Tensor, correct: Tensor, n_bins: int = 10) -> tuple[list[dict], float]:
@@ -112,7 +141,9 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     always score the network alone, over every token. ``sampled``: the same agreement report on the target's
     output sampled at temperature 1 (where a sampled verification drafts; its overlap is what acceptance reads).
     ``draft``: another draft than the profile's (a folder with
-    the same companions: an earlier version, reported beside the current one)."""
+    the same companions: an earlier version, reported beside the current one), or an EAGLE-3 head
+    (``eagle3:<folder>``; its own draft vocabulary, the ``lookup.json`` of its folder with ``draft_lookup``, no
+    bits/byte: it scores only its draft vocabulary, and only with the target's features)."""
     from .environment import environment
     from .models import load_pair
     from .store import needs_run, results_path
@@ -127,14 +158,17 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     target, dm, tok = load_pair(profile.models.target, draft_ref, profile.models.device, "float32",
                                 profile.models.context_override)
     T = profile.extras.pair_T or profile.protocol.T
+    head = draft_head(dm)
     report = {"profile": profile.name, "T": T, "n_prompts": profile.extras.pair_n_prompts,
-              "n_questions": profile.extras.pair_n_questions, "split": "dev", "draft_vocab": profile.models.draft_vocab,
+              "n_questions": profile.extras.pair_n_questions, "split": "dev",
+              "draft_vocab": profile.models.draft_vocab if head is None else head.cfg.draft_vocab,
               "draft_lookup": profile.models.draft_lookup, "models": {}, "bits_per_byte": {}}
     for role, m, ref in (("target", target, profile.models.target), ("draft", dm, draft_ref)):
-        report["models"][role] = {"ref": ref, "params": sum(p.numel() for p in m.parameters()),
-                                  "layers": m.config.num_hidden_layers, "hidden": m.config.hidden_size,
+        net = m.model if isinstance(m, Runner) else m  # a head's runner: the head (the embedding it borrows aside)
+        report["models"][role] = {"ref": ref, "params": sum(p.numel() for p in net.parameters()),
+                                  "layers": net.config.num_hidden_layers, "hidden": net.config.hidden_size,
                                   "weights": weights_info(ref)}
-    report["bits_per_byte"] = held_out_bits(profile, target, dm, tok)
+    report["bits_per_byte"] = held_out_bits(profile, target, dm if head is None else None, tok)
     seqs = target_outputs(profile, target, tok, T, report)
     report |= agreement_report(profile, draft_ref, target, dm, seqs)
     # the same on text the target samples at temperature 1, where a sampled verification drafts
@@ -148,15 +182,17 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
 
 
 def held_out_bits(profile, target, draft, tok) -> dict:
-    """Bits per byte of both models on the continuation datasets' test text."""
+    """Bits per byte of both models on the continuation datasets' test text (of the target alone if ``draft`` is
+    None)."""
     from .data import load_texts
 
     out = {}
+    models = (("target", target),) + ((("draft", draft),) if draft is not None else ())
     for ds in [w for w in profile.workloads if workload(w).continuation]:
         docs = [text for _, text in load_texts(ds, profile.protocol.data_source)]
         w = workload(ds)
         texts = ["".join(docs)] if w.bits_docs is None else docs[:w.bits_docs]
-        for role, m in (("target", target), ("draft", draft)):
+        for role, m in models:
             bpb = [bits_per_byte(m, tok, t, w.bits_tokens) for t in texts]
             out.setdefault(role, {})[ds] = sum(bpb) / len(bpb)
     return out
@@ -194,9 +230,11 @@ def in_scope(scope: str, group: str) -> bool:
 
 
 def versions(pair: dict, before: dict) -> dict[str, dict]:
-    """A draft's report against an earlier draft's on the same dev prompts and greedy outputs: per scope of both
-    (human text aside) the positions, and for ``before`` and ``now`` the network alone's agreement and ECE and the
-    agreement with its lookup (a report without a lookup: its drafting head for both)."""
+    """A draft's report against another draft's (an earlier version, or an EAGLE-3 head) on the same dev prompts
+    and greedy outputs: per scope of both (human text aside) the positions, and for ``before`` and ``now`` the
+    network alone's agreement and ECE, the agreement with its lookup (a report without a lookup: its drafting head
+    for both) and the overlap of the laws on the target's T = 1 samples, alone and with the lookup (NaN where a
+    report has no sampled part)."""
     out = {}
     for key in pair["agreement"]:
         if key.endswith("_human") or key not in before.get("agreement", {}):
@@ -205,33 +243,38 @@ def versions(pair: dict, before: dict) -> dict[str, dict]:
         for name, rep in (("before", before), ("now", pair)):
             alone = rep.get("agreement_no_lookup", rep["agreement"])[key]
             out[key][name] = {"alone": alone["agreement"], "served": rep["agreement"][key]["agreement"],
-                              "ece": alone["ece"]}
+                              "ece": alone["ece"], **sampled_overlap(rep, key)}
     return out
+
+
+def sampled_overlap(rep: dict, key: str) -> dict[str, float]:
+    """Scope ``key``'s overlap on the target's T = 1 samples: of the network alone and as drafting serves it."""
+    sampled = rep.get("sampled", {})
+    served = sampled.get("agreement", {})
+    alone = sampled.get("agreement_no_lookup", served)
+    at = lambda part: part.get(key, {}).get("overlap", float("nan"))
+    return {"overlap": at(alone), "overlap_served": at(served)}
 
 
 def agreement_report(profile, draft_ref: str, target, draft, seqs, human: bool = True) -> dict:
     """Agreement and calibration of each draft head (see ``run_pair``) per group, per workload, and over all,
     on the target's output and (with ``human``) on the human prompt. Teacher-forced once per sequence and text."""
-    from ..core.lookup import mix
     from .weights import frequent_tokens, lookup_config
 
-    vocab = None if profile.models.draft_vocab is None else frequent_tokens(draft_ref, profile.models.draft_vocab)
+    head = draft_head(draft)
+    if head is not None:
+        vocab = draft.vocab  # the columns the runner drafts from
+    else:
+        vocab = None if profile.models.draft_vocab is None else frequent_tokens(draft_ref, profile.models.draft_vocab)
     lookup = lookup_config(draft_ref) if profile.models.draft_lookup else None
-    heads = ({"agreement": (vocab, lookup)} | ({"agreement_full_vocab": (None, lookup)} if vocab is not None else {})
+    full = vocab is not None and head is None  # a head has no scores outside its vocabulary
+    heads = ({"agreement": (vocab, lookup)} | ({"agreement_full_vocab": (None, lookup)} if full else {})
              | ({"agreement_no_lookup": (vocab, None)} if lookup is not None else {}))
     flags = {key: [] for key in heads}  # (group, text, draft confidences, agreement with the target, overlap)
     for group, ids, s in seqs:
         for text, x, lo in (("", ids, s),) + ((("_human", ids[:s + 1], 0),) if human else ()):
-            t_lp = teacher_forced(target, x)[lo:-1]
-            t_top = t_lp.argmax(-1)
-            lps = {}  # one draft forward per head: the rows with and without the lookup share it
-            for key, (v, lk) in heads.items():
-                if (v is None) not in lps:
-                    lps[v is None] = teacher_forced(draft, x, vocab=v)[:-1]
-                lp = lps[v is None]
-                d_lp = lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v)
-                conf, top = top1(d_lp, v)
-                flags[key].append((group, text, conf, top == t_top, overlap(t_lp, d_lp, v)))
+            for key, row in sequence_flags(target, draft, x, lo, heads).items():
+                flags[key].append((group, text, *row))
     groups = list(dict.fromkeys(g for g, _, _ in seqs))
     pooled = [CONTINUATIONS] if sum("/" not in g for g in groups) > 1 else []
     scopes = groups + [w for w in profile.workloads if w not in groups] + pooled + ["all"]
@@ -243,4 +286,29 @@ def agreement_report(profile, draft_ref: str, target, draft, seqs, human: bool =
                 sel = [f for f in flags[key] if f[1] == text and in_scope(scope, f[0])]
                 if sel:
                     out[key][scope + text] = agreement_stats(*([f[i] for f in sel] for i in (2, 3, 4)))
+    return out
+
+
+def sequence_flags(target, draft, x: Tensor, lo: int, heads: dict) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
+    """Per draft head of ``heads`` (key -> (vocab, lookup config)), at rows ``lo..`` of the text ``x`` (row t: the
+    next token after ``x[:t + 1]``), teacher-forced: the draft's top-1 probability, whether its argmax is the
+    target's, and the overlap of the two laws. One draft forward per vocabulary (the rows with and without the
+    lookup share it); an EAGLE-3 head's rows come from the target's forward."""
+    from ..core.lookup import mix
+
+    head = draft_head(draft)
+    if head is not None:
+        t_lp, d_lp = teacher_forced_head(target, head, x)
+        lps = {False: d_lp[:-1]}
+    else:
+        t_lp, lps = teacher_forced(target, x), {}
+    t_lp = t_lp[lo:-1]
+    t_top, out = t_lp.argmax(-1), {}
+    for key, (v, lk) in heads.items():
+        if (v is None) not in lps:
+            lps[v is None] = teacher_forced(draft, x, vocab=v)[:-1]
+        lp = lps[v is None]
+        d_lp = lp[lo:] if lk is None else mix(lp, x.tolist(), lo, lk, v)
+        conf, top = top1(d_lp, v)
+        out[key] = (conf, top == t_top, overlap(t_lp, d_lp, v))
     return out

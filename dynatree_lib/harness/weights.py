@@ -141,7 +141,9 @@ def assembled_draft_folder(folder: Path) -> Path:
 
 def companion_dir(ref: str) -> Path:
     """Where a draft's companions (``token_counts.json``, ``lookup.json``) live: the committed folder for
-    ``embedded:draft``, else the model's folder."""
+    ``embedded:draft``, the head's folder for ``eagle3:<folder>``, else the model's folder."""
+    if is_head(ref):
+        return head_folder(ref)
     return DRAFT_DIR if ref == "embedded:draft" else Path(resolve(ref))
 
 

@@ -18,9 +18,10 @@ def pair_table(pair: dict) -> pd.DataFrame:
     rows = {}
     for role in ("target", "draft"):
         m = pair["models"][role]
+        bits = pair["bits_per_byte"].get(role, {})  # none for an EAGLE-3 head (it scores a subset, on features)
         rows[role] = {"params (M)": f"{m['params'] / 1e6:.1f}", "layers × width": f"{m['layers']} × {m['hidden']}",
-                      **{f"bits/byte {workload_labels().get(ds, ds)}": f"{v:.3f}" for ds, v in pair["bits_per_byte"][role].items()}}
-    t = pd.DataFrame(rows).T
+                      **{f"bits/byte {workload_labels().get(ds, ds)}": f"{v:.3f}" for ds, v in bits.items()}}
+    t = pd.DataFrame(rows).T.fillna("–")
     t.index.name = "model"
     return t
 
@@ -67,20 +68,26 @@ def overlap_table(pair: dict) -> pd.DataFrame:
     return t
 
 
-def draft_versions_table(pair: dict, earlier: dict[str, dict], now: str = "now") -> pd.DataFrame:
-    """The draft against earlier versions (``earlier``: version name -> its pair report) on the same dev prompts,
-    teacher-forced on the target's greedy output: agreement of the network alone and with its lookup, and the
-    calibration error, per workload and category."""
+def draft_versions_table(pair: dict, earlier: dict[str, dict], now: str = "now", *,
+                         overlap: bool = False) -> pd.DataFrame:
+    """The draft against other drafts (``earlier``: name -> its pair report: earlier versions, or an EAGLE-3 head's
+    ``pair_eagle3.json``) on the same dev prompts, teacher-forced on the target's greedy output: agreement of the
+    network alone and with its lookup, and the calibration error, per workload and category; with ``overlap``
+    also Σ min(p, q) on the target's T = 1 samples (``harness.pair.versions``)."""
     from ..harness.pair import versions
 
     metrics = {"network alone": "alone", "with lookup": "served", "ECE (network alone)": "ece"}
+    if overlap:
+        metrics |= {"Σ min(p, q), T = 1 samples (network alone)": "overlap",
+                    "Σ min(p, q), T = 1 samples (with lookup)": "overlap_served"}
+    cell = lambda x: "–" if x != x else f"{x:.3f}"  # NaN: a report without that measurement
     rows = {}
     for name, before in earlier.items():
         for key, v in versions(pair, before).items():
             row = rows.setdefault(scope_label(key), {("positions", ""): v["positions"]})
             for label, field in metrics.items():
-                row[(label, name)] = f"{v['before'][field]:.3f}"
-                row[(label, now)] = f"{v['now'][field]:.3f}"
+                row[(label, name)] = cell(v["before"][field])
+                row[(label, now)] = cell(v["now"][field])
     order = [(label, ver) for label in metrics for ver in (*earlier, now)] + [("positions", "")]
     t = pd.DataFrame(rows).T
     t = t[[c for c in order if c in t.columns]]
