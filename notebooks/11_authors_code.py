@@ -29,6 +29,7 @@ render_only = False  # unused
 # %%
 import json
 
+from dynatree_lib.harness.paths import REPO
 from dynatree_lib.reporting import fidelity
 from dynatree_lib.reporting.notebook import results_path, show_table, start
 
@@ -57,7 +58,7 @@ if diff_path.exists():
     show_table(fidelity.authors_code(diff), "table_authors_code", prof)
     print("tree decoders equal to greedy AR (equal / generations):", fidelity.authors_code_exactness(diff))
 else:
-    print(f"{diff_path} is absent: run tools/authors_diff.py --authors <clone of cny123222/DynaTree> "
+    print(f"{diff_path.relative_to(REPO)} is absent: run tools/authors_diff.py --authors <clone of cny123222/DynaTree> "
           f"--pair {'tiny' if profile == 'smoke' else 'cpu'} (see its docstring)")
 
 # %% [markdown]

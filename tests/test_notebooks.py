@@ -101,3 +101,11 @@ def test_results_page_names_every_commit_its_records_come_from(tmp_path, monkeyp
     monkeypatch.setattr(results_md, "REPO", tmp_path)
     head = results_md._environment("p")
     assert "commit aaa" in head and "float32 records of main.json on commit bbb" in head
+
+
+@pytest.mark.parametrize("nb", sorted(REPO.glob("executed/*/*.ipynb")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_executed_notebooks_name_no_path_of_the_machine_that_rendered_them(nb):
+    """A committed notebook renders the same in any clone (tools/clean_render.sh compares them): what it prints
+    names files relative to the repository."""
+    text = nb.read_text()
+    assert str(REPO) not in text and "/tmp/" not in text, f"{nb} prints an absolute path"
