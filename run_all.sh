@@ -58,4 +58,5 @@ echo "[run_all] done in $(( $(date +%s) - start ))s: notebooks in $OUT, JSON in 
 if [ "$PROFILE" = cpu ]; then
   "$PY" -m dynatree_lib.reporting.scorecard cpu >/dev/null && echo "[run_all] README scorecard updated"
   "$PY" -m dynatree_lib.draft.card >/dev/null && echo "[run_all] draft model card updated"
+  "$PY" -m dynatree_lib.draft.head_card >/dev/null && echo "[run_all] EAGLE-3 head card updated"
 fi

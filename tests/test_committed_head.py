@@ -1,0 +1,48 @@
+"""The committed EAGLE-3 head (issue 56; ``weights/smollm2-eagle3``): small, documented, in the speculators format,
+and a draft like any other: on the cpu target its greedy trees and chains commit exactly AR's tokens in fp32."""
+import json
+
+import pytest
+import torch
+
+from dynatree_lib import DynaTreeConfig, LinearConfig, generate
+from dynatree_lib.harness.models import load_pair
+from dynatree_lib.harness.paths import REPO
+
+HEAD = REPO / "weights" / "smollm2-eagle3"
+
+
+def test_the_committed_head_is_small_and_documented():
+    assert (HEAD / "model.safetensors").stat().st_size <= 60 * 2 ** 20
+    cfg = json.loads((HEAD / "config.json").read_text())
+    assert cfg["speculators_model_type"] == "eagle3" and cfg["draft_vocab_size"] == 8192
+    assert cfg["speculators_config"]["verifier"]["name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    card = (HEAD / "README.md").read_text()
+    steps = cfg["dynatree_lib"]["training"]["steps"]
+    assert f"{steps} steps" in card and "pair_eagle3.json" in card and "build-draft --head eagle3" in card
+
+
+@pytest.fixture(scope="module")
+def fp32_pair():
+    target, head, tok = load_pair("embedded:target", f"eagle3:{HEAD}", dtype="float32")
+    return target, head, tok
+
+
+@pytest.mark.parametrize("method", [LinearConfig(4), DynaTreeConfig(D0=3, D_max=5, n_max=16)], ids=["linear", "dynatree"])
+def test_the_committed_head_drafts_exactly_on_the_cpu_target(fp32_pair, method):
+    target, head, tok = fp32_pair
+    ids = torch.tensor(tok("The history of the printing press").input_ids)
+    ar = generate(target, ids, 24).tokens
+    assert generate(target, ids, 24, draft=head, method=method).tokens == ar
+
+
+def test_the_head_card_quotes_the_committed_json(tmp_path):
+    """The card is written from the head's config.json and the two pair reports alone (``head_card.refresh``, which
+    ``./run_all.sh`` runs): the committed card is what they give now."""
+    import shutil
+
+    from dynatree_lib.draft.head_card import refresh
+
+    folder = tmp_path / "head"
+    shutil.copytree(HEAD, folder)
+    assert refresh(folder).read_text() == (HEAD / "README.md").read_text()
