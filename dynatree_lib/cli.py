@@ -19,7 +19,7 @@ import json
 import math
 import sys
 
-from .harness.profiles import get_profile
+from .harness.profiles import get_profile, models_for
 from .harness.workloads import WORKLOADS, continuations, count, eos as workload_eos
 from .methods import DYNATREE, method_names
 
@@ -166,7 +166,7 @@ def decode(args, prof) -> None:
     if prof.models.threads:
         torch.set_num_threads(prof.models.threads)
     sampling = Sampling(args.temperature, args.top_k or None, args.top_p)
-    target, draft, tok = prof.load_pair(args.dtype)
+    target, draft, tok = prof.load_pair(args.dtype, models_for=models_for([args.method]))
     ids = prompt_ids(args, prof, tok)
     T = args.T if args.T is not None else prof.protocol.T
     trees = args.iterations if args.cmd == "show-tree" else 0

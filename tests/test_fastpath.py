@@ -124,7 +124,8 @@ def test_commit_copies_only_what_moves(llama_target, keep):
 
 
 def test_a_runner_shares_the_tensors_it_reads_as_the_model_holds_them(llama_target):
-    """The embedding (and an unpacked whole head) is the model's own tensor, not a second copy in memory."""
+    """The embedding (and an unpacked whole head) is one tensor for the runner and the model (the model's parameter
+    is a view of the runner's: ``core.ownership``), not a second copy in memory."""
     r = StaticRunner(llama_target)
     assert r.net.embed.data_ptr() == llama_target.get_input_embeddings().weight.data_ptr()
     assert r.net.head.data_ptr() == llama_target.lm_head.weight.data_ptr()

@@ -70,7 +70,9 @@ def test_one_call_forward_keeps_the_features_of_the_layered_forward():
     """The fused bf16 engine writes the features inside its one call: the bits of the layered bf16 path, for a
     prompt, a tree and last-only rows, with logits and argmaxes unchanged by asking."""
     m = tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96).to(torch.bfloat16)
-    fused, layered, plain = StaticRunner(m, fused=True), StaticRunner(m), StaticRunner(m, fused=True)
+    # three runners over one model: the first two leave it its weights (the last takes them)
+    fused, layered = StaticRunner(m, fused=True, keep_model=True), StaticRunner(m, keep_model=True)
+    plain = StaticRunner(m, fused=True)
     assert fused.engine == "static+fused" and layered.engine == "static+dpbf16"
     for r in (fused, layered):
         r.keep_features(LAYERS)

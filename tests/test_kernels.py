@@ -59,12 +59,12 @@ def test_fast_path_with_the_kernel():
 
     m = tiny_llama(layers=2, vocab_size=96, max_positions=96).to(torch.bfloat16)
     d = tiny_llama(layers=1, vocab_size=96, max_positions=96).to(torch.bfloat16)
-    k, plain = StaticRunner(m, kernel=True), StaticRunner(m, kernel=False)
+    k, plain = StaticRunner(m, kernel=True, keep_model=True), StaticRunner(m, kernel=False, keep_model=True)
     assert k.engine == "static+dpbf16" and plain.engine == "static"
     x = torch.arange(1, 30)
     a, b = k.forward(x, torch.arange(29)), plain.forward(x, torch.arange(29))
     assert (a.float() - b.float()).abs().max() < 0.05 * b.float().abs().max()
-    eager, comp = (k, StaticRunner(d, kernel=True)), (StaticRunner(m, compile=True, kernel=True),
+    eager, comp = (k, StaticRunner(d, kernel=True, keep_model=True)), (StaticRunner(m, compile=True, kernel=True),
                                                       StaticRunner(d, compile=True, kernel=True))
     p = torch.arange(3, 60)
     cfg = DynaTreeConfig(n_max=6, D_max=3, D0=2, B_max=2)
@@ -151,7 +151,8 @@ def _fused_pair():
     d = perturb(tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160),
                 0.03, 5)
     m, d = m.to(torch.bfloat16), d.to(torch.bfloat16)
-    return (StaticRunner(m, fused=True), StaticRunner(d, fused=True)), (StaticRunner(m), StaticRunner(d))
+    return ((StaticRunner(m, fused=True, keep_model=True), StaticRunner(d, fused=True, keep_model=True)),
+            (StaticRunner(m), StaticRunner(d)))
 
 
 @needs_kernel

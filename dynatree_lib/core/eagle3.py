@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import kernels
+
 EXPORT_VERSION = "0.3.0"  # the speculators format version whose fields config.json writes
 
 
@@ -109,15 +111,16 @@ class Eagle3Layer(nn.Module):
 
 class Eagle3Head(nn.Module):
     """The head (see module docstring). ``embedding``: the target's input embedding weight, read, never copied
-    (it is not a parameter of the head: not trained, not saved). ``config`` is a transformers ``LlamaConfig`` of
+    (it is not a parameter of the head: not trained, not saved); plain [V, d], or a fast-path target runner's packed
+    tied head (``kernels.embedding`` reads its rows). ``config`` is a transformers ``LlamaConfig`` of
     the layer with the target's vocabulary, which the loops' checks read as they read any model's."""
 
     def __init__(self, c: Eagle3Config, embedding: Tensor):
         super().__init__()
         from transformers import LlamaConfig
 
-        if tuple(embedding.shape) != (c.target_vocab, c.hidden):
-            raise ValueError(f"the target's embedding is {tuple(embedding.shape)}; the head needs "
+        if kernels.unpacked_shape(embedding) != (c.target_vocab, c.hidden):
+            raise ValueError(f"the target's embedding is {kernels.unpacked_shape(embedding)}; the head needs "
                              f"[{c.target_vocab}, {c.hidden}] (its target_vocab, hidden)")
         self.cfg = c
         self.config = LlamaConfig(**layer_config(c))
@@ -162,7 +165,7 @@ class Eagle3Head(nn.Module):
         """Queries [.., H, n, hd], keys and values [.., KV, n, hd] (RoPE applied) of the pairs (``hidden`` [.., n, h]
         fused or the head's own output, next ``tokens`` [.., n]) at ``positions`` [.., n]."""
         c, L = self.cfg, self.layer
-        e = F.embedding(tokens, self.embed_tokens).to(hidden.dtype)
+        e = kernels.embedding(tokens, self.embed_tokens).to(hidden.dtype)
         a = torch.cat([L.input_layernorm(e), L.hidden_norm(hidden)], -1)
         cos, sin = self.rope(positions, hidden.dtype)
         heads = lambda x, n: x.unflatten(-1, (n, c.head_dim)).transpose(-3, -2)

@@ -15,23 +15,70 @@ prompt needs one, comes from a zero input). Nodes fed together whose parents are
 forward, or nodes that waited for a lookup-skipped level) run in as many waves as their depths need, so every
 node reads its parent's output. ``truncate`` and ``commit`` move or drop entries exactly as the other runners move
 their cache, so the cache always holds the committed tokens' pairs, never a rejected node's.
+
+In bf16 on a CPU with AVX512-BF16 the head's matmuls and attention run on the bf16 kernels (``kernels.linear``,
+``kernels.attention``): the runner packs each of the head's linear layers in place (``PackedLinear``: the packed
+weight is the head's one copy, the plain one is released, ``ownership``). oneDNN's bf16 matmul, which eager torch
+would run, keeps generated kernels for every shape it meets, and a generation of trees meets hundreds (rows per
+level, keys per step): hundreds of MB that stay with the process. Elsewhere (fp32, other CPUs) the head runs as is.
 """
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from . import kernels
 from .eagle3 import Eagle3Head, attend
+from .ownership import ReleasedWeight
 from .runners import Runner, additive_mask, first_moved
 
 
+class PackedLinear(nn.Module):
+    """A bias-free ``nn.Linear`` whose weight is packed for ``kernels.linear`` (its one copy; ``weight`` keeps the
+    plain weight's shape and dtype, released: ``ownership``)."""
+
+    def __init__(self, linear: nn.Linear, what: str, holder: str):
+        super().__init__()
+        self.packed = nn.Parameter(kernels.pack(linear.weight.detach()), requires_grad=False)
+        self._parameters["weight"] = ReleasedWeight(linear.weight, what, holder)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = kernels.linear(x.reshape(-1, x.shape[-1]).contiguous(), self.packed)
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def pack_linears(head: nn.Module, holder: str) -> None:
+    """Every ``nn.Linear`` of ``head`` as a ``PackedLinear``, in place (those already packed stay)."""
+    for path, module in list(head.named_modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, name, PackedLinear(child, f"{path}.{name}.weight".lstrip("."), holder))
+
+
+def kernels_take(head: Eagle3Head) -> bool:
+    """Whether the bf16 kernels run this head here: bf16 on a CPU with AVX512-BF16, a head size the attention takes
+    and every linear layer packable."""
+    w = head.fc.weight
+    linears = [m.weight for m in head.modules() if isinstance(m, nn.Linear)]
+    return (w.dtype == torch.bfloat16 and w.device.type == "cpu" and kernels.attention_takes(head.cfg.head_dim)
+            and all(kernels.packable(x) for x in linears) and kernels.available())
+
+
 class Eagle3Runner(Runner):
-    """An ``Eagle3Head`` with a cache of ``max_len + tree_slots`` slots (default max_len: the head's context)."""
+    """An ``Eagle3Head`` with a cache of ``max_len + tree_slots`` slots (default max_len: the head's context); on the
+    bf16 kernels where they run (``kernel=None``: bf16 on a CPU with AVX512-BF16; see module docstring)."""
 
     engine = "eagle3"
 
-    def __init__(self, head: Eagle3Head, max_len: int | None = None, tree_slots: int = 320):
+    def __init__(self, head: Eagle3Head, max_len: int | None = None, tree_slots: int = 320,
+                 kernel: bool | None = None):
         c, w = head.cfg, head.fc.weight
+        if kernel is None:
+            kernel = kernels_take(head)
+        if kernel:
+            pack_linears(head, "an Eagle3Runner (bf16 kernels)")
+            self.engine = "eagle3+dpbf16"
+        self.kernel = kernel
         self.model = self.head = head
         self.vocab = head.vocab()
         self.reads_features = c.aux_layers
@@ -92,11 +139,13 @@ class Eagle3Runner(Runner):
         return torch.where(up.any(1), first, tree_start - 1).tolist()
 
     def _mask(self, q: int, visible: Tensor | None, tree_start: int | None) -> Tensor:
-        """[q, length + q] additive mask (committed prefix, then causal or ``visible``); slot 0 always hidden."""
+        """[q, length + q] additive mask (committed prefix, then causal or ``visible``); slot 0 hidden from every row
+        but its own."""
         if visible is None:
             visible, tree_start = torch.ones(q, q, dtype=torch.bool, device=self.k.device).tril(), self.length
         mask = additive_mask(visible, tree_start, self.length + q, self.k.dtype)
-        mask[:, 0] = torch.finfo(self.k.dtype).min
+        first = 1 if self.length == 0 else 0  # the first token's own row sees its slot alone (no hidden slots there)
+        mask[first:, 0] = torch.finfo(self.k.dtype).min
         return mask
 
     def _run(self, rows: list[int], tokens: Tensor, positions: Tensor, hidden: Tensor, mask: Tensor) -> None:
@@ -105,7 +154,11 @@ class Eagle3Runner(Runner):
         slots, total = self.length + idx, self.length + tokens.numel()
         qh, k, v = self.head.project(tokens[idx], hidden, positions[idx] - 1)
         self.k[:, slots], self.v[:, slots] = k, v
-        attended = attend(qh, self.k[:, :total], self.v[:, :total], mask[idx])
+        if self.kernel:  # [rows, H * hd] back to [H, rows, hd]
+            attended = kernels.attention(qh, self.k[:, :total], self.v[:, :total], mask[idx])
+            attended = attended.view(idx.numel(), qh.shape[0], -1).transpose(0, 1)
+        else:
+            attended = attend(qh, self.k[:, :total], self.v[:, :total], mask[idx])
         self.out[slots] = self.head.finish(attended, hidden)
 
     def truncate(self, length: int) -> None:

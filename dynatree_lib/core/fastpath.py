@@ -4,7 +4,9 @@
 matmul) and the MLP's gate and up projections fused (one matmul), each kind of weight stacked over the
 layers, and a KV cache written in place. ``StaticRunner`` serves it to the decoding loops (the ``Runner``
 role): no per-step allocation of cache tensors, no transformers call overhead, attention over the used part
-of the cache only.
+of the cache only. The runner holds the only copy of every weight (``ownership``): the transformers model keeps
+views of its tensors where their layout allows, released parameters (which raise at any use) where not (packed),
+unless built with ``keep_model=True``; a tied embedding whose head is packed is read from that packed head.
 
 Three ways to run the forward, named by the runner's ``engine``:
 
@@ -45,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import kernels
+from .ownership import hand_over
 from .runners import (Runner, additive_mask, check_feature_layers, check_vocab, context_limit, first_moved, greedy,
                       rerotate, vocab_rows)
 
@@ -74,6 +77,14 @@ def check_fast_supported(model) -> None:
     if why:
         raise ValueError(f"the fast path supports plain Llama models; this one has {', '.join(why)}: "
                          "use engine='eager'")
+
+
+def check_embedding(embedding: Tensor, own: Tensor) -> Tensor:
+    """A borrowed input embedding (another runner's tensor, plain or packed) that can stand for a model's ``own``."""
+    if kernels.unpacked_shape(embedding) != tuple(own.shape) or embedding.dtype != own.dtype or embedding.device != own.device:
+        raise ValueError(f"the borrowed embedding is {kernels.unpacked_shape(embedding)} {embedding.dtype} on "
+                         f"{embedding.device}; the model's is {tuple(own.shape)} {own.dtype} on {own.device}")
+    return embedding
 
 
 def _rope_theta(cfg) -> float:
@@ -113,33 +124,48 @@ def linear(x: Tensor, w: Tensor, reduce: bool = False) -> Tensor:
 
 class StaticLlama(nn.Module):
     """A Llama forward over a static cache (see module docstring). Built from a transformers model;
-    ``head_rows``: keep only these rows of the output layer (a draft head over a token subset).
+    ``head_rows``: keep only these rows of the output layer (a draft head over a token subset); ``embedding``: read
+    this tensor as the input embedding instead of the model's own (another runner's, holding the same values: a
+    draft that borrows its target's embedding, plain or packed).
     ``feature_layers``: layer ids whose entering hidden states ``forward`` also returns (``runners``: features),
     empty unless asked (then nothing extra is computed or copied)."""
 
     feature_layers: tuple[int, ...] = ()
 
     def __init__(self, hf, max_len: int, compile: bool = False, kernel: bool = False, head_rows: Tensor | None = None,
-                 fused: bool = False):
+                 fused: bool = False, embedding: Tensor | None = None):
         super().__init__()
         check_fast_supported(hf)
         c = hf.config
         self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
         self.hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        self.eps, self.inter = c.rms_norm_eps, c.intermediate_size
+        self.eps, self.inter, self.hidden = c.rms_norm_eps, c.intermediate_size, c.hidden_size
         self.compiled = compile  # one-token matmuls written as reductions, which a compiled graph fuses
         dtype, dev = hf.dtype, next(hf.parameters()).device
         # attention by the bf16 kernel too, where it takes the head size
         self.fused_attention = kernel and dtype == torch.bfloat16 and dev.type == "cpu" and kernels.attention_takes(self.hd)
-        # A tensor read as the model holds it is shared with the model, not copied (the embedding, the norms, an
-        # unpacked whole head); matmul weights are packed for the bf16 kernel where asked and possible
-        # (``linear`` dispatches on it), and stacked over layers, so those are the runner's own.
-        p = lambda t: nn.Parameter(t.detach(), requires_grad=False)
-        w = lambda t: kernels.pack(t.detach()) if kernel and kernels.packable(t) else t.detach()
+        self._weights(hf, kernel, head_rows, embedding)
+        # the whole forward as one kernel call (``kernels.forward``) where asked and every matmul weight was packed
+        self.fused = (fused and self.fused_attention and all(t.dim() == 4 for t in (self.wqkv, self.wo, self.w13, self.w2))
+                         and self.head.dim() == 3 and kernels.forward_takes(c.hidden_size, self.inter))
+        self._cache_and_rope(len(hf.model.layers), max_len, _rope_theta(c), dtype, dev)
+
+    def _weights(self, hf, kernel: bool, head_rows: Tensor | None, embedding: Tensor | None) -> None:
+        """The weights in the layout the forward reads, all the runner's own (the model then keeps views of them or
+        releases them: ``ownership``): matmul weights packed for the bf16 kernel where asked and possible (``linear``
+        dispatches on it) and stacked over layers; a tensor read as the model holds it (the embedding, the final norm,
+        an unpacked whole head) copied once, tied ones once together, since a model's own tensor can pin more than
+        itself (``from_pretrained`` maps the checkpoint file, and every page read stays resident while one of its
+        weights lives). A tied embedding whose head is packed is read from the packed head (``kernels.embedding``):
+        one tensor for both; a borrowed ``embedding`` is another runner's own tensor, read as it is."""
+        copies: dict[int, Tensor] = {}
+        own = lambda t: copies.setdefault(id(t), t.detach().clone())  # t: a parameter of the model (alive meanwhile)
+        p = lambda t: nn.Parameter(t, requires_grad=False)
+        packs = lambda t: kernel and kernels.packable(t)
+        w = lambda t: kernels.pack(t.detach()) if packs(t) else t.detach()
         # Each kind of weight is one tensor over all layers ([layers, ...]; layer i reads a view): a compiled
         # call checks and passes every input tensor, a fixed cost per tensor and call.
         stack = lambda f: nn.Parameter(torch.stack([f(L) for L in hf.model.layers]), requires_grad=False)
-        self.embed = p(hf.model.embed_tokens.weight)
         self.wqkv = stack(lambda L: w(torch.cat([L.self_attn.q_proj.weight, L.self_attn.k_proj.weight,
                                                  L.self_attn.v_proj.weight])))
         self.wo = stack(lambda L: w(L.self_attn.o_proj.weight))
@@ -147,26 +173,52 @@ class StaticLlama(nn.Module):
         self.w2 = stack(lambda L: w(L.mlp.down_proj.weight))
         self.ln1 = stack(lambda L: L.input_layernorm.weight.detach())
         self.ln2 = stack(lambda L: L.post_attention_layernorm.weight.detach())
-        self.norm = p(hf.model.norm.weight)
-        head = hf.lm_head.weight
-        self.head = nn.Parameter(w(head if head_rows is None else head.index_select(0, head_rows.to(head.device))),
-                                 requires_grad=False)
-        # the whole forward as one kernel call (``kernels.forward``) where asked and every matmul weight was packed
-        self.fused = (fused and self.fused_attention and all(t.dim() == 4 for t in (self.wqkv, self.wo, self.w13, self.w2))
-                         and self.head.dim() == 3 and kernels.forward_takes(c.hidden_size, self.inter))
-        # The KV cache, written in place: one flat buffer each for keys and values, [layer, KV head, slot] rows
-        # of head_dim (``cache`` gives the 4-D view). Flat, because a graph that writes a view of an input (a
-        # layer's slice) copies the whole input, and one tensor per layer adds input checks to every call;
-        # writing rows of the whole buffer (``index_copy_``) is done in place.
-        self.cache_shape = (len(hf.model.layers), self.KV, max_len, self.hd)
+        self.norm = p(own(hf.model.norm.weight))
+        head, emb = hf.lm_head.weight, hf.model.embed_tokens.weight
+        if head_rows is not None:  # the subset's rows, gathered: the runner's own
+            self.head = p(w(head.index_select(0, head_rows.to(head.device))))
+        else:
+            self.head = p(kernels.pack(head.detach()) if packs(head) else own(head))
+        if embedding is not None:
+            self.embed = p(check_embedding(embedding, emb))
+        elif head is emb and head_rows is None and self.head.dim() == 3:
+            self.embed = self.head
+        else:
+            self.embed = p(own(emb))
+
+    def _cache_and_rope(self, n_layers: int, max_len: int, theta: float, dtype: torch.dtype, dev) -> None:
+        """The KV cache, written in place: one flat buffer each for keys and values, [layer, KV head, slot] rows of
+        head_dim (``cache`` gives the 4-D view). Flat, because a graph that writes a view of an input (a layer's
+        slice) copies the whole input, and one tensor per layer adds input checks to every call; writing rows of
+        the whole buffer (``index_copy_``) is done in place. And the RoPE tables of ``max_len`` positions."""
+        self.cache_shape = (n_layers, self.KV, max_len, self.hd)
         rows = math.prod(self.cache_shape[:3])
         self.register_buffer("k", torch.zeros(rows, self.hd, dtype=dtype, device=dev), persistent=False)
         self.register_buffer("v", torch.zeros_like(self.k), persistent=False)
-        inv = 1.0 / (_rope_theta(c) ** (torch.arange(0, self.hd, 2, dtype=torch.float32, device=dev) / self.hd))
+        inv = 1.0 / (theta ** (torch.arange(0, self.hd, 2, dtype=torch.float32, device=dev) / self.hd))
         f = torch.outer(torch.arange(max_len, dtype=torch.float32, device=dev), inv)
         self.register_buffer("inv_freq", inv, persistent=False)
         self.register_buffer("cos", torch.cat([f, f], -1).cos().to(dtype), persistent=False)
         self.register_buffer("sin", torch.cat([f, f], -1).sin().to(dtype), persistent=False)
+
+    def views_of(self, hf, subset: bool) -> dict[int, Tensor | None]:
+        """id of each weight of ``hf`` -> the view of this model's tensor that holds it as ``hf`` does, or None where
+        it is held otherwise (packed; only some rows: a ``subset`` head): what ``ownership.hand_over`` makes of the
+        model's parameters. A borrowed embedding held plain is a view too (of the runner it is borrowed from)."""
+        plain = lambda t: t if t.dim() == 2 else None
+        rows = lambda t, sizes: t.split(sizes) if t.dim() == 2 else [None] * len(sizes)
+        qkv, out = [self.H * self.hd, self.KV * self.hd, self.KV * self.hd], {}
+        for i, L in enumerate(hf.model.layers):
+            a, m = L.self_attn, L.mlp
+            out |= dict(zip(map(id, (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)), rows(self.wqkv[i], qkv)))
+            out |= dict(zip(map(id, (m.gate_proj.weight, m.up_proj.weight)), rows(self.w13[i], [self.inter] * 2)))
+            out |= {id(a.o_proj.weight): plain(self.wo[i]), id(m.down_proj.weight): plain(self.w2[i]),
+                    id(L.input_layernorm.weight): self.ln1[i], id(L.post_attention_layernorm.weight): self.ln2[i]}
+        out[id(hf.model.norm.weight)] = self.norm
+        out[id(hf.lm_head.weight)] = None if subset else plain(self.head)
+        # after the head: a tied weight is the embedding's, whole here even where the head keeps some rows
+        out[id(hf.model.embed_tokens.weight)] = plain(self.embed)
+        return out
 
     def cache(self) -> tuple[Tensor, Tensor]:
         """Keys and values as [layers, KV heads, slots, head dim] views."""
@@ -188,7 +240,7 @@ class StaticLlama(nn.Module):
         q_len, H, KV, hd = tokens.shape[0], self.H, self.KV, self.hd
         kv = mask.shape[1]
         r = self._reduce(q_len)
-        x = F.embedding(tokens, self.embed)
+        x = kernels.embedding(tokens, self.embed)
         cos, sin = self.cos[positions][None], self.sin[positions][None]
         n_layers, _, n_slots, _ = self.cache_shape
         # cache rows of layer 0's KV heads at ``slots`` ([KV * q]); layer i's are KV * n_slots further on
@@ -237,7 +289,7 @@ class StaticLlama(nn.Module):
         """``forward`` as one kernel call (``kernels.forward``; ``greedy``: argmaxes for logits)."""
         if not self.feature_layers:
             return kernels.forward(tokens, positions, slots, mask, self, last_only, greedy)
-        feats = torch.empty(tokens.numel(), len(self.feature_layers), self.embed.shape[1], dtype=self.embed.dtype)
+        feats = torch.empty(tokens.numel(), len(self.feature_layers), self.hidden, dtype=self.norm.dtype)
         out = kernels.forward(tokens, positions, slots, mask, self, last_only, greedy, feats, self.feature_layers)
         return out, feats.view(tokens.numel(), -1)
 
@@ -245,24 +297,34 @@ class StaticLlama(nn.Module):
 class StaticRunner(Runner):
     """The ``Runner`` of the fast path (see module docstring). ``model`` is the source transformers model
     (its config is what checks read); the runner's ``StaticLlama`` holds its weights in the layout its kernels
-    read, sharing the tensors it reads as they are (the embedding) with the model.
+    read.
+
+    One copy of every weight (``ownership``): the runner takes the model's weights over, leaving the model views
+    of its own tensors where its layout allows and released parameters elsewhere (packed), which raise at any use;
+    ``keep_model=True`` leaves the model its own weights beside the runner's (two copies: for a process that also
+    runs the model itself, or builds another runner from it). ``embedding``: read another runner's input embedding
+    (its ``embedding``), holding the same values as the model's (a draft that borrows its target's).
 
     The cache has ``max_len`` slots (default: the model's context) plus ``tree_slots`` for the draft tree
     that sits in the cache during a verification beyond the committed tokens. ``vocab``: score only
     these token ids (a draft head over a subset of the vocabulary; see ``runners``)."""
 
     def __init__(self, hf, max_len: int | None = None, compile: bool = False, tree_slots: int = 320,
-                 kernel: bool | None = None, vocab=None, fused: bool = False):
+                 kernel: bool | None = None, vocab=None, fused: bool = False, embedding: Tensor | None = None,
+                 keep_model: bool = False):
         self.model = hf
         self.vocab = check_vocab(vocab, vocab_rows(hf), next(hf.parameters()).device)
         self.max_len = (max_len or context_limit(hf) or 2048) + tree_slots
         if kernel is None:  # the bf16 kernel wherever it runs (bf16 weights, a CPU with AVX512-BF16)
             kernel = hf.dtype == torch.bfloat16 and next(hf.parameters()).device.type == "cpu" and kernels.available()
         self.net = StaticLlama(hf, self.max_len, compile=compile, kernel=kernel, head_rows=self.vocab,
-                               fused=fused).eval()
+                               fused=fused, embedding=embedding).eval()
         self.length = 0
         self.engine = "static+fused" if self.net.fused else \
             ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
+        if not keep_model:
+            hand_over(hf, self.net.views_of(hf, self.vocab is not None),
+                      f"a StaticRunner ({self.engine})")
         self._step = self.net
         if compile and not self.net.fused:  # one call a forward leaves nothing to compile
             import torch._dynamo.config as dynamo_config
@@ -270,6 +332,12 @@ class StaticRunner(Runner):
             dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)
             self._step = torch.compile(self.net, dynamic=True, options=COMPILE_OPTIONS)
             self.warm()
+
+    @property
+    def embedding(self) -> Tensor:
+        """The tensor the input embedding lives in (plain, or the packed tied head): what a draft or an EAGLE-3 head
+        on this target reads as its embedding (one copy)."""
+        return self.net.embed
 
     def warm(self) -> None:
         """Compile now every graph the decoders can ask for, so that no later call compiles (a graph first

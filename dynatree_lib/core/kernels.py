@@ -9,6 +9,8 @@ VDPBF16PS, fp32 sums in a fixed order: a row's result is the same bits whatever 
 ``attention`` reads a layer's cache slices in place (ATen's batched matmul copies them first) and keeps the
 same property for a tree: a node's row is computed from its query and its visible slots only, in slot order,
 so it gets the bits the same token gets in a plain sequence.
+``embedding`` reads rows of an embedding held packed (a tied model keeps its embedding and its output layer as one
+packed tensor: ``fastpath``), as ``forward`` does.
 ``forward`` runs a whole Llama forward (embedding, every layer, the head) in one call and one parallel region,
 with these matmuls and this attention: the per-kernel start-up a layered forward pays a dozen times a layer is
 paid once (see ``fastpath``; what each engine costs is measured in ``results/<profile>/costs.json``).
@@ -26,6 +28,7 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("csrc") / "linear_bf16.cpp"
@@ -70,6 +73,20 @@ def pack(w: Tensor) -> Tensor:
     return w.reshape(n // 16, 16, d // 2, 2).transpose(1, 2).contiguous().reshape(n // 16, d // 2, 32)
 
 
+def unpacked_shape(w: Tensor) -> tuple[int, int]:
+    """[n, d] of a weight held plain or packed by ``pack``."""
+    return tuple(w.shape) if w.dim() == 2 else (w.shape[0] * 16, w.shape[1] * 2)
+
+
+def embedding(tokens: Tensor, w: Tensor) -> Tensor:
+    """Rows ``tokens`` ([...] ids) of an embedding held plain [V, d] or packed by ``pack`` (a tied model's output
+    layer, its one copy: the rows gathered from their blocks, the same values); [..., d]."""
+    if w.dim() == 2:
+        return F.embedding(tokens, w)
+    blocks, half, _ = w.shape
+    return w.view(blocks, half, 16, 2)[tokens // 16, :, tokens % 16].reshape(*tokens.shape, 2 * half)
+
+
 def linear(x: Tensor, w_packed: Tensor) -> Tensor:
     """``x @ w.T`` for bf16 ``x`` [k, d] and ``w_packed = pack(w)``; [k, n] in bf16."""
     return torch.ops.dynatree.linear_bf16(x, w_packed)
@@ -95,7 +112,8 @@ def forward_takes(hidden: int, intermediate: int) -> bool:
 
 def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net, last_only: bool = False,
             greedy: bool = False, features: Tensor | None = None, feature_layers: tuple[int, ...] = ()) -> Tensor:
-    """A whole Llama forward in one call (``fastpath.StaticLlama`` ``net`` with packed weights): logits [q, V]
+    """A whole Llama forward in one call (``fastpath.StaticLlama`` ``net`` with packed weights, its embedding plain or
+    packed): logits [q, V]
     ([1, V] if ``last_only``) of ``tokens`` at ``positions``, keys and values written to cache ``slots``,
     attending through the additive bf16 ``mask`` [q, kv] to slots [0, kv). ``greedy``: each row's argmax
     instead (int64 [q] or [1]; the first index of the largest logit, as ``logits.float().argmax(-1)``).

@@ -212,7 +212,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
         return path
     context, curves = max(profile.protocol.L_max.values()), {}
     probe = BandwidthProbe(profile.models.device)
-    for dtype, t, d in _runners(profile):
+    for dtype, t, d in _runners(profile, "both"):  # the draft's model keeps its weights: its full-vocabulary runner
         curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context, target=t),
                          COLD: forward_costs(d, context, ks=(1, 2, 4, 8), between=t),
                          "loop": loop_costs(t, d, profile.method(registry.DYNATREE, profile.workloads[0]).policy(), context),
@@ -236,13 +236,13 @@ def stale(path: Path, engine: str) -> str | None:
     return "predates the engine field" if was is None else f"was measured on engine {was!r}"
 
 
-def _runners(profile):
+def _runners(profile, models_for: str = "ours"):
     """(precision, target runner, draft network runner) for the timed and the exact precision: the draft
-    without its context lookup, whose own work the loop costs hold."""
+    without its context lookup, whose own work the loop costs hold (``models_for``: ``Models.load_pair``'s)."""
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
     for dtype in dict.fromkeys(d for d in (profile.models.dtype, profile.models.exact_dtype) if d):
-        target, draft, _ = profile.models.load_pair(dtype, profile.max_len)
+        target, draft, _ = profile.models.load_pair(dtype, profile.max_len, models_for=models_for)
         d = as_runner(draft)
         yield dtype, as_runner(target), d.inner if isinstance(d, LookupRunner) else d
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.ownership import ReleasedWeight
 from .paths import REPO
 
 
@@ -68,11 +69,13 @@ class BandwidthProbe:
 
 
 def weight_bytes(model) -> int:
-    """Bytes of a model's parameters as stored (tied weights counted once)."""
+    """Bytes of a model's parameters as stored (tied weights counted once; a weight its runner took over, as the
+    model held it: ``core.ownership``)."""
     seen, total = set(), 0
     for p in model.parameters():
-        if p.data_ptr() not in seen:
-            seen.add(p.data_ptr())
+        key = id(p) if isinstance(p, ReleasedWeight) else p.data_ptr()
+        if key not in seen:
+            seen.add(key)
             total += p.numel() * p.element_size()
     return total
 

@@ -91,13 +91,17 @@ def agreement(ref: list[int] | None, tokens: list[int]) -> dict:
 
 @torch.no_grad()
 def divergence_gap(target, prompt_ids: torch.Tensor, ref: list[int], at: int) -> float:
-    """The target's top-1 minus top-2 logit where a generation first left AR's path, recomputed in one
-    uncached forward over the prompt and AR's tokens before it. A gap of ~1e-5 in fp32 is a numerical
-    near-tie (reduction order differs between a k-token verification and a 1-token step); a decoder bug
-    shows up as a divergence with a wide gap."""
-    model = as_runner(target).model
-    ids = torch.cat([prompt_ids.cpu(), torch.tensor(ref[:at], dtype=torch.long)])[None]
-    top2 = model(input_ids=ids.to(model.device)).logits[0, -1].float().topk(2).values
+    """The target's top-1 minus top-2 logit where a generation first left AR's path, recomputed by the target's
+    runner (which holds its weights: ``core.ownership``) in one forward from an empty cache over the prompt and AR's
+    tokens before it. A gap of ~1e-5 in fp32 is a numerical near-tie (reduction order differs between a k-token
+    verification and a 1-token step); a decoder bug shows up as a divergence with a wide gap."""
+    runner = as_runner(target)
+    dev = next(runner.model.parameters()).device
+    ids = torch.cat([prompt_ids.cpu(), torch.tensor(ref[:at], dtype=torch.long)]).to(dev)
+    runner.reset()
+    logits = runner.forward(ids, torch.arange(ids.numel(), device=dev), last_only=True)
+    runner.reset()
+    top2 = logits[-1].float().topk(2).values
     return float(top2[0] - top2[1])
 
 

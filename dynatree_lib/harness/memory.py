@@ -1,7 +1,8 @@
 """Memory of one generation, measured so that the order of cells cannot matter: each cell runs in a fresh Python
 process. The process first prepares the prompt (tokenizer, data, the models' code) and notes what that runtime
-holds, then loads only the models the method uses (AR and HF's AR no draft), runs one warm-up generation, returns
-freed memory to the system and measures the next generation:
+holds, then loads only the models the method uses (AR and HF's AR no draft; transformers' own loop its models
+alone, ours the runners, which hold the only copy of every weight: ``core.ownership``), runs one warm-up
+generation, returns freed memory to the system and measures the next generation:
 
 - ``footprint_mb``: the generation's peak above that runtime (weights, caches and the generation's own tensors):
   what serving the method costs, the number the paper's Table 5 compares with AR's;
@@ -80,6 +81,7 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     from ..methods import REGISTRY
     from .measure import run_cell
     from .models import import_model_code, load_tokenizer
+    from .profiles import models_for
     from .runner import Prompts, prompt_seed
     from .workloads import eos as workload_eos
 
@@ -94,7 +96,7 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     for ref in refs[: 2 if drafts else 1]:
         import_model_code(ref)
     runtime = in_use_mb(device)
-    target, draft, _ = profile.load_pair(cell.dtype, with_draft=drafts)
+    target, draft, _ = profile.load_pair(cell.dtype, with_draft=drafts, models_for=models_for([cell.method]))
     seed = prompt_seed(profile.protocol.seed, prompt.id, 0)
     run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)  # warm: allocators, kernels
     start = reset_peak(device)

@@ -1,14 +1,17 @@
 """Model loading: the same ``from_pretrained`` code for hub ids, local folders, ``embedded:*`` and the tiny
 fixtures, as eager transformers models or fast-path runners; a draft may also be an EAGLE-3 head on the target's
-features (``eagle3:<folder>``, ``core.eagle3``), which borrows the target's embedding."""
+features (``eagle3:<folder>``, ``core.eagle3``), which borrows the target's embedding. On the static engines the runners
+hold the only copy of every weight (``core.ownership``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from ..core.eagle3 import load_head
 from ..core.eagle3_runner import Eagle3Runner
+from ..core.fastpath import StaticRunner
 from ..core.lookup import LookupRunner
 from ..core.runners import HFRunner, as_runner, check_pair, context_limit
 from . import tiny
@@ -100,12 +103,16 @@ def load_tokenizer(ref: str):
 
 def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype: str = "float32",
               context_override: int | None = None, engine: "Engine | str" = "eager", max_len: int = 2048,
-              draft_vocab: int | None = None, draft_lookup: bool = False):
+              draft_vocab: int | None = None, draft_lookup: bool = False, keep_models: bool = False):
     """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ. ``draft_ref=None``: the
     target alone (the draft is None), for a run that measures what a method without a draft holds.
 
     ``engine`` (an ``Engine`` or its name): "eager" returns the transformers models; the static engines return
     fast-path runners (``core.fastpath.StaticRunner`` with a ``max_len``-slot cache) over them, for Llama models.
+    The runners hold the only copy of every weight (``core.ownership``): their transformers models (``.model``)
+    keep views or released weights, and a draft (or an EAGLE-3 head) that borrows the target's embedding reads
+    the target runner's tensor. ``keep_models=True`` leaves the models their own weights beside the runners' (two
+    copies), for a process that also runs transformers' own loop on them (HF's AR and assisted generation).
     ``context_override`` raises both models' declared context (``max_position_embeddings``), for
     rotary-position models run past it on purpose (the paper's PG-19 setting); it is logged by the caller.
     ``draft_vocab``: the draft scores only its ``draft_vocab`` most frequent tokens (``frequent_tokens``);
@@ -119,26 +126,26 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     target, tt = load_model(target_ref, device, dtype)
     if draft_ref is None or is_head(draft_ref):
         override_context((target,), context_override)
+        target = on_engine(target, engine, max_len, keep=keep_models)
         draft = draft_ref and load_head_draft(draft_ref, target, max_len, draft_vocab, draft_lookup)
-        return on_engine(target, engine, max_len), draft, tt
+        return target, draft, tt
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
-    share_embedding(target, draft)
     override_context((target, draft), context_override)
     vocab = None if draft_vocab is None else frequent_tokens(draft_ref, draft_vocab)
     cfg = lookup_config(draft_ref) if draft_lookup else None
-    draft = on_engine(draft, engine, max_len, vocab)
+    target, draft = serve_pair(target, draft, engine, max_len, vocab, keep_models)
     if cfg is not None:
         draft = LookupRunner(as_runner(draft), cfg)
-    return on_engine(target, engine, max_len), draft, tt
+    return target, draft, tt
 
 
 def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool):
-    """The EAGLE-3 head of ``eagle3:<folder>`` as a draft runner over ``target``'s embedding (the same tensor), in the
-    target's dtype; ``draft_vocab`` must be None or the head's own size; ``draft_lookup`` mixes in the
-    ``lookup.json`` of its folder."""
+    """The EAGLE-3 head of ``eagle3:<folder>`` as a draft runner over ``target``'s embedding (the same tensor: a
+    runner's, plain or packed, or a transformers model's), in the target's dtype; ``draft_vocab`` must be None or
+    the head's own size; ``draft_lookup`` mixes in the ``lookup.json`` of its folder."""
     folder = head_folder(ref)
-    head = load_head(folder, target.get_input_embeddings().weight)
+    head = load_head(folder, input_embedding(target))
     if draft_vocab is not None and draft_vocab != head.cfg.draft_vocab:
         raise ValueError(f"draft_vocab={draft_vocab}, but the head {folder} scores its own {head.cfg.draft_vocab} "
                          "tokens; set draft_vocab to None (or to that size)")
@@ -146,12 +153,29 @@ def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, dra
     return LookupRunner(runner, lookup_config(ref)) if draft_lookup else runner
 
 
+def input_embedding(target) -> Tensor:
+    """The tensor ``target``'s input embedding lives in: a fast-path runner's (``StaticRunner.embedding``: plain, or
+    its packed tied head) or a transformers model's weight."""
+    return target.embedding if isinstance(target, StaticRunner) else target.get_input_embeddings().weight
+
+
+def serve_pair(target, draft, engine: Engine, max_len: int, vocab=None, keep: bool = False):
+    """A loaded pair as ``engine`` serves it (``on_engine``; ``vocab``: the draft's subset head), the draft reading the
+    target's embedding where the two hold the same values (``share_embedding``): on a static engine the target
+    runner's tensor, plain or packed (one copy)."""
+    shared = share_embedding(target, draft)
+    target = on_engine(target, engine, max_len, keep=keep)
+    return target, on_engine(draft, engine, max_len, vocab, input_embedding(target) if shared else None, keep)
+
+
 def share_embedding(target, draft) -> bool:
     """Point the draft's input embedding (and its output layer, where tied to it) at the target's tensor when
     the two hold the same values, as for a draft that borrows its target's embedding (the cpu profile's): one copy
-    in memory instead of two, the same numbers. Whether it shared."""
+    in memory instead of two, the same numbers. Whether the two share one tensor now."""
     t, d = target.get_input_embeddings().weight, draft.get_input_embeddings().weight
-    if t is d or t.shape != d.shape or t.dtype != d.dtype or t.device != d.device or not torch.equal(t, d):
+    if t is d:
+        return True
+    if t.shape != d.shape or t.dtype != d.dtype or t.device != d.device or not torch.equal(t, d):
         return False
     head = draft.get_output_embeddings()
     if head is not None and head.weight is d:
@@ -167,11 +191,11 @@ def override_context(models, context_override: int | None) -> None:
             m.config.max_position_embeddings = max(context_override, context_limit(m) or 0)
 
 
-def on_engine(model, engine: Engine, max_len: int, vocab=None):
+def on_engine(model, engine: Engine, max_len: int, vocab=None, embedding: Tensor | None = None, keep: bool = False):
     """``model`` as ``engine`` serves it: the transformers model itself ("eager"; an ``HFRunner`` over it
-    when ``vocab`` limits its logits) or a fast-path runner with a ``max_len``-slot cache."""
+    when ``vocab`` limits its logits) or a fast-path runner with a ``max_len``-slot cache, reading ``embedding``
+    (another runner's) if given, holding the only copy of the model's weights unless ``keep``."""
     if not engine.static:
         return model if vocab is None else HFRunner(model, vocab)
-    from ..core.fastpath import StaticRunner
-
-    return StaticRunner(model, max_len, compile=engine.compile, vocab=vocab, fused=engine.fused)
+    return StaticRunner(model, max_len, compile=engine.compile, vocab=vocab, fused=engine.fused, embedding=embedding,
+                        keep_model=keep)

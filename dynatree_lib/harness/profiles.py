@@ -45,11 +45,27 @@ class Models:
     draft_lookup: bool = False
     threads: int | None = None
 
-    def load_pair(self, dtype: str | None = None, max_len: int = 2048, with_draft: bool = True):
+    def load_pair(self, dtype: str | None = None, max_len: int = 2048, with_draft: bool = True,
+                  models_for: str = "ours"):
         """Target, draft and tokenizer on this profile's device and engine, in ``dtype`` (default: the timed
-        precision), with static caches of ``max_len`` slots; ``with_draft=False``: the draft is None."""
+        precision), with static caches of ``max_len`` slots; ``with_draft=False``: the draft is None. ``models_for``:
+        whose loop runs them (``Method.engine``): "ours" (runners holding the only copy of every weight, on a static
+        engine), "transformers" (the transformers models alone: no runner) or "both" (runners beside models that
+        keep their own weights: two copies, for a process that runs both loops)."""
+        if models_for not in ("ours", "transformers", "both"):
+            raise ValueError(f"models_for must be 'ours', 'transformers' or 'both', got {models_for!r}")
+        engine = Engine() if models_for == "transformers" else self.engine
         return load_pair(self.target, self.draft if with_draft else None, self.device, dtype or self.dtype,
-                         self.context_override, self.engine, max_len, self.draft_vocab, self.draft_lookup)
+                         self.context_override, engine, max_len, self.draft_vocab, self.draft_lookup,
+                         keep_models=models_for == "both")
+
+
+def models_for(methods) -> str:
+    """Whose loop runs the models of ``methods`` (registered names), as ``Models.load_pair`` takes it: "ours",
+    "transformers", or "both" where the methods mix the two (the main table); methods of another engine (llama.cpp)
+    load nothing of ours."""
+    engines = {registry.REGISTRY[m].engine for m in methods} & {"ours", "transformers"}
+    return "both" if len(engines) == 2 else next(iter(engines), "ours")
 
 
 @dataclass(frozen=True)
@@ -183,9 +199,9 @@ class Profile:
             longest = max(longest, (self.protocol.max_prompt or 2048) + self.protocol.T)
         return longest
 
-    def load_pair(self, dtype: str | None = None, with_draft: bool = True):
+    def load_pair(self, dtype: str | None = None, with_draft: bool = True, models_for: str = "ours"):
         """The profile's models (``Models.load_pair``) with caches for its longest run."""
-        return self.models.load_pair(dtype, self.max_len, with_draft)
+        return self.models.load_pair(dtype, self.max_len, with_draft, models_for)
 
 
 def _authors_settings(**over) -> PaperSettings:

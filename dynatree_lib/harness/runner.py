@@ -10,6 +10,7 @@ from ..core.runners import as_runner
 from ..methods import AR
 from . import measure
 from .environment import BandwidthProbe, bound
+from .profiles import models_for
 from .prompts import authors_prompts, load_prompts
 from .splits import CATEGORIES
 from .store import ResultStore
@@ -34,7 +35,7 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
 
     if p.models.threads:
         torch.set_num_threads(p.models.threads)
-    target, draft, tok = p.load_pair(dtype)
+    target, draft, tok = p.load_pair(dtype, models_for=models_for(c.method for c, _ in todo))
     probe = BandwidthProbe(p.models.device)
     extra = {"weights": {"target": weights_info(p.models.target), "draft": weights_info(p.models.draft)},
              "bound": bound(as_runner(target).model, probe)}

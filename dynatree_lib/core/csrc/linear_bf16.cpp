@@ -401,7 +401,8 @@ std::pair<float, int64_t> argmax_range(const c10::BFloat16* row, int64_t c0, int
 
 using bf16 = c10::BFloat16;
 
-// The model as forward_bf16 takes it: the embedding; the matmul weights packed by kernels.pack and stacked over
+// The model as forward_bf16 takes it: the embedding, plain [V, d] or packed by kernels.pack (a tied model's head,
+// its one copy: row r's features 2c, 2c + 1 at [r / 16, c, 2 (r % 16)]); the matmul weights packed and stacked over
 // layers (wqkv: the q, k and v projections; w13: gate and up); the norms' weights; the packed head; the flat KV
 // caches, written in place ([layer, KV head, slot] rows of head_dim); the RoPE tables [position, head_dim].
 struct LlamaWeights {
@@ -424,10 +425,14 @@ struct Request {
 
 // The sizes of a call: q tokens and nout output rows; hidden size d, L layers; H query and KV key-value heads of
 // hd features; kv visible slots, n_slots per layer and KV head in the cache; ncol q, k and v columns; the MLP's
-// inter; V logits.
+// inter; V logits; E embedding rows.
 struct Dims {
-  int64_t q, nout, d, L, H, KV, hd, kv, n_slots, ncol, inter, V;
+  int64_t q, nout, d, L, H, KV, hd, kv, n_slots, ncol, inter, V, E;
 };
+
+// Rows and features of the embedding, plain or packed.
+int64_t embed_rows(const at::Tensor& e) { return e.dim() == 2 ? e.size(0) : e.size(0) * 16; }
+int64_t embed_features(const at::Tensor& e) { return e.dim() == 2 ? e.size(1) : e.size(1) * 2; }
 
 // Dtypes, layouts and ranks: index vectors of int64, everything else bf16 with the weights packed and stacked.
 void check_layouts(const LlamaWeights& w, const Request& r) {
@@ -438,7 +443,7 @@ void check_layouts(const LlamaWeights& w, const Request& r) {
                         &w.vc, &w.cos, &w.sin})
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous(),
                 "forward_bf16: contiguous bf16 CPU tensors only");
-  TORCH_CHECK(w.embed.dim() == 2 && r.mask.dim() == 2 && w.kc.dim() == 2 && w.cos.dim() == 2 && w.ln1.dim() == 2 &&
+  TORCH_CHECK((w.embed.dim() == 2 || (w.embed.dim() == 3 && w.embed.size(2) == 32)) && r.mask.dim() == 2 && w.kc.dim() == 2 && w.cos.dim() == 2 && w.ln1.dim() == 2 &&
                   w.norm.dim() == 1 && w.head.dim() == 3 && w.wqkv.dim() == 4 && w.wo.dim() == 4 &&
                   w.w13.dim() == 4 && w.w2.dim() == 4,
               "forward_bf16: weights must be packed by dynatree_lib.core.kernels.pack and stacked over layers");
@@ -446,7 +451,7 @@ void check_layouts(const LlamaWeights& w, const Request& r) {
 
 // The sizes of a call, each checked against the others and against what the kernels take.
 Dims check_sizes(const LlamaWeights& w, const Request& r) {
-  const int64_t q = r.tokens.size(0), d = w.embed.size(1), L = w.wqkv.size(0), hd = w.kc.size(1), kv = r.mask.size(1);
+  const int64_t q = r.tokens.size(0), d = embed_features(w.embed), L = w.wqkv.size(0), hd = w.kc.size(1), kv = r.mask.size(1);
   const int64_t H = w.H, KV = w.KV;
   TORCH_CHECK(q > 0 && r.positions.size(0) == q && r.slots.size(0) == q && r.mask.size(0) == q,
               "forward_bf16: ", q, " tokens need as many positions and slots and a [", q, ", kv] mask");
@@ -460,7 +465,7 @@ Dims check_sizes(const LlamaWeights& w, const Request& r) {
               "forward_bf16: weights must be packed by dynatree_lib.core.kernels.pack and stacked over layers");
   TORCH_CHECK(w.kc.sizes() == w.vc.sizes() && w.kc.size(0) == L * KV * n_slots && w.cos.size(1) == hd,
               "forward_bf16: caches must be [layers * KV heads * slots, head dim]");
-  return {q, r.last_only ? 1 : q, d, L, H, KV, hd, kv, n_slots, ncol, inter, w.head.size(0) * 16};
+  return {q, r.last_only ? 1 : q, d, L, H, KV, hd, kv, n_slots, ncol, inter, w.head.size(0) * 16, embed_rows(w.embed)};
 }
 
 // The features buffer, where asked: [q, len(feature_layers), d] bf16, each layer id in [0, L).
@@ -484,7 +489,7 @@ void check_indices(const LlamaWeights& w, const Request& r, const Dims& n) {
   const auto* ps = r.positions.data_ptr<int64_t>();
   const auto* sl = r.slots.data_ptr<int64_t>();
   for (int64_t i = 0; i < n.q; ++i) {
-    TORCH_CHECK(tk[i] >= 0 && tk[i] < w.embed.size(0), "forward_bf16: token id ", tk[i], " outside the vocabulary");
+    TORCH_CHECK(tk[i] >= 0 && tk[i] < n.E, "forward_bf16: token id ", tk[i], " outside the vocabulary");
     TORCH_CHECK(ps[i] >= 0 && ps[i] < w.cos.size(0), "forward_bf16: position ", ps[i], " past the RoPE table");
     TORCH_CHECK(sl[i] >= 0 && sl[i] < n.kv && n.kv <= n.n_slots, "forward_bf16: slot ", sl[i], " outside the mask");
   }
@@ -506,6 +511,7 @@ struct Model {
   int64_t sqkv, so, s13, s2;
   bf16 *kc, *vc;
   float eps;
+  bool packed_embed;  // the embedding is packed (see LlamaWeights)
 };
 
 const __m512i* lines(const at::Tensor& w) { return reinterpret_cast<const __m512i*>(w.data_ptr<bf16>()); }
@@ -516,7 +522,7 @@ Model model_of(const LlamaWeights& w) {
           w.cos.data_ptr<bf16>(),   w.sin.data_ptr<bf16>(), lines(w.wqkv),          lines(w.wo),
           lines(w.w13),             lines(w.w2),            lines(w.head),          layer_lines(w.wqkv),
           layer_lines(w.wo),        layer_lines(w.w13),     layer_lines(w.w2),      w.kc.data_ptr<bf16>(),
-          w.vc.data_ptr<bf16>(),    static_cast<float>(w.eps)};
+          w.vc.data_ptr<bf16>(),    static_cast<float>(w.eps), w.embed.dim() == 3};
 }
 
 // A layer's attention as tasks (a chunk of a KV head's g * q rows, that KV head), chunk-major so that threads
@@ -624,10 +630,18 @@ at::Tensor Forward::run() {
   return greedy_ ? ids_.t : out_.t;
 }
 
-// The tokens' embedding rows, every T-th row by this thread.
+// The tokens' embedding rows, every T-th row by this thread (from a packed embedding: a pair of features per
+// 64-byte line of its block).
 void Forward::embed(const Thread& th) {
-  for (int64_t r = th.t; r < n_.q; r += th.T)
-    std::memcpy(x_.p + r * n_.d, m_.embed + tok_[r] * n_.d, n_.d * sizeof(bf16));
+  for (int64_t r = th.t; r < n_.q; r += th.T) {
+    bf16* out = x_.p + r * n_.d;
+    if (!m_.packed_embed) {
+      std::memcpy(out, m_.embed + tok_[r] * n_.d, n_.d * sizeof(bf16));
+      continue;
+    }
+    const bf16* block = m_.embed + (tok_[r] / 16) * 16 * n_.d + (tok_[r] % 16) * 2;
+    for (int64_t c = 0; c < n_.d / 2; ++c) std::memcpy(out + 2 * c, block + 32 * c, 2 * sizeof(bf16));
+  }
 }
 
 // The residual rows entering layer i into every features column that asks for layer i, every T-th row by this
