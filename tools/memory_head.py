@@ -1,10 +1,12 @@
 """Memory of AR, DynaTree with the committed v4 draft and DynaTree with the committed EAGLE-3 head on the cpu profile,
 measured as notebook 08 measures it (``harness.memory``: one generation's footprint above the runtime, each cell in a
 fresh process) on the first WikiText-2 test prompt: issue 56's target "DynaTree with the head within 5% of AR".
-Appends the missing records to ``--out`` (default ``results/cpu/memory_head.json``; the record store never
-overwrites one) and prints each footprint and its excess over AR's.
+Each cell is measured in ``--repeats`` fresh processes, one row each (glibc's heap after loading varies by some MB
+from process to process), the record's aggregate their mean. Appends the missing records to ``--out`` (default
+``results/cpu/memory_head.json``; the record store never overwrites one) and prints each footprint and its excess
+over AR's.
 
-    python tools/memory_head.py [--head eagle3:weights/smollm2-eagle3] [--out results/cpu/memory_head.json]
+    python tools/memory_head.py [--head eagle3:weights/smollm2-eagle3] [--repeats 3] [--out results/cpu/memory_head.json]
 """
 from __future__ import annotations
 
@@ -35,18 +37,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--head", default="eagle3:weights/smollm2-eagle3")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "cpu" / "memory_head.json")
+    ap.add_argument("--repeats", type=int, default=3, help="fresh processes per cell")
     args = ap.parse_args()
     v4, head = get_profile("cpu"), get_profile("cpu", draft=args.head, draft_vocab=None)
     for name, prof, methods in (("v4", v4, (registry.AR, registry.DYNATREE)), ("head", head, (registry.DYNATREE,))):
         store = ResultStore(args.out)
         todo = [(c, k) for c, k in cells(prof, methods) if store.get(k) is None]
         print(f"{name}: {len(todo)} cell(s) to measure")
-        run_memory(prof, todo, args.out)
+        run_memory(prof, todo, args.out, args.repeats)
     records = json.loads(args.out.read_text())["records"]
     ar = next(r for r in records if r["method"] == registry.AR)["aggregate"]["footprint_mb"]["mean"]
     for r in records:
-        mb = r["aggregate"]["footprint_mb"]["mean"]
-        print(f"{r['method']:10s} draft {r['draft']:32s} footprint {mb:7.1f} MB  {100 * (mb / ar - 1):+6.1f}% over AR")
+        mb, rows = r["aggregate"]["footprint_mb"]["mean"], [round(x["footprint_mb"], 1) for x in r["rows"]]
+        print(f"{r['method']:10s} draft {r['draft']:32s} footprint {mb:7.1f} MB {rows}  {100 * (mb / ar - 1):+6.1f}% "
+              "over AR")
 
 
 if __name__ == "__main__":

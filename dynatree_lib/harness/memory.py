@@ -118,8 +118,9 @@ def measure_in_process(profile, cell) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_memory(profile, todo: list, path) -> None:
-    """Every missing memory cell, each in its own process, into the experiment's JSON."""
+def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
+    """Every missing memory cell, each in its own process, into the experiment's JSON; ``repeats``: that many
+    processes per cell, one row each (the allocator's heap after loading varies by some MB from process to process)."""
     from tqdm.auto import tqdm
 
     from .environment import environment
@@ -129,9 +130,9 @@ def run_memory(profile, todo: list, path) -> None:
 
     store = ResultStore(path)
     for c, k in tqdm(todo, desc=f"{profile.name}/memory", unit="cell"):
-        row = measure_in_process(profile, c)
-        rec = make_record(c, k, profile, [], [row], {}, 0)
-        rec |= {"prompt_ids": [row["prompt_id"]], "aggregate": aggregate([row]),
+        rows = [measure_in_process(profile, c) for _ in range(repeats)]
+        rec = make_record(c, k, profile, [], rows, {}, 0)
+        rec |= {"prompt_ids": [rows[0]["prompt_id"]], "aggregate": aggregate(rows),
                 "environment": environment(profile.models.device)}
         store.add(rec)
 
