@@ -1,8 +1,8 @@
 """Memory of AR, DynaTree with the committed v4 draft and DynaTree with the committed EAGLE-3 head on the cpu profile,
 measured as notebook 08 measures it (``harness.memory``: one generation's footprint above the runtime, each cell in a
 fresh process) on the first WikiText-2 test prompt: issue 56's target "DynaTree with the head within 5% of AR".
-Each cell is measured in ``--repeats`` fresh processes, one row each (glibc's heap after loading varies by some MB
-from process to process), the record's aggregate their mean. Appends the missing records to ``--out`` (default
+Each cell is measured in ``--repeats`` fresh processes, one row each (how alike they are shows the measurement's
+spread), the record's aggregate their mean. Appends the missing records to ``--out`` (default
 ``results/cpu/memory_head.json``; the record store never overwrites one) and prints each footprint and its excess
 over AR's.
 

@@ -11,7 +11,11 @@ generation, returns freed memory to the system and measures the next generation:
 
 On GPU the memory is CUDA's allocated bytes and its peak; on CPU the process's RSS and its high-water mark, reset
 at the start of the generation after ``malloc_trim`` hands the allocator's free pages back (without it the
-generation reuses pages the warm-up left and seems to need nothing)."""
+generation reuses pages the warm-up left and seems to need nothing). The process runs with glibc's mmap threshold
+fixed (``FIXED_MMAP_THRESHOLD``): by default glibc raises it to the largest block freed so far, so after a load that
+frees large blocks (a runner taking its model's weights over) later blocks come from the heap, whose holes stay in
+the RSS by 10-30 MB from one process to the next; with it fixed, every block above it is mapped on its own and
+unmapped when freed, and the RSS is what is live (the same to 1 MB from process to process)."""
 from __future__ import annotations
 
 import ctypes
@@ -107,11 +111,15 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
             "above_start_mb": peak - start, "engine": res.engine}
 
 
+FIXED_MMAP_THRESHOLD = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}  # glibc's default start, kept (module docstring)
+
+
 def measure_in_process(profile, cell) -> dict:
-    """``measure_here`` in a fresh Python process."""
+    """``measure_here`` in a fresh Python process (glibc's mmap threshold fixed: module docstring)."""
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
         pickle.dump((profile, cell), f)
-    r = subprocess.run([sys.executable, "-m", "dynatree_lib.harness.memory", f.name], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "dynatree_lib.harness.memory", f.name], capture_output=True, text=True,
+                       env={**os.environ, **FIXED_MMAP_THRESHOLD})
     Path(f.name).unlink(missing_ok=True)
     if r.returncode != 0:
         raise RuntimeError(f"memory cell {cell.label!r} on {cell.dataset} failed:\n{r.stderr[-2000:]}")
@@ -120,7 +128,7 @@ def measure_in_process(profile, cell) -> dict:
 
 def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
     """Every missing memory cell, each in its own process, into the experiment's JSON; ``repeats``: that many
-    processes per cell, one row each (the allocator's heap after loading varies by some MB from process to process)."""
+    processes per cell, one row each."""
     from tqdm.auto import tqdm
 
     from .environment import environment
