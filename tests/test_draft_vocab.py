@@ -41,8 +41,8 @@ def test_subset_head_equals_ar_eager(target, draft, name, subset, kv_mode):
 @pytest.mark.parametrize("name", ["linear_k4", "dynatree", "talon"])
 def test_subset_head_equals_ar_fast_path(llama_target, llama_draft, name):
     tgt = StaticRunner(llama_target)
-    for subset, v in subsets().items():
-        drf = StaticRunner(llama_draft, vocab=v)
+    for subset, v in subsets().items():  # the session's draft keeps its weights: a subset runner holds some head rows
+        drf = StaticRunner(llama_draft, vocab=v, keep_model=True)
         for p, T in CASES:
             assert generate(tgt, p, T, draft=drf, method=METHODS[name]).tokens == generate(tgt, p, T).tokens, subset
 
@@ -52,7 +52,7 @@ def test_subset_logits_are_the_full_heads_columns(llama_draft):
     p = prompts(1, seed=5)[0]
     pos = torch.arange(p.numel())
     full = StaticRunner(llama_draft).forward(p, pos)
-    for r in (StaticRunner(llama_draft, vocab=v), HFRunner(llama_draft, v)):
+    for r in (StaticRunner(llama_draft, vocab=v, keep_model=True), HFRunner(llama_draft, v)):
         assert torch.allclose(r.forward(p, pos), full[:, v], atol=1e-5)
 
 
