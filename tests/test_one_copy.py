@@ -31,7 +31,8 @@ OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
 def tied_llama(layers: int, seed: int) -> LlamaForCausalLM:
     """A small Llama with a tied output layer (as SmolLM2's) in sizes the one-call bf16 forward takes."""
     cfg = LlamaConfig(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True)
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=True)
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg).eval()
 

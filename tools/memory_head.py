@@ -6,7 +6,8 @@ spread), the record's aggregate their mean. Appends the missing records to ``--o
 ``results/cpu/memory_head.json``; the record store never overwrites one) and prints each footprint and its excess
 over AR's.
 
-    python tools/memory_head.py [--head eagle3:weights/smollm2-eagle3] [--repeats 3] [--out results/cpu/memory_head.json]
+    python tools/memory_head.py [--head eagle3:weights/smollm2-eagle3] [--repeats 3]
+                                [--out results/cpu/memory_head.json]
 """
 from __future__ import annotations
 

@@ -81,8 +81,9 @@ def check_fast_supported(model) -> None:
 
 def check_embedding(embedding: Tensor, own: Tensor) -> Tensor:
     """A borrowed input embedding (another runner's tensor, plain or packed) that can stand for a model's ``own``."""
-    if kernels.unpacked_shape(embedding) != tuple(own.shape) or embedding.dtype != own.dtype or embedding.device != own.device:
-        raise ValueError(f"the borrowed embedding is {kernels.unpacked_shape(embedding)} {embedding.dtype} on "
+    shape = kernels.unpacked_shape(embedding)
+    if shape != tuple(own.shape) or embedding.dtype != own.dtype or embedding.device != own.device:
+        raise ValueError(f"the borrowed embedding is {shape} {embedding.dtype} on "
                          f"{embedding.device}; the model's is {tuple(own.shape)} {own.dtype} on {own.device}")
     return embedding
 

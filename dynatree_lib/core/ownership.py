@@ -18,8 +18,8 @@ the model's own parameters would be a second copy of every weight. So when it is
   to do instead. Never a silent result.
 
 Every copy the served pair still makes is named: the subset head's gathered rows (a draft head over a token subset
-reads only those) and the caches (KV caches, RoPE tables, an EAGLE-3 runner's per-slot buffers); ``tests/
-test_one_copy.py`` adds up the storages a served pair holds. An EAGLE-3 head reads the target runner's embedding
+reads only those) and the caches (KV caches, RoPE tables, an EAGLE-3 runner's per-slot buffers); the test
+``test_one_copy.py`` adds up the storages a served pair holds. An EAGLE-3 head reads the target runner's embedding
 tensor, and on the bf16 kernels its runner packs the head's own linear layers in place, releasing their plain
 weights (``eagle3_runner.PackedLinear``).
 
