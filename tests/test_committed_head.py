@@ -46,3 +46,22 @@ def test_the_head_card_quotes_the_committed_json(tmp_path):
     folder = tmp_path / "head"
     shutil.copytree(HEAD, folder)
     assert refresh(folder).read_text() == (HEAD / "README.md").read_text()
+
+
+def test_the_vocabulary_report_reads_the_committed_heads_shape():
+    """``tools/head_vocab.py``'s weight count for the committed head's vocabulary is the committed head's own
+    (a head of another shape makes the report stale, loudly)."""
+    import importlib.util
+
+    from dynatree_lib.core.eagle3 import read_config
+
+    spec = importlib.util.spec_from_file_location("head_vocab", REPO / "tools" / "head_vocab.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    report = json.loads((REPO / "results" / "cpu" / "head_vocab.json").read_text())
+    cfg, _ = read_config(HEAD)
+    row = next(r for r in report["sizes"] if r["draft_vocab"] == cfg.draft_vocab)
+    assert row["head_params"] == tool.head_matmul_params(cfg)
+    assert all(0.5 < c <= 1.0 for r in report["sizes"] for c in r["coverage"].values())
+    answers = [r["coverage"]["instruction"] for r in report["sizes"]]
+    assert answers == sorted(answers)
