@@ -83,9 +83,10 @@ def main() -> None:
                      "bytes_ratio": head / target_params})
         print(f"{size:6d}: coverage " + ", ".join(f"{k} {v:.4f}" for k, v in cover.items())
               + f"; reads {head / 1e6:.1f}M weights, {head / target_params:.3f} of the target's")
-    OUT.write_text(json.dumps({"target_params": target_params, "heldout_tokens": {k: len(v) for k, v in heldout.items()},
-                               "train_tokens": sum(len(s.tokens) - s.start - 1 for s in train),
-                               "sizes": rows, "environment": environment("cpu")}, indent=1))
+    report = {"target_params": target_params, "heldout_tokens": {k: len(v) for k, v in heldout.items()},
+              "train_tokens": sum(len(s.tokens) - s.start - 1 for s in train), "sizes": rows,
+              "environment": environment("cpu")}
+    OUT.write_text(json.dumps(report, indent=1))
     print(OUT)
 
 
