@@ -132,7 +132,9 @@ class Extras:
     cut on where the profile tunes), and notebook 12's llama.cpp peers (``peers_n_prompts`` main-table prompts per
     continuation dataset and ``peers_n_questions`` per Spec-Bench category; 0: no peers experiment); and the seconds
     over which ``costs.json`` spreads its paired rounds of the draft/target one-token cost (``cost_span_s``: on a
-    machine whose memory bandwidth drifts, the rounds then meet its phases)."""
+    machine whose memory bandwidth drifts, the rounds then meet its phases); and notebook 13's feature head
+    (``head``: a draft reference such as ``eagle3:<folder>``, None: the profile has none) with its prompts
+    (``head_n_prompts`` test prompts per continuation dataset, ``head_n_questions`` per Spec-Bench category)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -143,6 +145,9 @@ class Extras:
     peers_n_prompts: int = 0
     peers_n_questions: int = 1
     cost_span_s: float = 0.0
+    head: str | None = None
+    head_n_prompts: int = 4
+    head_n_questions: int = 1
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -277,7 +282,7 @@ PROFILES: dict[str, Profile] = {
                threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
         Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
-               peers_n_questions=2, cost_span_s=180.0)),
+               peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3")),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
