@@ -1,13 +1,18 @@
 """The committed EAGLE-3 head (issue 56; ``weights/smollm2-eagle3``): small, documented, in the speculators format,
-and a draft like any other: on the cpu target its greedy trees and chains commit exactly AR's tokens in fp32."""
+and a draft like any other: on the cpu target its greedy trees and chains commit exactly AR's tokens in fp32, and in
+bf16 on the fused engine (where its step is one C++ call, its logits the eager bf16 head's up to bf16 rounding)."""
 import json
 
 import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
+from dynatree_lib.core import kernels
 from dynatree_lib.harness.models import load_pair
 from dynatree_lib.harness.paths import REPO
+
+from .conftest import NO_KERNEL
+from .test_eagle3_fused import Twin
 
 HEAD = REPO / "weights" / "smollm2-eagle3"
 
@@ -34,6 +39,28 @@ def test_the_committed_head_drafts_exactly_on_the_cpu_target(fp32_pair, method):
     ids = torch.tensor(tok("The history of the printing press").input_ids)
     ar = generate(target, ids, 24).tokens
     assert generate(target, ids, 24, draft=head, method=method).tokens == ar
+
+
+@pytest.fixture(scope="module")
+def fused_pair():
+    if not kernels.available():
+        pytest.skip(NO_KERNEL)
+    return load_pair("embedded:target", f"eagle3:{HEAD}", dtype="bfloat16", engine="static+fused")
+
+
+@pytest.mark.parametrize("method", [LinearConfig(4), DynaTreeConfig(D0=3, D_max=5, n_max=16)],
+                         ids=["linear", "dynatree"])
+def test_the_committed_head_on_the_fused_bf16_target(fused_pair, method):
+    """The timed configuration: the head's step on the fused engine commits bf16 AR's tokens, each row it returns
+    within bf16 rounding of the eager head's (``test_eagle3_fused``'s tolerance, against the head in fp32)."""
+    target, head, tok = fused_pair
+    assert target.engine == "static+fused" and head.engine == "eagle3+fused"
+    ids = torch.tensor(tok("The history of the printing press").input_ids)
+    ar = generate(target, ids, 24).tokens
+    twin = Twin(head.head)
+    assert generate(target, ids, 24, draft=twin, method=method).tokens == ar
+    fused, eager = (torch.cat(e) for e in zip(*twin.errors))
+    assert fused.max() <= 2 * eager.max() and fused.max() < 0.1, (fused.max(), eager.max())
 
 
 def test_the_head_card_quotes_the_committed_json(tmp_path):

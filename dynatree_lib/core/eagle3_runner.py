@@ -15,6 +15,9 @@ prompt needs one, comes from a zero input). Nodes fed together whose parents are
 forward, or nodes that waited for a lookup-skipped level) run in as many waves as their depths need, so every
 node reads its parent's output. ``truncate`` and ``commit`` move or drop entries exactly as the other runners move
 their cache, so the cache always holds the committed tokens' pairs, never a rejected node's.
+
+This runner computes eagerly (the fp32 exactness path, and any head the kernels do not take);
+``eagle3_fused.FusedEagle3Runner`` keeps its bookkeeping and runs each wave as one bf16 C++ call.
 """
 from __future__ import annotations
 
@@ -60,10 +63,7 @@ class Eagle3Runner(Runner):
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
         """Logits over the draft vocabulary [q, V'] ([1, V'] if ``last_only``) of the new slots' pairs."""
         q = tokens.numel()
-        if self.length + q > self.max_len:
-            raise ValueError(f"the head's cache of {self.max_len} slots is full ({self.length} used, {q} more asked)")
-        slots = torch.arange(self.length, self.length + q, device=tokens.device)
-        self.pos[slots] = positions
+        slots = self._new_slots(positions)
         mask = self._mask(q, visible, tree_start)
         if tree_start is None:
             self._run(list(range(q)), tokens, positions, self._committed_inputs(positions), mask)
@@ -76,11 +76,24 @@ class Eagle3Runner(Runner):
 
     def _committed_inputs(self, positions: Tensor) -> Tensor:
         """The fused target features of the token before each committed row (zeros for the first token)."""
+        before = self._committed_rows(positions)
+        return torch.where((before >= 0)[:, None], self.head.fc(self.target[before.clamp(min=0)]), 0.0)
+
+    def _committed_rows(self, positions: Tensor) -> Tensor:
+        """Each committed row's position of the target features it reads (the token before it; -1 for the first)."""
         before = positions - 1
         if int(before.max()) >= self.known:
             raise ValueError(f"the head has the target's features up to position {self.known - 1}, and a committed "
                              f"token at position {int(positions.max())} needs those of the token before it")
-        return torch.where((before >= 0)[:, None], self.head.fc(self.target[before.clamp(min=0)]), 0.0)
+        return before
+
+    def _new_slots(self, positions: Tensor) -> Tensor:
+        """The slots of new rows at ``positions`` (recorded), refused past the cache."""
+        q = positions.numel()
+        if self.length + q > self.max_len:
+            raise ValueError(f"the head's cache of {self.max_len} slots is full ({self.length} used, {q} more asked)")
+        self.pos[self.length:self.length + q] = positions
+        return torch.arange(self.length, self.length + q, device=positions.device)
 
     def _parents(self, positions: Tensor, visible: Tensor | None, tree_start: int) -> list[int]:
         """Each new drafted row's parent slot: the visible slot one position up, else the last committed slot."""

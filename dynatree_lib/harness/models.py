@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..core.eagle3 import load_head
-from ..core.eagle3_runner import Eagle3Runner
+from ..core.eagle3_fused import head_runner
 from ..core.lookup import LookupRunner
 from ..core.runners import HFRunner, as_runner, check_pair, context_limit
 from . import tiny
@@ -119,7 +119,7 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     target, tt = load_model(target_ref, device, dtype)
     if draft_ref is None or is_head(draft_ref):
         override_context((target,), context_override)
-        draft = draft_ref and load_head_draft(draft_ref, target, max_len, draft_vocab, draft_lookup)
+        draft = draft_ref and load_head_draft(draft_ref, target, max_len, draft_vocab, draft_lookup, engine.fused)
         return on_engine(target, engine, max_len), draft, tt
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
@@ -133,16 +133,17 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     return on_engine(target, engine, max_len), draft, tt
 
 
-def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool):
+def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool, fused: bool = False):
     """The EAGLE-3 head of ``eagle3:<folder>`` as a draft runner over ``target``'s embedding (the same tensor), in the
     target's dtype; ``draft_vocab`` must be None or the head's own size; ``draft_lookup`` mixes in the
-    ``lookup.json`` of its folder."""
+    ``lookup.json`` of its folder. ``fused`` (the target's engine is): its step as one C++ call where the kernels
+    take it (``core.eagle3_fused``; bf16), else eager."""
     folder = head_folder(ref)
     head = load_head(folder, target.get_input_embeddings().weight)
     if draft_vocab is not None and draft_vocab != head.cfg.draft_vocab:
         raise ValueError(f"draft_vocab={draft_vocab}, but the head {folder} scores its own {head.cfg.draft_vocab} "
                          "tokens; set draft_vocab to None (or to that size)")
-    runner = Eagle3Runner(head, max_len)
+    runner = head_runner(head, max_len, fused)
     return LookupRunner(runner, lookup_config(ref)) if draft_lookup else runner
 
 
