@@ -67,6 +67,12 @@ def _paper_settings(p: Profile, ws: str, dtype: str, tags: dict, sampling: Sampl
                  sampling=sampling)]
 
 
+def tuning_families() -> tuple[str, ...]:
+    """The families the tuning experiment measures: every tuned one but the opt-in methods (``methods.Method``'s
+    role), whose candidates wait for an experiment that names them."""
+    return tuple(f for f in tuned_families() if f not in registry.names("opt_in"))
+
+
 def tuning_cells(p: Profile, root=None) -> list[Cell]:
     """AR plus each family's candidates (an equal number each), on the tuning prompts: greedy, and at the first
     of the sampling experiment's temperatures."""
@@ -80,7 +86,7 @@ def tuning_cells(p: Profile, root=None) -> list[Cell]:
             tags = {} if s.greedy else {"temperature": s.temperature}
             at = dict(dataset=ws, T=T, L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s, split="tuning")
             cells.append(Cell(method=registry.AR, config=None, tags=dict(tags), **at))
-            candidates = [(fam, cfg) for fam in tuned_families() for cfg in p.tuning.candidates[fam]]
+            candidates = [(fam, cfg) for fam in tuning_families() for cfg in p.tuning.candidates[fam]]
             candidates += [(registry.DYNATREE_COST, cfg) for cfg in cost]
             for fam, group in itertools.groupby(candidates, key=lambda fc: fc[0]):
                 cells += [Cell(method=fam, variant=v.CANDIDATE, config=cfg, tags={"candidate": i, **tags}, **at)
@@ -235,9 +241,10 @@ def experiment_profile(name: str, p: Profile) -> Profile:
 
 def head_methods() -> tuple[str, ...]:
     """The methods a feature head drafts for: every exact method of our loop that drafts, the extension aside
-    (its cut is built from the forward costs measured with the profile's own draft)."""
+    (its cut is built from the forward costs measured with the profile's own draft), and the opt-in ones (measured
+    only where an experiment names them)."""
     return tuple(n for n, m in registry.REGISTRY.items()
-                 if m.drafts and m.engine == "ours" and m.exact and m.role != "extension")
+                 if m.drafts and m.engine == "ours" and m.exact and m.role not in ("extension", "opt_in"))
 
 
 def head_cells(p: Profile, root=None) -> list[Cell]:

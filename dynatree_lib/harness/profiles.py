@@ -20,6 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..baselines.hf_generate import HFAssistedConfig
+from ..core.eagle_tree import Eagle3TreeConfig
+from ..core.opt_tree import OptTreeConfig
 from ..core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 from .. import methods as registry
 from .models import Engine, load_pair
@@ -217,6 +219,11 @@ def _cpu_tuning() -> dict:
                      DynaTreeConfig(D0=6, D_max=10, tau_h=0.6, tau_l=0.2, rho_stop=0.02, rho_deep=0.2, n_max=32)),
         "talon": (TalonConfig(0.03, 60, 10), TalonConfig(0.05, 16, 3), TalonConfig(0.1, 24, 4),
                   TalonConfig(0.05, 32, 5), TalonConfig(0.2, 12, 2)),
+        # opt-in (measured where an experiment names them): the same node budgets, 12 to 60 (EAGLE's counts the root)
+        "eagle3_tree": (Eagle3TreeConfig(), Eagle3TreeConfig(4, 4, 17), Eagle3TreeConfig(5, 4, 25),
+                        Eagle3TreeConfig(6, 6, 33), Eagle3TreeConfig(3, 3, 13)),
+        "opt_tree": (OptTreeConfig(), OptTreeConfig(16, 0.1, 8), OptTreeConfig(24, 0.1, 10),
+                     OptTreeConfig(32, 0.05, 10), OptTreeConfig(12, 0.0, 8)),
         "hf_assisted": (HFAssistedConfig(5, "heuristic"), HFAssistedConfig(3), HFAssistedConfig(4),
                         HFAssistedConfig(5), HFAssistedConfig(6)),
     }
@@ -227,6 +234,8 @@ def _tiny_tuning() -> dict:
             "fixed_tree": (FixedTreeConfig(4, 2, 0.05, 32), FixedTreeConfig(3, 2, 0.0, 16)),
             "dynatree": (DynaTreeConfig(D_max=6, n_max=32), DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16)),
             "talon": (TalonConfig(0.1, 16, 4), TalonConfig(0.2, 8, 2)),
+            "eagle3_tree": (Eagle3TreeConfig(3, 3, 17), Eagle3TreeConfig(2, 2, 9)),
+            "opt_tree": (OptTreeConfig(16, 0.1, 6), OptTreeConfig(8, 0.0, 6)),
             "hf_assisted": (HFAssistedConfig(3), HFAssistedConfig(4, "heuristic"))}
 
 
