@@ -38,8 +38,9 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     Children are ranked by the draft's probabilities at ``sampling.draft_temperature`` and the policy picks how
     many each node gets; when ``sampling`` is not greedy, a ``sampled`` policy's children at levels the network
     drafted are then drawn, that many, without replacement from those probabilities (with ``generator``).
+    A draft with a ``depth_limit`` (one head per level) gets no node deeper than it.
     """
-    max_depth = min(max_depth, policy.max_depth)
+    max_depth = min(max_depth, policy.max_depth, max_depth if draft.depth_limit is None else draft.depth_limit)
     if max_depth <= 0:
         return Tree.new(ids[-1], ids.device), 0
     sampled = policy.sampled and not sampling.greedy
