@@ -113,6 +113,26 @@ def test_eagle3_head_speculative_equals_ar(llama_target, eagle3_head, fast_ar, n
         assert res.tokens == fast_ar[i], f"eagle3 {name}/{engine}/{kv_mode} diverged on case {i}"
 
 
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+@pytest.mark.parametrize("engine", ["eager", "static"])
+@pytest.mark.parametrize("name", ["linear_k4", "fixed_d6b3_tau", "dynatree"])
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+def test_mlp_heads_speculative_equals_ar(llama_target, fast_ar, kind, name, engine, kv_mode):
+    """Medusa and Hydra heads drafting from the target's last hidden state (eager or the fast path's), their
+    trees cut at their three levels."""
+    from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
+    from dynatree_lib.harness.tiny import tiny_mlp_heads
+
+    tgt = llama_target if engine == "eager" else StaticRunner(llama_target)
+    drf = MLPHeadRunner(tiny_mlp_heads(llama_target, kind, heads=3, draft_vocab=80, seed=2))
+    accepted = 0
+    for i, (p, T) in enumerate(CASES):
+        res = generate(tgt, p, T, draft=drf, method=METHODS[name], kv_mode=kv_mode)
+        assert res.tokens == fast_ar[i], f"{kind} {name}/{engine}/{kv_mode} diverged on case {i}"
+        accepted += res.accepted
+    assert accepted > 0
+
+
 def test_llama_eager_and_fast_agree(llama_target, llama_draft, fast_ar):
     for i, (p, T) in enumerate(CASES):
         assert generate(llama_target, p, T, draft=llama_draft, method=DynaTreeConfig()).tokens == fast_ar[i]

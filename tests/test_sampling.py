@@ -486,6 +486,20 @@ def test_an_eagle3_head_samples_the_target_law(bigram_pair, one_thread, name):
     assert chi2_sf(stat, df) > OK, (stat, df)
 
 
+@pytest.mark.parametrize("kind,name", [("medusa", "dynatree"), ("medusa", "fixed_tree"), ("hydra", "dynatree"),
+                                       ("hydra", "talon")])
+def test_medusa_and_hydra_heads_sample_the_target_law(bigram_pair, one_thread, kind, name):
+    """Heads on the target's last hidden state, one per level (trees cut at three levels), over a subset of the
+    vocabulary: drawn trees keep the target's law."""
+    from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
+    from dynatree_lib.harness.tiny import tiny_mlp_heads
+
+    drf = MLPHeadRunner(tiny_mlp_heads(bigram_pair[0], kind, heads=3, draft_vocab=6, seed=1, init_range=0.5))
+    res, stat, df = sample(bigram_pair, name, SETTINGS["t1"], draft=drf)
+    assert chi2_sf(stat, df) > OK, (stat, df)
+    assert max(res.log.depth) == 3
+
+
 @pytest.mark.parametrize("rule,method,where,mutant", [
     ("drawn children: the residual", "dynatree", "dynatree_lib.core.decoding.verify_sampled", no_residual),
     ("drawn children: q without the rejected", "dynatree", "dynatree_lib.core.sampling.sibling_rejection",

@@ -39,8 +39,9 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     many each node gets, and which new nodes grow (``expandable`` node by node, then ``to_expand`` over the level);
     when ``sampling`` is not greedy, a ``sampled`` policy's children at levels the network drafted are then drawn,
     that many, without replacement from those probabilities (with ``generator``).
+    A draft with a ``depth_limit`` (one head per level) gets no node deeper than it.
     """
-    max_depth = min(max_depth, policy.max_depth)
+    max_depth = min(max_depth, policy.max_depth, max_depth if draft.depth_limit is None else draft.depth_limit)
     if max_depth <= 0:
         return Tree.new(ids[-1], ids.device), 0
     sampled = policy.sampled and not sampling.greedy

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from .eagle3 import Eagle3Head, attend
-from .runners import Runner, additive_mask, first_moved
+from .runners import Runner, additive_mask, first_moved, tree_parents
 
 
 class Eagle3Runner(Runner):
@@ -97,12 +97,7 @@ class Eagle3Runner(Runner):
 
     def _parents(self, positions: Tensor, visible: Tensor | None, tree_start: int) -> list[int]:
         """Each new drafted row's parent slot: the visible slot one position up, else the last committed slot."""
-        if visible is None:  # a chain: the slot before each row
-            return list(range(self.length - 1, self.length + positions.numel() - 1))
-        span = self.pos[tree_start:tree_start + visible.shape[1]]
-        up = visible & (span[None, :] == positions[:, None] - 1)
-        first = up.to(torch.int8).argmax(1) + tree_start
-        return torch.where(up.any(1), first, tree_start - 1).tolist()
+        return tree_parents(self.pos, self.length, positions, visible, tree_start)
 
     def _mask(self, q: int, visible: Tensor | None, tree_start: int | None) -> Tensor:
         """[q, length + q] additive mask (committed prefix, then causal or ``visible``); slot 0 always hidden."""

@@ -102,7 +102,8 @@ def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net,
     attending through the additive bf16 ``mask`` [q, kv] to slots [0, kv). ``greedy``: each row's argmax
     instead (int64 [q] or [1]; the first index of the largest logit, as ``logits.float().argmax(-1)``).
     ``features`` [q, len(feature_layers), d]: filled with the residual stream entering each of ``feature_layers``
-    for every row (the hidden states an EAGLE-3 head reads), by the same call."""
+    for every row (the hidden states an EAGLE-3 head reads; id L, the number of layers: the last layer's output
+    after the final norm, which Medusa and Hydra heads read), by the same call."""
     return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, net.embed, net.wqkv, net.wo, net.w13,
                                           net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
                                           net.sin, net.H, net.KV, net.eps, last_only, greedy, features,

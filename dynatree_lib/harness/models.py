@@ -1,18 +1,18 @@
 """Model loading: the same ``from_pretrained`` code for hub ids, local folders, ``embedded:*`` and the tiny
-fixtures, as eager transformers models or fast-path runners; a draft may also be an EAGLE-3 head on the target's
-features (``eagle3:<folder>``, ``core.eagle3``), which borrows the target's embedding."""
+fixtures, as eager transformers models or fast-path runners; a draft may also be a head on the target's features
+(``eagle3:<folder>``, ``medusa:<folder>``, ``hydra:<folder>``: ``core.head_kinds``), which borrows the target's
+embedding."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from ..core.eagle3 import load_head
-from ..core.eagle3_fused import head_runner
+from ..core.head_kinds import HEAD_KINDS
 from ..core.lookup import LookupRunner
 from ..core.runners import HFRunner, as_runner, check_pair, context_limit
 from . import tiny
-from .weights import frequent_tokens, head_folder, is_head, lookup_config, resolve
+from .weights import frequent_tokens, head_folder, head_kind, is_head, lookup_config, resolve
 
 
 
@@ -134,16 +134,16 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
 
 
 def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool, fused: bool = False):
-    """The EAGLE-3 head of ``eagle3:<folder>`` as a draft runner over ``target``'s embedding (the same tensor), in the
-    target's dtype; ``draft_vocab`` must be None or the head's own size; ``draft_lookup`` mixes in the
-    ``lookup.json`` of its folder. ``fused`` (the target's engine is): its step as one C++ call where the kernels
-    take it (``core.eagle3_fused``; bf16), else eager."""
-    folder = head_folder(ref)
-    head = load_head(folder, target.get_input_embeddings().weight)
+    """The head of ``<kind>:<folder>`` as its kind's draft runner (``core.head_kinds``) over ``target``'s embedding
+    (the same tensor), in the target's dtype; ``draft_vocab`` must be None or the head's own size;
+    ``draft_lookup`` mixes in the ``lookup.json`` of its folder. ``fused`` (the target's engine is): a kind that
+    has a one-call step takes it where the kernels do (``core.eagle3_fused``; bf16), else it runs eagerly."""
+    folder, kind = head_folder(ref), HEAD_KINDS[head_kind(ref)]
+    head = kind.load(folder, target.get_input_embeddings().weight)
     if draft_vocab is not None and draft_vocab != head.cfg.draft_vocab:
         raise ValueError(f"draft_vocab={draft_vocab}, but the head {folder} scores its own {head.cfg.draft_vocab} "
                          "tokens; set draft_vocab to None (or to that size)")
-    runner = head_runner(head, max_len, fused)
+    runner = kind.runner(head, max_len, fused)
     return LookupRunner(runner, lookup_config(ref)) if draft_lookup else runner
 
 

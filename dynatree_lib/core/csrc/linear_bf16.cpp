@@ -479,7 +479,7 @@ Dims check_sizes(const LlamaWeights& w, const Request& r, bool head) {
   return {q, r.last_only ? 1 : q, d, L, H, KV, hd, kv, n_slots, kin, ncol, inter, w.head.size(0) * 16};
 }
 
-// The features buffer, where asked: [q, len(feature_layers), d] bf16, each layer id in [0, L).
+// The features buffer, where asked: [q, len(feature_layers), d] bf16, each layer id in [0, L] (L: after the norm).
 void check_features(const Request& r, const Dims& n) {
   if (!r.features.has_value()) {
     TORCH_CHECK(r.feature_layers.empty(), "forward_bf16: feature_layers given without a features buffer");
@@ -491,7 +491,7 @@ void check_features(const Request& r, const Dims& n) {
                   f.size(0) == n.q && f.size(1) == k && f.size(2) == n.d,
               "forward_bf16: features must be a contiguous bf16 [", n.q, ", ", k, ", ", n.d, "] buffer");
   for (int64_t i : r.feature_layers)
-    TORCH_CHECK(i >= 0 && i < n.L, "forward_bf16: feature layer ", i, " outside [0, ", n.L, ")");
+    TORCH_CHECK(i >= 0 && i <= n.L, "forward_bf16: feature layer ", i, " outside [0, ", n.L, "]");
 }
 
 // Every token id, position and slot in range: the threads index with them unchecked.
@@ -681,6 +681,7 @@ at::Tensor Forward::run() {
       layer(i, th);
     }
     if (head_.inputs) keep_outputs(th);
+    if (feat_) keep_features(n_.L, th);  // the last layer's output, normalised (head() only reads x_)
     head(th);
     if (greedy_) argmax(th);
   }
@@ -717,12 +718,17 @@ void Forward::keep_outputs(const Thread& th) {
 
 // The residual rows entering layer i into every features column that asks for layer i, every T-th row by this
 // thread (the rows it copies are complete: a barrier ended the step that wrote them, and the next write to them
-// comes after the barriers of layer i's attention).
+// comes after the barriers of layer i's attention). Layer id L: the last layer's output after the final norm,
+// the rows the head reads (no write to x_ follows the last layer).
 void Forward::keep_features(int64_t i, const Thread& th) {
   const int64_t k = static_cast<int64_t>(feature_layers_.size()), d = n_.d;
   for (int64_t j = 0; j < k; ++j) {
     if (feature_layers_[j] != i) continue;
-    for (int64_t r = th.t; r < n_.q; r += th.T) std::memcpy(feat_ + (r * k + j) * d, x_.p + r * d, d * sizeof(bf16));
+    for (int64_t r = th.t; r < n_.q; r += th.T) {
+      bf16* dst = feat_ + (r * k + j) * d;
+      if (i < n_.L) std::memcpy(dst, x_.p + r * d, d * sizeof(bf16));
+      else rms_row(x_.p + r * d, m_.norm, d, m_.eps, dst);
+    }
   }
 }
 
