@@ -74,7 +74,7 @@ class FusedEagle3Runner(Eagle3Runner):
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
         """Logits over the draft vocabulary [q, V'] ([1, V'] if ``last_only``) of the new slots' pairs."""
         q = tokens.numel()
-        slots = self._new_slots(positions)
+        slots = self.new_slots(positions)
         mask = self._mask(q, visible, tree_start)
         if tree_start is None:  # committed rows: the target's features of the token before each, through fc
             out = self._step(tokens, positions, slots, mask, self._committed_rows(positions), self.net.fc, last_only)

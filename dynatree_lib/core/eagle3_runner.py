@@ -25,10 +25,10 @@ import torch
 from torch import Tensor
 
 from .eagle3 import Eagle3Head, attend
-from .runners import Runner, additive_mask, first_moved, tree_parents
+from .runners import HeadRunner, additive_mask, tree_parents
 
 
-class Eagle3Runner(Runner):
+class Eagle3Runner(HeadRunner):
     """An ``Eagle3Head`` with a cache of ``max_len + tree_slots`` slots (default max_len: the head's context)."""
 
     engine = "eagle3"
@@ -38,32 +38,17 @@ class Eagle3Runner(Runner):
         self.model = self.head = head
         self.vocab = head.vocab()
         self.reads_features = c.aux_layers
-        self.max_len = (max_len or c.max_positions) + tree_slots
+        self.init_slots((max_len or c.max_positions) + tree_slots, 3 * c.target_hidden, w.dtype, w.device)
         self.k = torch.zeros(c.kv_heads, self.max_len, c.head_dim, dtype=w.dtype, device=w.device)
         self.v = torch.zeros_like(self.k)
         self.out = torch.zeros(self.max_len, c.hidden, dtype=w.dtype, device=w.device)  # the layer's output per slot
-        self.pos = torch.zeros(self.max_len, dtype=torch.long, device=w.device)  # each slot's token position
-        self.target = torch.zeros(self.max_len, 3 * c.target_hidden, dtype=w.dtype, device=w.device)  # by position
-        self.known = 0  # the target's features are known for positions < known
-        self.length = 0
-
-    def reset(self) -> None:
-        self.length = self.known = 0
-
-    def observe_target(self, features: Tensor, start: int) -> None:
-        n = features.shape[0]
-        if start > self.known or start + n > self.max_len:
-            raise ValueError(f"target features for positions {start}..{start + n - 1} do not follow the "
-                             f"{self.known} known (or exceed the head's {self.max_len} slots)")
-        self.target[start:start + n] = features.to(self.target.dtype)
-        self.known = start + n
 
     @torch.no_grad()
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
         """Logits over the draft vocabulary [q, V'] ([1, V'] if ``last_only``) of the new slots' pairs."""
         q = tokens.numel()
-        slots = self._new_slots(positions)
+        slots = self.new_slots(positions)
         mask = self._mask(q, visible, tree_start)
         if tree_start is None:
             self._run(list(range(q)), tokens, positions, self._committed_inputs(positions), mask)
@@ -87,14 +72,6 @@ class Eagle3Runner(Runner):
                              f"token at position {int(positions.max())} needs those of the token before it")
         return before
 
-    def _new_slots(self, positions: Tensor) -> Tensor:
-        """The slots of new rows at ``positions`` (recorded), refused past the cache."""
-        q = positions.numel()
-        if self.length + q > self.max_len:
-            raise ValueError(f"the head's cache of {self.max_len} slots is full ({self.length} used, {q} more asked)")
-        self.pos[self.length:self.length + q] = positions
-        return torch.arange(self.length, self.length + q, device=positions.device)
-
     def _parents(self, positions: Tensor, visible: Tensor | None, tree_start: int) -> list[int]:
         """Each new drafted row's parent slot: the visible slot one position up, else the last committed slot."""
         return tree_parents(self.pos, self.length, positions, visible, tree_start)
@@ -116,17 +93,12 @@ class Eagle3Runner(Runner):
         attended = attend(qh, self.k[:, :total], self.v[:, :total], mask[idx])
         self.out[slots] = self.head.finish(attended, hidden)
 
-    def truncate(self, length: int) -> None:
-        self.length = length
+    def slot_rows(self) -> list[Tensor]:
+        return [self.pos, self.out]
 
-    def commit(self, start: int, keep: Tensor) -> None:
-        n, m = keep.numel(), first_moved(keep)
-        if m < n:
-            src = keep[m:] + start
-            dst = slice(start + m, start + n)
-            self.k[:, dst], self.v[:, dst] = self.k[:, src], self.v[:, src]
-            self.out[dst], self.pos[dst] = self.out[src], self.pos[src]
-        self.length = start + n
+    def move(self, src: Tensor, dst: slice) -> None:
+        super().move(src, dst)
+        self.k[:, dst], self.v[:, dst] = self.k[:, src], self.v[:, src]
 
 
 def waves(parents: list[int], length: int) -> list[list[int]]:

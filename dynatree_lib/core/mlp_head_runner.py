@@ -22,10 +22,10 @@ from torch import Tensor
 
 from .eagle3_runner import waves
 from .mlp_heads import MLPHeads
-from .runners import Runner, first_moved, tree_parents
+from .runners import HeadRunner, tree_parents
 
 
-class MLPHeadRunner(Runner):
+class MLPHeadRunner(HeadRunner):
     """``MLPHeads`` over ``max_len + tree_slots`` slots of bookkeeping (default max_len: the heads' context)."""
 
     def __init__(self, heads: MLPHeads, max_len: int | None = None, tree_slots: int = 320):
@@ -35,40 +35,22 @@ class MLPHeadRunner(Runner):
         self.vocab = heads.vocab()
         self.reads_features = (c.feature_layer,)
         self.depth_limit = c.heads
-        self.max_len = (max_len or c.max_positions) + tree_slots
-        self.target = torch.zeros(self.max_len, c.hidden, dtype=w.dtype, device=w.device)  # by position
-        self.pos = torch.zeros(self.max_len, dtype=torch.long, device=w.device)  # each slot's token position
+        self.what = f"the {c.kind} heads"
+        self.init_slots((max_len or c.max_positions) + tree_slots, c.hidden, w.dtype, w.device)
         self.depth = torch.zeros_like(self.pos)  # each slot's depth below its tree's root (committed: 0)
         self.path = torch.zeros(self.max_len, c.heads + 1, dtype=torch.long, device=w.device)  # root .. slot's token
-        self.known = 0  # the target's hidden states are known for positions < known
-        self.length = 0
-
-    def reset(self) -> None:
-        self.length = self.known = 0
-
-    def observe_target(self, features: Tensor, start: int) -> None:
-        n = features.shape[0]
-        if start > self.known or start + n > self.max_len:
-            raise ValueError(f"target features for positions {start}..{start + n - 1} do not follow the "
-                             f"{self.known} known (or exceed the heads' {self.max_len} slots)")
-        self.target[start:start + n] = features.to(self.target.dtype)
-        self.known = start + n
 
     @torch.no_grad()
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
         """Logits over the draft vocabulary [q, V'] ([1, V'] if ``last_only``) of the new slots."""
-        q = tokens.numel()
-        if self.length + q > self.max_len:
-            raise ValueError(f"the heads' {self.max_len} slots are full ({self.length} used, {q} more asked)")
-        slots = torch.arange(self.length, self.length + q, device=tokens.device)
-        self.pos[slots] = positions
+        slots = self.new_slots(positions)
         if tree_start is None:
             self.depth[slots] = 0
             self.path[slots, 0] = tokens
         else:
             self._place(tokens, slots, tree_parents(self.pos, self.length, positions, visible, tree_start))
-        self.length += q
+        self.length += slots.numel()
         return self._logits(slots[-1:] if last_only else slots)
 
     def _place(self, tokens: Tensor, slots: Tensor, parents: list[int]) -> None:
@@ -101,13 +83,5 @@ class MLPHeadRunner(Runner):
             out[rows] = self.heads.head(d, hidden[rows], self.path[slots[rows]])
         return out
 
-    def truncate(self, length: int) -> None:
-        self.length = length
-
-    def commit(self, start: int, keep: Tensor) -> None:
-        n, m = keep.numel(), first_moved(keep)
-        if m < n:
-            src = keep[m:] + start
-            dst = slice(start + m, start + n)
-            self.pos[dst], self.depth[dst], self.path[dst] = self.pos[src], self.depth[src], self.path[src]
-        self.length = start + n
+    def slot_rows(self) -> list[Tensor]:
+        return [self.pos, self.depth, self.path]

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .eagle3 import OUR_KEY
+from .eagle3 import OUR_KEY, draft_columns
 
 KINDS = {"medusa": "MedusaModel", "hydra": "HydraModel"}  # model_type -> architectures entry of config.json
 
@@ -129,10 +129,7 @@ class MLPHeads(nn.Module):
 
     def set_vocab(self, ids: Tensor) -> None:
         """Draft columns = the target ids ``ids`` (distinct), sorted ascending (``token_map``)."""
-        ids = torch.as_tensor(ids, dtype=torch.long).sort().values
-        if ids.numel() != self.cfg.draft_vocab or ids.unique().numel() != ids.numel():
-            raise ValueError(f"the draft vocabulary needs {self.cfg.draft_vocab} distinct token ids, got {ids.numel()}")
-        self.token_map.copy_(ids)
+        self.token_map.copy_(draft_columns(ids, self.cfg.draft_vocab))
 
     def vocab(self) -> Tensor:
         """Target token id of every draft column."""

@@ -207,6 +207,59 @@ def check_feature_layers(layers, n_layers: int) -> tuple[int, ...]:
     return out
 
 
+class HeadRunner(Runner):
+    """What every draft runner on the target's hidden states keeps per slot and per position (EAGLE-3, Medusa and
+    Hydra heads): ``target``, the target's features by position (handed over by ``observe_target``; known below
+    ``known``), ``pos``, each slot's token position, and the slot rows of ``slot_rows`` that ``commit`` moves with
+    their slots. ``what`` names the head in errors."""
+
+    what: str = "the head"
+
+    def init_slots(self, max_len: int, feature_width: int, dtype: torch.dtype, device) -> None:
+        self.max_len = max_len
+        self.target = torch.zeros(max_len, feature_width, dtype=dtype, device=device)  # by position
+        self.pos = torch.zeros(max_len, dtype=torch.long, device=device)  # each slot's token position
+        self.known = 0  # the target's features are known for positions < known
+        self.length = 0
+
+    def reset(self) -> None:
+        self.length = self.known = 0
+
+    def observe_target(self, features: Tensor, start: int) -> None:
+        n = features.shape[0]
+        if start > self.known or start + n > self.max_len:
+            raise ValueError(f"target features for positions {start}..{start + n - 1} do not follow the "
+                             f"{self.known} known (or exceed the {self.max_len} slots of {self.what})")
+        self.target[start:start + n] = features.to(self.target.dtype)
+        self.known = start + n
+
+    def new_slots(self, positions: Tensor) -> Tensor:
+        """The slots of new rows at ``positions`` (recorded), refused past the slots."""
+        q = positions.numel()
+        if self.length + q > self.max_len:
+            raise ValueError(f"the {self.max_len} slots of {self.what} are full ({self.length} used, {q} more asked)")
+        self.pos[self.length:self.length + q] = positions
+        return torch.arange(self.length, self.length + q, device=positions.device)
+
+    def slot_rows(self) -> list[Tensor]:
+        """The per-slot tensors (slot first) that move with their slots."""
+        return [self.pos]
+
+    def move(self, src: Tensor, dst: slice) -> None:
+        """Slots ``src`` to ``dst`` (``commit``'s copy)."""
+        for t in self.slot_rows():
+            t[dst] = t[src]
+
+    def truncate(self, length: int) -> None:
+        self.length = length
+
+    def commit(self, start: int, keep: Tensor) -> None:
+        n, m = keep.numel(), first_moved(keep)
+        if m < n:
+            self.move(keep[m:] + start, slice(start + m, start + n))
+        self.length = start + n
+
+
 def tree_parents(slot_pos: Tensor, length: int, positions: Tensor, visible: Tensor | None, tree_start: int) -> list[int]:
     """Each new drafted row's parent slot, for a draft runner that follows paths (``slot_pos``: the position of each
     cached slot; ``length``: the slots cached before these rows): the visible slot one position up, else the last
