@@ -7,6 +7,8 @@ Layers, each a sub-package importing only the ones before it (``tests/test_struc
 """
 from .baselines.hf_generate import HFARConfig, HFAssistedConfig
 from .baselines.streaming import StreamingConfig
+from .core.eagle_tree import Eagle3TreeConfig
+from .core.opt_tree import OptTreeConfig
 from .core.policies import DraftPolicy, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 from .core.result import GenerationResult
 from .core.sampling import Sampling
@@ -16,4 +18,4 @@ from .methods import REGISTRY, Method, generate, method_names, register
 
 __all__ = ["generate", "GenerationResult", "Sampling", "REGISTRY", "Method", "register", "method_names", "DraftPolicy",
            "LinearConfig", "FixedTreeConfig", "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "HFARConfig", "StreamingConfig",
-           "CostAwareConfig", "LlamaCppConfig"]
+           "CostAwareConfig", "LlamaCppConfig", "Eagle3TreeConfig", "OptTreeConfig"]

@@ -10,6 +10,7 @@
   python -m dynatree_lib build-draft --sampled-teacher-only  # the target's answers sampled at T = 1 (resumable)
   python -m dynatree_lib build-draft --from-gpu DIR          # calibrate and publish tools/gpu_distill.py's output
   python -m dynatree_lib build-draft --head eagle3 [--draft-vocab 8192] [--seconds S | --steps N]  # resumable
+  python -m dynatree_lib build-draft --head medusa [--heads 4] [--steps N]  # or --head hydra: the same pipeline
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import json
 import math
 import sys
 
+from .core.head_kinds import HEAD_KINDS
 from .harness.profiles import get_profile, models_for
 from .harness.workloads import WORKLOADS, continuations, count, eos as workload_eos
 from .methods import DYNATREE, method_names
@@ -105,8 +107,9 @@ def parser() -> argparse.ArgumentParser:
         bd.add_argument(f"--{step}-only", action="store_true", help=STEP_HELP.get(step, f"only the {step} phase"))
     bd.add_argument("--from-gpu", metavar="DIR", help="the files `tools/gpu_distill.py run` wrote (default: "
                     "models/draft-build-v4/gpu)")
-    bd.add_argument("--head", choices=("eagle3",), help="train a draft head on the target's features instead "
-                    "(draft.eagle3; checkpoints and the exported head under models/eagle3/v<N>k)")
+    bd.add_argument("--head", choices=tuple(HEAD_KINDS), help="train a draft head on the target's features instead "
+                    "(draft.eagle3, draft.mlp_heads; checkpoints and the exported head under models/<head>/v<N>k)")
+    bd.add_argument("--heads", type=POSITIVE_INT, default=None, help="levels a Medusa or Hydra head drafts (default 4)")
     bd.add_argument("--draft-vocab", type=POSITIVE_INT, default=8192, help="the head's vocabulary (--head)")
     bd.add_argument("--seconds", type=POSITIVE_INT, default=None, help="stop this run after that long (--head)")
     bd.add_argument("--steps", type=POSITIVE_INT, default=None, help="stop this run after that many steps (--head)")
@@ -134,10 +137,12 @@ def check_decode_flags(args, prof) -> None:
 def build_draft(args) -> object:
     from .draft import build
 
-    if args.head == "eagle3":
-        from .draft.eagle3 import HeadSpec, train_head
+    if args.head:
+        from .draft.eagle3 import train_head
+        from .draft.mlp_heads import training_spec
 
-        return train_head(HeadSpec(draft_vocab=args.draft_vocab), seconds=args.seconds, steps=args.steps)
+        values = {"draft_vocab": args.draft_vocab} | ({"heads": args.heads} if args.heads else {})
+        return train_head(training_spec(args.head, **values), seconds=args.seconds, steps=args.steps)
     if args.instructions_only:
         return build.build_instructions()
     if args.teacher_only:

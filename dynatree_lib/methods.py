@@ -21,12 +21,14 @@ import torch
 from .baselines.hf_generate import HFARConfig, HFAssistedConfig, generate_hf
 from .baselines.streaming import StreamingConfig, generate_streaming_spec
 from .core.decoding import Options, generate_ar, speculative_decode
+from .core.eagle_tree import Eagle3TreeConfig
+from .core.opt_tree import OptTreeConfig
 from .core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, Session, TalonConfig
 from .core.result import GenerationResult
 from .core.sampling import Sampling
 from .extensions.cost_aware import CostAwareConfig
 
-ROLES = ("paper", "seed", "extension", "peer")
+ROLES = ("paper", "seed", "extension", "peer", "opt_in")
 
 
 def tree_decoder(target, draft, prompt, T, cfg, opts: Options) -> GenerationResult:
@@ -39,8 +41,11 @@ class Method:
     """One decoding method as the library and its reports know it.
 
     ``role``: "paper" (the paper's Table 1 methods: every experiment runs them), "seed" (the other seed
-    systems: the main table and memory), "extension" (ours: the main table, never in a paper method's place) or
-    "peer" (another engine on the same weights, ``harness.peers``: its own experiment only).
+    systems: the main table and memory), "extension" (ours: the main table, never in a paper method's place),
+    "peer" (another engine on the same weights, ``harness.peers``: its own experiment only) or "opt_in" (decoded
+    by ``generate`` and covered by the exactness and sampling tests, with tuning candidates in the profiles that
+    tune, but measured by no experiment until one names it: the EAGLE-3 and OPT-Tree trees, which the committed
+    results predate).
     ``paper(settings, dataset)``: the paper's setting from a profile's ``PaperSettings`` (the profile may
     override it). ``reported``: its key in ``data/paper_reported.json``'s Table 1, 3 and 5, if the paper reports it;
     ``reported_v1``: its key in the earlier paper version's Table 1 (``earlier_version_500_tokens``).
@@ -87,6 +92,7 @@ REGISTRY: dict[str, Method] = {}
 AR = "ar"  # greedy autoregressive decoding with our engine: every speedup's reference; it has no config
 LINEAR, FIXED_TREE, DYNATREE, TALON = LinearConfig.method, FixedTreeConfig.method, DynaTreeConfig.method, TalonConfig.method
 DYNATREE_COST = CostAwareConfig.method
+EAGLE3_TREE, OPT_TREE = Eagle3TreeConfig.method, OptTreeConfig.method
 
 
 def register(method: Method) -> Method:
@@ -131,6 +137,10 @@ for _m in (
            adopt=lambda own, chain: dataclasses.replace(own, K=chain.K)),
     Method(name=TALON, config=TalonConfig, label="TALON", color="#d62728", role="seed", tuned=True,
            paper=lambda s, ds: s.talon, trees=True),
+    Method(name=EAGLE3_TREE, config=Eagle3TreeConfig, label="EAGLE-3 tree", color="#e377c2", role="opt_in",
+           tuned=True, paper=lambda s, ds: Eagle3TreeConfig(), trees=True),
+    Method(name=OPT_TREE, config=OptTreeConfig, label="OPT-Tree", color="#393b79", role="opt_in", tuned=True,
+           paper=lambda s, ds: OptTreeConfig(), trees=True),
 ):
     register(_m)
 

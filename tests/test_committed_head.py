@@ -1,13 +1,18 @@
 """The committed EAGLE-3 head (issue 56; ``weights/smollm2-eagle3``): small, documented, in the speculators format,
-and a draft like any other: on the cpu target its greedy trees and chains commit exactly AR's tokens in fp32."""
+and a draft like any other: on the cpu target its greedy trees and chains commit exactly AR's tokens in fp32, and in
+bf16 on the fused engine (where its step is one C++ call, its logits the eager bf16 head's up to bf16 rounding)."""
 import json
 
 import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
+from dynatree_lib.core import kernels
 from dynatree_lib.harness.models import load_pair
 from dynatree_lib.harness.paths import REPO
+
+from .conftest import NO_KERNEL
+from .test_eagle3_fused import Twin
 
 HEAD = REPO / "weights" / "smollm2-eagle3"
 
@@ -36,6 +41,28 @@ def test_the_committed_head_drafts_exactly_on_the_cpu_target(fp32_pair, method):
     assert generate(target, ids, 24, draft=head, method=method).tokens == ar
 
 
+@pytest.fixture(scope="module")
+def fused_pair():
+    if not kernels.available():
+        pytest.skip(NO_KERNEL)
+    return load_pair("embedded:target", f"eagle3:{HEAD}", dtype="bfloat16", engine="static+fused")
+
+
+@pytest.mark.parametrize("method", [LinearConfig(4), DynaTreeConfig(D0=3, D_max=5, n_max=16)],
+                         ids=["linear", "dynatree"])
+def test_the_committed_head_on_the_fused_bf16_target(fused_pair, method):
+    """The timed configuration: the head's step on the fused engine commits bf16 AR's tokens, each row it returns
+    within bf16 rounding of the eager head's (``test_eagle3_fused``'s tolerance, against the head in fp32)."""
+    target, head, tok = fused_pair
+    assert target.engine == "static+fused" and head.engine == "eagle3+fused"
+    ids = torch.tensor(tok("The history of the printing press").input_ids)
+    ar = generate(target, ids, 24).tokens
+    twin = Twin(head.head)
+    assert generate(target, ids, 24, draft=twin, method=method).tokens == ar
+    fused, eager = (torch.cat(e) for e in zip(*twin.errors))
+    assert fused.max() <= 2 * eager.max() and fused.max() < 0.1, (fused.max(), eager.max())
+
+
 def test_the_head_card_quotes_the_committed_json(tmp_path):
     """The card is written from the head's config.json and the two pair reports alone (``head_card.refresh``, which
     ``./run_all.sh`` runs): the committed card is what they give now."""
@@ -46,3 +73,22 @@ def test_the_head_card_quotes_the_committed_json(tmp_path):
     folder = tmp_path / "head"
     shutil.copytree(HEAD, folder)
     assert refresh(folder).read_text() == (HEAD / "README.md").read_text()
+
+
+def test_the_vocabulary_report_reads_the_committed_heads_shape():
+    """``tools/head_vocab.py``'s weight count for the committed head's vocabulary is the committed head's own
+    (a head of another shape makes the report stale, loudly)."""
+    import importlib.util
+
+    from dynatree_lib.core.eagle3 import read_config
+
+    spec = importlib.util.spec_from_file_location("head_vocab", REPO / "tools" / "head_vocab.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    report = json.loads((REPO / "results" / "cpu" / "head_vocab.json").read_text())
+    cfg, _ = read_config(HEAD)
+    row = next(r for r in report["sizes"] if r["draft_vocab"] == cfg.draft_vocab)
+    assert row["head_params"] == tool.head_matmul_params(cfg)
+    assert all(0.5 < c <= 1.0 for r in report["sizes"] for c in r["coverage"].values())
+    answers = [r["coverage"]["instruction"] for r in report["sizes"]]
+    assert answers == sorted(answers)

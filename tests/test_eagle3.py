@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
-from dynatree_lib.core import kernels
 from dynatree_lib.core.eagle3 import Eagle3Config, default_aux_layers, load_head, read_config, save_head
 from dynatree_lib.core.eagle3_runner import Eagle3Runner, waves
 from dynatree_lib.core.lookup import LookupConfig, LookupRunner
@@ -182,29 +181,3 @@ def test_a_head_folder_is_a_draft_reference(tmp_path):
         load_pair("tiny-llama:target", ref, draft_lookup=True)
     with pytest.raises(FileNotFoundError, match="config.json is missing"):
         load_pair("tiny-llama:target", f"eagle3:{tmp_path / 'nowhere'}")
-
-
-@pytest.mark.skipif(not kernels.available(), reason="the bf16 kernels need a CPU with AVX512-BF16")
-def test_on_the_bf16_kernels_the_runner_computes_the_heads_rows():
-    """In bf16 the runner packs the head's linear layers (their plain weights released) and runs them and its
-    attention on the kernels: the rows of a prompt and of a tree are the eager head's, to bf16 rounding, and a lone
-    first token still reads its own slot."""
-    from dynatree_lib.core.eagle3_runner import PackedLinear
-    from dynatree_lib.core.ownership import ReleasedWeightError
-    from dynatree_lib.harness.tiny import tiny_llama
-
-    target = tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96).to(torch.bfloat16)
-    eager, packed = (Eagle3Runner(tiny_eagle3(target, draft_vocab=64, seed=4), kernel=k) for k in (False, True))
-    assert eager.engine == "eagle3" and packed.engine == "eagle3+dpbf16" and isinstance(packed.head.fc, PackedLinear)
-    with pytest.raises(ReleasedWeightError, match="fc.weight .* released: an Eagle3Runner"):
-        packed.head.state_dict()
-    ids = torch.randint(1, 96, (12,), generator=torch.Generator().manual_seed(6))
-    visible = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
-    calls = [(ids[:1], torch.arange(1), None, None), (ids[1:9], torch.arange(1, 9), None, None),
-             (ids[9:], torch.tensor([9, 10, 10, 11])[:3], visible[:3, :3], 9)]
-    feats = target_features(target, ids[:9], packed.reads_features)
-    for r in (eager, packed):
-        r.observe_target(feats, 0)
-    for tokens, pos, vis, start in calls:
-        a, b = (r.forward(tokens, pos, vis, start).float() for r in (eager, packed))
-        assert a.isfinite().all() and (a - b).abs().max() <= 0.05 * a.abs().max(), (tokens.numel(), start)

@@ -3,7 +3,8 @@ path (GPT-NeoX) and on the fast path (Llama, static cache), and AR equals transf
 import pytest
 import torch
 
-from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
+from dynatree_lib import (CostAwareConfig, DynaTreeConfig, Eagle3TreeConfig, FixedTreeConfig, LinearConfig,
+                          OptTreeConfig, StreamingConfig, TalonConfig, generate)
 from dynatree_lib.core.decoding import KV_MODES
 
 from dynatree_lib.core.fastpath import StaticRunner
@@ -30,6 +31,13 @@ METHODS = {
     "fixed_authors": FixedTreeConfig(D=6, B=3, tau=0.1, n_max=64, root_siblings=False, tau_on_parent=True),
     "dynatree_authors": DynaTreeConfig(rho_stop=0.1, tau=0.05, W=10, a_star=0.7, root_siblings=False,
                                        tau_on_parent=True, history_scope="prompt"),
+    # EAGLE-3's dynamic tree (EAGLE-2's algorithm) and OPT-Tree: trees cut from larger drafts by path probability
+    "eagle3_tree": Eagle3TreeConfig(),
+    "eagle3_tree_small": Eagle3TreeConfig(depth=3, top_k=3, total_tokens=8),
+    "eagle3_tree_budget1": Eagle3TreeConfig(depth=4, top_k=2, total_tokens=2),
+    "opt_tree": OptTreeConfig(),
+    "opt_tree_deep": OptTreeConfig(n=12, delta=0.0, D=12),
+    "opt_tree_budget1": OptTreeConfig(n=1, delta=0.0),
 }
 # every on/off combination of the three DynaTree mechanisms
 for b in (False, True):
@@ -79,7 +87,8 @@ def fast_ar(fast_pair, llama_target):
 
 @pytest.mark.parametrize("kv_mode", KV_MODES)
 @pytest.mark.parametrize("name", ["linear_k4", "fixed_d6b3_tau", "fixed_budget1", "dynatree", "dyna_b1d0h1",
-                                  "talon_small", "streaming_fits", "dynatree_cost_steep"])
+                                  "talon_small", "streaming_fits", "dynatree_cost_steep", "eagle3_tree_small",
+                                  "opt_tree_deep"])
 def test_fast_path_speculative_equals_ar(fast_pair, fast_ar, name, kv_mode):
     tgt, drf = fast_pair
     for i, (p, T) in enumerate(CASES):
@@ -91,7 +100,8 @@ def test_fast_path_speculative_equals_ar(fast_pair, fast_ar, name, kv_mode):
 @pytest.mark.parametrize("kv_mode", KV_MODES)
 @pytest.mark.parametrize("engine", ["eager", "static"])
 @pytest.mark.parametrize("name", ["linear_k4", "fixed_d6b3_tau", "dynatree", "dynatree_budget1", "talon",
-                                  "dynatree_cost_steep", "dynatree_authors"])
+                                  "dynatree_cost_steep", "dynatree_authors", "eagle3_tree", "eagle3_tree_budget1",
+                                  "opt_tree", "opt_tree_deep", "opt_tree_budget1"])
 def test_eagle3_head_speculative_equals_ar(llama_target, eagle3_head, fast_ar, name, engine, kv_mode):
     """An EAGLE-3 head drafting from the target's own features (from the eager forward or the fast path's)."""
     from dynatree_lib.core.eagle3_runner import Eagle3Runner
@@ -103,12 +113,33 @@ def test_eagle3_head_speculative_equals_ar(llama_target, eagle3_head, fast_ar, n
         assert res.tokens == fast_ar[i], f"eagle3 {name}/{engine}/{kv_mode} diverged on case {i}"
 
 
+@pytest.mark.parametrize("kv_mode", KV_MODES)
+@pytest.mark.parametrize("engine", ["eager", "static"])
+@pytest.mark.parametrize("name", ["linear_k4", "fixed_d6b3_tau", "dynatree"])
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+def test_mlp_heads_speculative_equals_ar(llama_target, fast_ar, kind, name, engine, kv_mode):
+    """Medusa and Hydra heads drafting from the target's last hidden state (eager or the fast path's), their
+    trees cut at their three levels."""
+    from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
+    from dynatree_lib.harness.tiny import tiny_mlp_heads
+
+    tgt = llama_target if engine == "eager" else StaticRunner(llama_target)
+    drf = MLPHeadRunner(tiny_mlp_heads(llama_target, kind, heads=3, draft_vocab=80, seed=2))
+    accepted = 0
+    for i, (p, T) in enumerate(CASES):
+        res = generate(tgt, p, T, draft=drf, method=METHODS[name], kv_mode=kv_mode)
+        assert res.tokens == fast_ar[i], f"{kind} {name}/{engine}/{kv_mode} diverged on case {i}"
+        accepted += res.accepted
+    assert accepted > 0
+
+
 def test_llama_eager_and_fast_agree(llama_target, llama_draft, fast_ar):
     for i, (p, T) in enumerate(CASES):
         assert generate(llama_target, p, T, draft=llama_draft, method=DynaTreeConfig()).tokens == fast_ar[i]
 
 
-@pytest.mark.parametrize("name", ["linear_k4", "fixed_d3b2", "dynatree", "talon"])
+@pytest.mark.parametrize("name", ["linear_k4", "fixed_d3b2", "dynatree", "talon", "eagle3_tree_small",
+                                  "opt_tree_deep"])
 def test_drafts_that_are_always_right_or_wrong(target, wrong_draft, small_draft, name):
     p, T = prompts(1, seed=21)[0], 30
     ar = generate(target, p, T).tokens
@@ -124,7 +155,8 @@ def test_drafts_that_are_always_right_or_wrong(target, wrong_draft, small_draft,
     assert wrong.accepted == 0 and wrong.iterations == T
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon", "dynatree_cost_steep"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon", "dynatree_cost_steep",
+                                  "eagle3_tree", "opt_tree_deep"])
 def test_one_token_prompt(target, draft, fast_pair, name):
     p = torch.tensor([5])
     assert generate(target, p, 25, draft=draft, method=METHODS[name]).tokens == generate(target, p, 25).tokens
@@ -132,7 +164,8 @@ def test_one_token_prompt(target, draft, fast_pair, name):
     assert generate(tgt, p, 25, draft=drf, method=METHODS[name]).tokens == generate(tgt, p, 25).tokens
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon", "dynatree_cost_steep"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d6b3_tau", "dynatree", "talon", "dynatree_cost_steep",
+                                  "eagle3_tree", "opt_tree_deep"])
 @pytest.mark.parametrize("kv_mode", KV_MODES)
 def test_generation_reaches_context_limit(target, draft, fast_pair, name, kv_mode):
     T = 20
@@ -143,7 +176,8 @@ def test_generation_reaches_context_limit(target, draft, fast_pair, name, kv_mod
     assert generate(tgt, p, T, draft=drf, method=METHODS[name], kv_mode=kv_mode).tokens == generate(tgt, p, T).tokens
 
 
-@pytest.mark.parametrize("name", ["linear_k8", "fixed_d3b2", "dynatree", "talon", "dynatree_cost_steep"])
+@pytest.mark.parametrize("name", ["linear_k8", "fixed_d3b2", "dynatree", "talon", "dynatree_cost_steep",
+                                  "eagle3_tree", "opt_tree_deep"])
 def test_eos_inside_a_draft(target, draft, name):
     p, T = prompts(1, seed=6)[0], 40
     full = generate(target, p, T).tokens

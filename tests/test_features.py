@@ -55,10 +55,28 @@ def test_no_features_unless_asked(llama_target):
         assert r.features is None
 
 
-@pytest.mark.parametrize("bad", [(), (3,), (-1,), (0.5,), (True,)])
+@pytest.mark.parametrize("engine", ["eager", "static"])
+def test_the_last_layer_id_is_the_final_normed_state(llama_target, engine):
+    """Layer id L (the number of layers): the hidden state the output layer reads, after the final norm
+    (transformers' hidden_states[L]; Medusa's and Hydra's input), for a prompt and a tree."""
+    r = runners(llama_target)[engine]
+    r.keep_features((3, 1))
+    ids = prompts(1, seed=6, lo=12, hi=13)[0]
+    r.forward(ids, torch.arange(12), last_only=True)
+    torch.testing.assert_close(r.features, reference(llama_target, ids, (3, 1)), rtol=1e-3, atol=1e-3)
+    with torch.no_grad():
+        normed = llama_target.model(input_ids=ids[None]).last_hidden_state[0]
+    torch.testing.assert_close(r.features[:, :64], normed, rtol=1e-3, atol=1e-3)
+    tree = torch.tensor([7, 11, 13, 17, 19])
+    r.argmax(tree, 12 + DEPTH, TREE, 12)
+    torch.testing.assert_close(r.features[[0, 1, 3]], reference(llama_target, torch.cat([ids, tree[[0, 1, 3]]]),
+                                                                (3, 1))[12:], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("bad", [(), (4,), (-1,), (0.5,), (True,)])
 def test_bad_feature_layers_are_refused(llama_target, bad):
     for r in runners(llama_target).values():
-        with pytest.raises(ValueError, match=r"layer ids in \[0, 3\)"):
+        with pytest.raises(ValueError, match=r"layer ids in \[0, 3\]"):
             r.keep_features(bad)
 
 
@@ -87,6 +105,19 @@ def test_one_call_forward_keeps_the_features_of_the_layered_forward():
         ids = [r.argmax(tokens, pos, vis, start, last) for r in (fused, layered, plain)]
         assert torch.equal(ids[0], ids[1]) and torch.equal(ids[0], ids[2])
         assert torch.equal(fused.features, layered.features)
+
+
+@needs_kernel
+def test_one_call_forward_keeps_the_final_normed_state():
+    """Layer id L from the fused engine: the bits of the layered bf16 path (its final norm), logits unchanged."""
+    m = tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96).to(torch.bfloat16)
+    fused, layered = StaticRunner(m, fused=True), StaticRunner(m)
+    for r in (fused, layered):
+        r.keep_features((3, 0))
+    x = torch.randint(1, 96, (25,), generator=torch.Generator().manual_seed(4))
+    for tokens, pos, vis, start, last in [(x[:20], torch.arange(20), None, None, True), (x[20:], 20 + DEPTH, TREE, 20, False)]:
+        assert torch.equal(fused.forward(tokens, pos, vis, start, last), layered.forward(tokens, pos, vis, start, last))
+        assert torch.equal(fused.features, layered.features) and fused.features.shape == (tokens.numel(), 2 * 128)
 
 
 class Recorder(Runner):

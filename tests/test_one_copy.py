@@ -15,6 +15,7 @@ from dynatree_lib import generate
 from dynatree_lib.baselines.hf_generate import HFARConfig
 from dynatree_lib.core import kernels
 from dynatree_lib.core.eagle3 import save_head
+from dynatree_lib.core.eagle3_fused import FusedEagle3Runner
 from dynatree_lib.core.eagle3_runner import Eagle3Runner
 from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.core.ownership import ReleasedWeight, ReleasedWeightError
@@ -71,10 +72,21 @@ def held(*tensors) -> dict[int, int]:
     return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
 
 
+def packed(runner) -> dict[int, int]:
+    """The head's weights a fused EAGLE-3 runner packed (its one copy of them: ``eagle3_fused.PackedHead``)."""
+    if not isinstance(runner, FusedEagle3Runner):
+        return {}
+    n = runner.net
+    return held(n.fc, n.wqkv, n.wo, n.w13, n.w2, n.ln1, n.head)
+
+
 def caches(runner) -> dict[int, int]:
     """The caches and tables a runner (and its transformers model) allocates beside the weights: KV caches, RoPE
     tables; an EAGLE-3 runner's per-slot outputs, positions and target features, the target ids of its columns
     (``vocab``, from the head's ``d2t``) and the head's rotary frequencies."""
+    if isinstance(runner, FusedEagle3Runner):  # and its RoPE tables
+        return held(runner.k, runner.v, runner.out, runner.pos, runner.target, runner.vocab, runner.head.inv_freq,
+                    runner.net.cos, runner.net.sin)
     if isinstance(runner, Eagle3Runner):
         return held(runner.k, runner.v, runner.out, runner.pos, runner.target, runner.vocab, runner.head.inv_freq)
     n = runner.net
@@ -103,16 +115,20 @@ def test_a_served_pair_holds_every_weight_once(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_head_on_the_fast_path_holds_every_weight_once(dtype, tmp_path):
-    """The EAGLE-3 head reads the target runner's embedding tensor (the packed tied head in bf16): the reachable
-    storages are the target's and the head's parameters once, and the caches."""
+    """The EAGLE-3 head reads the target runner's embedding tensor (the packed tied head in bf16; the fused runner
+    holds the head's weights packed, the plain ones released): the reachable storages are the target's and the
+    head's parameters once, and the caches."""
     target = tied_llama(3, 0).to(dtype)
     save_head(tiny_eagle3(target, draft_vocab=80, seed=2), tmp_path, verifier="tiny")
     one = storages(*target.parameters())
     tgt = on_engine(target, engine(dtype), 64)
-    drf = load_head_draft(f"eagle3:{tmp_path}", tgt, 64, None, False)
+    drf = load_head_draft(f"eagle3:{tmp_path}", tgt, 64, None, False, engine(dtype).fused)
     assert drf.head.embed_tokens.data_ptr() == tgt.embedding.data_ptr()
-    assert drf.engine == ("eagle3+dpbf16" if engine(dtype).fused else "eagle3")
+    assert drf.engine == ("eagle3+fused" if engine(dtype).fused else "eagle3")
     head = storages(*drf.head.parameters(), *drf.head.buffers())
+    assert sum(head.values()) + sum(packed(drf).values()) == \
+        sum(p.numel() * p.element_size() for p in (*drf.head.parameters(), *drf.head.buffers()))
+    head.update(packed(drf))
     total = storages(tgt, drf)
     assert sum(total.values()) == sum(one.values()) + sum(head.values()) + sum(caches(tgt).values()) + \
         sum(caches(drf).values())

@@ -117,7 +117,7 @@ def random_law(rows: int, V: int, peaked: bool, seed: int) -> torch.Tensor:
 # ---- the rules, on hand-built trees -----------------------------------------------------------------------------
 
 V = 6
-#   root -> 1, 3;   1 -> 0, 2;   3 -> 5   (chosen children: lookup copies, the cost-aware extension's top-k)
+#   root -> 1, 3;   1 -> 0, 2;   3 -> 5   (chosen children: lookup copies, the top-k of trees cut by probability)
 TREE = Tree.build([4, 1, 3, 0, 2, 5], [-1, 0, 0, 1, 1, 2], [0.0] * 6, [0.0] * 6)
 CHILD_ROW = {1: 1, 3: 2}  # first token -> the node whose law gives the second
 
@@ -367,7 +367,7 @@ def test_bad_sampling_settings_are_refused(bad, match, target):
 BIGRAM_V, N_TOKENS, START = 8, 2000, torch.tensor([1, 5])
 SETTINGS = {"t1": Sampling(1.0), "t0.7-top5-p0.9": Sampling(0.7, top_k=5, top_p=0.9)}
 METHODS = [m for m, method in REGISTRY.items() if method.role != "peer"]  # peers (llama.cpp) run greedy only
-DEEP = {"linear", "fixed_tree", "dynatree", "talon", "streaming_spec"}  # their trees reach depth 3 and more here
+DEEP = {"linear", "fixed_tree", "dynatree", "talon", "streaming_spec", "eagle3_tree", "opt_tree"}  # depth >= 3 here
 
 
 def bigram_llama(seed: int, attention: bool = True):
@@ -396,7 +396,8 @@ def one_thread():
 
 def bigram_config(name: str):
     """Each method's settings for the bigram pair: trees of depth 3 or more, windows that slide."""
-    from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig
+    from dynatree_lib import (DynaTreeConfig, Eagle3TreeConfig, FixedTreeConfig, LinearConfig, OptTreeConfig,
+                              StreamingConfig, TalonConfig)
     from dynatree_lib.baselines.hf_generate import HFARConfig, HFAssistedConfig
     from dynatree_lib.extensions.cost_aware import CostAwareConfig
 
@@ -404,7 +405,8 @@ def bigram_config(name: str):
     return {"ar": None, "linear": LinearConfig(3), "fixed_tree": FixedTreeConfig(3, 2, 0.0, 10), "dynatree": dyna,
             "dynatree_cost": CostAwareConfig(dyna), "talon": TalonConfig(0.1, 8, 3),
             "streaming_spec": StreamingConfig(3, 32, 2), "hf_ar": HFARConfig(),
-            "hf_assisted": HFAssistedConfig(3)}[name]
+            "hf_assisted": HFAssistedConfig(3), "eagle3_tree": Eagle3TreeConfig(3, 3, 10),
+            "opt_tree": OptTreeConfig(8, 0.0, 4)}[name]
 
 
 @torch.no_grad()
@@ -435,7 +437,7 @@ def sample(pair, name: str, s: Sampling, draft=None):
 
 def test_every_registered_method_is_covered():
     assert set(METHODS) == {"ar", "linear", "fixed_tree", "dynatree", "dynatree_cost", "talon", "streaming_spec",
-                            "hf_ar", "hf_assisted"}
+                            "hf_ar", "hf_assisted", "eagle3_tree", "opt_tree"}
     assert {m for m, method in REGISTRY.items() if method.role == "peer"} <= {"llamacpp"}
 
 
@@ -472,7 +474,7 @@ def test_drawn_trees_of_a_subset_head_with_a_lookup_sample_the_target_law(bigram
     assert chi2_sf(stat, df) > OK, (stat, df)
 
 
-@pytest.mark.parametrize("name", ["linear", "dynatree", "talon", "dynatree_cost"])
+@pytest.mark.parametrize("name", ["linear", "dynatree", "talon", "dynatree_cost", "eagle3_tree", "opt_tree"])
 def test_an_eagle3_head_samples_the_target_law(bigram_pair, one_thread, name):
     """A head on the target's own features over a subset of the vocabulary (its laws mapped back, -inf elsewhere):
     drawn trees, chains and chosen children keep the target's law."""
@@ -484,12 +486,27 @@ def test_an_eagle3_head_samples_the_target_law(bigram_pair, one_thread, name):
     assert chi2_sf(stat, df) > OK, (stat, df)
 
 
+@pytest.mark.parametrize("kind,name", [("medusa", "dynatree"), ("medusa", "fixed_tree"), ("hydra", "dynatree"),
+                                       ("hydra", "talon")])
+def test_medusa_and_hydra_heads_sample_the_target_law(bigram_pair, one_thread, kind, name):
+    """Heads on the target's last hidden state, one per level (trees cut at three levels), over a subset of the
+    vocabulary: drawn trees keep the target's law."""
+    from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
+    from dynatree_lib.harness.tiny import tiny_mlp_heads
+
+    drf = MLPHeadRunner(tiny_mlp_heads(bigram_pair[0], kind, heads=3, draft_vocab=6, seed=1, init_range=0.5))
+    res, stat, df = sample(bigram_pair, name, SETTINGS["t1"], draft=drf)
+    assert chi2_sf(stat, df) > OK, (stat, df)
+    assert max(res.log.depth) == 3
+
+
 @pytest.mark.parametrize("rule,method,where,mutant", [
     ("drawn children: the residual", "dynatree", "dynatree_lib.core.decoding.verify_sampled", no_residual),
     ("drawn children: q without the rejected", "dynatree", "dynatree_lib.core.sampling.sibling_rejection",
      with_replacement),
     ("chosen children: the draw decides", "dynatree_cost", "dynatree_lib.core.decoding.verify_sampled", first_child),
-], ids=["no-residual", "with-replacement", "first-child"])
+    ("chosen children of a reranked tree", "eagle3_tree", "dynatree_lib.core.decoding.verify_sampled", first_child),
+], ids=["no-residual", "with-replacement", "first-child", "first-child-eagle3-tree"])
 def test_the_end_to_end_tests_catch_each_rule_broken(bigram_pair, one_thread, monkeypatch, rule, method, where,
                                                       mutant):
     """Each verification rule broken in one place, on the differing draft at T = 1: the test rejects it, and the
@@ -530,14 +547,16 @@ def tiny_pair():
 
 
 def method_config(name: str):
-    from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig
+    from dynatree_lib import (DynaTreeConfig, Eagle3TreeConfig, FixedTreeConfig, LinearConfig, OptTreeConfig,
+                              StreamingConfig, TalonConfig)
     from dynatree_lib.baselines.hf_generate import HFARConfig, HFAssistedConfig
     from dynatree_lib.extensions.cost_aware import CostAwareConfig
 
     return {"ar": None, "linear": LinearConfig(2), "fixed_tree": FixedTreeConfig(2, 2, 0.0, 8),
             "dynatree": DynaTreeConfig(D0=2, D_max=3, n_max=8), "dynatree_cost": CostAwareConfig(DynaTreeConfig(D0=2, D_max=3, n_max=8)),
             "talon": TalonConfig(0.1, 6, 2), "streaming_spec": StreamingConfig(2, 24, 2), "hf_ar": HFARConfig(),
-            "hf_assisted": HFAssistedConfig(2)}[name]
+            "hf_assisted": HFAssistedConfig(2), "eagle3_tree": Eagle3TreeConfig(2, 2, 6),
+            "opt_tree": OptTreeConfig(6, 0.0, 3)}[name]
 
 
 @pytest.mark.parametrize("name", ["linear", "fixed_tree", "streaming_spec"])
@@ -564,14 +583,15 @@ def test_sampling_is_reproducible_from_the_seed(tiny_pair):
 
 def test_tree_policies_draw_their_children_and_the_extension_chooses_them(tiny_pair):
     """When sampling, a tree policy gives each node as many children as it would rank (the count comes from the
-    draft's law, not from the draws), drawn without replacement; the cost-aware extension, which cuts trees by
-    their nodes' probabilities, keeps its top-k children."""
+    draft's law, not from the draws), drawn without replacement; the cost-aware extension, EAGLE-3's tree and
+    OPT-Tree, which cut trees by their nodes' probabilities, keep their top-k children."""
     from dynatree_lib.core.drafting import DraftState, draft_tree
     from dynatree_lib.core.runners import as_runner
 
     target, draft = tiny_pair
     s, g = Sampling(1.0), torch.Generator().manual_seed(5)
-    for name, drawn in (("fixed_tree", True), ("dynatree", True), ("talon", True), ("dynatree_cost", False)):
+    for name, drawn in (("fixed_tree", True), ("dynatree", True), ("talon", True), ("dynatree_cost", False),
+                        ("eagle3_tree", False), ("opt_tree", False)):
         trees = []
         for sampled in (True, False):
             policy = method_config(name).policy()

@@ -52,7 +52,7 @@ def test_no_file_outside_results_names_a_test_prompt():
     files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     assert len(files) > 100, files  # the whole repository was listed
     allowed = ("results/",)
-    pattern = re.compile(r"(?:wikitext2:\d+|pg19:\d+@c\d+|spec_bench:\d+)\b")
+    pattern = re.compile(rf"(?:{'|'.join(map(re.escape, WORKLOADS))}):\d+(?:@c\d+)?\b")  # every workload's ids
     bad = []
     for f in files:
         if f.startswith(allowed) or not (REPO / f).is_file() or f.endswith((".safetensors", ".parquet", ".gz")):

@@ -89,8 +89,8 @@ def test_no_import_cycle():
 def test_hooks_and_wrapped_models_are_declared_not_discovered():
     """Policy hooks and runner capabilities are methods of ``DraftPolicy`` / ``Runner`` with defaults; nothing
     looks them up with ``getattr`` (transformers configs, whose fields vary by architecture, are the exception)."""
-    names = ("more", "trim", "lookup_skip", "copies_trusted", "observe_copies", "lookup", "has_lookup", "vocab", "model",
-             "inner")
+    names = ("more", "trim", "to_expand", "lookup_skip", "copies_trusted", "observe_copies", "lookup", "has_lookup",
+             "vocab", "model", "inner")
     pattern = re.compile(r"getattr\([^,]+,\s*[\"'](" + "|".join(names) + r")[\"']")
     bad = [f"{module_name(f)}: {m.group(0)}" for f in LIB.rglob("*.py") for m in pattern.finditer(f.read_text())]
     assert not bad, bad

@@ -1,6 +1,7 @@
 """One step of a draft (default: the committed EAGLE-3 head) over the target's one-token forward, on the cpu
 profile's timed engine (bf16), in paired rounds (``harness.costs.one_token_ratio``: each round times the target and right after it the draft),
-and the committed v4 draft the same way in the same process: issue 56's cost target (<= 0.08). Writes ``results/cpu/head_cost.json``.
+and the committed v4 draft the same way in the same process: issue 56's cost target (<= 0.08). Writes ``results/cpu/head_cost.json``,
+each draft with the engine its step ran on (the head's: ``eagle3+fused``, one C++ call a step, where the kernels run).
 Time it alone on the machine.
 
     python tools/head_cost.py [--head eagle3:weights/smollm2-eagle3] [--rounds 15] [--span 120]
@@ -40,9 +41,11 @@ def main() -> None:
     out = {"context": context, "dtype": base.models.dtype, "engine": str(base.models.engine), "drafts": {}}
     for name, prof in (("v4", base), ("head", get_profile("cpu", draft=args.head, draft_vocab=None))):
         target, draft, _ = prof.models.load_pair(prof.models.dtype, prof.max_len)
-        ratio = one_token_ratio(as_runner(target), network(draft), context, rounds=args.rounds, span_s=args.span)
-        out["drafts"][name] = {"ref": prof.models.draft, "weights": weights_info(prof.models.draft), **ratio}
-        print(f"{name}: draft / target one-token cost, median {ratio['median']:.3f} "
+        net = network(draft)
+        ratio = one_token_ratio(as_runner(target), net, context, rounds=args.rounds, span_s=args.span)
+        out["drafts"][name] = {"ref": prof.models.draft, "engine": net.engine,
+                               "weights": weights_info(prof.models.draft), **ratio}
+        print(f"{name} ({net.engine}): draft / target one-token cost, median {ratio['median']:.3f} "
               f"(quartiles {ratio['quartiles'][0]:.3f}-{ratio['quartiles'][1]:.3f})")
     out["environment"] = environment(base.models.device)
     path = REPO / "results" / "cpu" / "head_cost.json"

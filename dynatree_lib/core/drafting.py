@@ -36,10 +36,12 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     (``LookupSkip``). The tree grows in Python lists (``Growth``) and becomes a ``Tree`` once, at the end:
     a level has a few nodes, and as tensors its bookkeeping would cost more than the rule itself.
     Children are ranked by the draft's probabilities at ``sampling.draft_temperature`` and the policy picks how
-    many each node gets; when ``sampling`` is not greedy, a ``sampled`` policy's children at levels the network
-    drafted are then drawn, that many, without replacement from those probabilities (with ``generator``).
+    many each node gets, and which new nodes grow (``expandable`` node by node, then ``to_expand`` over the level);
+    when ``sampling`` is not greedy, a ``sampled`` policy's children at levels the network drafted are then drawn,
+    that many, without replacement from those probabilities (with ``generator``).
+    A draft with a ``depth_limit`` (one head per level) gets no node deeper than it.
     """
-    max_depth = min(max_depth, policy.max_depth)
+    max_depth = min(max_depth, policy.max_depth, max_depth if draft.depth_limit is None else draft.depth_limit)
     if max_depth <= 0:
         return Tree.new(ids[-1], ids.device), 0
     sampled = policy.sampled and not sampling.greedy
@@ -61,7 +63,8 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
         added = grow.add(frontier, picked, children)
         if grow.n_drafted >= policy.n_max:
             break
-        frontier = [i for i in added if grow.depth[i] < max_depth and policy.expandable(grow.depth[i], grow.cum[i])]
+        growing = [i for i in added if grow.depth[i] < max_depth and policy.expandable(grow.depth[i], grow.cum[i])]
+        frontier = policy.to_expand(grow.cum, growing)
         if not frontier:
             break
         copies = skip.level(grow, frontier) if skip else None

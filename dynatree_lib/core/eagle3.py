@@ -144,9 +144,7 @@ class Eagle3Head(nn.Module):
 
     def set_vocab(self, ids: Tensor) -> None:
         """Draft columns = the target ids ``ids`` (distinct), sorted ascending (``d2t``, ``t2d``)."""
-        ids = torch.as_tensor(ids, dtype=torch.long).sort().values
-        if ids.numel() != self.cfg.draft_vocab or ids.unique().numel() != ids.numel():
-            raise ValueError(f"the draft vocabulary needs {self.cfg.draft_vocab} distinct token ids, got {ids.numel()}")
+        ids = draft_columns(ids, self.cfg.draft_vocab)
         self.d2t.copy_(ids - torch.arange(ids.numel()))
         self.t2d.zero_()
         self.t2d[ids] = True
@@ -197,6 +195,14 @@ class Eagle3Head(nn.Module):
             n, total = q.shape[-2], k.shape[-2]
             attention_mask = torch.full((n, total), torch.finfo(h.dtype).min, dtype=h.dtype).triu(total - n + 1)
         return self.finish(attend(q, k, v, attention_mask), h), (k, v)
+
+
+def draft_columns(ids, size: int) -> Tensor:
+    """A head's draft columns: the target ids ``ids`` sorted ascending, refused unless ``size`` distinct ids."""
+    ids = torch.as_tensor(ids, dtype=torch.long).sort().values
+    if ids.numel() != size or ids.unique().numel() != ids.numel():
+        raise ValueError(f"the draft vocabulary needs {size} distinct token ids, got {ids.numel()}")
+    return ids
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

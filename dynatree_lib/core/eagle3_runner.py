@@ -16,101 +16,39 @@ forward, or nodes that waited for a lookup-skipped level) run in as many waves a
 node reads its parent's output. ``truncate`` and ``commit`` move or drop entries exactly as the other runners move
 their cache, so the cache always holds the committed tokens' pairs, never a rejected node's.
 
-In bf16 on a CPU with AVX512-BF16 the head's matmuls and attention run on the bf16 kernels (``kernels.linear``,
-``kernels.attention``): the runner packs each of the head's linear layers in place (``PackedLinear``: the packed
-weight is the head's one copy, the plain one is released, ``ownership``). oneDNN's bf16 matmul, which eager torch
-would run, keeps generated kernels for every shape it meets, and a generation of trees meets hundreds (rows per
-level, keys per step): hundreds of MB that stay with the process. Elsewhere (fp32, other CPUs) the head runs as is.
+This runner computes eagerly (the fp32 exactness path, and any head the kernels do not take);
+``eagle3_fused.FusedEagle3Runner`` keeps its bookkeeping and runs each wave as one bf16 C++ call.
 """
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from . import kernels
 from .eagle3 import Eagle3Head, attend
-from .ownership import ReleasedWeight
-from .runners import Runner, additive_mask, first_moved
+from .runners import HeadRunner, additive_mask, tree_parents
 
 
-class PackedLinear(nn.Module):
-    """A bias-free ``nn.Linear`` whose weight is packed for ``kernels.linear`` (its one copy; ``weight`` keeps the
-    plain weight's shape and dtype, released: ``ownership``)."""
-
-    def __init__(self, linear: nn.Linear, what: str, holder: str):
-        super().__init__()
-        self.packed = nn.Parameter(kernels.pack(linear.weight.detach()), requires_grad=False)
-        self._parameters["weight"] = ReleasedWeight(linear.weight, what, holder)
-
-    def forward(self, x: Tensor) -> Tensor:
-        y = kernels.linear(x.reshape(-1, x.shape[-1]).contiguous(), self.packed)
-        return y.view(*x.shape[:-1], y.shape[-1])
-
-
-def pack_linears(head: nn.Module, holder: str) -> None:
-    """Every ``nn.Linear`` of ``head`` as a ``PackedLinear``, in place (those already packed stay)."""
-    for path, module in list(head.named_modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, nn.Linear):
-                setattr(module, name, PackedLinear(child, f"{path}.{name}.weight".lstrip("."), holder))
-
-
-def kernels_take(head: Eagle3Head) -> bool:
-    """Whether the bf16 kernels run this head here: bf16 on a CPU with AVX512-BF16, a head size the attention takes
-    and every linear layer packable."""
-    w = head.fc.weight
-    linears = [m.weight for m in head.modules() if isinstance(m, nn.Linear)]
-    return (w.dtype == torch.bfloat16 and w.device.type == "cpu" and kernels.attention_takes(head.cfg.head_dim)
-            and all(kernels.packable(x) for x in linears) and kernels.available())
-
-
-class Eagle3Runner(Runner):
-    """An ``Eagle3Head`` with a cache of ``max_len + tree_slots`` slots (default max_len: the head's context); on the
-    bf16 kernels where they run (``kernel=None``: bf16 on a CPU with AVX512-BF16; see module docstring)."""
+class Eagle3Runner(HeadRunner):
+    """An ``Eagle3Head`` with a cache of ``max_len + tree_slots`` slots (default max_len: the head's context)."""
 
     engine = "eagle3"
 
-    def __init__(self, head: Eagle3Head, max_len: int | None = None, tree_slots: int = 320,
-                 kernel: bool | None = None):
+    def __init__(self, head: Eagle3Head, max_len: int | None = None, tree_slots: int = 320):
         c, w = head.cfg, head.fc.weight
-        if kernel is None:
-            kernel = kernels_take(head)
-        if kernel:
-            pack_linears(head, "an Eagle3Runner (bf16 kernels)")
-            self.engine = "eagle3+dpbf16"
-        self.kernel = kernel
         self.model = self.head = head
         self.vocab = head.vocab()
         self.reads_features = c.aux_layers
-        self.max_len = (max_len or c.max_positions) + tree_slots
+        self.init_slots((max_len or c.max_positions) + tree_slots, 3 * c.target_hidden, w.dtype, w.device)
         self.k = torch.zeros(c.kv_heads, self.max_len, c.head_dim, dtype=w.dtype, device=w.device)
         self.v = torch.zeros_like(self.k)
         self.out = torch.zeros(self.max_len, c.hidden, dtype=w.dtype, device=w.device)  # the layer's output per slot
-        self.pos = torch.zeros(self.max_len, dtype=torch.long, device=w.device)  # each slot's token position
-        self.target = torch.zeros(self.max_len, 3 * c.target_hidden, dtype=w.dtype, device=w.device)  # by position
-        self.known = 0  # the target's features are known for positions < known
-        self.length = 0
-
-    def reset(self) -> None:
-        self.length = self.known = 0
-
-    def observe_target(self, features: Tensor, start: int) -> None:
-        n = features.shape[0]
-        if start > self.known or start + n > self.max_len:
-            raise ValueError(f"target features for positions {start}..{start + n - 1} do not follow the "
-                             f"{self.known} known (or exceed the head's {self.max_len} slots)")
-        self.target[start:start + n] = features.to(self.target.dtype)
-        self.known = start + n
 
     @torch.no_grad()
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
         """Logits over the draft vocabulary [q, V'] ([1, V'] if ``last_only``) of the new slots' pairs."""
         q = tokens.numel()
-        if self.length + q > self.max_len:
-            raise ValueError(f"the head's cache of {self.max_len} slots is full ({self.length} used, {q} more asked)")
-        slots = torch.arange(self.length, self.length + q, device=tokens.device)
-        self.pos[slots] = positions
+        slots = self.new_slots(positions)
         mask = self._mask(q, visible, tree_start)
         if tree_start is None:
             self._run(list(range(q)), tokens, positions, self._committed_inputs(positions), mask)
@@ -123,29 +61,27 @@ class Eagle3Runner(Runner):
 
     def _committed_inputs(self, positions: Tensor) -> Tensor:
         """The fused target features of the token before each committed row (zeros for the first token)."""
+        before = self._committed_rows(positions)
+        return torch.where((before >= 0)[:, None], self.head.fc(self.target[before.clamp(min=0)]), 0.0)
+
+    def _committed_rows(self, positions: Tensor) -> Tensor:
+        """Each committed row's position of the target features it reads (the token before it; -1 for the first)."""
         before = positions - 1
         if int(before.max()) >= self.known:
             raise ValueError(f"the head has the target's features up to position {self.known - 1}, and a committed "
                              f"token at position {int(positions.max())} needs those of the token before it")
-        return torch.where((before >= 0)[:, None], self.head.fc(self.target[before.clamp(min=0)]), 0.0)
+        return before
 
     def _parents(self, positions: Tensor, visible: Tensor | None, tree_start: int) -> list[int]:
         """Each new drafted row's parent slot: the visible slot one position up, else the last committed slot."""
-        if visible is None:  # a chain: the slot before each row
-            return list(range(self.length - 1, self.length + positions.numel() - 1))
-        span = self.pos[tree_start:tree_start + visible.shape[1]]
-        up = visible & (span[None, :] == positions[:, None] - 1)
-        first = up.to(torch.int8).argmax(1) + tree_start
-        return torch.where(up.any(1), first, tree_start - 1).tolist()
+        return tree_parents(self.pos, self.length, positions, visible, tree_start)
 
     def _mask(self, q: int, visible: Tensor | None, tree_start: int | None) -> Tensor:
-        """[q, length + q] additive mask (committed prefix, then causal or ``visible``); slot 0 hidden from every row
-        but its own."""
+        """[q, length + q] additive mask (committed prefix, then causal or ``visible``); slot 0 always hidden."""
         if visible is None:
             visible, tree_start = torch.ones(q, q, dtype=torch.bool, device=self.k.device).tril(), self.length
         mask = additive_mask(visible, tree_start, self.length + q, self.k.dtype)
-        first = 1 if self.length == 0 else 0  # the first token's own row sees its slot alone (no hidden slots there)
-        mask[first:, 0] = torch.finfo(self.k.dtype).min
+        mask[:, 0] = torch.finfo(self.k.dtype).min
         return mask
 
     def _run(self, rows: list[int], tokens: Tensor, positions: Tensor, hidden: Tensor, mask: Tensor) -> None:
@@ -154,24 +90,15 @@ class Eagle3Runner(Runner):
         slots, total = self.length + idx, self.length + tokens.numel()
         qh, k, v = self.head.project(tokens[idx], hidden, positions[idx] - 1)
         self.k[:, slots], self.v[:, slots] = k, v
-        if self.kernel:  # [rows, H * hd] back to [H, rows, hd]
-            attended = kernels.attention(qh, self.k[:, :total], self.v[:, :total], mask[idx])
-            attended = attended.view(idx.numel(), qh.shape[0], -1).transpose(0, 1)
-        else:
-            attended = attend(qh, self.k[:, :total], self.v[:, :total], mask[idx])
+        attended = attend(qh, self.k[:, :total], self.v[:, :total], mask[idx])
         self.out[slots] = self.head.finish(attended, hidden)
 
-    def truncate(self, length: int) -> None:
-        self.length = length
+    def slot_rows(self) -> list[Tensor]:
+        return [self.pos, self.out]
 
-    def commit(self, start: int, keep: Tensor) -> None:
-        n, m = keep.numel(), first_moved(keep)
-        if m < n:
-            src = keep[m:] + start
-            dst = slice(start + m, start + n)
-            self.k[:, dst], self.v[:, dst] = self.k[:, src], self.v[:, src]
-            self.out[dst], self.pos[dst] = self.out[src], self.pos[src]
-        self.length = start + n
+    def move(self, src: Tensor, dst: slice) -> None:
+        super().move(src, dst)
+        self.k[:, dst], self.v[:, dst] = self.k[:, src], self.v[:, src]
 
 
 def waves(parents: list[int], length: int) -> list[list[int]]:

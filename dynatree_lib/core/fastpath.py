@@ -237,7 +237,7 @@ class StaticLlama(nn.Module):
     def body(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
         """Final hidden states [q, d] of ``tokens`` at ``positions``, written to cache ``slots``, attending
         to slots [0, kv) through the additive ``mask`` [q, kv]; and the hidden states entering each of
-        ``feature_layers`` ([q, k * d], None when none are asked)."""
+        ``feature_layers`` ([q, k * d], None when none are asked; id ``layers``: the final normed state)."""
         q_len, H, KV, hd = tokens.shape[0], self.H, self.KV, self.hd
         kv = mask.shape[1]
         r = self._reduce(q_len)
@@ -264,6 +264,8 @@ class StaticLlama(nn.Module):
             x = x + linear(o, self.wo[i], r)
             gate, up = linear(self._rms(x, self.ln2[i]), self.w13[i], r).split([self.inter, self.inter], -1)
             x = x + linear(F.silu(gate) * up, self.w2[i], r)
+        if n_layers in self.feature_layers:  # the last hidden state, after the final norm (what ``logits`` reads)
+            kept[n_layers] = self._rms(x, self.norm)
         return x, (torch.cat([kept[i] for i in self.feature_layers], -1) if self.feature_layers else None)
 
     def _reduce(self, rows: int) -> bool:

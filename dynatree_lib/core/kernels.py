@@ -14,6 +14,8 @@ packed tensor: ``fastpath``), as ``forward`` does.
 ``forward`` runs a whole Llama forward (embedding, every layer, the head) in one call and one parallel region,
 with these matmuls and this attention: the per-kernel start-up a layered forward pays a dozen times a layer is
 paid once (see ``fastpath``; what each engine costs is measured in ``results/<profile>/costs.json``).
+``eagle3_step`` runs an EAGLE-3 head's step (its one layer, norm and head) by the same code in one call
+(``eagle3_fused``).
 
 The kernel is built with torch's C++ extension loader on first use (seconds; cached in
 ``~/.cache/torch_extensions``). Where the CPU lacks AVX512-BF16, the build fails, or ``DYNATREE_KERNELS=0``
@@ -118,8 +120,22 @@ def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net,
     attending through the additive bf16 ``mask`` [q, kv] to slots [0, kv). ``greedy``: each row's argmax
     instead (int64 [q] or [1]; the first index of the largest logit, as ``logits.float().argmax(-1)``).
     ``features`` [q, len(feature_layers), d]: filled with the residual stream entering each of ``feature_layers``
-    for every row (the hidden states an EAGLE-3 head reads), by the same call."""
+    for every row (the hidden states an EAGLE-3 head reads; id L, the number of layers: the last layer's output
+    after the final norm, which Medusa and Hydra heads read), by the same call."""
     return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, net.embed, net.wqkv, net.wo, net.w13,
                                           net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
                                           net.sin, net.H, net.KV, net.eps, last_only, greedy, features,
                                           list(feature_layers))
+
+
+def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, inputs: Tensor, input_rows: Tensor,
+                net, fc: Tensor | None = None, last_only: bool = False) -> Tensor:
+    """An EAGLE-3 head's step in one call (``eagle3_fused.PackedHead`` ``net``, ``core/eagle3.py``'s layer), by the
+    code of ``forward``: row r's residual stream is row ``input_rows[r]`` of ``inputs`` (-1: zeros), through the
+    packed ``fc`` where given (the target's fused features) or as it is (a parent's output); q, k and v read the
+    token's embedding and that stream, each RMS-normalised alone; the layer's outputs go to rows ``slots`` of
+    ``net.out`` and its keys and values to those of ``net.k``, ``net.v``. Returns the draft vocabulary's logits
+    [q, V'] ([1, V'] if ``last_only``); the RoPE tables are read at row ``positions``."""
+    return torch.ops.dynatree.eagle3_bf16(tokens, positions, slots, mask, inputs, input_rows, fc, net.out, net.embed,
+                                          net.wqkv, net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm, net.head,
+                                          net.k, net.v, net.cos, net.sin, net.H, net.KV, net.eps, last_only)

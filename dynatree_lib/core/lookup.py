@@ -151,6 +151,7 @@ class LookupRunner(Runner):
     engine = property(lambda self: self.inner.engine)
     vocab = property(lambda self: self.inner.vocab)
     reads_features = property(lambda self: self.inner.reads_features)
+    depth_limit = property(lambda self: self.inner.depth_limit)
 
     def observe_target(self, features: Tensor, start: int) -> None:
         self.inner.observe_target(features, start)

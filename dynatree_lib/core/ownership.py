@@ -20,8 +20,8 @@ the model's own parameters would be a second copy of every weight. So when it is
 Every copy the served pair still makes is named: the subset head's gathered rows (a draft head over a token subset
 reads only those) and the caches (KV caches, RoPE tables, an EAGLE-3 runner's per-slot buffers); the test
 ``test_one_copy.py`` adds up the storages a served pair holds. An EAGLE-3 head reads the target runner's embedding
-tensor, and on the bf16 kernels its runner packs the head's own linear layers in place, releasing their plain
-weights (``eagle3_runner.PackedLinear``).
+tensor, and on the fused engine its runner packs the head's weights, releasing their plain ones
+(``eagle3_fused.PackedHead``).
 
 What still needs a model's own weights is served apart: transformers' own loop (HF's AR and assisted generation)
 runs on models loaded without a runner (``harness.profiles.Models.load_pair`` with ``models_for="transformers"``), or
@@ -59,11 +59,11 @@ class ReleasedWeight(Tensor):
 
     def error(self, use: str) -> ReleasedWeightError:
         return ReleasedWeightError(
-            f"{self.what} ({tuple(self.shape)}, {self.dtype}) was released: {self.holder} took this transformers "
-            f"model's weights over and holds them in its own layout (one copy of every weight), so the model is a "
-            f"shell now (config and shapes only) and cannot compute ({use}). Run the runner instead, or build it with "
-            "keep_model=True to keep the model's own weights beside it (two copies); harness.models.load_pair with "
-            "engine='eager' gives the transformers models alone")
+            f"{self.what} ({tuple(self.shape)}, {self.dtype}) was released: {self.holder} took this model's weights "
+            f"over and holds them in its own layout (one copy of every weight), so the model is a shell now (config "
+            f"and shapes only) and cannot compute ({use}). Run the runner instead, or build it with keep_model=True "
+            "(keep_head=True for a head's runner) to keep the model's own weights beside it (two copies); "
+            "harness.models.load_pair with engine='eager' gives the transformers models alone")
 
     def data_ptr(self) -> int:
         raise self.error("data_ptr()")

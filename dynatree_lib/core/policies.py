@@ -1,10 +1,12 @@
 """Drafting policies: how a draft tree is shaped, level by level, and how it adapts.
 
-Every tree method (linear chain, fixed tree, DynaTree, TALON) is a frozen configuration dataclass whose
-``policy()`` returns a fresh ``DraftPolicy`` for one generation. The drafter (``drafting.draft_tree``)
-asks the policy, for a whole level at once, which candidate children to keep and, node by node, which
-kept nodes to expand further; after each verification the loop tells the policy what was accepted. A level
-has a few nodes, so the policy sees plain Python lists and numbers (tensor ops cost more than the rule here).
+Every tree method (linear chain, fixed tree, DynaTree, TALON here; EAGLE-3's tree in ``eagle_tree``, OPT-Tree in
+``opt_tree``) is a frozen configuration dataclass whose ``policy()`` returns a fresh ``DraftPolicy`` for one
+generation. The drafter (``drafting.draft_tree``) asks the policy, for a whole level at once, which candidate
+children to keep and, node by node, which kept nodes may expand further (a policy that ranks a level's nodes against
+each other narrows them, level by level, in ``to_expand``); after each verification the loop tells the policy what
+was accepted. A level has a few nodes, so the policy sees plain Python lists and numbers (tensor ops cost more than
+the rule here).
 """
 from __future__ import annotations
 
@@ -48,6 +50,11 @@ class DraftPolicy:
     def expandable(self, depth: int, cum_logp: float) -> bool:
         """Whether a newly added node (at ``depth``, path log-prob ``cum_logp``) gets children next level."""
         raise NotImplementedError
+
+    def to_expand(self, cum_logp: list[float], nodes: list[int]) -> list[int]:
+        """Which of a level's new nodes that ``expandable`` lets grow (``nodes``, ascending) get children next
+        level: ``cum_logp`` holds the path log-probs of every node of the tree so far (root first)."""
+        return nodes
 
     def observe(self, accepted: int, tree_depth: int) -> None:
         """After verification: ``accepted`` draft tokens of a tree ``tree_depth`` deep were committed."""

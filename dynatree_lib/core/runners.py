@@ -21,8 +21,12 @@ Features. A draft that drafts from the target's own hidden states (an EAGLE-3 he
 leaves the hidden states of those layers for every row it processed (``features``), computed by the same
 forward (no second pass). The loop hands the committed rows to the draft (``observe_target``): the prompt's
 after prefill, the accepted path's after each verification. Layer id ``i`` is the hidden state entering decoder
-layer ``i`` (transformers' ``hidden_states[i]``; 0 is the embedding), as EAGLE-3 and vLLM count them. A runner
-asked for no features does no extra work.
+layer ``i`` (transformers' ``hidden_states[i]``; 0 is the embedding), as EAGLE-3 and vLLM count them; id ``L``
+(the number of layers) is the last hidden state after the final norm, what the output layer reads (transformers'
+``hidden_states[L]``; Medusa's and Hydra's input). A runner asked for no features does no extra work.
+
+Depth. A draft with one head per drafted level (Medusa, Hydra) can give children to nodes only down to a depth
+(``depth_limit``): the drafter grows no node deeper than it, whatever the policy asks.
 
 We never call ``DynamicCache.crop``: its argument changed meaning in transformers 5.17 (an absolute
 length before, a negative count after), and our operations are plain tensor slicing anyway.
@@ -48,6 +52,7 @@ class Runner:
     has_lookup: bool = False    # whether ``lookup`` can find anything (a draft with a context lookup)
     reads_features: tuple[int, ...] = ()  # a draft on the target's hidden states: the layer ids it reads
     features: Tensor | None = None  # a target asked to keep features: [rows, layers * hidden] of its last forward
+    depth_limit: int | None = None  # a draft that drafts no deeper than this many levels (a head per level); None: any
 
     def reset(self) -> None:
         raise NotImplementedError
@@ -194,12 +199,77 @@ def check_vocab(vocab, n_vocab: int, device=None) -> Tensor | None:
 
 
 def check_feature_layers(layers, n_layers: int) -> tuple[int, ...]:
-    """``layers`` as a tuple of layer ids in [0, n_layers) (see module docstring), refused otherwise."""
+    """``layers`` as a tuple of layer ids in [0, n_layers] (see module docstring), refused otherwise."""
     out = tuple(layers)
-    if not out or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers for i in out):
-        raise ValueError(f"feature layers must be a non-empty list of layer ids in [0, {n_layers}) (the hidden state "
-                         f"entering that decoder layer), got {layers!r}")
+    if not out or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= n_layers for i in out):
+        raise ValueError(f"feature layers must be a non-empty list of layer ids in [0, {n_layers}] (the hidden state "
+                         f"entering that decoder layer; {n_layers}: the last one, after the final norm), got {layers!r}")
     return out
+
+
+class HeadRunner(Runner):
+    """What every draft runner on the target's hidden states keeps per slot and per position (EAGLE-3, Medusa and
+    Hydra heads): ``target``, the target's features by position (handed over by ``observe_target``; known below
+    ``known``), ``pos``, each slot's token position, and the slot rows of ``slot_rows`` that ``commit`` moves with
+    their slots. ``what`` names the head in errors."""
+
+    what: str = "the head"
+
+    def init_slots(self, max_len: int, feature_width: int, dtype: torch.dtype, device) -> None:
+        self.max_len = max_len
+        self.target = torch.zeros(max_len, feature_width, dtype=dtype, device=device)  # by position
+        self.pos = torch.zeros(max_len, dtype=torch.long, device=device)  # each slot's token position
+        self.known = 0  # the target's features are known for positions < known
+        self.length = 0
+
+    def reset(self) -> None:
+        self.length = self.known = 0
+
+    def observe_target(self, features: Tensor, start: int) -> None:
+        n = features.shape[0]
+        if start > self.known or start + n > self.max_len:
+            raise ValueError(f"target features for positions {start}..{start + n - 1} do not follow the "
+                             f"{self.known} known (or exceed the {self.max_len} slots of {self.what})")
+        self.target[start:start + n] = features.to(self.target.dtype)
+        self.known = start + n
+
+    def new_slots(self, positions: Tensor) -> Tensor:
+        """The slots of new rows at ``positions`` (recorded), refused past the slots."""
+        q = positions.numel()
+        if self.length + q > self.max_len:
+            raise ValueError(f"the {self.max_len} slots of {self.what} are full ({self.length} used, {q} more asked)")
+        self.pos[self.length:self.length + q] = positions
+        return torch.arange(self.length, self.length + q, device=positions.device)
+
+    def slot_rows(self) -> list[Tensor]:
+        """The per-slot tensors (slot first) that move with their slots."""
+        return [self.pos]
+
+    def move(self, src: Tensor, dst: slice) -> None:
+        """Slots ``src`` to ``dst`` (``commit``'s copy)."""
+        for t in self.slot_rows():
+            t[dst] = t[src]
+
+    def truncate(self, length: int) -> None:
+        self.length = length
+
+    def commit(self, start: int, keep: Tensor) -> None:
+        n, m = keep.numel(), first_moved(keep)
+        if m < n:
+            self.move(keep[m:] + start, slice(start + m, start + n))
+        self.length = start + n
+
+
+def tree_parents(slot_pos: Tensor, length: int, positions: Tensor, visible: Tensor | None, tree_start: int) -> list[int]:
+    """Each new drafted row's parent slot, for a draft runner that follows paths (``slot_pos``: the position of each
+    cached slot; ``length``: the slots cached before these rows): the visible slot one position up, else the last
+    committed slot ``tree_start - 1`` (a child of the root). ``visible=None`` (a chain): the slot before each row."""
+    if visible is None:
+        return list(range(length - 1, length + positions.numel() - 1))
+    span = slot_pos[tree_start:tree_start + visible.shape[1]]
+    up = visible & (span[None, :] == positions[:, None] - 1)
+    first = up.to(torch.int8).argmax(1) + tree_start
+    return torch.where(up.any(1), first, tree_start - 1).tolist()
 
 
 def first_moved(keep: Tensor) -> int:

@@ -78,6 +78,16 @@ class Tree:
         return Tree(self.tokens[keep], parents, depth, self.logp[keep], self.cum_logp[keep], self.anc[keep][:, keep],
                     keep.numel(), self.is_chain or levels == keep.numel() - 1, levels, self.root_conf, copies)
 
+    def most_probable(self, n: int) -> "Tree":
+        """The root and the ``n`` drafted nodes of highest path probability (ties: the node drafted first), a
+        set closed under ancestors: each node is ranked by the least path log-prob on its way from the root,
+        which is its own wherever the draft's log-probs are <= 0, so a parent always ranks before its child."""
+        if self.n_drafted <= n:
+            return self
+        score = self.cum_logp.masked_fill(~self.anc, float("inf")).min(dim=1).values[1:]
+        best = score.sort(descending=True, stable=True).indices[:n]
+        return self.subset(torch.cat([best.new_zeros(1), best.sort().values + 1]))
+
     def record(self, path: Tensor, position: int) -> dict:
         """A JSON-ready picture of this tree and its verification (a few hundred bytes per node)."""
         return {"position": position, "root_conf": round(self.root_conf, 4), "parents": self.parents.tolist(),

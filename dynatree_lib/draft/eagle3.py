@@ -25,6 +25,11 @@ only the norm and head from the target. Everything is seeded by ``seed`` and the
 newest. The head folder (the speculators format vLLM serves) is written at the end of every run. Its first-token
 agreement, overlap and ECE beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
 ``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
+
+The pipeline (text, draft vocabulary, seeded windows, the teacher pass, the loop, checkpoints, resuming) serves any
+head on the target's features: a ``HeadRecipe`` (a spec of its training) says how a head of its kind starts, which
+target layers it reads, its losses and its export; ``HeadSpec`` is EAGLE-3's, ``draft.mlp_heads`` declares
+Medusa's and Hydra's.
 """
 from __future__ import annotations
 
@@ -48,12 +53,46 @@ V4_TEXT = REPO / "data" / "draft_teacher_v4" / "teacher_text.json.gz"
 VERIFIER = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
+class HeadRecipe:
+    """What a kind of head adds to the shared pipeline (module docstring). A recipe is a frozen dataclass of the
+    head's training, whose fields a checkpoint folder must match (``check_folder``); each kind writes every method.
+    ``kind``: its name in ``core.head_kinds.HEAD_KINDS``."""
+
+    kind = "head"
+
+    def folder(self) -> Path:
+        """Where checkpoints and the exported head go by default."""
+        raise NotImplementedError
+
+    def new_head(self, target, vocab: torch.Tensor) -> torch.nn.Module:
+        """An fp32 head on ``target``'s features and embedding over the draft vocabulary ``vocab``, seeded."""
+        raise NotImplementedError
+
+    def feature_layers(self, head) -> tuple[int, ...]:
+        """The target layers (``core.runners`` layer ids) whose hidden states the teacher pass keeps for ``head``."""
+        raise NotImplementedError
+
+    def losses(self, head, batch: "Batch") -> tuple[torch.Tensor, list[float]]:
+        """The loss of ``batch`` and the agreement of each unrolled step or head with the target's argmax."""
+        raise NotImplementedError
+
+    def export(self, head, folder: Path, log: list[dict]) -> Path:
+        """Write the trained head (bf16, its format, its training record) to ``folder``."""
+        raise NotImplementedError
+
+    def command(self) -> str:
+        """The command that rebuilds or resumes this head (a spec's fields beyond the draft vocabulary add their
+        options)."""
+        return f"python -m dynatree_lib build-draft --head {self.kind} --draft-vocab {self.draft_vocab}"
+
+
 @dataclass(frozen=True)
-class HeadSpec:
+class HeadSpec(HeadRecipe):
     """The head's training. ``steps``: the schedule's length (a run stops earlier at its ``--seconds`` or
     ``--steps`` budget and a rerun resumes). ``seq_len``: tokens per sequence window; ``seqs_per_step`` windows a
     step. ``prompt_tail``: a continuation's loss covers its last that many prompt tokens too (human text)."""
 
+    kind = "eagle3"  # a class attribute, not a field: the checkpoints' spec is unchanged
     draft_vocab: int = 8192
     aux_layers: tuple[int, ...] | None = None  # None: EAGLE-3's (2, N // 2, N - 3)
     ttt_steps: int = 3
@@ -81,6 +120,18 @@ class HeadSpec:
 
     def folder(self) -> Path:
         return BUILD / f"v{self.draft_vocab // 1024}k"
+
+    def new_head(self, target, vocab: torch.Tensor) -> Eagle3Head:
+        return new_head(target, self, vocab)
+
+    def feature_layers(self, head: Eagle3Head) -> tuple[int, ...]:
+        return head.cfg.aux_layers
+
+    def losses(self, head: Eagle3Head, batch: "Batch") -> tuple[torch.Tensor, list[float]]:
+        return ttt_losses(head, batch, self)
+
+    def export(self, head: Eagle3Head, folder: Path, log: list[dict]) -> Path:
+        return export(head, folder, self, log)
 
 
 # ---- data --------------------------------------------------------------------------------------------------------
@@ -206,13 +257,19 @@ def ttt_losses(head: Eagle3Head, batch: Batch, spec: HeadSpec) -> tuple[torch.Te
 
 
 def step_loss(head: Eagle3Head, out: torch.Tensor, batch: Batch, i: int) -> tuple[torch.Tensor, float]:
-    """Soft cross entropy of step ``i``'s rows ``out`` [B, r, h] (row t predicts token t + 2 + i from the target's
-    logits at position t + 1 + i) on rows whose predicted token carries a loss and whose target argmax is a draft
-    token; and the head's agreement with the target's argmax there."""
-    r = out.shape[1]
+    """``soft_loss`` of step ``i``'s rows ``out`` [B, r, h] (the layer's outputs)."""
+    return soft_loss(head.logits(out), batch, i)
+
+
+def soft_loss(logits: torch.Tensor, batch: Batch, i: int) -> tuple[torch.Tensor, float]:
+    """Soft cross entropy of rows ``logits`` [B, r, V'] (row t predicts token t + 2 + i from the target's logits at
+    position t + 1 + i: EAGLE-3's unrolled step i, Medusa's and Hydra's head i) on rows whose predicted token
+    carries a loss and whose target argmax is a draft token; and the head's agreement with the target's argmax
+    there."""
+    r = logits.shape[1]
     pos = slice(1 + i, 1 + i + r)
     mask = batch.loss[:, 1 + i + 1:1 + i + 1 + r] & batch.valid[:, 1 + i + 1:1 + i + 1 + r] & batch.in_vocab[:, pos]
-    logq = F.log_softmax(head.logits(out).float(), -1)
+    logq = F.log_softmax(logits.float(), -1)
     p = F.softmax(batch.soft[:, pos], -1)
     n = mask.sum().clamp(min=1)
     loss = -((p * logq).sum(-1) * mask).sum() / n
@@ -260,11 +317,12 @@ def learning_rate(spec: HeadSpec, step: int) -> float:
     return spec.lr * min(1.0, (step + 1) / spec.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
 
 
-def train_head(spec: HeadSpec = HeadSpec(), target=None, seconds: float | None = None, steps: int | None = None,
+def train_head(spec: HeadRecipe = HeadSpec(), target=None, seconds: float | None = None, steps: int | None = None,
                out: Path | None = None, seqs: list[Sequence] | None = None) -> Path:
-    """Train (or resume) the head in ``out`` (default ``spec.folder()``) for at most ``seconds`` / ``steps`` more
-    steps of this run, then checkpoint and export it to ``out / "head"``; returns that folder. ``target``: the
-    transformers target (default: the cpu profile's, bf16); ``seqs``: the training text (default ``teacher_text``)."""
+    """Train (or resume) the head of ``spec``'s kind in ``out`` (default ``spec.folder()``) for at most ``seconds``
+    / ``steps`` more steps of this run, then checkpoint and export it to ``out / "head"``; returns that folder.
+    ``target``: the transformers target (default: the cpu profile's, bf16); ``seqs``: the training text (default
+    ``teacher_text``)."""
     from tqdm.auto import tqdm
 
     torch.set_num_threads(spec.threads)
@@ -273,11 +331,11 @@ def train_head(spec: HeadSpec = HeadSpec(), target=None, seconds: float | None =
     target = target if target is not None else load_bf16_target()
     seqs = seqs if seqs is not None else teacher_text(spec)
     vocab = frequent_tokens(seqs, spec.draft_vocab, target.config.vocab_size)
-    head = new_head(target, spec, vocab)
+    head = spec.new_head(target, vocab)
     opt = torch.optim.AdamW(head.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
     log = resume(out, head, opt)
     end = min(spec.steps, len(log) + (steps if steps is not None else spec.steps))
-    bar = tqdm(range(len(log), end), desc="train eagle3 head", initial=len(log), total=spec.steps)
+    bar = tqdm(range(len(log), end), desc=f"train {spec.kind} head", initial=len(log), total=spec.steps)
     t0, clock = time.time(), time.time() - (log[-1]["seconds"] if log else 0.0)
     for step in bar:
         log.append(train_step(head, opt, target, draw(seqs, spec, step), spec, step, clock))
@@ -287,15 +345,15 @@ def train_head(spec: HeadSpec = HeadSpec(), target=None, seconds: float | None =
         if seconds is not None and time.time() - t0 >= seconds:
             break
     checkpoint(out, head, opt, log, spec)
-    return export(head, out / "head", spec, log)
+    return spec.export(head, out / "head", log)
 
 
-def train_step(head, opt, target, seqs: list[Sequence], spec: HeadSpec, step: int, clock: float) -> dict:
-    batch = teacher_pass(target, batch_of(seqs), head.cfg.aux_layers, head.vocab())
+def train_step(head, opt, target, seqs: list[Sequence], spec: HeadRecipe, step: int, clock: float) -> dict:
+    batch = teacher_pass(target, batch_of(seqs), spec.feature_layers(head), head.vocab())
     for grp in opt.param_groups:
         grp["lr"] = learning_rate(spec, step)
     with torch.autocast("cpu", dtype=getattr(torch, spec.matmul_dtype), enabled=spec.matmul_dtype != "float32"):
-        loss, agree = ttt_losses(head, batch, spec)
+        loss, agree = spec.losses(head, batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
     opt.step()
@@ -315,7 +373,7 @@ def load_bf16_target():
     return load_target("bfloat16")[0]
 
 
-def check_folder(out: Path, spec: HeadSpec) -> None:
+def check_folder(out: Path, spec: HeadRecipe) -> None:
     """Refuse a folder holding a head trained with another spec."""
     out.mkdir(parents=True, exist_ok=True)
     ckpts = sorted(out.glob("ckpt-*.pt"))
@@ -324,7 +382,7 @@ def check_folder(out: Path, spec: HeadSpec) -> None:
                          "(--out) or remove it")
 
 
-def resume(out: Path, head: Eagle3Head, opt) -> list[dict]:
+def resume(out: Path, head: torch.nn.Module, opt) -> list[dict]:
     """Load the newest checkpoint into ``head`` and ``opt``; its log (empty if none)."""
     ckpts = sorted(out.glob("ckpt-*.pt"))
     if not ckpts:
@@ -335,7 +393,7 @@ def resume(out: Path, head: Eagle3Head, opt) -> list[dict]:
     return st["log"]
 
 
-def checkpoint(out: Path, head: Eagle3Head, opt, log: list[dict], spec: HeadSpec) -> None:
+def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: HeadRecipe) -> None:
     """``ckpt-<steps>.pt`` written atomically; the two newest kept."""
     tmp = out / "ckpt.tmp"
     torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "log": log,
@@ -348,16 +406,31 @@ def checkpoint(out: Path, head: Eagle3Head, opt, log: list[dict], spec: HeadSpec
 def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:
     """The head in bf16 in the speculators Eagle3 format, with its training record and v4's context lookup
     (``lookup.json``, fitted for v4's draft: a starting point until the head gets its own fit)."""
+    save_head(bf16_copy(head), folder, VERIFIER, spec.ttt_steps,
+              {"training": training_record(spec, log), "embedding_from": "embedded:target"})
+    return with_lookup(folder)
+
+
+def bf16_copy(head: torch.nn.Module) -> torch.nn.Module:
+    """A bf16 copy of a head that borrows the target's embedding (the borrowed tensor itself is not copied)."""
     import copy
+
+    return copy.deepcopy(head, memo={id(head.embed_tokens): head.embed_tokens}).to(torch.bfloat16)
+
+
+def training_record(spec: HeadRecipe, log: list[dict]) -> dict:
+    """What an export says of its training: the spec, steps and seconds so far, the last log rows, the command
+    that rebuilds or resumes it."""
+    return {"spec": asdict(spec), "steps": len(log), "seconds": log[-1]["seconds"] if log else 0.0,
+            "last": log[-20:], "rebuild": spec.command()}
+
+
+def with_lookup(folder: Path) -> Path:
+    """``folder`` with v4's context lookup beside the head (``lookup.json``), where it is committed."""
     import shutil
 
     from ..harness.paths import DRAFT_DIR
 
-    bf16 = copy.deepcopy(head, memo={id(head.embed_tokens): head.embed_tokens}).to(torch.bfloat16)
-    record = {"spec": asdict(spec), "steps": len(log), "seconds": log[-1]["seconds"] if log else 0.0,
-              "last": log[-20:], "rebuild": f"python -m dynatree_lib build-draft --head eagle3 --draft-vocab "
-                                            f"{spec.draft_vocab}"}
-    save_head(bf16, folder, VERIFIER, spec.ttt_steps, {"training": record, "embedding_from": "embedded:target"})
     if (DRAFT_DIR / "lookup.json").exists():
         shutil.copyfile(DRAFT_DIR / "lookup.json", folder / "lookup.json")
     return folder

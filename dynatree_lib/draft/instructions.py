@@ -14,8 +14,9 @@ Sources (provenance, licences and hashes in ``data/README.md``), each a ``kind``
   rendering of a WikiText-2 validation sentence (no German corpus with a permissive licence was at hand).
 
 Every candidate that shares a 13-word sequence (lower-cased, punctuation dropped: the usual contamination
-test) with an evaluation text (Spec-Bench's 480 questions, both turns; the WikiText-2 test split; the PG-19
-test books) is dropped. ``tests/test_instructions.py`` checks the committed file against the same texts.
+test) with an evaluation text (every question workload's questions, every turn: Spec-Bench's 480, HumanEval's and
+UltraChat's evaluation set, added after the file was built; the WikiText-2 test split; the PG-19 test books) is
+dropped. ``tests/test_instructions.py`` checks the committed file against the same texts.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ import random
 import re
 from pathlib import Path
 
-from ..harness.data import DATASETS, REPO_DATA, load_texts, spec_bench_questions, training_text, wikitext_valid_articles
+from ..harness.data import DATASETS, REPO_DATA, load_texts, training_text, wikitext_valid_articles
+from ..harness.workloads import WORKLOADS
 
 FOLDER = REPO_DATA / "instructions"
 BUILT = FOLDER / "instructions.jsonl"
@@ -98,12 +100,13 @@ def ngram_hashes(text: str, n: int = NGRAM) -> set[int]:
 
 
 def evaluation_ngrams() -> set[int]:
-    """The 13-word sequences of every evaluation text: Spec-Bench's questions (every turn), WikiText-2 test,
-    the PG-19 test books."""
+    """The 13-word sequences of every evaluation text: every question workload's questions (every turn),
+    WikiText-2 test, the PG-19 test books."""
     out: set[int] = set()
-    for q in spec_bench_questions():
-        for turn in q["turns"]:
-            out |= ngram_hashes(turn)
+    for w in WORKLOADS.values():
+        for q in ([] if w.continuation else w.questions(None).values()):
+            for turn in q["turns"]:
+                out |= ngram_hashes(turn)
     for dataset in DATASETS:
         for _, text in load_texts(dataset):
             out |= ngram_hashes(text)

@@ -1,7 +1,9 @@
 """The evaluation and training text through ``datasets``: the hub in the ``paper`` profile, local files offline
 (same code, ``load_dataset`` on parquet/json instead of a hub id). WikiText-2's test split is cut into articles at
 top-level `` = Title = `` headings; PG-19's test split is a list of books; Spec-Bench's questions come from its
-question file. Prompts are built from these in ``prompts`` (which split a prompt belongs to: ``splits``).
+question file, HumanEval's problems and UltraChat's evaluation questions from theirs (refused unless the file's
+sha256 is the one data/README.md gives). Prompts are built from these in ``prompts`` (which split a prompt belongs
+to: ``splits``).
 
 Local files live in the repository's ``data/`` folder (provenance, licences and hashes in data/README.md);
 ``$DYNATREE_DATA`` points the loaders at another folder laid out the same way.
@@ -9,6 +11,7 @@ Local files live in the repository's ``data/`` folder (provenance, licences and 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -123,3 +126,32 @@ def spec_bench_questions(data_dir: Path | None = None) -> list[dict]:
     """Spec-Bench's 480 questions (``question_id``, ``category``, ``turns``), as shipped in ``data/spec_bench``."""
     f = _require(_dir(data_dir) / "spec_bench" / "question.jsonl")
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+
+
+# sha256 of the question files shipped byte for byte from their sources (data/README.md); a loader refuses another file
+HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"
+ULTRACHAT_EVAL_SHA256 = "6a2130a6dca31ceb501b4c497c94dc6e3a41df7fee6ae04fcfe199e631cc1906"
+
+
+def verified(path: Path, sha256: str) -> bytes:
+    """The bytes of ``path`` (a local data file), refused with both hashes named unless they hash to ``sha256``."""
+    data = _require(path).read_bytes()
+    if (found := hashlib.sha256(data).hexdigest()) != sha256:
+        raise ValueError(f"local data file corrupt or replaced: {path} has sha256 {found}, expected {sha256} "
+                         "(data/README.md); restore it from the repository or the source named there")
+    return data
+
+
+def humaneval_problems(data_dir: Path | None = None) -> list[dict]:
+    """HumanEval's 164 problems (``task_id``, ``prompt``, ``entry_point``, ``canonical_solution``, ``test``), as
+    shipped in ``data/humaneval`` (openai/human-eval's file, byte for byte)."""
+    f = _dir(data_dir) / "humaneval" / "HumanEval.jsonl.gz"
+    text = gzip.decompress(verified(f, HUMANEVAL_SHA256)).decode("utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def ultrachat_eval_questions(data_dir: Path | None = None) -> list[dict]:
+    """UltraChat's evaluation set: 385 single-turn instructions (``class``, ``data``) in file order, as shipped in
+    ``data/ultrachat_eval`` (thunlp/UltraChat's ``data/ultra_eval.json``, byte for byte)."""
+    f = _dir(data_dir) / "ultrachat_eval" / "ultra_eval.json"
+    return json.loads(verified(f, ULTRACHAT_EVAL_SHA256).decode("utf-8"))

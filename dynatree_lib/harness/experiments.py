@@ -67,6 +67,12 @@ def _paper_settings(p: Profile, ws: str, dtype: str, tags: dict, sampling: Sampl
                  sampling=sampling)]
 
 
+def tuning_families() -> tuple[str, ...]:
+    """The families the tuning experiment measures: every tuned one but the opt-in methods (``methods.Method``'s
+    role), whose candidates wait for an experiment that names them."""
+    return tuple(f for f in tuned_families() if f not in registry.names("opt_in"))
+
+
 def tuning_cells(p: Profile, root=None) -> list[Cell]:
     """AR plus each family's candidates (an equal number each), on the tuning prompts: greedy, and at the first
     of the sampling experiment's temperatures."""
@@ -80,7 +86,7 @@ def tuning_cells(p: Profile, root=None) -> list[Cell]:
             tags = {} if s.greedy else {"temperature": s.temperature}
             at = dict(dataset=ws, T=T, L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s, split="tuning")
             cells.append(Cell(method=registry.AR, config=None, tags=dict(tags), **at))
-            candidates = [(fam, cfg) for fam in tuned_families() for cfg in p.tuning.candidates[fam]]
+            candidates = [(fam, cfg) for fam in tuning_families() for cfg in p.tuning.candidates[fam]]
             candidates += [(registry.DYNATREE_COST, cfg) for cfg in cost]
             for fam, group in itertools.groupby(candidates, key=lambda fc: fc[0]):
                 cells += [Cell(method=fam, variant=v.CANDIDATE, config=cfg, tags={"candidate": i, **tags}, **at)
@@ -223,6 +229,42 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
             for ws in p.workloads for m in main_methods()]
 
 
+def head_profile(p: Profile) -> Profile:
+    """``p`` drafting with its feature head (``extras.head``: the head's own vocabulary, the lookup beside it)."""
+    return dataclasses.replace(p, models=dataclasses.replace(p.models, draft=p.extras.head, draft_vocab=None))
+
+
+def experiment_profile(name: str, p: Profile) -> Profile:
+    """The profile an experiment measures with: the head's for ``heads``, else ``p`` itself."""
+    return head_profile(p) if name == "heads" and p.extras.head else p
+
+
+def head_methods() -> tuple[str, ...]:
+    """The methods a feature head drafts for: every exact method of our loop that drafts, the extension aside
+    (its cut is built from the forward costs measured with the profile's own draft), and the opt-in ones (measured
+    only where an experiment names them)."""
+    return tuple(n for n, m in registry.REGISTRY.items()
+                 if m.drafts and m.engine == "ours" and m.exact and m.role not in ("extension", "opt_in"))
+
+
+def head_cells(p: Profile, root=None) -> list[Cell]:
+    """Notebook 13 (issue 56): AR and every ``head_methods`` method drafting with the profile's feature head,
+    greedy (with the draft network alone beside the methods that declare ``controls``) and at each sampling
+    temperature, on ``extras.head_n_prompts`` test prompts per workload, each replicate in a fresh process. Settings:
+    the profile's tuned ones, as tuned with its own draft (the head is not tuned separately)."""
+    if not p.extras.head:
+        return []
+    cells = []
+    for r in range(p.protocol.replicates):
+        for ws in p.workloads:
+            for s in (GREEDY, *map(Sampling, p.protocol.temperatures)):
+                tags = {"role": "head", "replicate": r, "temperature": s.temperature}
+                row = [_cell(p, ws, m, p.protocol.T, None, tags, root=root, sampling=s)
+                       for m in (registry.AR, *head_methods())]
+                cells += row + (controls(row) if s is GREEDY else [])
+    return cells
+
+
 def peers_cells(p: Profile, root=None) -> list[Cell]:
     """Notebook 12: llama.cpp's modes (``peers.PEERS``, registered here) beside our AR, DynaTree and the extension
     (without its variants), greedy on the main table's first prompts in the timed precision, each replicate in a
@@ -246,8 +288,8 @@ def peers_cells(p: Profile, root=None) -> list[Cell]:
 EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_cells, "ablation": ablation_cells,
                "length_scaling": length_cells, "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
                "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells,
-               "peers": peers_cells}
-IN_PROCESS = ("main", "peers")  # experiments whose replicates each run in a fresh process
+               "peers": peers_cells, "heads": head_cells}
+IN_PROCESS = ("main", "peers", "heads")  # experiments whose replicates each run in a fresh process
 
 
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:
@@ -261,6 +303,8 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return 1
     if name == "peers":
         return count(ws, p.extras.peers_n_prompts, p.extras.peers_n_questions)
+    if name == "heads":
+        return count(ws, p.extras.head_n_prompts, p.extras.head_n_questions)
     if cell.tags.get("role") == "exact":
         return count(ws, p.protocol.n_exact, 1)
     n = count(ws, p.protocol.n_prompts, p.protocol.n_questions)
@@ -290,6 +334,7 @@ def key_parts(name: str, p: Profile, c: Cell) -> dict:
 
 def missing(name: str, profile: Profile, root: Path | None = None, replicate: int | None = None) -> list:
     """(cell, key) of every cell of ``name`` (of one replicate, if given) that its JSON lacks."""
+    profile = experiment_profile(name, profile)
     store = ResultStore(results_path(name, profile, root))
     cells = [c for c in EXPERIMENTS[name](profile, root)
              if replicate is None or c.tags.get("replicate", 0) == replicate]
@@ -351,8 +396,9 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
         for r in sorted({c.tags.get("replicate", 0) for c, _ in todo}):
             in_fresh_process(name, profile, root, r)
     else:
-        counts = {k: n_prompts(name, profile, c) for c, k in todo}
-        runner.measure_cells(name, profile, todo, path, counts)
+        measuring = experiment_profile(name, profile)
+        counts = {k: n_prompts(name, measuring, c) for c, k in todo}
+        runner.measure_cells(name, measuring, todo, path, counts)
     return path
 
 

@@ -1,7 +1,7 @@
 """Model loading: the same ``from_pretrained`` code for hub ids, local folders, ``embedded:*`` and the tiny
-fixtures, as eager transformers models or fast-path runners; a draft may also be an EAGLE-3 head on the target's
-features (``eagle3:<folder>``, ``core.eagle3``), which borrows the target's embedding. On the static engines the runners
-hold the only copy of every weight (``core.ownership``)."""
+fixtures, as eager transformers models or fast-path runners; a draft may also be a head on the target's features
+(``eagle3:<folder>``, ``medusa:<folder>``, ``hydra:<folder>``: ``core.head_kinds``), which borrows the target's
+embedding. On the static engines the runners hold the only copy of every weight (``core.ownership``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,13 +9,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..core.eagle3 import load_head
-from ..core.eagle3_runner import Eagle3Runner
 from ..core.fastpath import StaticRunner
+from ..core.head_kinds import HEAD_KINDS
 from ..core.lookup import LookupRunner
 from ..core.runners import HFRunner, as_runner, check_pair, context_limit
 from . import tiny
-from .weights import frequent_tokens, head_folder, is_head, lookup_config, resolve
+from .weights import frequent_tokens, head_folder, head_kind, is_head, lookup_config, resolve
 
 
 
@@ -127,7 +126,7 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     if draft_ref is None or is_head(draft_ref):
         override_context((target,), context_override)
         target = on_engine(target, engine, max_len, keep=keep_models)
-        draft = draft_ref and load_head_draft(draft_ref, target, max_len, draft_vocab, draft_lookup)
+        draft = draft_ref and load_head_draft(draft_ref, target, max_len, draft_vocab, draft_lookup, engine.fused)
         return target, draft, tt
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
@@ -140,16 +139,18 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     return target, draft, tt
 
 
-def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool):
-    """The EAGLE-3 head of ``eagle3:<folder>`` as a draft runner over ``target``'s embedding (the same tensor: a
-    runner's, plain or packed, or a transformers model's), in the target's dtype; ``draft_vocab`` must be None or
-    the head's own size; ``draft_lookup`` mixes in the ``lookup.json`` of its folder."""
-    folder = head_folder(ref)
-    head = load_head(folder, input_embedding(target))
+def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool, fused: bool = False):
+    """The head of ``<kind>:<folder>`` as its kind's draft runner (``core.head_kinds``) over ``target``'s embedding
+    (the same tensor: a runner's, plain or packed, or a transformers model's), in the target's dtype; ``draft_vocab``
+    must be None or the head's own size; ``draft_lookup`` mixes in the ``lookup.json`` of its folder. ``fused`` (the
+    target's engine is): a kind that has a one-call step takes it where the kernels do (``core.eagle3_fused``; bf16),
+    else it runs eagerly."""
+    folder, kind = head_folder(ref), HEAD_KINDS[head_kind(ref)]
+    head = kind.load(folder, input_embedding(target))
     if draft_vocab is not None and draft_vocab != head.cfg.draft_vocab:
         raise ValueError(f"draft_vocab={draft_vocab}, but the head {folder} scores its own {head.cfg.draft_vocab} "
                          "tokens; set draft_vocab to None (or to that size)")
-    runner = Eagle3Runner(head, max_len)
+    runner = kind.runner(head, max_len, fused)
     return LookupRunner(runner, lookup_config(ref)) if draft_lookup else runner
 
 

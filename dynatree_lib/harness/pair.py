@@ -159,6 +159,9 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
                                 profile.models.context_override)
     T = profile.extras.pair_T or profile.protocol.T
     head = draft_head(dm)
+    if head is None and isinstance(dm, Runner) and dm.reads_features:
+        raise ValueError(f"{draft_ref!r}: the pair report teacher-forces EAGLE-3 heads and causal LMs; a Medusa or "
+                         "Hydra head's first drafts are not reported yet")
     report = {"profile": profile.name, "T": T, "n_prompts": profile.extras.pair_n_prompts,
               "n_questions": profile.extras.pair_n_questions, "split": "dev",
               "draft_vocab": profile.models.draft_vocab if head is None else head.cfg.draft_vocab,

@@ -20,6 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..baselines.hf_generate import HFAssistedConfig
+from ..core.eagle_tree import Eagle3TreeConfig
+from ..core.opt_tree import OptTreeConfig
 from ..core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 from .. import methods as registry
 from .models import Engine, load_pair
@@ -148,7 +150,9 @@ class Extras:
     cut on where the profile tunes), and notebook 12's llama.cpp peers (``peers_n_prompts`` main-table prompts per
     continuation dataset and ``peers_n_questions`` per Spec-Bench category; 0: no peers experiment); and the seconds
     over which ``costs.json`` spreads its paired rounds of the draft/target one-token cost (``cost_span_s``: on a
-    machine whose memory bandwidth drifts, the rounds then meet its phases)."""
+    machine whose memory bandwidth drifts, the rounds then meet its phases); and notebook 13's feature head
+    (``head``: a draft reference such as ``eagle3:<folder>``, None: the profile has none) with its prompts
+    (``head_n_prompts`` test prompts per continuation dataset, ``head_n_questions`` per Spec-Bench category)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -159,6 +163,9 @@ class Extras:
     peers_n_prompts: int = 0
     peers_n_questions: int = 1
     cost_span_s: float = 0.0
+    head: str | None = None
+    head_n_prompts: int = 4
+    head_n_questions: int = 1
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -228,6 +235,11 @@ def _cpu_tuning() -> dict:
                      DynaTreeConfig(D0=6, D_max=10, tau_h=0.6, tau_l=0.2, rho_stop=0.02, rho_deep=0.2, n_max=32)),
         "talon": (TalonConfig(0.03, 60, 10), TalonConfig(0.05, 16, 3), TalonConfig(0.1, 24, 4),
                   TalonConfig(0.05, 32, 5), TalonConfig(0.2, 12, 2)),
+        # opt-in (measured where an experiment names them): the same node budgets, 12 to 60 (EAGLE's counts the root)
+        "eagle3_tree": (Eagle3TreeConfig(), Eagle3TreeConfig(4, 4, 17), Eagle3TreeConfig(5, 4, 25),
+                        Eagle3TreeConfig(6, 6, 33), Eagle3TreeConfig(3, 3, 13)),
+        "opt_tree": (OptTreeConfig(), OptTreeConfig(16, 0.1, 8), OptTreeConfig(24, 0.1, 10),
+                     OptTreeConfig(32, 0.05, 10), OptTreeConfig(12, 0.0, 8)),
         "hf_assisted": (HFAssistedConfig(5, "heuristic"), HFAssistedConfig(3), HFAssistedConfig(4),
                         HFAssistedConfig(5), HFAssistedConfig(6)),
     }
@@ -238,6 +250,8 @@ def _tiny_tuning() -> dict:
             "fixed_tree": (FixedTreeConfig(4, 2, 0.05, 32), FixedTreeConfig(3, 2, 0.0, 16)),
             "dynatree": (DynaTreeConfig(D_max=6, n_max=32), DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16)),
             "talon": (TalonConfig(0.1, 16, 4), TalonConfig(0.2, 8, 2)),
+            "eagle3_tree": (Eagle3TreeConfig(3, 3, 17), Eagle3TreeConfig(2, 2, 9)),
+            "opt_tree": (OptTreeConfig(16, 0.1, 6), OptTreeConfig(8, 0.0, 6)),
             "hf_assisted": (HFAssistedConfig(3), HFAssistedConfig(4, "heuristic"))}
 
 
@@ -293,7 +307,7 @@ PROFILES: dict[str, Profile] = {
                threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
         Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
-               peers_n_questions=2, cost_span_s=180.0)),
+               peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3")),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),

@@ -22,7 +22,7 @@ SPLITS = ("tuning", "dev", "test")
 class Prompt:
     id: str
     ids: torch.Tensor  # 1-D long
-    category: str | None = None  # Spec-Bench's category (None for continuations)
+    category: str | None = None  # Spec-Bench's category (None for continuations and questions without categories)
 
 
 def candidates(workload: str, split: str, source: str = "local", data_dir: Path | None = None) -> list[str]:
@@ -41,7 +41,8 @@ def candidates(workload: str, split: str, source: str = "local", data_dir: Path 
 def load_prompts(workload: str, tokenizer, n: int, L_max: int = 0, split: str = "test", seed: int = 0,
                  source: str = "local", data_dir: Path | None = None) -> list[Prompt]:
     """``n`` prompts of ``split`` in an order seeded by ``seed``: continuations of exactly ``L_max`` tokens (texts
-    shorter than that are skipped); Spec-Bench questions whole, ``n`` per category (round-robin order)."""
+    shorter than that are skipped); questions whole, ``n`` per category where they have categories (round-robin
+    order: Spec-Bench), else ``n``."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"need n >= 1 prompts, got {n!r}")
     ids = candidates(workload, split, source, data_dir)
@@ -64,8 +65,14 @@ def load_prompts(workload: str, tokenizer, n: int, L_max: int = 0, split: str = 
 
 
 def _questions(workload: str, ids: list[str], tokenizer, n: int, data_dir) -> list[Prompt]:
-    """``n`` questions per category, categories interleaved so that a partial run covers all of them."""
-    qs = workload_of(workload).questions(data_dir)
+    """``n`` questions per category, categories interleaved so that a partial run covers all of them (``n`` in
+    all where the workload has no categories)."""
+    w = workload_of(workload)
+    qs = w.questions(data_dir)
+    if not w.per_category:
+        if len(ids) < n:
+            raise ValueError(f"{workload} has only {len(ids)} prompts in this split (asked for {n}); lower n")
+        return [Prompt(pid, torch.tensor(chat_prompt(tokenizer, qs[pid]["turns"][0]))) for pid in ids[:n]]
     by_cat: dict[str, list[str]] = {}
     for pid in ids:
         by_cat.setdefault(CATEGORIES[qs[pid]["category"]], []).append(pid)

@@ -7,6 +7,10 @@
 - Spec-Bench: a prompt is a question's first turn through the target's chat template
   (``spec_bench:<question id>``), in one of six categories (MT-bench's eight sub-categories are Spec-Bench's
   "multi-turn conversation").
+- HumanEval (``humaneval:<problem number>``) and UltraChat's evaluation set (``ultrachat_eval:<row>``, an
+  instruction held twice counted once): questions without categories, drawn in an order seeded by the workload's
+  name alone, so adding a workload moves no other workload's prompts; a prompt that a training text holds
+  (``IN_TRAINING``) is a dev prompt.
 
 The file lists the tuning and dev prompts; the test split is every other prompt of the workload, drawn in a
 seeded order at run time, so no file outside ``results/`` names a test prompt. Prompts that an earlier version of
@@ -20,9 +24,9 @@ import json
 import random
 
 from .data import REPO_DATA, load_texts, spec_bench_questions
+from .workloads import CHUNK, MAX_CHARS, WORKLOADS
 
 SPLITS_FILE = REPO_DATA / "splits.json"
-CHUNK, MAX_CHARS = 8000, 200_000
 SEED = 2026
 CATEGORIES = {"writing": "multi-turn", "roleplay": "multi-turn", "reasoning": "multi-turn", "math": "multi-turn",
               "coding": "multi-turn", "extraction": "multi-turn", "stem": "multi-turn", "humanities": "multi-turn",
@@ -37,8 +41,11 @@ BURNED = {
              ("10356", 31845), ("10356", 49673), ("10762", 2653), ("10762", 26537), ("10762", 33506),
              ("10762", 58343)],
 }
+# question prompts a training text holds word for word (tests/test_talon_workloads.py finds them): dev prompts
+IN_TRAINING = {"ultrachat_eval": [305]}  # "Write a short story about gravity.": the draft's template:1317
 SIZES = {"wikitext2": {"tuning": 6, "dev": 12}, "pg19": {"tuning": 6, "dev": 12},
-         "spec_bench": {"tuning": 2, "dev": 6}}  # spec_bench: per category
+         "spec_bench": {"tuning": 2, "dev": 6},  # spec_bench: per category
+         "humaneval": {"tuning": 6, "dev": 12}, "ultrachat_eval": {"tuning": 6, "dev": 12}}
 
 
 def load_splits() -> dict:
@@ -90,8 +97,25 @@ def build(tok) -> dict:
         k, d = SIZES["spec_bench"]["tuning"], SIZES["spec_bench"]["dev"]
         out["spec_bench"]["tuning"] += ids[:k]
         out["spec_bench"]["dev"] += ids[k:k + d]
-    out["spec_bench"] = {k: sorted(v, key=lambda s: int(s.split(":")[1])) for k, v in out["spec_bench"].items()}
+    out["spec_bench"] = {k: sorted(v, key=_number) for k, v in out["spec_bench"].items()}
+    for name, w in WORKLOADS.items():
+        if name not in out and not w.continuation and not w.per_category:
+            out[name] = question_split(name)
     return out
+
+
+def question_split(name: str) -> dict[str, list[str]]:
+    """Tuning and dev prompts of a question workload without categories: its pool in an order seeded by its name,
+    the prompts a training text holds (``IN_TRAINING``) added to dev."""
+    seen = {f"{name}:{i}" for i in IN_TRAINING.get(name, [])}
+    ids = WORKLOADS[name].pool("local", None)
+    random.Random(f"{SEED}:{name}").shuffle(ids)
+    fresh, k, d = [p for p in ids if p not in seen], SIZES[name]["tuning"], SIZES[name]["dev"]
+    return {"tuning": sorted(fresh[:k], key=_number), "dev": sorted([*seen, *fresh[k:k + d]], key=_number)}
+
+
+def _number(pid: str) -> int:
+    return int(pid.split(":")[1])
 
 
 if __name__ == "__main__":

@@ -87,3 +87,24 @@ def tiny_eagle3(target, draft_vocab: int | None = None, seed: int = 0, init_rang
             p.copy_(torch.randn(p.shape, generator=g) * init_range if p.dim() > 1 else 1 + 0.1 * torch.randn(p.shape, generator=g))
     head.set_vocab(torch.randperm(V, generator=g)[:cfg.draft_vocab])
     return head.to(target.dtype).eval()
+
+
+def tiny_mlp_heads(target, kind: str, heads: int = 3, draft_vocab: int | None = None, seed: int = 0,
+                   init_range: float = 0.05, layers: int = 1):
+    """Random Medusa or Hydra heads (``core.mlp_heads``, ``kind``) on a tiny ``target``'s last hidden state and
+    embedding: ``heads`` levels, a draft vocabulary of ``draft_vocab`` random token ids (default: all). Their output
+    layers are the target's rows at those ids plus noise (Medusa's initialisation, so that the heads' drafts are
+    sometimes accepted), every other weight is noise of scale ``init_range``."""
+    from ..core.mlp_heads import MLPHeadConfig, MLPHeads
+
+    V = target.config.vocab_size
+    cfg = MLPHeadConfig.for_target(target.config, kind, heads, draft_vocab or V, layers)
+    g = torch.Generator().manual_seed(seed)
+    out = MLPHeads(cfg, target.get_input_embeddings().weight)
+    out.set_vocab(torch.randperm(V, generator=g)[:cfg.draft_vocab])
+    with torch.no_grad():
+        for p in out.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * init_range)
+        for lm in out.lm_heads:
+            lm.weight.add_(target.get_output_embeddings().weight[out.vocab()].float())
+    return out.to(target.dtype).eval()

@@ -17,7 +17,7 @@ from ..extensions.cost_aware import CostAwareConfig
 from .costs import predict_iteration, stale
 from .profiles import Profile
 from .store import config_dict, results_path
-from .weights import weights_info
+from .weights import is_head, weights_info
 
 GREEDY = Sampling()
 
@@ -68,7 +68,7 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
                        "changed)")
     draft = weights_info(p.models.draft)
     mine = [r for r in recs if r.get("weights", {}).get("draft") == draft]
-    if not mine:
+    if not mine and not is_head(p.models.draft):  # a feature head adopts its profile's tuning (``head_cells``)
         warn_once(f"{path.name}: {family} on {workload} is tuned with an earlier draft's records (the draft was "
                   "rebuilt since); `--rerun` tunes it again")
     recs = mine or recs

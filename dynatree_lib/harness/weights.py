@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.head_kinds import HEAD_KINDS
 from ..core.lookup import LookupConfig
 from .paths import DRAFT_DIR, REPO
 
@@ -141,26 +142,31 @@ def assembled_draft_folder(folder: Path) -> Path:
 
 def companion_dir(ref: str) -> Path:
     """Where a draft's companions (``token_counts.json``, ``lookup.json``) live: the committed folder for
-    ``embedded:draft``, the head's folder for ``eagle3:<folder>``, else the model's folder."""
+    ``embedded:draft``, the head's folder for a head reference (``eagle3:<folder>``, ...), else the model's folder."""
     if is_head(ref):
         return head_folder(ref)
     return DRAFT_DIR if ref == "embedded:draft" else Path(resolve(ref))
 
 
-HEAD_PREFIX = "eagle3:"  # a draft reference to an EAGLE-3 head folder (``core.eagle3``): eagle3:<folder>
+def head_kind(ref: str) -> str | None:
+    """The kind of draft head on the target's features that ``ref`` names (``<kind>:<folder>``, a kind of
+    ``core.head_kinds.HEAD_KINDS``: ``eagle3:<folder>``, ``medusa:<folder>``, ``hydra:<folder>``), else None."""
+    kind, sep, _ = ref.partition(":")
+    return kind if sep and kind in HEAD_KINDS else None
 
 
 def is_head(ref: str) -> bool:
-    """Whether ``ref`` names an EAGLE-3 head (``eagle3:<folder>``), a draft on the target's features."""
-    return ref.startswith(HEAD_PREFIX)
+    """Whether ``ref`` names a draft head on the target's features (``head_kind``)."""
+    return head_kind(ref) is not None
 
 
 def head_folder(ref: str) -> Path:
-    """The folder of an ``eagle3:<folder>`` reference (relative folders from the working directory)."""
-    folder = Path(ref.removeprefix(HEAD_PREFIX))
+    """The folder of a ``<kind>:<folder>`` head reference (relative folders from the working directory)."""
+    kind = head_kind(ref)
+    folder = Path(ref.removeprefix(f"{kind}:"))
     if not (folder / "config.json").exists():
-        raise FileNotFoundError(f"{ref!r}: {folder / 'config.json'} is missing (an EAGLE-3 head folder holds the "
-                                "config.json and model.safetensors that build-draft --head eagle3 writes)")
+        raise FileNotFoundError(f"{ref!r}: {folder / 'config.json'} is missing (a {HEAD_KINDS[kind].label} head folder "
+                                f"holds the config.json and model.safetensors that build-draft --head {kind} writes)")
     return folder
 
 
@@ -169,7 +175,7 @@ def weights_info(ref: str) -> dict:
     if ref == "embedded:target":
         return json.loads((smollm2_folder() / "provenance.json").read_text())
     if is_head(ref):
-        return {**weights_info(str(head_folder(ref))), "head": "eagle3", "embedding_from": "the target"}
+        return {**weights_info(str(head_folder(ref))), "head": head_kind(ref), "embedding_from": "the target"}
     folder = DRAFT_DIR if ref == "embedded:draft" else Path(ref)
     f, ranking, lookup = folder / "model.safetensors", folder / "token_counts.json", folder / "lookup.json"
     if not f.exists():

@@ -4,6 +4,12 @@
   T tokens.
 - ``spec_bench``: Spec-Bench's questions, the first turn through the target's chat template, answered to EOS (at most
   T tokens); each prompt carries its category, and its cells count questions per category.
+- ``humaneval``, ``ultrachat_eval``: the two of TALON's six benchmarks that Spec-Bench lacks (``TALON_BENCHMARKS``),
+  decoded as Spec-Bench's questions are, without categories. HumanEval's turn is EAGLE's: "Complete the code I
+  provided." followed by the problem's prompt verbatim (a signature and docstring), sent through the chat template
+  as the user's turn. UltraChat's evaluation instructions stand for TALON's "Alpaca" column (data/README.md: the
+  Alpaca sets are CC BY-NC 4.0 and not shipped). Neither is in any profile's ``workloads``: issue 57's TALON
+  experiment names them.
 
 Profiles, prompts, experiments, the runner and the tables read ``WORKLOADS``; no other module tests a workload's
 name. Prompt ids name their workload (``<workload>:<id in the source>``; ``splits`` says which is in which split).
@@ -14,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .data import load_texts, spec_bench_questions, wikitext_valid_text
-from .splits import CHUNK, MAX_CHARS
+from .data import humaneval_problems, load_texts, spec_bench_questions, ultrachat_eval_questions, wikitext_valid_text
+
+
+CHUNK, MAX_CHARS = 8000, 200_000  # PG-19 prompts: a book's first MAX_CHARS characters in CHUNK-character chunks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,7 +36,8 @@ class Workload:
     workload's questions by prompt id (``question_id``, ``category``, ``turns``); ``authors(n, chars, source,
     data_dir, min_chars)``: (id, text) of the authors' protocol's prompts (None: it has none). ``bits_docs`` and
     ``bits_tokens``: the held-out text whose bits per byte the pair report gives (the first that many documents,
-    None: all joined into one text) and the tokens scored per text."""
+    None: all joined into one text) and the tokens scored per text. ``talon_T``: TALON's generation limit on the
+    workload (most new tokens; None where TALON has no such benchmark)."""
 
     name: str
     label: str
@@ -41,6 +50,7 @@ class Workload:
     authors: Callable | None = None
     bits_docs: int | None = None
     bits_tokens: int = 0
+    talon_T: int | None = None
 
 
 def _article_pool(name: str) -> Callable:
@@ -64,6 +74,29 @@ def _chunk_text(pid: str, texts: dict) -> str:
 
 def _spec_bench(name: str) -> Callable:
     return lambda data_dir: {f"{name}:{q['question_id']}": q for q in spec_bench_questions(data_dir)}
+
+
+HUMANEVAL_INSTRUCTION = "Complete the code I provided."  # EAGLE's turn: this sentence, then the prompt verbatim
+
+
+def _humaneval(name: str) -> Callable:
+    """HumanEval's problems as questions (``<name>:<number in HumanEval/number>``), one turn each."""
+    return lambda data_dir: {f"{name}:{p['task_id'].split('/')[1]}": {
+        "question_id": p["task_id"], "category": "code", "turns": [HUMANEVAL_INSTRUCTION + p["prompt"]]}
+        for p in humaneval_problems(data_dir)}
+
+
+def _ultrachat_eval(name: str) -> Callable:
+    """UltraChat's evaluation instructions as questions (``<name>:<row in the file>``); an instruction the file
+    holds twice is one question, its first row."""
+    def questions(data_dir: Path | None) -> dict[str, dict]:
+        out, seen = {}, set()
+        for i, r in enumerate(ultrachat_eval_questions(data_dir)):
+            if r["data"] not in seen:
+                seen.add(r["data"])
+                out[f"{name}:{i}"] = {"question_id": i, "category": r["class"].strip(), "turns": [r["data"]]}
+        return out
+    return questions
 
 
 def _question_pool(questions: Callable) -> Callable:
@@ -111,15 +144,34 @@ def register(w: Workload) -> Workload:
 
 
 WIKITEXT2, PG19, SPEC_BENCH = "wikitext2", "pg19", "spec_bench"
+HUMANEVAL, ULTRACHAT_EVAL = "humaneval", "ultrachat_eval"
+TALON_MAX_NEW_TOKENS = 1024  # TALON's appendix E.1.2: "set to 1024 tokens for standard benchmarks" (EAGLE's default)
 for _w in (
     Workload(name=WIKITEXT2, label="WikiText-2", continuation=True, pool=_article_pool(WIKITEXT2),
              text=_article_text, authors=_valid_blocks(WIKITEXT2), bits_tokens=8192),
     Workload(name=PG19, label="PG-19", continuation=True, pool=_chunk_pool(PG19), text=_chunk_text,
              authors=_book_heads(PG19), bits_docs=4, bits_tokens=2048),
     Workload(name=SPEC_BENCH, label="Spec-Bench", continuation=False, stop_at_eos=True, per_category=True,
-             pool=_question_pool(_spec_bench(SPEC_BENCH)), questions=_spec_bench(SPEC_BENCH)),
+             pool=_question_pool(_spec_bench(SPEC_BENCH)), questions=_spec_bench(SPEC_BENCH),
+             talon_T=TALON_MAX_NEW_TOKENS),
+    Workload(name=HUMANEVAL, label="HumanEval", continuation=False, stop_at_eos=True,
+             pool=_question_pool(_humaneval(HUMANEVAL)), questions=_humaneval(HUMANEVAL), talon_T=TALON_MAX_NEW_TOKENS),
+    Workload(name=ULTRACHAT_EVAL, label="UltraChat eval", continuation=False, stop_at_eos=True,
+             pool=_question_pool(_ultrachat_eval(ULTRACHAT_EVAL)), questions=_ultrachat_eval(ULTRACHAT_EVAL),
+             talon_T=TALON_MAX_NEW_TOKENS),
 ):
     register(_w)
+
+# TALON's six benchmarks (its Tables 1 and 3): column -> (workload, Spec-Bench category or None). Spec-Bench covers
+# four; "Alpaca" is UltraChat's evaluation set, the work TALON cites for it (Ding et al., 2023), not EAGLE's Alpaca
+# questions (CC BY-NC 4.0, not shipped). Each is decoded greedy (Table 1) and at T = 1 without top-k or top-p
+# (Table 3), to EOS or ``Workload.talon_T`` new tokens; MT-Bench as Spec-Bench's first turns (EAGLE's scripts,
+# which TALON's baseline runs, answer both turns).
+TALON_BENCHMARKS: dict[str, tuple[str, str | None]] = {
+    "Alpaca": (ULTRACHAT_EVAL, None), "GSM8K": (SPEC_BENCH, "math_reasoning"), "HumanEval": (HUMANEVAL, None),
+    "MT-Bench": (SPEC_BENCH, "multi-turn"), "QA": (SPEC_BENCH, "qa"), "CNN/DM": (SPEC_BENCH, "summarization")}
+TALON_WORKLOADS = (SPEC_BENCH, HUMANEVAL, ULTRACHAT_EVAL)
+TALON_TEMPERATURES = (0.0, 1.0)
 
 POOLED = "continuations"  # a report's scope pooling every continuation workload (the pair report's)
 POOLED_LABEL = "Continuations (WikiText-2 + PG-19)"

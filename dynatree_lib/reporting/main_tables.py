@@ -389,3 +389,24 @@ def tuning_table(df: pd.DataFrame) -> pd.DataFrame:
                          "tok/s": pm(r.tps, r.tps_std), "Speedup": f"{r.speedup:.2f}×", "L̄": f"{r.L_bar:.2f}",
                          "nodes/iter": f"{r.draft_nodes_per_iter:.1f}", "chosen": "✓" if i == best and fam != registry.AR else ""})
     return pd.DataFrame(rows).set_index(["T", "Workload", "Candidate"])
+
+
+def heads_table(df) -> pd.DataFrame:
+    """Notebook 13, TALON's Table 3 form for a feature head: per temperature and workload, tokens per verification
+    (τ) and draft forwards per verification (δ) in replicate 1, and the speedup over AR at that temperature on the
+    same prompts with its 95% interval in each replicate; greedy, the prompts whose output equals AR's."""
+    out: dict = {}
+    for t in sorted(set(df.temperature)):
+        for ds in present(df.dataset):
+            for _, r in order(df[(df.temperature == t) & (df.dataset == ds)]).iterrows():
+                col = lambda name: (f"T = {t:g}", workload_label(ds), name)  # noqa: E731
+                cells, ar = out.setdefault(r.row, {}), r.method == registry.AR
+                if r.replicate == 0:
+                    cells[col("τ")] = f"{r.L_bar:.2f}"
+                    cells[col("δ")] = "–" if ar else f"{r.draft_forwards_per_iter:.2f}"
+                cells[col(f"speedup r{r.replicate + 1}")] = "–" if ar else _speedup_ci(r)
+                if t == 0 and r.replicate == 0:
+                    cells[col("= AR")] = _agree(r)
+    table = shown(pd.DataFrame(out).T, df)
+    table.columns = pd.MultiIndex.from_tuples(table.columns)
+    return table

@@ -211,3 +211,24 @@ def ceiling_table(costs: dict, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(
     t = pd.DataFrame(cols)
     t.index.name = "acceptance per token"
     return t
+
+
+def head_cost_table(cost: dict) -> pd.DataFrame:
+    """``tools/head_cost.py``'s paired rounds: each draft's one step over the target's one-token forward."""
+    rows = {name: {"draft": d["ref"], "engine": d.get("engine", cost["engine"]), "median": f"{d['median']:.3f}",
+                   "quartiles": "–".join(f"{q:.3f}" for q in d["quartiles"]), "rounds": d["rounds"]}
+            for name, d in cost["drafts"].items()}
+    t = pd.DataFrame(rows).T
+    t.index.name = "draft step / target one-token forward"
+    return t
+
+
+def head_vocab_table(vocab: dict) -> pd.DataFrame:
+    """``tools/head_vocab.py``: per reduced-vocabulary size, the held-out coverage (a ceiling on agreement) and the
+    weights one head step reads against the target's one-token forward."""
+    rows = {f"{r['draft_vocab']:,}": {**{f"coverage: {k}": f"{v:.3f}" for k, v in r["coverage"].items()},
+                                     "weights read (M)": f"{r['head_params'] / 1e6:.1f}",
+                                     "of the target's": f"{r['bytes_ratio']:.3f}"} for r in vocab["sizes"]}
+    t = pd.DataFrame(rows).T
+    t.index.name = "draft vocabulary"
+    return t

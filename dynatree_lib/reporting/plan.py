@@ -24,7 +24,7 @@ NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_l
              "04_ablation": ("ablation",), "05_length_scaling": ("length_scaling",),
              "06_sweeps": ("fixed_sweep", "dynatree_sweep"), "07_prompt_length": ("prompt_length",),
              "08_memory": ("memory",), "09_tree_shapes": ("trees",), "10_sampling": ("sampling",),
-             "11_authors_code": (), "12_peers": ("peers",)}
+             "11_authors_code": (), "12_peers": ("peers",), "13_heads": ("heads",)}
 SWEEP_NOTEBOOKS = ("05_length_scaling", "06_sweeps", "07_prompt_length")
 
 

@@ -17,7 +17,7 @@ import torch
 from .. import methods as registry
 from ..harness import variants
 from ..harness.data import REPO_DATA
-from ..harness.experiments import EXPERIMENTS, cell_key
+from ..harness.experiments import EXPERIMENTS, cell_key, experiment_profile
 from ..harness.weights import weights_info
 
 
@@ -30,6 +30,7 @@ def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
     if profile is None:
         return recs
     name = Path(path).stem
+    profile = experiment_profile(name, profile)
     want = {cell_key(name, profile, c) for c in EXPERIMENTS[name](profile, Path(path).parents[1])}
     keep = [r for r in recs if r["key"] in want]
     if verbose and len(keep) < len(recs):

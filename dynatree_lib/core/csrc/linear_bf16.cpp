@@ -1,6 +1,7 @@
 // dynatree::linear_bf16(x, w_packed): x [k, d] @ w.T in bf16 for a few rows at memory speed (AVX512-BF16);
 // dynatree::attention_bf16(q, k, v, mask): grouped-query attention of a few new tokens over a bf16 cache;
-// dynatree::forward_bf16(...): a whole Llama forward with both, in one parallel region (see "the whole forward").
+// dynatree::forward_bf16(...): a whole Llama forward with both, in one parallel region (see "the whole forward");
+// dynatree::eagle3_bf16(...): an EAGLE-3 head's step (its one layer, norm and head) by the same code (see HeadRequest).
 //
 // Why: decoding reads every weight once per forward, so a forward of k <= 16 tokens should cost about what
 // one token costs. oneDNN's bf16 matmul on plain weights re-lays the weight out on every call, so it cannot
@@ -423,11 +424,25 @@ struct Request {
   at::IntArrayRef feature_layers;
 };
 
+// An EAGLE-3 head's step (core/eagle3.py) is a one-layer forward of this kind with three differences, which a
+// HeadRequest asks for: (1) the residual stream entering the layer is not the tokens' embedding but row
+// `input_rows[r]` of `inputs` for row r (-1: a zero row), through the packed `fc` where given (the target's fused
+// features, 3d wide) or as it is (a drafted node's parent's output, d wide); (2) q, k and v read 2d inputs, the
+// token's embedding and that residual each RMS-normalised alone (ln1 [1, 2d]: input_layernorm's weight, then
+// hidden_norm's); (3) the layer's outputs (before the final norm: a child's input) are written to rows `slots` of
+// `outputs` [slots, d]. Everything else (RoPE, attention over the head's cache, the MLP, norm, head) is the Llama
+// layer's code.
+struct HeadRequest {
+  const at::Tensor &inputs, &input_rows;
+  const c10::optional<at::Tensor>& fc;
+  const at::Tensor& outputs;
+};
+
 // The sizes of a call: q tokens and nout output rows; hidden size d, L layers; H query and KV key-value heads of
-// hd features; kv visible slots, n_slots per layer and KV head in the cache; ncol q, k and v columns; the MLP's
-// inter; V logits; E embedding rows.
+// hd features; kv visible slots, n_slots per layer and KV head in the cache; kin inputs and ncol outputs of the q,
+// k and v projection (kin = d, or 2d in a head's step); the MLP's inter; V logits; E embedding rows.
 struct Dims {
-  int64_t q, nout, d, L, H, KV, hd, kv, n_slots, ncol, inter, V, E;
+  int64_t q, nout, d, L, H, KV, hd, kv, n_slots, kin, ncol, inter, V, E;
 };
 
 // Rows and features of the embedding, plain or packed.
@@ -443,32 +458,35 @@ void check_layouts(const LlamaWeights& w, const Request& r) {
                         &w.vc, &w.cos, &w.sin})
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous(),
                 "forward_bf16: contiguous bf16 CPU tensors only");
-  TORCH_CHECK((w.embed.dim() == 2 || (w.embed.dim() == 3 && w.embed.size(2) == 32)) && r.mask.dim() == 2 && w.kc.dim() == 2 && w.cos.dim() == 2 && w.ln1.dim() == 2 &&
-                  w.norm.dim() == 1 && w.head.dim() == 3 && w.wqkv.dim() == 4 && w.wo.dim() == 4 &&
+  TORCH_CHECK((w.embed.dim() == 2 || (w.embed.dim() == 3 && w.embed.size(2) == 32)) && r.mask.dim() == 2 &&
+                  w.kc.dim() == 2 && w.cos.dim() == 2 && w.ln1.dim() == 2 && w.norm.dim() == 1 && w.head.dim() == 3 && w.wqkv.dim() == 4 && w.wo.dim() == 4 &&
                   w.w13.dim() == 4 && w.w2.dim() == 4,
               "forward_bf16: weights must be packed by dynatree_lib.core.kernels.pack and stacked over layers");
 }
 
-// The sizes of a call, each checked against the others and against what the kernels take.
-Dims check_sizes(const LlamaWeights& w, const Request& r) {
-  const int64_t q = r.tokens.size(0), d = embed_features(w.embed), L = w.wqkv.size(0), hd = w.kc.size(1), kv = r.mask.size(1);
+// The sizes of a call, each checked against the others and against what the kernels take (`head`: a head's step).
+Dims check_sizes(const LlamaWeights& w, const Request& r, bool head) {
+  const int64_t q = r.tokens.size(0), d = embed_features(w.embed), L = w.wqkv.size(0), hd = w.kc.size(1);
+  const int64_t kv = r.mask.size(1);
   const int64_t H = w.H, KV = w.KV;
   TORCH_CHECK(q > 0 && r.positions.size(0) == q && r.slots.size(0) == q && r.mask.size(0) == q,
               "forward_bf16: ", q, " tokens need as many positions and slots and a [", q, ", kv] mask");
   TORCH_CHECK(hd % 32 == 0 && hd <= 256 && KV > 0 && H % KV == 0 && d % 16 == 0 && L > 0, "forward_bf16: head dim ",
               hd, ", hidden size ", d, ", ", H, " / ", KV, " heads, ", L, " layers");
   const int64_t d2 = d / 2, ncol = (H + 2 * KV) * hd, inter = w.w13.size(1) * 8, n_slots = w.kc.size(0) / (L * KV);
+  const int64_t kin = head ? 2 * d : d;
   TORCH_CHECK(inter % 16 == 0, "forward_bf16: intermediate size ", inter, " is not a multiple of 16");
-  TORCH_CHECK(w.wqkv.size(1) * 16 == ncol && w.wqkv.size(2) == d2 && w.wo.size(1) * 16 == d &&
+  TORCH_CHECK(w.wqkv.size(1) * 16 == ncol && w.wqkv.size(2) * 2 == kin && w.wo.size(1) * 16 == d &&
                   w.wo.size(2) * 2 == H * hd && w.w13.size(2) == d2 && w.w2.size(1) * 16 == d &&
-                  w.w2.size(2) * 2 == inter && w.head.size(1) == d2 && w.ln1.size(1) == d && w.norm.size(0) == d,
+                  w.w2.size(2) * 2 == inter && w.head.size(1) == d2 && w.ln1.size(1) == kin && w.norm.size(0) == d,
               "forward_bf16: weights must be packed by dynatree_lib.core.kernels.pack and stacked over layers");
   TORCH_CHECK(w.kc.sizes() == w.vc.sizes() && w.kc.size(0) == L * KV * n_slots && w.cos.size(1) == hd,
               "forward_bf16: caches must be [layers * KV heads * slots, head dim]");
-  return {q, r.last_only ? 1 : q, d, L, H, KV, hd, kv, n_slots, ncol, inter, w.head.size(0) * 16, embed_rows(w.embed)};
+  return {q, r.last_only ? 1 : q, d, L, H, KV, hd, kv, n_slots, kin, ncol, inter, w.head.size(0) * 16,
+          embed_rows(w.embed)};
 }
 
-// The features buffer, where asked: [q, len(feature_layers), d] bf16, each layer id in [0, L).
+// The features buffer, where asked: [q, len(feature_layers), d] bf16, each layer id in [0, L] (L: after the norm).
 void check_features(const Request& r, const Dims& n) {
   if (!r.features.has_value()) {
     TORCH_CHECK(r.feature_layers.empty(), "forward_bf16: feature_layers given without a features buffer");
@@ -480,7 +498,7 @@ void check_features(const Request& r, const Dims& n) {
                   f.size(0) == n.q && f.size(1) == k && f.size(2) == n.d,
               "forward_bf16: features must be a contiguous bf16 [", n.q, ", ", k, ", ", n.d, "] buffer");
   for (int64_t i : r.feature_layers)
-    TORCH_CHECK(i >= 0 && i < n.L, "forward_bf16: feature layer ", i, " outside [0, ", n.L, ")");
+    TORCH_CHECK(i >= 0 && i <= n.L, "forward_bf16: feature layer ", i, " outside [0, ", n.L, "]");
 }
 
 // Every token id, position and slot in range: the threads index with them unchecked.
@@ -495,14 +513,46 @@ void check_indices(const LlamaWeights& w, const Request& r, const Dims& n) {
   }
 }
 
+// A head's step: its inputs [rows, d] (or [rows, 3d] with fc [d / 16, 3d / 2, 32]), a source row in [-1, rows) for
+// each new row, and an outputs buffer [slots, d] holding every slot written.
+void check_head(const HeadRequest& h, const Dims& n) {
+  const at::Tensor &in = h.inputs, &ir = h.input_rows, &out = h.outputs;
+  for (const auto* t : {&in, &out})
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous() && t->dim() == 2,
+                "eagle3_bf16: inputs and outputs must be contiguous 2-D bf16 CPU tensors");
+  TORCH_CHECK(ir.dim() == 1 && ir.size(0) == n.q && ir.scalar_type() == at::kLong && ir.is_contiguous(),
+              "eagle3_bf16: input_rows must be contiguous int64 [", n.q, "]");
+  const int64_t width = h.fc.has_value() ? 3 * n.d : n.d;
+  TORCH_CHECK(in.size(1) == width, "eagle3_bf16: inputs must be ", width, " wide", h.fc ? " (through fc)" : "");
+  if (h.fc.has_value())
+    TORCH_CHECK(h.fc->scalar_type() == at::kBFloat16 && h.fc->is_contiguous() && h.fc->dim() == 3 &&
+                    h.fc->size(0) * 16 == n.d && h.fc->size(1) * 2 == width,
+                "eagle3_bf16: fc must be packed by dynatree_lib.core.kernels.pack from [", n.d, ", ", width, "]");
+  TORCH_CHECK(out.size(1) == n.d && out.size(0) >= n.kv, "eagle3_bf16: outputs must be [slots, ", n.d, "]");
+  TORCH_CHECK(n.L == 1, "eagle3_bf16: a head has one layer, got ", n.L);
+  const auto* rows = ir.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n.q; ++i)
+    TORCH_CHECK(rows[i] >= -1 && rows[i] < in.size(0), "eagle3_bf16: input row ", rows[i], " outside the inputs");
+}
+
 // The checks above, in order: the sizes of a call that the threads can run unchecked.
-Dims check_inputs(const LlamaWeights& w, const Request& r) {
+Dims check_inputs(const LlamaWeights& w, const Request& r, const HeadRequest* h = nullptr) {
   check_layouts(w, r);
-  const Dims n = check_sizes(w, r);
+  const Dims n = check_sizes(w, r, h != nullptr);
   check_indices(w, r, n);
   check_features(r, n);
+  if (h) check_head(*h, n);
   return n;
 }
+
+// A head's step as the threads read it (see HeadRequest): null `inputs` in a plain Llama forward.
+struct HeadIO {
+  const bf16* inputs = nullptr;
+  const int64_t* rows = nullptr;
+  const __m512i* fc = nullptr;
+  bf16* outputs = nullptr;
+  int64_t width = 0;  // an inputs row
+};
 
 // The model as the threads read it: raw pointers, and each stacked matmul weight's layer stride in 64-byte lines.
 struct Model {
@@ -550,16 +600,16 @@ struct Buffer {
   Buffer(at::IntArrayRef sizes, const at::TensorOptions& o) : t(at::empty(sizes, o)), p(t.data_ptr<T>()) {}
 };
 
-// One forward_bf16 call: its sizes, the model, the request's indices and the activations, with the steps each
-// thread of the one parallel region runs. Threads split each matmul's output blocks and meet at a barrier
+// One forward_bf16 (or eagle3_bf16) call: its sizes, the model, the request's indices and the activations, with the
+// steps each thread of the one parallel region runs. Threads split each matmul's output blocks and meet at a barrier
 // wherever the next step reads what other threads wrote (each normalises every row itself: no barrier there).
 class Forward {
  public:
-  Forward(const Dims& n, const LlamaWeights& w, const Request& r);
+  Forward(const Dims& n, const LlamaWeights& w, const Request& r, const HeadRequest* h = nullptr);
   at::Tensor run();
 
  private:
-  // A thread of the region: its index t of T, its own normalised rows [q, d] and its attention scratch.
+  // A thread of the region: its index t of T, its own normalised rows [q, kin] and its attention scratch.
   struct Thread {
     int t, T;
     bf16* xn;
@@ -567,9 +617,13 @@ class Forward {
     // this thread's share [b0, b1) of n output blocks (contiguous: one stream per weight)
     std::pair<int64_t, int64_t> share(int64_t n) const { return {n * t / T, n * (t + 1) / T}; }
   };
+  void embedding_row(int64_t t, bf16* out) const;
   void embed(const Thread& th);
+  void head_inputs(const Thread& th);
   void layer(int64_t i, const Thread& th);
   void normalise(const Thread& th, const bf16* w, int64_t r0);
+  void normalise_pair(const Thread& th);
+  void keep_outputs(const Thread& th);
   void matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, const __m512i* w, bf16* out, int64_t n,
               bool add = false);
   void rope_to_cache(int64_t i, const Thread& th);
@@ -587,6 +641,7 @@ class Forward {
   const bool greedy_;
   bf16* feat_;                          // [q, feature layers, d] where asked, else null
   std::vector<int64_t> feature_layers_;  // the layer each column of feat_ copies the residual stream entering
+  const HeadIO head_;                    // a head's step, where asked
   const int nt_;  // threads of the region
   const AttentionTasks tasks_;
   const int64_t kvp_;  // visible slots rounded up to 16
@@ -594,21 +649,30 @@ class Forward {
   const AttendFn attend_;
   Buffer<bf16> x_, qkv_, att_, h13_, act_, out_;  // the residual stream, the matmuls' outputs, the logits
   Buffer<int64_t> ids_;                           // the argmaxes if greedy
-  Buffer<bf16> xn_;                               // [thread, q, d]: each thread's normalised rows
+  Buffer<bf16> xn_;                               // [thread, q, kin]: each thread's normalised rows
+  Buffer<bf16> in_;                               // a head's gathered inputs to fc [q, 3d], where it has them
   std::vector<std::pair<float, int64_t>> best_;   // [thread, row]: each thread's argmax over its columns
   std::vector<float> scratch_;                    // [thread, attention_scratch(kvp)]
 };
 
-Forward::Forward(const Dims& n, const LlamaWeights& w, const Request& r)
+HeadIO head_io(const HeadRequest* h) {
+  if (!h) return {};
+  return {h->inputs.data_ptr<bf16>(), h->input_rows.data_ptr<int64_t>(), h->fc ? lines(*h->fc) : nullptr,
+          h->outputs.data_ptr<bf16>(), h->inputs.size(1)};
+}
+
+Forward::Forward(const Dims& n, const LlamaWeights& w, const Request& r, const HeadRequest* h)
     : n_(n), m_(model_of(w)), tok_(r.tokens.data_ptr<int64_t>()), pos_(r.positions.data_ptr<int64_t>()),
       slot_(r.slots.data_ptr<int64_t>()), mask_(r.mask.data_ptr<bf16>()), mask_stride_(r.mask.stride(0)),
       greedy_(r.greedy), feat_(r.features.has_value() ? r.features->data_ptr<bf16>() : nullptr),
-      feature_layers_(r.feature_layers.begin(), r.feature_layers.end()), nt_(std::max(1, at::get_num_threads())), tasks_(split_attention(n, nt_)),
+      feature_layers_(r.feature_layers.begin(), r.feature_layers.end()), head_(head_io(h)),
+      nt_(std::max(1, at::get_num_threads())), tasks_(split_attention(n, nt_)),
       kvp_((n.kv + 15) / 16 * 16), scale_(1.0f / std::sqrt(static_cast<float>(n.hd))), attend_(kAttend[n.hd / 16]),
       x_({n.q, n.d}, w.embed.options()), qkv_({n.q, n.ncol}, w.embed.options()),
       att_({n.q, n.H * n.hd}, w.embed.options()), h13_({n.q, 2 * n.inter}, w.embed.options()),
       act_({n.q, n.inter}, w.embed.options()), out_({n.nout, n.V}, w.embed.options()),
-      ids_({greedy_ ? n.nout : 0}, r.tokens.options()), xn_({nt_, n.q, n.d}, w.embed.options()),
+      ids_({greedy_ ? n.nout : 0}, r.tokens.options()), xn_({nt_, n.q, n.kin}, w.embed.options()),
+      in_({head_.fc ? n.q : 0, head_.width}, w.embed.options()),
       best_(greedy_ ? static_cast<size_t>(nt_) * n.nout : 0),
       scratch_(static_cast<size_t>(nt_) * attention_scratch(kvp_)) {}
 
@@ -617,41 +681,73 @@ at::Tensor Forward::run() {
 #pragma omp parallel num_threads(nt_)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    const Thread th{t, T, xn_.p + t * n_.q * n_.d, scratch_.data() + t * attention_scratch(kvp_)};
-    embed(th);
+    const Thread th{t, T, xn_.p + t * n_.q * n_.kin, scratch_.data() + t * attention_scratch(kvp_)};
+    if (head_.inputs) head_inputs(th);
+    else embed(th);
 #pragma omp barrier
     for (int64_t i = 0; i < n_.L; ++i) {
       if (feat_) keep_features(i, th);
       layer(i, th);
     }
+    if (head_.inputs) keep_outputs(th);
+    if (feat_) keep_features(n_.L, th);  // the last layer's output, normalised (head() only reads x_)
     head(th);
     if (greedy_) argmax(th);
   }
   return greedy_ ? ids_.t : out_.t;
 }
 
-// The tokens' embedding rows, every T-th row by this thread (from a packed embedding: a pair of features per
-// 64-byte line of its block).
-void Forward::embed(const Thread& th) {
-  for (int64_t r = th.t; r < n_.q; r += th.T) {
-    bf16* out = x_.p + r * n_.d;
-    if (!m_.packed_embed) {
-      std::memcpy(out, m_.embed + tok_[r] * n_.d, n_.d * sizeof(bf16));
-      continue;
-    }
-    const bf16* block = m_.embed + (tok_[r] / 16) * 16 * n_.d + (tok_[r] % 16) * 2;
-    for (int64_t c = 0; c < n_.d / 2; ++c) std::memcpy(out + 2 * c, block + 32 * c, 2 * sizeof(bf16));
+// Token `t`'s embedding row into out [d] (from a packed embedding: a pair of features per 64-byte line of its
+// block).
+void Forward::embedding_row(int64_t t, bf16* out) const {
+  if (!m_.packed_embed) {
+    std::memcpy(out, m_.embed + t * n_.d, n_.d * sizeof(bf16));
+    return;
   }
+  const bf16* block = m_.embed + (t / 16) * 16 * n_.d + (t % 16) * 2;
+  for (int64_t c = 0; c < n_.d / 2; ++c) std::memcpy(out + 2 * c, block + 32 * c, 2 * sizeof(bf16));
+}
+
+// The tokens' embedding rows, every T-th row by this thread.
+void Forward::embed(const Thread& th) {
+  for (int64_t r = th.t; r < n_.q; r += th.T) embedding_row(tok_[r], x_.p + r * n_.d);
+}
+
+// A head's step: each row's residual stream from its input row (zeros for -1), every T-th row by this thread,
+// through fc where the inputs are the target's fused features (each thread its share of fc's outputs).
+void Forward::head_inputs(const Thread& th) {
+  const int64_t w = head_.width;
+  bf16* rows = head_.fc ? in_.p : x_.p;
+  for (int64_t r = th.t; r < n_.q; r += th.T) {
+    const int64_t src = head_.rows[r];
+    if (src < 0) std::memset(rows + r * w, 0, w * sizeof(bf16));
+    else std::memcpy(rows + r * w, head_.inputs + src * w, w * sizeof(bf16));
+  }
+  if (!head_.fc) return;
+#pragma omp barrier
+  matmul(th, in_.p, n_.q, w, head_.fc, x_.p, n_.d);
+}
+
+// A head's step: the layer's output rows (the residual stream after it, before the final norm) to their slots'
+// rows of the outputs buffer, every T-th row by this thread (complete: the layer ended at a barrier).
+void Forward::keep_outputs(const Thread& th) {
+  for (int64_t r = th.t; r < n_.q; r += th.T)
+    std::memcpy(head_.outputs + slot_[r] * n_.d, x_.p + r * n_.d, n_.d * sizeof(bf16));
 }
 
 // The residual rows entering layer i into every features column that asks for layer i, every T-th row by this
 // thread (the rows it copies are complete: a barrier ended the step that wrote them, and the next write to them
-// comes after the barriers of layer i's attention).
+// comes after the barriers of layer i's attention). Layer id L: the last layer's output after the final norm,
+// the rows the head reads (no write to x_ follows the last layer).
 void Forward::keep_features(int64_t i, const Thread& th) {
   const int64_t k = static_cast<int64_t>(feature_layers_.size()), d = n_.d;
   for (int64_t j = 0; j < k; ++j) {
     if (feature_layers_[j] != i) continue;
-    for (int64_t r = th.t; r < n_.q; r += th.T) std::memcpy(feat_ + (r * k + j) * d, x_.p + r * d, d * sizeof(bf16));
+    for (int64_t r = th.t; r < n_.q; r += th.T) {
+      bf16* dst = feat_ + (r * k + j) * d;
+      if (i < n_.L) std::memcpy(dst, x_.p + r * d, d * sizeof(bf16));
+      else rms_row(x_.p + r * d, m_.norm, d, m_.eps, dst);
+    }
   }
 }
 
@@ -659,8 +755,9 @@ void Forward::keep_features(int64_t i, const Thread& th) {
 // output the next step reads outside this thread's share.
 void Forward::layer(int64_t i, const Thread& th) {
   const Dims& n = n_;
-  normalise(th, m_.ln1 + i * n.d, 0);
-  matmul(th, th.xn, n.q, n.d, m_.wqkv + i * m_.sqkv, qkv_.p, n.ncol);
+  if (head_.inputs) normalise_pair(th);
+  else normalise(th, m_.ln1 + i * n.d, 0);
+  matmul(th, th.xn, n.q, n.kin, m_.wqkv + i * m_.sqkv, qkv_.p, n.ncol);
 #pragma omp barrier
   rope_to_cache(i, th);
 #pragma omp barrier
@@ -680,6 +777,18 @@ void Forward::layer(int64_t i, const Thread& th) {
 // RMSNorm (weight w) of the residual rows [r0, q) into this thread's rows [0, q - r0).
 void Forward::normalise(const Thread& th, const bf16* w, int64_t r0) {
   for (int64_t r = r0; r < n_.q; ++r) rms_row(x_.p + r * n_.d, w, n_.d, m_.eps, th.xn + (r - r0) * n_.d);
+}
+
+// A head's layer input into this thread's rows [q, 2d]: the token's embedding normalised with input_layernorm's
+// weight (ln1[0, :d]), then the residual stream normalised with hidden_norm's (ln1[0, d:]), each row half alone.
+void Forward::normalise_pair(const Thread& th) {
+  const int64_t d = n_.d;
+  std::vector<bf16> token(d);
+  for (int64_t r = 0; r < n_.q; ++r) {
+    embedding_row(tok_[r], token.data());
+    rms_row(token.data(), m_.ln1, d, m_.eps, th.xn + r * 2 * d);
+    rms_row(x_.p + r * d, m_.ln1 + d, d, m_.eps, th.xn + r * 2 * d + d);
+  }
 }
 
 // out [rows, n] = x [rows, k] @ w.T (add: out += ..., a residual add) in this thread's share of the n / 16 blocks.
@@ -770,6 +879,22 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
   return Forward(check_inputs(w, r), w, r).run();
 }
 
+// dynatree::eagle3_bf16: an EAGLE-3 head's step (HeadRequest) with its one layer's weights in forward_bf16's layout
+// (wqkv [1, ncol / 16, d, 32]: q, k, v over 2d inputs; ln1 [1, 2d]); logits [q, V'] ([1, V'] if last_only).
+at::Tensor eagle3_bf16(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
+                       const at::Tensor& mask, const at::Tensor& inputs, const at::Tensor& input_rows,
+                       const c10::optional<at::Tensor>& fc, const at::Tensor& outputs, const at::Tensor& embed,
+                       const at::Tensor& wqkv, const at::Tensor& wo, const at::Tensor& w13, const at::Tensor& w2,
+                       const at::Tensor& ln1, const at::Tensor& ln2, const at::Tensor& norm, const at::Tensor& head,
+                       const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& cos, const at::Tensor& sin,
+                       int64_t H, int64_t KV, double eps, bool last_only) {
+  const LlamaWeights w{embed, wqkv, wo, w13, w2, ln1, ln2, norm, head, kc, vc, cos, sin, H, KV, eps};
+  const c10::optional<at::Tensor> none;
+  const Request r{tokens, positions, slots, mask, last_only, false, none, {}};
+  const HeadRequest h{inputs, input_rows, fc, outputs};
+  return Forward(check_inputs(w, r, &h), w, r, &h).run();
+}
+
 at::Tensor forward_bf16_meta(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
                              const at::Tensor& mask, const at::Tensor& embed, const at::Tensor& wqkv,
                              const at::Tensor& wo, const at::Tensor& w13, const at::Tensor& w2, const at::Tensor& ln1,
@@ -791,11 +916,16 @@ TORCH_LIBRARY(dynatree, m) {
         "Tensor wo, Tensor w13, Tensor w2, Tensor ln1, Tensor ln2, Tensor norm, Tensor head, Tensor(a!) kc, "
         "Tensor(b!) vc, Tensor cos, Tensor sin, int H, int KV, float eps, bool last_only, bool greedy=False, "
         "Tensor(c!)? features=None, int[] feature_layers=[]) -> Tensor");
+  m.def("eagle3_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor inputs, Tensor input_rows, "
+        "Tensor? fc, Tensor(a!) outputs, Tensor embed, Tensor wqkv, Tensor wo, Tensor w13, Tensor w2, Tensor ln1, "
+        "Tensor ln2, Tensor norm, Tensor head, Tensor(b!) kc, Tensor(c!) vc, Tensor cos, Tensor sin, int H, int KV, "
+        "float eps, bool last_only) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(dynatree, CPU, m) {
   m.impl("linear_bf16", linear_bf16);
   m.impl("attention_bf16", attention_bf16);
   m.impl("forward_bf16", forward_bf16);
+  m.impl("eagle3_bf16", eagle3_bf16);
 }
 TORCH_LIBRARY_IMPL(dynatree, Meta, m) {
   m.impl("linear_bf16", linear_bf16_meta);
