@@ -111,7 +111,7 @@ def test_one_call_forward_keeps_the_features_of_the_layered_forward():
 def test_one_call_forward_keeps_the_final_normed_state():
     """Layer id L from the fused engine: the bits of the layered bf16 path (its final norm), logits unchanged."""
     m = tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96).to(torch.bfloat16)
-    fused, layered = StaticRunner(m, fused=True), StaticRunner(m)
+    fused, layered = StaticRunner(m, fused=True, keep_model=True), StaticRunner(m)
     for r in (fused, layered):
         r.keep_features((3, 0))
     x = torch.randint(1, 96, (25,), generator=torch.Generator().manual_seed(4))

@@ -125,10 +125,9 @@ def test_a_head_on_the_fast_path_holds_every_weight_once(dtype, tmp_path):
     drf = load_head_draft(f"eagle3:{tmp_path}", tgt, 64, None, False, engine(dtype).fused)
     assert drf.head.embed_tokens.data_ptr() == tgt.embedding.data_ptr()
     assert drf.engine == ("eagle3+fused" if engine(dtype).fused else "eagle3")
-    head = storages(*drf.head.parameters(), *drf.head.buffers())
-    assert sum(head.values()) + sum(packed(drf).values()) == \
-        sum(p.numel() * p.element_size() for p in (*drf.head.parameters(), *drf.head.buffers()))
-    head.update(packed(drf))
+    head = {**storages(*drf.head.parameters(), *drf.head.buffers()), **packed(drf)}
+    assert sum(head.values()) == sum(p.numel() * p.element_size() for p in (*drf.head.parameters(),
+                                                                            *drf.head.buffers()))
     total = storages(tgt, drf)
     assert sum(total.values()) == sum(one.values()) + sum(head.values()) + sum(caches(tgt).values()) + \
         sum(caches(drf).values())
