@@ -92,3 +92,17 @@ def test_the_vocabulary_report_reads_the_committed_heads_shape():
     assert all(0.5 < c <= 1.0 for r in report["sizes"] for c in r["coverage"].values())
     answers = [r["coverage"]["instruction"] for r in report["sizes"]]
     assert answers == sorted(answers)
+
+
+def test_the_profiles_head_reference_resolves_from_any_directory(tmp_path, monkeypatch):
+    """``eagle3:weights/smollm2-eagle3`` (the cpu profile's) names the repository's folder from a notebook's working
+    directory too; a folder under the working directory wins, and a missing one is named."""
+    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.weights import head_folder
+
+    ref = get_profile("cpu").extras.head
+    monkeypatch.chdir(tmp_path)
+    assert head_folder(ref) == HEAD
+    (tmp_path / "weights" / "smollm2-eagle3").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="weights/smollm2-eagle3/config.json is missing"):
+        head_folder(ref)
