@@ -106,3 +106,18 @@ def test_the_profiles_head_reference_resolves_from_any_directory(tmp_path, monke
     (tmp_path / "weights" / "smollm2-eagle3").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="weights/smollm2-eagle3/config.json is missing"):
         head_folder(ref)
+
+
+def test_the_tree_depth_record_is_dev_only_exact_and_at_eagles_defaults():
+    """``results/cpu/head_tree_depth.json`` (``tools/head_tree_depth.py``): Spec-Bench dev questions only, every
+    output equal to AR's, EAGLE-3's tree at SafeAILab/EAGLE's defaults, the committed head's weights."""
+    from dynatree_lib.core.eagle_tree import Eagle3TreeConfig
+    from dynatree_lib.harness.prompts import candidates
+
+    rec = json.loads((REPO / "results" / "cpu" / "head_tree_depth.json").read_text())
+    assert set(rec["prompt_ids"]) <= set(candidates("spec_bench", "dev")) and rec["split"] == "dev"
+    assert all(r["equals_ar"] and r["prompt_id"] in rec["prompt_ids"] for r in rec["records"])
+    cfg = Eagle3TreeConfig()
+    assert rec["configs"]["eagle3_tree"] == {"type": "Eagle3TreeConfig", "depth": cfg.depth, "top_k": cfg.top_k,
+                                             "total_tokens": cfg.total_tokens}
+    assert rec["drafts"]["head"]["weights"]["file"] == "weights/smollm2-eagle3/model.safetensors"
