@@ -93,3 +93,32 @@ def test_the_vocabulary_report_reads_the_committed_heads_shape():
     assert all(0.5 < c <= 1.0 for r in report["sizes"] for c in r["coverage"].values())
     answers = [r["coverage"]["instruction"] for r in report["sizes"]]
     assert answers == sorted(answers)
+
+
+def test_the_profiles_head_reference_resolves_from_any_directory(tmp_path, monkeypatch):
+    """``eagle3:weights/smollm2-eagle3`` (the cpu profile's) names the repository's folder from a notebook's working
+    directory too; a folder under the working directory wins, and a missing one is named."""
+    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.weights import head_folder
+
+    ref = get_profile("cpu").extras.head
+    monkeypatch.chdir(tmp_path)
+    assert head_folder(ref) == HEAD
+    (tmp_path / "weights" / "smollm2-eagle3").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="weights/smollm2-eagle3/config.json is missing"):
+        head_folder(ref)
+
+
+def test_the_tree_depth_record_is_dev_only_exact_and_at_eagles_defaults():
+    """``results/cpu/head_tree_depth.json`` (``tools/head_tree_depth.py``): Spec-Bench dev questions only, every
+    output equal to AR's, EAGLE-3's tree at SafeAILab/EAGLE's defaults, the committed head's weights."""
+    from dynatree_lib.core.eagle_tree import Eagle3TreeConfig
+    from dynatree_lib.harness.prompts import candidates
+
+    rec = json.loads((REPO / "results" / "cpu" / "head_tree_depth.json").read_text())
+    assert set(rec["prompt_ids"]) <= set(candidates("spec_bench", "dev")) and rec["split"] == "dev"
+    assert all(r["equals_ar"] and r["prompt_id"] in rec["prompt_ids"] for r in rec["records"])
+    cfg = Eagle3TreeConfig()
+    assert rec["configs"]["eagle3_tree"] == {"type": "Eagle3TreeConfig", "depth": cfg.depth, "top_k": cfg.top_k,
+                                             "total_tokens": cfg.total_tokens}
+    assert rec["drafts"]["head"]["weights"]["file"] == "weights/smollm2-eagle3/model.safetensors"

@@ -161,9 +161,12 @@ def is_head(ref: str) -> bool:
 
 
 def head_folder(ref: str) -> Path:
-    """The folder of a ``<kind>:<folder>`` head reference (relative folders from the working directory)."""
+    """The folder of a ``<kind>:<folder>`` head reference: a relative folder from the working directory where it is
+    there, else from the repository (the profiles' ``weights/...``, from a notebook's or any other directory)."""
     kind = head_kind(ref)
     folder = Path(ref.removeprefix(f"{kind}:"))
+    if not folder.is_absolute() and not folder.exists() and (REPO / folder).exists():
+        folder = REPO / folder
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{ref!r}: {folder / 'config.json'} is missing (a {HEAD_KINDS[kind].label} head folder "
                                 f"holds the config.json and model.safetensors that build-draft --head {kind} writes)")

@@ -394,7 +394,8 @@ def tuning_table(df: pd.DataFrame) -> pd.DataFrame:
 def heads_table(df) -> pd.DataFrame:
     """Notebook 13, TALON's Table 3 form for a feature head: per temperature and workload, tokens per verification
     (τ) and draft forwards per verification (δ) in replicate 1, and the speedup over AR at that temperature on the
-    same prompts with its 95% interval in each replicate; greedy, the prompts whose output equals AR's."""
+    same prompts with its 95% interval in each replicate; greedy, the prompts whose output equals AR's. A control
+    measured only greedy shows "–" at the other temperatures."""
     out: dict = {}
     for t in sorted(set(df.temperature)):
         for ds in present(df.dataset):
@@ -407,6 +408,6 @@ def heads_table(df) -> pd.DataFrame:
                 cells[col(f"speedup r{r.replicate + 1}")] = "–" if ar else _speedup_ci(r)
                 if t == 0 and r.replicate == 0:
                     cells[col("= AR")] = _agree(r)
-    table = shown(pd.DataFrame(out).T, df)
+    table = shown(pd.DataFrame(out).T, df).fillna("–")
     table.columns = pd.MultiIndex.from_tuples(table.columns)
     return table
