@@ -117,7 +117,7 @@ def test_the_tree_depth_record_is_dev_only_exact_and_at_eagles_defaults():
 
     rec = json.loads((REPO / "results" / "cpu" / "head_tree_depth.json").read_text())
     assert set(rec["prompt_ids"]) <= set(candidates("spec_bench", "dev")) and rec["split"] == "dev"
-    assert all(r["equals_ar"] and r["prompt_id"] in rec["prompt_ids"] for r in rec["records"])
+    assert all(r["equals_ar"] and r["prompt_id"] in rec["prompt_ids"] for r in rec["per_prompt"])
     cfg = Eagle3TreeConfig()
     assert rec["configs"]["eagle3_tree"] == {"type": "Eagle3TreeConfig", "depth": cfg.depth, "top_k": cfg.top_k,
                                              "total_tokens": cfg.total_tokens}

@@ -110,7 +110,8 @@ def test_cell_and_method_are_keyword_only():
 def current_keys(profile: str) -> dict[str, set[str]]:
     peers.register()
     prof = get_profile(profile)
-    return {name: {experiments.cell_key(name, prof, c) for c in cells(prof)}
+    at = {name: experiments.experiment_profile(name, prof) for name in experiments.EXPERIMENTS}  # heads: the head's
+    return {name: {experiments.cell_key(name, at[name], c) for c in cells(at[name])}
             for name, cells in experiments.EXPERIMENTS.items()}
 
 

@@ -71,7 +71,7 @@ def main() -> None:
                                                              "weights": weights_info(loaded[d][0].models.draft)}
                                                          for d in DRAFTS},
            "configs": {m: {"type": type(c).__name__, **asdict(c)} for m, c in configs.items()},
-           "prompt_ids": [p.id for p in prompts], "mean_L_bar": summary, "records": rows,
+           "prompt_ids": [p.id for p in prompts], "mean_L_bar": summary, "per_prompt": rows,
            "environment": environment(prof.models.device)}
     path = REPO / "results" / "cpu" / "head_tree_depth.json"
     path.write_text(json.dumps(out, indent=1))
