@@ -16,8 +16,9 @@
 # card says how far). This notebook shows, from committed JSON:
 #
 # 1. the head's first drafted token beside v4's on the dev prompts (the pair reports of notebook 00's kind);
-# 2. what one head step costs against the target's one-token forward (`tools/head_cost.py`), and which reduced
-#    vocabulary pays (`tools/head_vocab.py`);
+# 2. what one head step costs against the target's one-token forward (`tools/head_cost.py`), which reduced
+#    vocabulary pays (`tools/head_vocab.py`), and DynaTree's memory with the head against AR's and v4's
+#    (`tools/memory_head.py`, notebook 08's measure);
 # 3. every exact method of our loop drafting with the head, greedy and at T = 1, on the first test prompts of
 #    each workload, each replicate in its own process, methods interleaved prompt by prompt (`heads` experiment):
 #    τ is tokens per verification, δ draft forwards per verification (TALON's draft efficiency), speedups over AR
@@ -49,12 +50,14 @@ if prof.extras.head and head_pair_path.exists():
     show_table(tables.draft_versions_table(head_pair, {"v4": pair}, "head", overlap=True), "table_head_pair", prof)
 
 # %% [markdown]
-# ## What a head step costs, and which vocabulary pays
+# ## What a head step costs, which vocabulary pays, and what the head adds to memory
 
 # %%
-for name, table in (("head_cost", tables.head_cost_table), ("head_vocab", tables.head_vocab_table)):
+for name, table, shown_as in (("head_cost", tables.head_cost_table, "table_head_cost"),
+                              ("head_vocab", tables.head_vocab_table, "table_head_vocab"),
+                              ("memory_head", tables.head_memory_table, "table_head_memory")):
     if prof.extras.head and results_path(name, prof).exists():
-        show_table(table(json.loads(results_path(name, prof).read_text())), f"table_{name}", prof)
+        show_table(table(json.loads(results_path(name, prof).read_text())), shown_as, prof)
 
 # %% [markdown]
 # ## Every method on the head

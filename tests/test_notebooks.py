@@ -52,7 +52,7 @@ def test_smoke_regression_copy_matches_source(src):
 # draft's reports, notebook 13 a feature head (only the cpu profile has one)
 CPU_ONLY = {"table_peers", "table_peers_r2", "table_peers_best", "fig_peers", "table_draft_versions",
             "table_draft_change", "table_sampling_draft_change", "table_heads", "table_head_pair", "table_head_cost",
-            "table_head_vocab", "fig_heads_T0", "fig_heads_T1"}
+            "table_head_vocab", "table_head_memory", "fig_heads_T0", "fig_heads_T1"}
 
 
 @pytest.mark.parametrize("doc", ["README.md", "RESULTS.md", "FINDINGS.md"])

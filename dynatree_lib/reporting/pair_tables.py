@@ -232,3 +232,17 @@ def head_vocab_table(vocab: dict) -> pd.DataFrame:
     t = pd.DataFrame(rows).T
     t.index.name = "draft vocabulary"
     return t
+
+
+def head_memory_table(memory: dict) -> pd.DataFrame:
+    """``tools/memory_head.py``: each cell's footprint (notebook 08's measure, the mean of its fresh processes, each
+    process's value beside it) and its excess over AR's."""
+    records = memory["records"]
+    mean = lambda r: r["aggregate"]["footprint_mb"]["mean"]  # noqa: E731
+    ar = mean(next(r for r in records if r["method"] == registry.AR))
+    rows = {r["label"] if r["method"] == registry.AR else f"{r['label']} · {r['draft']}": {
+        "footprint (MB)": f"{mean(r):.1f}", "processes (MB)": ", ".join(f"{x['footprint_mb']:.1f}" for x in r["rows"]),
+        "over AR": "–" if r["method"] == registry.AR else f"{100 * (mean(r) / ar - 1):+.1f}%"} for r in records}
+    t = pd.DataFrame(rows).T
+    t.index.name = "WikiText-2, first test prompt"
+    return t
