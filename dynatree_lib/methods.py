@@ -44,11 +44,12 @@ class Method:
     systems: the main table and memory), "extension" (ours: the main table, never in a paper method's place),
     "peer" (another engine on the same weights, ``harness.peers``: its own experiment only) or "opt_in" (decoded
     by ``generate`` and covered by the exactness and sampling tests, with tuning candidates in the profiles that
-    tune, but measured by no experiment until one names it: the EAGLE-3 and OPT-Tree trees, which the committed
-    results predate).
+    tune, but measured only by an experiment that names it: the EAGLE-3 and OPT-Tree trees, which the committed
+    results predate, in the ``talon`` experiment).
     ``paper(settings, dataset)``: the paper's setting from a profile's ``PaperSettings`` (the profile may
     override it). ``reported``: its key in ``data/paper_reported.json``'s Table 1, 3 and 5, if the paper reports it;
-    ``reported_v1``: its key in the earlier paper version's Table 1 (``earlier_version_500_tokens``).
+    ``reported_v1``: its key in the earlier paper version's Table 1 (``earlier_version_500_tokens``);
+    ``reported_talon``: its row in TALON's Tables 1 and 3 (``data/talon_reported.json``), if TALON reports it.
     ``decode(target, draft, prompt, T, cfg, opts)`` runs it (``opts``: ``core.decoding.Options``); ``drafts``:
     whether it needs a draft (HF's AR does not); ``engine``: whose engine runs its forwards ("ours", or
     "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that engine's AR as well as ours);
@@ -75,6 +76,7 @@ class Method:
     decode: Callable | None = tree_decoder
     reported: str | None = None
     reported_v1: str | None = None
+    reported_talon: str | None = None
     drafts: bool = True
     engine: str = "ours"
     engine_ar: bool = False
@@ -118,7 +120,7 @@ for _m in (
            drafts=False),
     Method(name=LINEAR, config=LinearConfig, label="Linear Spec", color="#1f77b4", role="paper", tuned=True,
            paper=lambda s, ds: LinearConfig(s.linear_K[ds]), reported="linear_spec", reported_v1="linear_spec_K6",
-           controls=True),
+           reported_talon="SD", controls=True),
     Method(name=FIXED_TREE, config=FixedTreeConfig, label="Fixed Tree", color="#ff7f0e", role="paper", tuned=True,
            paper=lambda s, ds: s.fixed, reported=FIXED_TREE, controls=True, trees=True),
     Method(name=DYNATREE, config=DynaTreeConfig, label="DynaTree", color="#2ca02c", role="paper", tuned=True,
@@ -136,11 +138,11 @@ for _m in (
            decode=generate_streaming_spec, exact=False, tuning_from=LINEAR, reported_v1="streamingllm_spec_cache1024",
            adopt=lambda own, chain: dataclasses.replace(own, K=chain.K)),
     Method(name=TALON, config=TalonConfig, label="TALON", color="#d62728", role="seed", tuned=True,
-           paper=lambda s, ds: s.talon, trees=True),
+           paper=lambda s, ds: s.talon, reported_talon="TALON", trees=True),
     Method(name=EAGLE3_TREE, config=Eagle3TreeConfig, label="EAGLE-3 tree", color="#e377c2", role="opt_in",
-           tuned=True, paper=lambda s, ds: Eagle3TreeConfig(), trees=True),
+           tuned=True, paper=lambda s, ds: Eagle3TreeConfig(), reported_talon="EAGLE-3", trees=True),
     Method(name=OPT_TREE, config=OptTreeConfig, label="OPT-Tree", color="#393b79", role="opt_in", tuned=True,
-           paper=lambda s, ds: OptTreeConfig(), trees=True),
+           paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True),
 ):
     register(_m)
 

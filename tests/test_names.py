@@ -108,11 +108,14 @@ def test_cell_and_method_are_keyword_only():
 
 
 def current_keys(profile: str) -> dict[str, set[str]]:
+    """{experiment: its current cells' keys}, each keyed with the profile the experiment measures with (a feature
+    head's for ``heads`` and ``talon``), as ``experiments.missing`` and ``records.records`` key them."""
     peers.register()
-    prof = get_profile(profile)
-    at = {name: experiments.experiment_profile(name, prof) for name in experiments.EXPERIMENTS}  # heads: the head's
-    return {name: {experiments.cell_key(name, at[name], c) for c in cells(at[name])}
-            for name, cells in experiments.EXPERIMENTS.items()}
+    out = {}
+    for name, cells in experiments.EXPERIMENTS.items():
+        prof = experiments.experiment_profile(name, get_profile(profile))
+        out[name] = {experiments.cell_key(name, prof, c) for c in cells(prof)}
+    return out
 
 
 @pytest.mark.parametrize("profile", RENDERED)

@@ -25,6 +25,7 @@ from ..core.opt_tree import OptTreeConfig
 from ..core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
 from .. import methods as registry
 from .models import Engine, load_pair
+from .workloads import HUMANEVAL, ULTRACHAT_EVAL
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,10 @@ class Extras:
     over which ``costs.json`` spreads its paired rounds of the draft/target one-token cost (``cost_span_s``: on a
     machine whose memory bandwidth drifts, the rounds then meet its phases); and notebook 13's feature head
     (``head``: a draft reference such as ``eagle3:<folder>``, None: the profile has none) with its prompts
-    (``head_n_prompts`` test prompts per continuation dataset, ``head_n_questions`` per Spec-Bench category)."""
+    (``head_n_prompts`` test prompts per continuation dataset, ``head_n_questions`` per Spec-Bench category); and
+    notebook 14's TALON experiment on that head (``talon_n_prompts`` test prompts per question workload without
+    categories, HumanEval and UltraChat's, ``talon_n_questions`` per Spec-Bench category, each decoded to EOS or
+    TALON's limit, capped at ``talon_T_cap`` new tokens where it is above 0)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -166,6 +170,9 @@ class Extras:
     head: str | None = None
     head_n_prompts: int = 4
     head_n_questions: int = 1
+    talon_n_prompts: int = 4
+    talon_n_questions: int = 1
+    talon_T_cap: int = 0
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -186,7 +193,11 @@ class Profile:
         if name not in registry.REGISTRY:
             raise ValueError(f"unknown method {name!r}; choose one of {registry.method_names()}")
         paper = registry.REGISTRY[name].paper
-        return None if paper is None else paper(self.paper, dataset)
+        try:
+            return None if paper is None else paper(self.paper, dataset)
+        except KeyError:
+            raise ValueError(f"profile {self.name!r} has no paper setting of {name!r} for workload {dataset!r}; "
+                             "give one in its PaperSettings") from None
 
     @property
     def workloads(self) -> tuple[str, ...]:
@@ -292,30 +303,35 @@ PROFILES: dict[str, Profile] = {
     # generation, so settings tuned on short runs would be tuned for another regime.
     # Sampling at T = 1 only (TALON's Table 3 setting): each temperature is another ~340 generations, half of
     # them on transformers' slow engine; add one with --set "temperatures=(1.0, 0.7)".
+    # HumanEval and UltraChat (notebook 14's TALON experiment) take Spec-Bench's settings: questions to EOS. The
+    # TALON experiment stops at 256 new tokens (TALON's 1,024 would make it hours on 2 cores).
     "cpu": Profile(
         "cpu",
         Models("embedded:target", "embedded:draft", dtype="bfloat16", engine=Engine("static+fused"),
                exact_dtype="float32", draft_vocab=8192, draft_lookup=True, threads=2),
         Protocol(workloads=("wikitext2", "pg19", "spec_bench"), L_max={"wikitext2": 200, "pg19": 250}, T=256,
                  n_prompts=24, n_questions=10, n_exact=2, warmup=1, temperatures=(1.0,)),
-        PaperSettings(linear_K={"wikitext2": 8, "pg19": 5, "spec_bench": 5}, streaming_cache=256,
+        PaperSettings(linear_K={"wikitext2": 8, "pg19": 5, "spec_bench": 5, HUMANEVAL: 5, ULTRACHAT_EVAL: 5},
+                      streaming_cache=256,
                       dynatree={"wikitext2": DynaTreeConfig(D_max=8), "pg19": DynaTreeConfig(D_max=9),
-                                "spec_bench": DynaTreeConfig(D_max=8)}),
+                                "spec_bench": DynaTreeConfig(D_max=8), HUMANEVAL: DynaTreeConfig(D_max=8),
+                                ULTRACHAT_EVAL: DynaTreeConfig(D_max=8)}),
         Tuning(_cpu_tuning(), n=3, n_questions=1),
         Sweeps(T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), n_prompts=2,
                fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
                threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
         Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
-               peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3")),
+               peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3", talon_T_cap=256)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
         Protocol(workloads=("wikitext2", "pg19", "spec_bench"), L_max={"wikitext2": 24, "pg19": 24}, T=24,
                  n_prompts=2, n_questions=1, n_exact=1, slow_share=0.5, warmup=1, temperatures=(1.0,), max_prompt=48),
-        PaperSettings(linear_K={"wikitext2": 4, "pg19": 3, "spec_bench": 3},
+        PaperSettings(linear_K={"wikitext2": 4, "pg19": 3, "spec_bench": 3, HUMANEVAL: 3, ULTRACHAT_EVAL: 3},
                       fixed=FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32),
-                      dynatree={w: DynaTreeConfig(D_max=6, n_max=32) for w in ("wikitext2", "pg19", "spec_bench")},
+                      dynatree={w: DynaTreeConfig(D_max=6, n_max=32)
+                                for w in ("wikitext2", "pg19", "spec_bench", HUMANEVAL, ULTRACHAT_EVAL)},
                       talon=TalonConfig(mu=0.1, N=16, K=4), streaming_cache=32),
         Tuning(_tiny_tuning(), n=1, n_questions=1, T=16),
         Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,

@@ -3,13 +3,15 @@ take, estimated from the best throughputs at hand.
 
 Rates, printed with the plan: where this profile's main table was logged (``results/<profile>/main.json``), each
 method's measured tokens/s on each workload (warm-up runs and prefill included, model loading and compilation
-not); otherwise, the paper's Table 1 throughputs on an A100 (TALON, HF and StreamingLLM at linear speculative
-decoding's rate; fp32 at a quarter), which only a GPU profile approaches.
+not; a method not logged: AR's, a workload not logged: the mean over the logged ones); otherwise, the paper's
+Table 1 throughputs on an A100 (TALON, HF and StreamingLLM at linear speculative decoding's rate; fp32 at a
+quarter), which only a GPU profile approaches.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 
 from .. import methods as registry
 from ..harness.experiments import EXPERIMENTS, n_prompts
@@ -24,7 +26,8 @@ NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_l
              "04_ablation": ("ablation",), "05_length_scaling": ("length_scaling",),
              "06_sweeps": ("fixed_sweep", "dynatree_sweep"), "07_prompt_length": ("prompt_length",),
              "08_memory": ("memory",), "09_tree_shapes": ("trees",), "10_sampling": ("sampling",),
-             "11_authors_code": (), "12_peers": ("peers",), "13_heads": ("heads",)}
+             "11_authors_code": (), "12_peers": ("peers",), "13_heads": ("heads",),
+             "14_talon": ("talon",)}
 SWEEP_NOTEBOOKS = ("05_length_scaling", "06_sweeps", "07_prompt_length")
 
 
@@ -40,10 +43,12 @@ class Rates:
         self.source = "this profile's logged main table" if self.logged else "the paper's Table 1 (A100)"
 
     def __call__(self, method: str, workload: str, dtype: str) -> float:
-        if (method, workload, dtype) in self.logged:
-            return self.logged[(method, workload, dtype)]
-        if (registry.AR, workload, dtype) in self.logged:  # a method not logged yet: AR's rate
-            return self.logged[(registry.AR, workload, dtype)]
+        for m in (method, registry.AR):  # a method not logged yet: AR's rate on the workload
+            if (m, workload, dtype) in self.logged:
+                return self.logged[(m, workload, dtype)]
+        for m in (method, registry.AR):  # a workload not logged (notebook 14's): the mean of the logged others
+            if elsewhere := [tps for (m2, _, d), tps in self.logged.items() if m2 == m and d == dtype]:
+                return statistics.fmean(elsewhere)
         paper = reported()["table1_throughput_tokens_per_s"]
         t1 = paper.get(workload, paper[list(paper)[-1]])  # a workload the paper lacks: its last one's (PG-19's)
         m = registry.REGISTRY.get(method)

@@ -359,3 +359,34 @@ def sampling(df: pd.DataFrame):
     axes[0, 0].legend(fontsize=7, title="temperature (left to right)", title_fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def delta_tau(df: pd.DataFrame):
+    """TALON's Figure 6: draft forwards per verification (δ, x) against tokens per verification (τ = L̄, y), one
+    panel per temperature (rows) and workload (columns), replicate 1: each drafting method's prompts as small points
+    and its mean over them as a large marker, with TALON's zero-waste oracle τ = δ (dashed grey). A method far below
+    the line pays draft forwards that commit nothing; one near it drafts only what verifies."""
+    df = order(df[(df.method != registry.AR) & (df.replicate == df.replicate.min())])
+    temps, dss = sorted(df.temperature.unique()), present(df.dataset)
+    fig, axes = plt.subplots(len(temps), len(dss), figsize=(3.6 * len(dss) + 1.0, 3.2 * len(temps) + 0.6),
+                             squeeze=False, sharex=True, sharey=True)
+    for i, t in enumerate(temps):
+        for j, ds in enumerate(dss):
+            ax = axes[i, j]
+            for _, r in df[(df.temperature == t) & (df.dataset == ds)].iterrows():
+                ax.scatter([x["draft_forwards_per_iter"] for x in r.rows], [x["L_bar"] for x in r.rows], s=9,
+                           alpha=0.35, color=color(r.method))
+                ax.scatter(r.draft_forwards_per_iter, r.L_bar, s=55, color=color(r.method), edgecolors="black",
+                           label=r.label, zorder=3)
+            ax.axline((0, 0), slope=1, color="gray", ls="--", lw=0.8, label="oracle τ = δ")
+            ax.set_title(f"{workload_label(ds)}, T = {t:g}", fontsize=9)
+            ax.set_xlabel("δ: draft forwards per verification", fontsize=8)
+        axes[i, 0].set_ylabel("τ: tokens per verification (MAT)", fontsize=8)
+    top = 1.08 * max([1.0] + [max(x["draft_forwards_per_iter"], x["L_bar"]) for rows in df.rows for x in rows])
+    axes[0, 0].set_xlim(0, top)  # one scale on both axes: the oracle is the diagonal
+    axes[0, 0].set_ylim(0, top)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.04))
+    fig.tight_layout()
+    return fig

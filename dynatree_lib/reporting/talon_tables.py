@@ -1,0 +1,101 @@
+"""Notebook 14's tables: TALON's Tables 1 and 3 on a feature head, from the ``talon`` experiment's records, and
+TALON's reported advantage over EAGLE-3 beside ours (``data/talon_reported.json``: numbers transcribed from the
+TALON paper, never our measurements).
+
+MAT is TALON's "mean accepted tokens", τ = L / N_p (its eq. 12: new tokens over target verification forwards, the
+bonus token included), which is our L̄: our prefill runs the prompt less its last token and yields no token, so every
+new token is committed by a verification and L̄ = tokens / verifications. δ is TALON's draft efficiency, N_q / N_p
+(eq. 6): draft forwards per verification. Both are means over a cell's prompts.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from .. import methods as registry
+from ..harness.data import REPO_DATA
+from ..harness.workloads import TALON_BENCHMARKS, label as workload_label
+from .formatting import CATEGORY_LABELS
+from .main_tables import heads_table
+from .records import paired
+
+MAT = "MAT (τ)"
+
+
+def talon_reported() -> dict:
+    """TALON's Tables 1 and 3 as transcribed in data/talon_reported.json (not our measurements)."""
+    return json.loads((REPO_DATA / "talon_reported.json").read_text(encoding="utf-8"))
+
+
+def talon_table(df: pd.DataFrame) -> pd.DataFrame:
+    """TALON's Tables 1 (T = 0) and 3 (T = 1) in one, per temperature and workload: MAT (τ = L̄, the bonus token
+    included, as TALON counts it) and δ (draft forwards per verification) in replicate 1, the speedup over AR at that
+    temperature on the same prompts with its 95% interval in each replicate, and at T = 0 the prompts whose output
+    equals AR's; "–" where a column does not apply (AR's δ and speedup). ``heads_table``'s conventions, TALON's
+    name for τ."""
+    if df.empty:
+        return pd.DataFrame()
+    t = heads_table(df)
+    t.columns = pd.MultiIndex.from_tuples([(a, b, MAT if c == "τ" else c) for a, b, c in t.columns])
+    return t
+
+
+def benchmark_rows(r, category: str | None) -> list[dict]:
+    """A record's per-prompt rows on one of TALON's benchmarks: a Spec-Bench category's questions, or them all."""
+    return [x for x in r.rows if category is None or x.get("category") == category]
+
+
+def mean_mat(rows: list[dict]) -> float:
+    return sum(x["L_bar"] for x in rows) / len(rows) if rows else float("nan")
+
+
+def ours(df: pd.DataFrame, temperature: float, workload: str, category: str | None, replicates: list) -> dict:
+    """TALON's throughput over EAGLE-3's tree on one benchmark's prompts in each replicate (with its 95% paired
+    interval where two or more prompts), both MATs (replicate 1) and the prompt count; "–" where not measured."""
+    def record(method, rep):
+        if df.empty:
+            return None
+        sub = df[(df.method == method) & (df.dataset == workload) & (df.temperature == temperature)
+                 & (df.replicate == rep)]
+        return None if sub.empty else sub.iloc[0]
+
+    ratios, first = {}, {"MAT TALON / EAGLE-3 (ours)": "–", "prompts": "–"}
+    for rep in replicates:
+        talon, eagle = record(registry.TALON, rep), record(registry.EAGLE3_TREE, rep)
+        cell = "–"
+        if talon is not None and eagle is not None:
+            tps = [{x["prompt_id"]: x["tps"] for x in benchmark_rows(r, category)} for r in (talon, eagle)]
+            ratio, lo, hi, n = paired(*tps)
+            cell = f"{ratio:.2f}" + ("" if pd.isna(lo) else f" [{lo:.2f}, {hi:.2f}]")
+            if rep == replicates[0]:
+                mats = [mean_mat(benchmark_rows(r, category)) for r in (talon, eagle)]
+                first = {"MAT TALON / EAGLE-3 (ours)": f"{mats[0]:.2f} / {mats[1]:.2f}", "prompts": n}
+        ratios[f"TALON / EAGLE-3 (ours, r{rep + 1} [95% CI])"] = cell
+    return ratios | first
+
+
+def talon_reported_vs_reproduced(df: pd.DataFrame, model: str | None = None) -> pd.DataFrame:
+    """Per temperature and TALON benchmark: TALON's speedup over EAGLE-3's as TALON reports it (``model``'s row,
+    default the file's ``reference_model``: the smallest model it reports) with both MATs, beside ours: TALON's mean
+    throughput over EAGLE-3's tree on the same prompts (``ours``). TALON's ratio of two speedups over one AR is a
+    ratio of throughputs, so the two compare like for like; the models, hardware, prompts and limits do not.
+    ``Ours`` names the workload that stands for each benchmark (``TALON_BENCHMARKS``: Alpaca is UltraChat's
+    evaluation set, the work TALON cites for it, not the same questions)."""
+    rep = talon_reported()
+    model = model or rep["reference_model"]
+    if model not in rep["table1_T0"]:
+        raise ValueError(f"TALON reports no model {model!r}; choose one of {sorted(rep['table1_T0'])}")
+    keys = [registry.REGISTRY[m].reported_talon for m in (registry.TALON, registry.EAGLE3_TREE)]
+    replicates = sorted(df.replicate.unique()) if not df.empty else [0]
+    rows = []
+    for t, table in ((0.0, rep["table1_T0"][model]), (1.0, rep["table3_T1"][model])):
+        for bench in rep["benchmarks"]:
+            ws, category = TALON_BENCHMARKS[bench]
+            talon, eagle = (table[k][bench] for k in keys)
+            row = {"T": f"{t:g}", "Benchmark": bench,
+                   "ours": workload_label(ws) + (f" · {CATEGORY_LABELS[category]}" if category else ""),
+                   f"TALON / EAGLE-3 (reported, {model})": f"{talon['speedup'] / eagle['speedup']:.2f}",
+                   "MAT TALON / EAGLE-3 (reported)": f"{talon['MAT']:.2f} / {eagle['MAT']:.2f}"}
+            rows.append(row | ours(df, t, ws, category, replicates))
+    return pd.DataFrame(rows).set_index(["T", "Benchmark"]).fillna("–")

@@ -1,0 +1,120 @@
+"""Notebook 14's ``talon`` experiment (issue 57): AR, SD, EAGLE-3's tree, OPT-Tree, TALON and DynaTree drafting with
+a profile's feature head alone, at their published settings, on TALON's workloads, greedy and at exactly T = 1,
+to TALON's limit capped by the profile; its records name the head as their draft, every greedy output equals AR's,
+its tables and TALON's Figure 6 build from them, and the reported numbers it compares with are TALON's as printed."""
+import json
+
+import pytest
+
+from dynatree_lib import methods as registry
+from dynatree_lib.core.eagle3 import save_head
+from dynatree_lib.harness import experiments
+from dynatree_lib.harness.data import REPO_DATA
+from dynatree_lib.harness.models import load_model
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.tiny import tiny_eagle3
+from dynatree_lib.harness.workloads import (HUMANEVAL, SPEC_BENCH, TALON_BENCHMARKS, TALON_WORKLOADS, ULTRACHAT_EVAL,
+                                            WIKITEXT2)
+from dynatree_lib.reporting import plots, tables
+from dynatree_lib.reporting.plan import plan
+
+
+@pytest.mark.parametrize("name", ["smoke", "paper-dryrun", "authors-dryrun", "paper", "authors"])
+def test_a_profile_without_a_head_has_no_talon_cells(name):
+    assert experiments.talon_cells(get_profile(name)) == []
+
+
+def test_the_cpu_cells_are_talons_methods_at_their_published_settings():
+    p = get_profile("cpu")
+    cells = experiments.talon_cells(p)
+    assert {c.method for c in cells} == set(experiments.talon_methods())
+    assert {c.dataset for c in cells} == set(TALON_WORKLOADS)
+    assert {c.sampling.temperature for c in cells} == {0.0, 1.0} and {c.T for c in cells} == {256}
+    assert {c.tags["replicate"] for c in cells} == set(range(p.protocol.replicates))
+    assert all(c.config == p.method(c.method, c.dataset) and not c.lookup and c.tags["role"] == "talon" for c in cells)
+    talon = next(c.config for c in cells if c.method == registry.TALON)
+    assert (talon.mu, talon.N, talon.K) == (0.03, 60, 10)
+    counts = {c.dataset: experiments.n_prompts("talon", p, c) for c in cells}
+    assert counts == {SPEC_BENCH: 1, HUMANEVAL: 4, ULTRACHAT_EVAL: 4}  # Spec-Bench's: per category
+    measuring = experiments.experiment_profile("talon", p)
+    assert measuring.models.draft == p.extras.head and measuring.protocol.workloads == TALON_WORKLOADS
+
+
+def test_the_plan_counts_the_talon_notebook():
+    rows = {r["notebook"]: r for r in plan(get_profile("cpu"))}
+    assert rows["14_talon"]["generations"] > 0 and rows["14_talon"]["tokens"] > 0
+    assert {r["notebook"]: r for r in plan(get_profile("smoke"))}["14_talon"]["generations"] == 0
+
+
+def test_the_limit_is_talons_capped_by_the_profile():
+    assert experiments.talon_T(get_profile("cpu"), HUMANEVAL) == 256
+    assert experiments.talon_T(get_profile("cpu", talon_T_cap=0), HUMANEVAL) == 1024  # 0: TALON's own
+    with pytest.raises(ValueError, match="talon_T_cap"):
+        experiments.talon_T(get_profile("cpu", talon_T_cap=-1), HUMANEVAL)
+    with pytest.raises(ValueError, match=f"'{WIKITEXT2}' has no TALON generation limit"):
+        experiments.talon_T(get_profile("cpu"), WIKITEXT2)
+
+
+def test_a_missing_paper_setting_is_named():
+    with pytest.raises(ValueError, match="no paper setting of 'linear' for workload 'humaneval'"):
+        get_profile("paper").method(registry.LINEAR, HUMANEVAL)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("talon")
+    target, _ = load_model("tiny-llama:target")
+    folder = save_head(tiny_eagle3(target, draft_vocab=80, seed=5), tmp / "head", "tiny-llama:target")
+    (folder / "lookup.json").write_text(json.dumps({"weights": [0.5, 0.6, 0.7]}))
+    prof = get_profile("smoke", target="tiny-llama:target", dtype="float32", draft_vocab=None, draft_lookup=True,
+                       head=f"eagle3:{folder}", talon_n_prompts=2, talon_T_cap=8, replicates=1,
+                       **{"tuning.candidates": None})
+    path = experiments.run("talon", prof, root=tmp, replicate=0)
+    return prof, path
+
+
+def test_the_talon_records_draft_with_the_head_alone_greedy_and_sampled(measured):
+    prof, path = measured
+    recs = json.loads(path.read_text())["records"]
+    assert {r["draft"] for r in recs} == {prof.extras.head} and not any(r["draft_lookup"] for r in recs)
+    assert {r["temperature"] for r in recs} == {0.0, 1.0} and {r["T"] for r in recs} == {8}
+    assert {r["method"] for r in recs} == set(experiments.talon_methods())
+    assert {r["dataset"] for r in recs} == set(TALON_WORKLOADS)
+    assert len(recs) == len(experiments.talon_methods()) * len(TALON_WORKLOADS) * 2
+    greedy = [r for r in recs if r["temperature"] == 0.0 and r["method"] != registry.AR]
+    assert all(r["aggregate"]["equals_ar"] == r["aggregate"]["n"] == len(r["prompt_ids"]) for r in greedy)  # exact
+
+
+def test_the_talon_tables_and_figure_read_every_record(measured):
+    prof, path = measured
+    df = tables.load(path, prof)
+    t = tables.talon_table(df)
+    assert len(t) == len(experiments.talon_methods())
+    assert ("T = 0", "HumanEval", "MAT (τ)") in t.columns and ("T = 1", "Spec-Bench", "speedup r1") in t.columns
+    assert ("T = 0", "HumanEval", "= AR") in t.columns and ("T = 1", "HumanEval", "= AR") not in t.columns
+    assert t.loc["AR", ("T = 0", "HumanEval", "δ")] == "–" and t.loc["TALON", ("T = 0", "HumanEval", "= AR")] == "2/2"
+    r = tables.talon_reported_vs_reproduced(df)
+    assert len(r) == 2 * len(TALON_BENCHMARKS) and (r["prompts"] != "–").all()
+    assert r.loc[("0", "HumanEval"), "TALON / EAGLE-3 (reported, Llama3-8B)"] == f"{4.20 / 4.05:.2f}"
+    fig = plots.delta_tau(df)
+    assert len(fig.axes) == 2 * len(TALON_WORKLOADS)
+
+
+def test_the_reported_numbers_are_talons_with_their_provenance():
+    rep = tables.talon_reported()
+    assert "Table 1" in rep["source"]["table1_T0"] and "Table 3" in rep["source"]["table3_T1"]
+    assert rep["reference_model"] == "Llama3-8B" and rep["models"]["Llama3-8B"] == "Llama-3.1-8B-Instruct"
+    assert rep["benchmarks"] == ["Alpaca", "GSM8K", "HumanEval", "MT-Bench", "QA", "CNN/DM"]
+    assert set(rep["benchmarks"]) == set(TALON_BENCHMARKS)
+    t1, t3 = rep["table1_T0"], rep["table3_T1"]
+    assert t1["Vicuna-13B"]["TALON"]["HumanEval"] == {"MAT": 9.48, "speedup": 5.16}  # the abstract's 5.16x
+    assert t1["Vicuna-13B"]["EAGLE-3"]["HumanEval"]["speedup"] == 4.77
+    assert t3["Vicuna-13B"]["TALON"]["HumanEval"]["speedup"] == 3.97  # the appendix's 3.97x against 3.78x
+    assert t3["Vicuna-13B"]["EAGLE-3"]["HumanEval"]["speedup"] == 3.78
+    assert t1["Qwen3-8B"]["TALON"]["GSM8K"]["speedup"] == 2.67 and t1["Qwen3-8B"]["EAGLE-3"]["GSM8K"]["speedup"] == 2.37
+    assert t1["Llama3-8B"]["EAGLE-3"]["HumanEval"] == {"MAT": 7.08, "speedup": 4.05}
+    assert t3["Llama3-8B"]["TALON"]["QA"] == {"MAT": 3.20, "speedup": 2.08}
+    for method in (registry.TALON, registry.EAGLE3_TREE, registry.OPT_TREE, registry.LINEAR):
+        assert registry.REGISTRY[method].reported_talon in t1["Vicuna-13B"]
+    readme = (REPO_DATA / "README.md").read_text()
+    assert "## talon_reported.json" in readme and "| `talon_reported.json` |" in readme
