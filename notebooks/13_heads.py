@@ -53,11 +53,18 @@ if prof.extras.head and head_pair_path.exists():
 # ## What a head step costs, which vocabulary pays, and what the head adds to memory
 
 # %%
-for name, table, shown_as in (("head_cost", tables.head_cost_table, "table_head_cost"),
-                              ("head_vocab", tables.head_vocab_table, "table_head_vocab"),
-                              ("memory_head", tables.head_memory_table, "table_head_memory")):
-    if prof.extras.head and results_path(name, prof).exists():
-        show_table(table(json.loads(results_path(name, prof).read_text())), shown_as, prof)
+def logged(name):
+    """A tool's committed JSON of this profile (None where the profile has no head or the tool never ran)."""
+    path = results_path(name, prof)
+    return json.loads(path.read_text()) if prof.extras.head and path.exists() else None
+
+
+if (cost := logged("head_cost")) is not None:
+    show_table(tables.head_cost_table(cost), "table_head_cost", prof)
+if (vocab := logged("head_vocab")) is not None:
+    show_table(tables.head_vocab_table(vocab), "table_head_vocab", prof)
+if (memory := logged("memory_head")) is not None:
+    show_table(tables.head_memory_table(memory), "table_head_memory", prof)
 
 # %% [markdown]
 # ## Every method on the head
