@@ -118,3 +118,18 @@ def add_level(tree: Tree, parent, token, logp) -> tuple[Tree, torch.Tensor]:
                        tree.logp.tolist() + logp.tolist(), tree.cum_logp.tolist() + cum.tolist(),
                        tree.tokens.device, tree.root_conf)
     return grown, torch.arange(tree.size, grown.size)
+
+
+def tiny_head_folder(folder: Path) -> Path:
+    """A saved random EAGLE-3 head on ``tiny-llama:target`` with a context lookup beside it: the feature head of the
+    tiny profiles the heads and talon experiments run on."""
+    import json
+
+    from dynatree_lib.core.eagle3 import save_head
+    from dynatree_lib.harness.models import load_model
+    from dynatree_lib.harness.tiny import tiny_eagle3
+
+    target, _ = load_model("tiny-llama:target")
+    folder = save_head(tiny_eagle3(target, draft_vocab=80, seed=5), folder, "tiny-llama:target")
+    (folder / "lookup.json").write_text(json.dumps({"weights": [0.5, 0.6, 0.7]}))
+    return folder

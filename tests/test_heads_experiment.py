@@ -6,12 +6,11 @@ import json
 import pytest
 
 from dynatree_lib import methods as registry
-from dynatree_lib.core.eagle3 import save_head
 from dynatree_lib.harness import experiments
-from dynatree_lib.harness.models import load_model
 from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.tiny import tiny_eagle3
 from dynatree_lib.reporting import tables
+
+from .conftest import tiny_head_folder
 
 
 def test_a_profile_without_a_head_has_no_head_cells():
@@ -22,9 +21,7 @@ def test_a_profile_without_a_head_has_no_head_cells():
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("heads")
-    target, _ = load_model("tiny-llama:target")
-    folder = save_head(tiny_eagle3(target, draft_vocab=80, seed=5), tmp / "head", "tiny-llama:target")
-    (folder / "lookup.json").write_text(json.dumps({"weights": [0.5, 0.6, 0.7]}))
+    folder = tiny_head_folder(tmp / "head")
     prof = get_profile("smoke", target="tiny-llama:target", dtype="float32", draft_vocab=None, draft_lookup=True, T=8,
                        workloads=("wikitext2",), head=f"eagle3:{folder}", head_n_prompts=2, replicates=1,
                        **{"tuning.candidates": None})  # the paper's settings: no tuning run

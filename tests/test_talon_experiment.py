@@ -7,16 +7,15 @@ import json
 import pytest
 
 from dynatree_lib import methods as registry
-from dynatree_lib.core.eagle3 import save_head
 from dynatree_lib.harness import experiments
 from dynatree_lib.harness.data import REPO_DATA
-from dynatree_lib.harness.models import load_model
 from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.tiny import tiny_eagle3
 from dynatree_lib.harness.workloads import (HUMANEVAL, SPEC_BENCH, TALON_BENCHMARKS, TALON_WORKLOADS, ULTRACHAT_EVAL,
                                             WIKITEXT2)
 from dynatree_lib.reporting import plots, tables
 from dynatree_lib.reporting.plan import plan
+
+from .conftest import tiny_head_folder
 
 
 @pytest.mark.parametrize("name", ["smoke", "paper-dryrun", "authors-dryrun", "paper", "authors"])
@@ -63,9 +62,7 @@ def test_a_missing_paper_setting_is_named():
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("talon")
-    target, _ = load_model("tiny-llama:target")
-    folder = save_head(tiny_eagle3(target, draft_vocab=80, seed=5), tmp / "head", "tiny-llama:target")
-    (folder / "lookup.json").write_text(json.dumps({"weights": [0.5, 0.6, 0.7]}))
+    folder = tiny_head_folder(tmp / "head")
     prof = get_profile("smoke", target="tiny-llama:target", dtype="float32", draft_vocab=None, draft_lookup=True,
                        head=f"eagle3:{folder}", talon_n_prompts=2, talon_T_cap=8, replicates=1,
                        **{"tuning.candidates": None})
