@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from dynatree_lib import methods as registry
 from dynatree_lib.harness.paths import REPO
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.reporting import scorecard
@@ -71,3 +72,25 @@ def test_memory_claims_compare_footprints_and_skip_absolute_peaks(tmp_path):
         rec["aggregate"].pop("footprint_mb")
     (tmp_path / "memory.json").write_text(json.dumps(data))
     assert scorecard.memory_row(tmp_path / "memory.json", prof) == []
+
+
+def test_talon_claims_come_from_the_talon_records():
+    """TALON's three claims (notebook 14's records on the head alone): both speedup claims by the one verdict rule,
+    the paper column from TALON's transcribed tables, Figure 6 read from the draft forwards per committed token."""
+    rows = scorecard.talon_rows(REPO / "results" / "cpu" / "talon.json", get_profile("cpu"))
+    assert [r["claim"][:5] for r in rows] == ["TALON", "... a", "TALON"] and all(r["verdict"] in VERDICTS for r in rows)
+    assert rows[0]["paper"].endswith(f"({scorecard.tables.talon_reported()['reference_model']})")
+    assert scorecard.talon_rows(REPO / "results" / "cpu" / "nowhere.json", get_profile("cpu")) == []
+
+
+def test_the_figure_6_claim_needs_fewer_forwards_per_token_on_every_workload():
+    import pandas as pd
+
+    def rec(ws, m, delta, tau):
+        return {"dataset": ws, "method": m, "replicate": 0, "draft_forwards_per_iter": delta, "L_bar": tau}
+
+    both = [rec("spec_bench", registry.TALON, 2.0, 2.0), rec("spec_bench", registry.EAGLE3_TREE, 8.0, 2.0)]
+    assert scorecard.delta_tau_row(pd.DataFrame(both))["verdict"] == "reproduces"
+    worse = [rec("humaneval", registry.TALON, 8.0, 1.0), rec("humaneval", registry.EAGLE3_TREE, 8.0, 2.0)]
+    row = scorecard.delta_tau_row(pd.DataFrame(both + worse))
+    assert row["verdict"] == "partly" and row["HumanEval"] == "8.00 vs 4.00"

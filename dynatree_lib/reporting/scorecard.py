@@ -44,10 +44,11 @@ def main_rows(df: pd.DataFrame, method: str) -> pd.DataFrame:
     return df[df.row == tables.row_id(method, MAIN)]
 
 
-def _ratio(df: pd.DataFrame, a: str, b: str, ws: str, rep: int) -> tuple[float, float, float] | None:
-    """(ratio, lo, hi) of method ``a`` over ``b`` (main variants) on a workload in one replicate (draft with its
-    lookup)."""
-    sub = df[(df.dataset == ws) & (df.replicate == rep) & df.lookup]
+def _ratio(df: pd.DataFrame, a: str, b: str, ws: str, rep: int,
+           lookup: bool = True) -> tuple[float, float, float] | None:
+    """(ratio, lo, hi) of method ``a`` over ``b`` (main variants) on a workload in one replicate (the draft with its
+    lookup, or ``lookup=False``: the draft alone)."""
+    sub = df[(df.dataset == ws) & (df.replicate == rep) & (df.lookup == lookup)]
     x, y = main_rows(sub, a), main_rows(sub, b)
     if x.empty or y.empty:
         return None
@@ -59,9 +60,9 @@ def _cell(rs: list) -> str:
     return " / ".join(f"{r:.2f}{'' if lo > 1 or hi < 1 else '~'}" for r, lo, hi in rs)
 
 
-def comparison(df: pd.DataFrame, a: str, b: str, claim: str, paper: str) -> dict:
+def comparison(df: pd.DataFrame, a: str, b: str, claim: str, paper: str, lookup: bool = True) -> dict:
     reps = sorted(df.replicate.unique())
-    per_ws = {ws: [x for r in reps if (x := _ratio(df, a, b, ws, r)) is not None] for ws in workload_labels()}
+    per_ws = {ws: [x for r in reps if (x := _ratio(df, a, b, ws, r, lookup)) is not None] for ws in workload_labels()}
     row = {"claim": claim, "paper": paper}
     row |= {workload_labels()[ws]: _cell(rs) if rs else "–" for ws, rs in per_ws.items()}
     row["verdict"] = verdict(per_ws)
@@ -180,6 +181,47 @@ def peers_row(path: Path, profile) -> list[dict]:
     return [row]
 
 
+def talon_paper(table: str) -> str:
+    """TALON's reported speedup of TALON over EAGLE-3 (range over its benchmarks) for its reference model."""
+    rep = tables.talon_reported()
+    model, (t, e) = rep["reference_model"], (registry.REGISTRY[m].reported_talon
+                                               for m in (registry.TALON, registry.EAGLE3_TREE))
+    ratios = [rows[t][b]["speedup"] / rows[e][b]["speedup"] for rows in [rep[table][model]] for b in rep["benchmarks"]]
+    return f"{min(ratios):.2f}-{max(ratios):.2f} ({model})"
+
+
+def talon_rows(path: Path, profile) -> list[dict]:
+    """TALON's three claims on our feature head (notebook 14, issue 57): TALON is faster than EAGLE-3's dynamic
+    tree greedy (its Table 1) and at T = 1 (Table 3), ratios of mean throughputs on the same prompts, one verdict
+    rule; and its draft work tracks the oracle line tau = delta of its Figure 6 more closely than EAGLE-3's
+    (delta / tau, draft forwards per committed token, lower in every replicate of every workload)."""
+    if (df := current(path, profile)) is None:
+        return []
+    rows = []
+    for t, table, claim in ((0.0, "table1_T0", "TALON is faster than EAGLE-3's tree, greedy (TALON; our head)"),
+                            (1.0, "table3_T1", "... and at T = 1 (TALON's Table 3)")):
+        rows.append(comparison(df[df.temperature == t], registry.TALON, registry.EAGLE3_TREE, claim, talon_paper(table),
+                               lookup=False))  # the head drafts alone, as in TALON
+    rows.append(delta_tau_row(df[df.temperature == 0.0]))
+    return rows
+
+
+def delta_tau_row(df: pd.DataFrame) -> dict:
+    """TALON's Figure 6 read as a claim: its draft forwards per committed token (delta / tau) are fewer than
+    EAGLE-3's tree's, greedy (counts, the same in every replicate: the first replicate's)."""
+    row = {"claim": "TALON drafts fewer forwards per committed token than EAGLE-3's tree (TALON Figure 6)",
+           "paper": "Figure 6 (qualitative)"}
+    first, won = df[df.replicate == 0], {}
+    for ws, name in workload_labels().items():
+        per = [first[(first.dataset == ws) & (first.method == m)] for m in (registry.TALON, registry.EAGLE3_TREE)]
+        if any(x.empty for x in per):
+            continue
+        talon, eagle = ((x.draft_forwards_per_iter / x.L_bar).iloc[0] for x in per)
+        row[name], won[ws] = f"{talon:.2f} vs {eagle:.2f}", talon < eagle
+    row["verdict"] = "reproduces" if won and all(won.values()) else "partly" if any(won.values()) else "no"
+    return row
+
+
 def paper_ratio(a: str, b: str) -> str:
     """The paper's Table 1 throughput of method ``a`` over ``b`` on each workload it reports (WikiText-2 / PG-19;
     data/paper_reported.json)."""
@@ -201,7 +243,7 @@ def scorecard(profile) -> pd.DataFrame:
                             paper_ratio(dt, registry.FIXED_TREE))]
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
     rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
-    rows += peers_row(root / "peers.json", profile)
+    rows += peers_row(root / "peers.json", profile) + talon_rows(root / "talon.json", profile)
     card = pd.DataFrame(rows).set_index("claim").fillna("–")
     return card.loc[:, (card != "–").any()]  # no column that no claim fills
 
@@ -214,7 +256,8 @@ def write(profile, readme: Path = REPO / "README.md") -> str:
             "Verdicts of the speedup claims, one rule (`dynatree_lib/reporting/verdict.py`): *no* where every estimate "
             "is below 1, *tie* where every interval includes 1, *reproduces* where every workload's intervals lie "
             "above 1 in every replicate, *partly* where some workloads do, else *no*. "
-            "Generated by `python -m dynatree_lib.reporting.scorecard`.\n")
+            "TALON's rows: its workloads (Spec-Bench, HumanEval, UltraChat's evaluation set) on our EAGLE-3 head alone "
+            "(notebook 14). Generated by `python -m dynatree_lib.reporting.scorecard`.\n")
     if current(REPO / "results" / profile.name / "main.json", profile) is None:
         note += (f"\nThe main table's claims (exactness, DynaTree against AR, linear and the fixed tree) get their rows "
                  f"once `results/{profile.name}/main.json` holds a run of the current cells (`./run_all.sh --rerun`).\n")
