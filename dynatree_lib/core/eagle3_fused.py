@@ -83,19 +83,9 @@ class FusedEagle3Runner(Eagle3Runner):
         super().__init__(head, max_len, tree_slots)
         self.net = PackedHead(head, self, keep_head)
 
-    @torch.no_grad()
-    def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
-                tree_start: int | None = None, last_only: bool = False) -> Tensor:
-        """Logits over the draft vocabulary [q, V'] ([1, V'] if ``last_only``) of the new slots' pairs."""
-        q = tokens.numel()
-        slots = self.new_slots(positions)
-        mask = self._mask(q, visible, tree_start)
-        if tree_start is None:  # committed rows: the target's features of the token before each, through fc
-            out = self._step(tokens, positions, slots, mask, self._committed_rows(positions), self.net.fc, last_only)
-        else:  # drafted rows: their parents' outputs, a wave at a time
-            out = self._waves(tokens, positions, slots, mask, self._parents(positions, visible, tree_start), last_only)
-        self.length += q
-        return out
+    def _committed(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, last_only: bool) -> Tensor:
+        """Committed rows in one call: the target's features of the token before each, through fc."""
+        return self._step(tokens, positions, slots, mask, self._committed_rows(positions), self.net.fc, last_only)
 
     def _step(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, rows: Tensor,
               fc: Tensor | None, last_only: bool) -> Tensor:
@@ -103,8 +93,8 @@ class FusedEagle3Runner(Eagle3Runner):
         inputs = self.target if fc is not None else self.out
         return kernels.eagle3_step(tokens, positions, slots, mask, inputs, rows, self.net, fc, last_only)
 
-    def _waves(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, parents: list[int],
-               last_only: bool) -> Tensor:
+    def _drafted(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, parents: list[int],
+                 last_only: bool) -> Tensor:
         """Drafted rows on their ``parents``' outputs: one call when no parent is among them (a tree level), else one
         per wave, the logits put back in row order."""
         rows = torch.tensor(parents, device=tokens.device)

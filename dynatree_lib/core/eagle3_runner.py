@@ -51,12 +51,23 @@ class Eagle3Runner(HeadRunner):
         slots = self.new_slots(positions)
         mask = self._mask(q, visible, tree_start)
         if tree_start is None:
-            self._run(list(range(q)), tokens, positions, self._committed_inputs(positions), mask)
+            out = self._committed(tokens, positions, slots, mask, last_only)
         else:
             parents = self._parents(positions, visible, tree_start)
-            for wave in waves(parents, self.length):
-                self._run(wave, tokens, positions, self.out[[parents[r] for r in wave]], mask)
+            out = self._drafted(tokens, positions, slots, mask, parents, last_only)
         self.length += q
+        return out
+
+    def _committed(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, last_only: bool) -> Tensor:
+        """Logits of committed rows, each on the target's features of the token before it."""
+        self._run(list(range(tokens.numel())), tokens, positions, self._committed_inputs(positions), mask)
+        return self.head.logits(self.out[slots[-1:] if last_only else slots])
+
+    def _drafted(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, parents: list[int],
+                 last_only: bool) -> Tensor:
+        """Logits of drafted rows, each on its parent's output, a wave at a time (parents before children)."""
+        for wave in waves(parents, self.length):
+            self._run(wave, tokens, positions, self.out[[parents[r] for r in wave]], mask)
         return self.head.logits(self.out[slots[-1:] if last_only else slots])
 
     def _committed_inputs(self, positions: Tensor) -> Tensor:

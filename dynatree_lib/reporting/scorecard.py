@@ -184,9 +184,10 @@ def peers_row(path: Path, profile) -> list[dict]:
 def talon_paper(table: str) -> str:
     """TALON's reported speedup of TALON over EAGLE-3 (range over its benchmarks) for its reference model."""
     rep = tables.talon_reported()
-    model, (t, e) = rep["reference_model"], (registry.REGISTRY[m].reported_talon
-                                               for m in (registry.TALON, registry.EAGLE3_TREE))
-    ratios = [rows[t][b]["speedup"] / rows[e][b]["speedup"] for rows in [rep[table][model]] for b in rep["benchmarks"]]
+    model = rep["reference_model"]
+    rows = rep[table][model]
+    talon, eagle = (rows[registry.REGISTRY[m].reported_talon] for m in (registry.TALON, registry.EAGLE3_TREE))
+    ratios = [talon[b]["speedup"] / eagle[b]["speedup"] for b in rep["benchmarks"]]
     return f"{min(ratios):.2f}-{max(ratios):.2f} ({model})"
 
 
