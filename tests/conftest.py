@@ -120,6 +120,16 @@ def add_level(tree: Tree, parent, token, logp) -> tuple[Tree, torch.Tensor]:
     return grown, torch.arange(tree.size, grown.size)
 
 
+def tiny_mlp_head_folder(folder: Path, kind: str) -> Path:
+    """A saved random Medusa or Hydra head (``kind``, three levels) on ``tiny-llama:target``."""
+    from dynatree_lib.core.mlp_heads import save_heads
+    from dynatree_lib.harness.models import load_model
+    from dynatree_lib.harness.tiny import tiny_mlp_heads
+
+    target, _ = load_model("tiny-llama:target")
+    return save_heads(tiny_mlp_heads(target, kind, heads=3, draft_vocab=64, seed=1), folder, "tiny-llama:target")
+
+
 def tiny_head_folder(folder: Path) -> Path:
     """A saved random EAGLE-3 head on ``tiny-llama:target`` with a context lookup beside it: the feature head of the
     tiny profiles the heads and talon experiments run on."""

@@ -34,6 +34,16 @@ def test_server_command_request_and_response():
     assert spec["prefill_s"] == pytest.approx(t["prompt_ms"] / 1e3) and spec["decode_s"] == t["predicted_ms"] / 1e3
     assert (spec["n_drafted"], spec["n_accepted"], spec["iterations"]) == (59, 10, 22)
     assert spec["token_ids"] == ar["token_ids"] and spec["text"] == AR_TEXT
+    eagle3 = L.parse_completion(json.loads((DATA / "server-draft-eagle3-3.response.json").read_text()), "draft-eagle3")
+    assert eagle3["token_ids"] == ar["token_ids"] and eagle3["n_drafted"] > 0  # greedy: the head drafts, AR's tokens
+    argv = L.server_command("draft-eagle3", "/b", "/t.gguf", 8123, draft="/h.gguf", n_draft=3)
+    assert argv[argv.index("--spec-type") + 1] == "draft-eagle3" and argv[argv.index("-md") + 1] == "/h.gguf"
+
+
+def test_a_sampled_request_draws_at_the_temperature_alone():
+    body = L.completion_request([1, 2], 8, temperature=1.0, seed=7)
+    assert (body["temperature"], body["top_k"], body["top_p"], body["min_p"], body["seed"]) == (1.0, 0, 1.0, 0.0, 7)
+    assert L.completion_request([1, 2], 8)["top_k"] == 1  # greedy: top-1
 
 
 def test_absent_llamacpp(tmp_path, monkeypatch):
@@ -80,7 +90,8 @@ class RecordedServer:
     def __init__(self, name):
         self.resp = json.loads((DATA / f"{name}.response.json").read_text())
 
-    def complete(self, prompt, n_new, ignore_eos=True):
+    def complete(self, prompt, n_new, ignore_eos=True, temperature=0.0, seed=0):
+        self.law = (temperature, seed)
         row = L.parse_completion(self.resp, "draft-chain")
         return {**row, "version": L.version_string({})}
 
@@ -92,7 +103,8 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
     from dynatree_lib.harness import peers
 
     peers.register()  # explicitly: importing the library registers no peer
-    monkeypatch.setattr(peers, "server", lambda cfg: RecordedServer("server-draft-chain-3"))
+    srv = RecordedServer("server-draft-chain-3")
+    monkeypatch.setattr(peers, "server", lambda cfg: srv)
     cfg = peers.LlamaCppConfig("draft-chain", n_draft=3)
     res = generate(None, torch.arange(5), 32, method=cfg)
     row = L.parse_completion(RecordedServer("server-draft-chain-3").resp, "draft-chain")
@@ -105,8 +117,14 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
     info = engine_info(Cell(method="llamacpp", variant=peers.PEERS[0].variant, config=cfg, **at))["engine_info"]
     assert info["command"] == "llama-server -m target.gguf" and info["version"].startswith("llama.cpp")
     assert engine_info(Cell(method="dynatree", config=None, **at)) == {}
-    with pytest.raises(ValueError, match="greedy only"):
-        generate(None, torch.arange(5), 32, method=cfg, temperature=1.0)
+    assert srv.law == (0.0, 0)
+    gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    generate(None, torch.arange(5), 32, method=cfg, temperature=1.0, generator=gen())
+    temperature, seed = srv.law
+    generate(None, torch.arange(5), 32, method=cfg, temperature=1.0, generator=gen())
+    assert temperature == 1.0 and srv.law == (1.0, seed)  # sampled, seeded by the cell's generator
+    with pytest.raises(ValueError, match="temperature alone"):
+        generate(None, torch.arange(5), 32, method=cfg, temperature=1.0, top_k=5)
     with pytest.raises(ValueError, match="mode must be one of"):
         peers.LlamaCppConfig("lookahead")
 
@@ -160,3 +178,10 @@ def test_without_llamacpp_its_cells_are_skipped_by_name_and_a_rerun_keeps_its_re
     assert committed.exists() and not list((tmp_path / "cpu").glob("*.bak.json"))
     assert measured == list(range(prof.protocol.replicates))  # our cells still measured, llama.cpp's not
     assert "rerun of 'peers' skipped" in capsys.readouterr().out
+
+
+def test_llamacpps_eagle3_mode_takes_a_head_gguf_never_our_draft():
+    for draft in (None, "weights/smollm2-draft"):
+        with pytest.raises(ValueError, match="EAGLE-3 head's GGUF"):
+            L.draft_file("draft-eagle3", draft, None)
+    assert L.draft_file("ar", None, None) is None

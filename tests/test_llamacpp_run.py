@@ -32,6 +32,7 @@ EXPECTED = {
     "chat-draft-chain-3-eos": dict(tokens=13, prefill_s=0.240, decode_s=1.943, n_drafted=33, n_accepted=2),
     "draft-chain-3": dict(tokens=34, prefill_s=6.276, decode_s=4.793, n_drafted=63, n_accepted=12),
     "draft-chain-8": dict(tokens=34, prefill_s=0.202, decode_s=7.102, n_drafted=156, n_accepted=12),
+    "draft-eagle3-3": dict(tokens=34, prefill_s=0.233, decode_s=0.873, n_drafted=60, n_accepted=13),
     "draft-tree-8x4": dict(tokens=34, prefill_s=1.706, decode_s=7.020, n_drafted=168, n_accepted=12),
     "lookahead": dict(tokens=33, prefill_s=0.337, decode_s=11.273, n_accepted=7),  # + the first, uncounted token
     "lookup-8": dict(tokens=32, prefill_s=0.354, decode_s=2.029, n_drafted=28, n_accepted=6),
@@ -115,7 +116,7 @@ def test_tokenize_fixtures_equal_our_ids():
 @pytest.mark.parametrize("name", RUNS)
 def test_commands_reproduce_the_recorded_ones(name):
     meta, _, _ = load(name)
-    opts = {"ar-q4_1": {}, "draft-chain-3": {"n_draft": 3}, "draft-chain-8": {"n_draft": 8},
+    opts = {"ar-q4_1": {}, "draft-chain-3": {"n_draft": 3}, "draft-chain-8": {"n_draft": 8}, "draft-eagle3-3": {"n_draft": 3},
             "chat-draft-chain-3-eos": {"n_draft": 3}, "draft-tree-8x4": {"n_draft": 8, "branches": 4, "p_split": 0.1},
             "lookup-8": {"n_draft": 8}}.get(name, {"n_draft": 8, "ngram_n": 4} if name.startswith("ngram-") and
                                             name != "ngram-cache" else {})
@@ -141,6 +142,10 @@ def test_command_lines():
                         ("--spec-draft-p-min", "0"), ("-td", "2"), ("-lv", "4")):
         assert chain[chain.index(flag) + 1] == value
     assert "--draft-max" not in chain  # removed in this llama.cpp version (it exits with an error)
+
+    eagle3 = L.command("draft-eagle3", "/b", "/t.gguf", prompt, 16, draft="/h.gguf", n_draft=3)
+    assert eagle3[0] == "/b/llama-speculative-simple" and eagle3[eagle3.index("--spec-type") + 1] == "draft-eagle3"
+    assert eagle3[eagle3.index("-md") + 1] == "/h.gguf" and eagle3[eagle3.index("--spec-draft-p-min") + 1] == "0"
 
     tree = L.command("draft-tree", "/b", "/t.gguf", prompt, 16, draft="/d.gguf", n_draft=8, branches=3, p_split=0.2)
     assert tree[0] == "/b/llama-speculative" and tree[tree.index("-np") + 1] == "3"

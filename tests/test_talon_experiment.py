@@ -7,7 +7,8 @@ import json
 import pytest
 
 from dynatree_lib import methods as registry
-from dynatree_lib.harness import experiments
+from dynatree_lib.harness import experiments, peers, variants
+from dynatree_lib.harness.talon_experiment import MEDUSA_TREE
 from dynatree_lib.harness.data import REPO_DATA
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.workloads import (HUMANEVAL, SPEC_BENCH, TALON_BENCHMARKS, TALON_WORKLOADS, ULTRACHAT_EVAL,
@@ -15,7 +16,7 @@ from dynatree_lib.harness.workloads import (HUMANEVAL, SPEC_BENCH, TALON_BENCHMA
 from dynatree_lib.reporting import plots, tables
 from dynatree_lib.reporting.plan import plan
 
-from .conftest import tiny_head_folder
+from .conftest import tiny_head_folder, tiny_mlp_head_folder
 
 
 @pytest.mark.parametrize("name", ["smoke", "paper-dryrun", "authors-dryrun", "paper", "authors"])
@@ -25,7 +26,8 @@ def test_a_profile_without_a_head_has_no_talon_cells(name):
 
 def test_the_cpu_cells_are_talons_methods_at_their_published_settings():
     p = get_profile("cpu")
-    cells = experiments.talon_cells(p)
+    every = experiments.talon_cells(p)
+    cells = [c for c in every if c.variant == variants.MAIN and c.method != peers.METHOD]
     assert {c.method for c in cells} == set(experiments.talon_methods())
     assert {c.dataset for c in cells} == set(TALON_WORKLOADS)
     assert {c.sampling.temperature for c in cells} == {0.0, 1.0} and {c.T for c in cells} == {256}
@@ -37,6 +39,23 @@ def test_the_cpu_cells_are_talons_methods_at_their_published_settings():
     assert counts == {SPEC_BENCH: 1, HUMANEVAL: 4, ULTRACHAT_EVAL: 4}  # Spec-Bench's: per category
     measuring = experiments.experiment_profile("talon", p)
     assert measuring.models.draft == p.extras.head and measuring.protocol.workloads == TALON_WORKLOADS
+    assert all(c.draft is None for c in cells)
+
+
+def test_the_cpu_cells_add_medusa_hydra_and_llamacpps_eagle3_beside_its_own_ar():
+    p = get_profile("cpu")
+    cells = experiments.talon_cells(p)
+    own = [c for c in cells if c.variant == variants.OWN_HEADS]
+    assert {c.draft for c in own} == set(p.extras.talon_heads) and {c.tags["heads"] for c in own} == {"medusa", "hydra"}
+    assert all(c.method == registry.FIXED_TREE and c.config == MEDUSA_TREE and not c.lookup for c in own)
+    assert len(own) == 2 * len(TALON_WORKLOADS) * 2 * p.protocol.replicates
+    peer = [c for c in cells if c.method == peers.METHOD]
+    assert {c.variant for c in peer} == {m.variant for m in peers.EAGLE3_PEERS}
+    assert {c.config.mode for c in peer if c.tags["own_ar"]} == {"ar"}
+    assert {c.config.mode for c in peer if not c.tags["own_ar"]} == {"draft-eagle3"}
+    assert {c.sampling.temperature for c in peer} == {0.0, 1.0}
+    keys = {experiments.cell_key("talon", p, c) for c in own}
+    assert len(keys) == len(own)  # the draft is part of the key: Medusa's and Hydra's cells differ
 
 
 def test_the_plan_counts_the_talon_notebook():
@@ -63,8 +82,9 @@ def test_a_missing_paper_setting_is_named():
 def measured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("talon")
     folder = tiny_head_folder(tmp / "head")
+    heads = tuple(f"{kind}:{tiny_mlp_head_folder(tmp / kind, kind)}" for kind in ("medusa", "hydra"))
     prof = get_profile("smoke", target="tiny-llama:target", dtype="float32", draft_vocab=None, draft_lookup=True,
-                       head=f"eagle3:{folder}", talon_n_prompts=2, talon_T_cap=8, replicates=1,
+                       head=f"eagle3:{folder}", talon_n_prompts=2, talon_T_cap=8, replicates=1, talon_heads=heads,
                        **{"tuning.candidates": None})
     path = experiments.run("talon", prof, root=tmp, replicate=0)
     return prof, path
@@ -72,12 +92,18 @@ def measured(tmp_path_factory):
 
 def test_the_talon_records_draft_with_the_head_alone_greedy_and_sampled(measured):
     prof, path = measured
-    recs = json.loads(path.read_text())["records"]
-    assert {r["draft"] for r in recs} == {prof.extras.head} and not any(r["draft_lookup"] for r in recs)
-    assert {r["temperature"] for r in recs} == {0.0, 1.0} and {r["T"] for r in recs} == {8}
+    every = json.loads(path.read_text())["records"]
+    recs = [r for r in every if r["variant"] != variants.OWN_HEADS]
+    assert {r["draft"] for r in recs} == {prof.extras.head} and not any(r["draft_lookup"] for r in every)
+    assert {r["temperature"] for r in every} == {0.0, 1.0} and {r["T"] for r in every} == {8}
     assert {r["method"] for r in recs} == set(experiments.talon_methods())
-    assert {r["dataset"] for r in recs} == set(TALON_WORKLOADS)
+    assert {r["dataset"] for r in every} == set(TALON_WORKLOADS)
     assert len(recs) == len(experiments.talon_methods()) * len(TALON_WORKLOADS) * 2
+    own = [r for r in every if r["variant"] == variants.OWN_HEADS]
+    assert {r["draft"] for r in own} == set(prof.extras.talon_heads) and len(own) == 2 * len(TALON_WORKLOADS) * 2
+    assert {r["weights"]["draft"]["head"] for r in own} == {"medusa", "hydra"}
+    greedy = [r for r in own if r["temperature"] == 0.0]
+    assert all(r["aggregate"]["equals_ar"] == r["aggregate"]["n"] == len(r["prompt_ids"]) for r in greedy)  # exact
     greedy = [r for r in recs if r["temperature"] == 0.0 and r["method"] != registry.AR]
     assert all(r["aggregate"]["equals_ar"] == r["aggregate"]["n"] == len(r["prompt_ids"]) for r in greedy)  # exact
 
@@ -86,7 +112,8 @@ def test_the_talon_tables_and_figure_read_every_record(measured):
     prof, path = measured
     df = tables.load(path, prof)
     t = tables.talon_table(df)
-    assert len(t) == len(experiments.talon_methods())
+    assert len(t) == len(experiments.talon_methods()) + 2
+    assert {"Medusa (Fixed Tree, 63 nodes)", "Hydra (Fixed Tree, 63 nodes)"} <= set(t.index)
     assert ("T = 0", "HumanEval", "MAT (τ)") in t.columns and ("T = 1", "Spec-Bench", "speedup r1") in t.columns
     assert ("T = 0", "HumanEval", "= AR") in t.columns and ("T = 1", "HumanEval", "= AR") not in t.columns
     assert t.loc["AR", ("T = 0", "HumanEval", "δ")] == "–" and t.loc["TALON", ("T = 0", "HumanEval", "= AR")] == "2/2"

@@ -6,7 +6,7 @@ llama.cpp's own greedy AR, token for token (issue 56: a format is only proven by
     python tools/llamacpp_eagle3.py run [--head DIR] [--n-new 128] [--n-draft 3] [--questions 2] [--L-max 128]
                                         [--no-ours] [--no-cli] [--json results/cpu/llamacpp_eagle3.json]
 
-Conversion (``tools/eagle3_gguf.py``, which says what llama.cpp's converter and runtime read, from its source): our
+Conversion (``dynatree_lib/harness/eagle3_gguf.py``, which says what llama.cpp's converter and runtime read, from its source): our
 export converts as it is; the GGUF goes beside the build's other conversions, ``<DEST>/eagle3-<sha12 of
 model.safetensors>-<outtype>.gguf``, and is compared tensor by tensor with the folder.
 
@@ -47,9 +47,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))
 
 import llamacpp_run as R  # noqa: E402
-from eagle3_gguf import HEAD, TENSORS, check_head, convert, gguf_path, source_dir, verify_gguf  # noqa: E402,F401
-
 from dynatree_lib.harness import llamacpp as H  # noqa: E402
+from dynatree_lib.harness.eagle3_gguf import (  # noqa: E402,F401
+    HEAD, TENSORS, check_head, convert, gguf_path, source_dir, verify_gguf)
 
 RESULT = REPO / "results" / "cpu" / "llamacpp_eagle3.json"
 SPEC_TYPE = "draft-eagle3"

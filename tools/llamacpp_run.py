@@ -48,8 +48,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dynatree_lib.harness.llamacpp import (CTX, MODES, THREADS, LlamaServer, binary, build_info,  # noqa: E402
-                                           draft_gguf, find_llamacpp, how_to_get, mode_args, root_of, run_fields,
-                                           target_gguf, timed_row)
+                                           find_llamacpp, how_to_get, mode_args, root_of, run_fields,
+                                           target_gguf, timed_row, version_string)
+from dynatree_lib.harness.eagle3_gguf import mode_draft  # noqa: E402
 
 
 def common_args(model: Path | str, prompt: str, n_predict: int, threads: int = THREADS, ctx: int = CTX,
@@ -294,7 +295,7 @@ def run(mode: str, prompt: str, n_new: int, *, target: str | Path = "bf16", draf
     bin_dir = bin_dir or find_llamacpp()
     exe = binary(MODES[mode].binary, bin_dir)
     tgt = target_gguf(str(target), bin_dir)
-    dft = draft_gguf(draft, bin_dir) if MODES[mode].needs_draft else None
+    dft = mode_draft(mode, draft, bin_dir)
     if len(prompt.encode()) > 120_000:
         raise ValueError("the prompt is too long for one command-line argument (120 kB)")
     info = build_info(bin_dir)
@@ -344,6 +345,7 @@ SMOKE = (  # (name, mode, options, prompt): one run of each mode; "chat" runs st
     ("ar-q4_1", "ar", {"target": "q4_1"}, "text"),
     ("draft-chain-3", "draft-chain", {"n_draft": 3}, "text"),
     ("draft-chain-8", "draft-chain", {"n_draft": 8}, "text"),
+    ("draft-eagle3-3", "draft-eagle3", {"n_draft": 3}, "text"),
     ("draft-tree-8x4", "draft-tree", {"n_draft": 8, "branches": 4, "p_split": 0.1}, "text"),
     ("ngram-simple", "ngram-simple", {"n_draft": 8, "ngram_n": 4}, "text"),
     ("ngram-map-k", "ngram-map-k", {"n_draft": 8, "ngram_n": 4}, "text"),
@@ -358,6 +360,7 @@ SMOKE = (  # (name, mode, options, prompt): one run of each mode; "chat" runs st
 SERVER_SMOKE = (  # the same through llama-server, prompts as token ids
     ("server-ar-bf16", "ar", {}),
     ("server-draft-chain-3", "draft-chain", {"n_draft": 3}),
+    ("server-draft-eagle3-3", "draft-eagle3", {"n_draft": 3}),
     ("server-ngram-simple", "ngram-simple", {"n_draft": 8, "ngram_n": 4}),
 )
 
@@ -414,7 +417,7 @@ def smoke(n_new: int = 32, record: Path | str | None = None, only: tuple = (), d
         if only and name not in only:
             continue
         text, ids, pid = prompts["text"]
-        with LlamaServer(mode, draft=draft, bin_dir=bin_dir, **opts) as srv:
+        with LlamaServer(mode, draft=mode_draft(mode, draft, bin_dir), bin_dir=bin_dir, **opts) as srv:
             row = srv.complete(ids, n_new, keep_response=bool(record))
         row["name"], row["prompt_id"], row["tokens_match"] = name, pid, True
         ref = ar_text.get("text")

@@ -27,14 +27,14 @@ from pathlib import Path
 from .. import methods as registry
 from ..core.policies import FixedTreeConfig
 from ..core.sampling import Sampling
-from ..core.validate import is_int
 from . import peers, variants as v
 from .costs import run_costs
 from .measure import Cell
 from .profiles import Profile
 from .store import ResultStore, config_dict, record_key, results_path
 from .tuning import cost_aware, cost_candidates, tuned, tuned_families
-from .workloads import TALON_TEMPERATURES, TALON_WORKLOADS, count, workload
+from .talon_experiment import TALON, head_profile, talon_T, talon_cells, talon_methods, talon_profile  # noqa: F401
+from .workloads import count
 
 GREEDY = Sampling()
 
@@ -230,17 +230,12 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
             for ws in p.workloads for m in main_methods()]
 
 
-def head_profile(p: Profile) -> Profile:
-    """``p`` drafting with its feature head (``extras.head``: the head's own vocabulary, the lookup beside it)."""
-    return dataclasses.replace(p, models=dataclasses.replace(p.models, draft=p.extras.head, draft_vocab=None))
-
-
 def experiment_profile(name: str, p: Profile) -> Profile:
     """The profile an experiment measures with: the head's for ``heads`` and ``talon`` (``talon_profile``) where
     ``p`` has one, else ``p`` itself."""
-    if not p.extras.head or name not in ("heads", "talon"):
+    if not p.extras.head or name not in ("heads", TALON):
         return p
-    return talon_profile(p) if name == "talon" else head_profile(p)
+    return talon_profile(p) if name == TALON else head_profile(p)
 
 
 def head_methods() -> tuple[str, ...]:
@@ -269,58 +264,6 @@ def head_cells(p: Profile, root=None) -> list[Cell]:
     return cells
 
 
-def talon_T(p: Profile, ws: str) -> int:
-    """The talon experiment's new-token limit on workload ``ws``: TALON's (``Workload.talon_T``), capped at
-    ``extras.talon_T_cap`` where that is above 0 (cpu: 256, so that a run on 2 cores takes minutes, not hours)."""
-    cap, limit = p.extras.talon_T_cap, workload(ws).talon_T
-    if not is_int(cap) or cap < 0:
-        raise ValueError(f"extras.talon_T_cap must be an integer >= 0 (0: TALON's own limit), got {cap!r}")
-    if limit is None:
-        raise ValueError(f"workload {ws!r} has no TALON generation limit (Workload.talon_T); TALON's are "
-                         f"{TALON_WORKLOADS}")
-    return min(limit, cap) if cap else limit
-
-
-def talon_profile(p: Profile) -> Profile:
-    """``p`` drafting with its feature head (``head_profile``), its protocol set to TALON's workloads and its
-    longest limit, so that its static caches hold the longest generation (cells and record keys read neither)."""
-    T = max(p.protocol.T, *(talon_T(p, ws) for ws in TALON_WORKLOADS))
-    protocol = dataclasses.replace(p.protocol, workloads=TALON_WORKLOADS, T=T)
-    return dataclasses.replace(head_profile(p), protocol=protocol)
-
-
-def talon_methods() -> tuple[str, ...]:
-    """TALON's Table 1 rows that are drafting policies over one head: SD (a chain), EAGLE-3's tree, OPT-Tree and
-    TALON, beside AR and DynaTree (Medusa and Hydra are heads of their own kind, not policies over this one)."""
-    return (registry.AR, registry.LINEAR, registry.EAGLE3_TREE, registry.OPT_TREE, registry.TALON, registry.DYNATREE)
-
-
-def talon_cells(p: Profile, root=None) -> list[Cell]:
-    """Notebook 14 (issue 57): TALON's Tables 1 and 3 on the profile's feature head (``extras.head``; none without
-    one). Every ``talon_methods`` method on each of TALON's workloads (``TALON_WORKLOADS``), greedy and at T = 1,
-    each replicate in a fresh process, methods interleaved prompt by prompt; ``extras.talon_n_prompts`` test prompts
-    per workload without categories and ``talon_n_questions`` per Spec-Bench category, each to EOS or ``talon_T``.
-
-    Temperatures: exactly 0 and 1 (``TALON_TEMPERATURES``), not the profile's sampling temperatures: TALON's Tables
-    1 and 3 are measured at exactly these (no top-k or top-p), and a profile adding a temperature to notebook 10
-    should not change this experiment. Settings: every method's published one (``Profile.method``: EAGLE-3's and
-    OPT-Tree's authors' defaults, TALON's mu 0.03, N 60, K 10, the profile's paper settings for SD and DynaTree),
-    never the profile's tuned ones, which were tuned with its own draft; tuning each method on the head, on the
-    tuning split, is the next step. The head drafts alone (``lookup=False``), as in TALON, where every method
-    drafts with the same EAGLE-3 weights and nothing else (notebook 13 shows the head with our context lookup)."""
-    if not p.extras.head:
-        return []
-    cells = []
-    for r in range(p.protocol.replicates):
-        for ws in TALON_WORKLOADS:
-            for s in map(Sampling, TALON_TEMPERATURES):
-                tags = {"role": "talon", "replicate": r, "temperature": s.temperature}
-                cells += [Cell(dataset=ws, method=m, config=p.method(m, ws), T=talon_T(p, ws), L_max=p.L_max(ws),
-                               dtype=p.models.dtype, tags=dict(tags), sampling=s, lookup=False)
-                          for m in talon_methods()]
-    return cells
-
-
 def peers_cells(p: Profile, root=None) -> list[Cell]:
     """Notebook 12: llama.cpp's modes (``peers.PEERS``, registered here) beside our AR, DynaTree and the extension
     (without its variants), greedy on the main table's first prompts in the timed precision, each replicate in a
@@ -344,8 +287,8 @@ def peers_cells(p: Profile, root=None) -> list[Cell]:
 EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_cells, "ablation": ablation_cells,
                "length_scaling": length_cells, "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
                "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells,
-               "peers": peers_cells, "heads": head_cells, "talon": talon_cells}
-IN_PROCESS = ("main", "peers", "heads", "talon")  # experiments whose replicates each run in a fresh process
+               "peers": peers_cells, "heads": head_cells, TALON: talon_cells}
+IN_PROCESS = ("main", "peers", "heads", TALON)  # experiments whose replicates each run in a fresh process
 
 
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:
@@ -361,7 +304,7 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return count(ws, p.extras.peers_n_prompts, p.extras.peers_n_questions)
     if name == "heads":
         return count(ws, p.extras.head_n_prompts, p.extras.head_n_questions)
-    if name == "talon":
+    if name == TALON:
         return count(ws, p.extras.talon_n_prompts, p.extras.talon_n_questions)
     if cell.tags.get("role") == "exact":
         return count(ws, p.protocol.n_exact, 1)
@@ -382,7 +325,7 @@ def key_parts(name: str, p: Profile, c: Cell) -> dict:
     tags, workload, lengths, precision and sampling law; never what tables call it."""
     seed = p.tuning.seed if name == "tuning" else p.protocol.seed
     m, s = p.models, c.sampling
-    return dict(profile=p.name, target=m.target, draft=m.draft, dtype=c.dtype, engine=str(m.engine),
+    return dict(profile=p.name, target=m.target, draft=c.draft or m.draft, dtype=c.dtype, engine=str(m.engine),
                 kv=p.protocol.kv_mode, seed=seed, n=n_prompts(name, p, c), warmup=p.protocol.warmup,
                 ds=c.dataset, method=c.method, variant=c.variant, config=config_dict(c.config), T=c.T, L=c.L_max,
                 tags=c.tags, split=c.split, lookup=c.lookup and m.draft_lookup, temperature=s.temperature,

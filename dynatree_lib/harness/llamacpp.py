@@ -9,8 +9,8 @@ the weights beside it. This module imports without llama.cpp present and says wh
 (``LlamaCppMissing``). The command-line examples (``llama-completion``, ``llama-speculative``, ...), their log parsers
 and a smoke run of every mode are a tool: ``tools/llamacpp_run.py``.
 
-``LlamaServer`` (``llama-server``, modes ``SERVER_MODES``; every one greedy, ``--temp 0 --top-k 1``, 2 threads) takes
-the prompt as our token ids, exactly (a continuation prompt cut at ``L_max`` tokens can end inside a merge, so no text
+``LlamaServer`` (``llama-server``, modes ``SERVER_MODES``; greedy, ``--temp 0 --top-k 1``, unless a request samples;
+2 threads) takes the prompt as our token ids, exactly (a continuation prompt cut at ``L_max`` tokens can end inside a merge, so no text
 would give llama.cpp our ids), returns the new token ids, stops at exactly ``n_new`` tokens (or at EOS) and times
 prefill and decode itself (``timings.prompt_ms``, ``predicted_ms``).
 """
@@ -167,6 +167,17 @@ def draft_gguf(draft: Path | str | None = None, bin_dir: Path | None = None) -> 
     return f
 
 
+def draft_file(mode: str, draft: Path | str | None, bin_dir: Path | None) -> Path | None:
+    """The GGUF a mode drafts with: none, or our draft's (``draft_gguf``); ``draft-eagle3`` takes an EAGLE-3 head's
+    GGUF path only (``eagle3_gguf.mode_draft`` converts a head folder), never our draft's."""
+    if not MODES[mode].needs_draft:
+        return None
+    if mode == "draft-eagle3" and (draft is None or Path(draft).suffix != ".gguf"):
+        raise ValueError(f"mode draft-eagle3 drafts with an EAGLE-3 head's GGUF, got draft={draft!r}: convert the head "
+                         "folder first (harness.eagle3_gguf.mode_draft)")
+    return draft_gguf(draft, bin_dir)
+
+
 # ---- modes and command lines --------------------------------------------------------------------------------------
 
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
@@ -184,6 +195,8 @@ MODES = {
     "ar": Mode("llama-completion", False, False, "plain greedy decoding"),
     "draft-chain": Mode("llama-speculative-simple", True, True, "draft-model chain of n_draft tokens"),
     "draft-tree": Mode("llama-speculative", True, True, "draft-model tree: -np branches, split by p_split"),
+    "draft-eagle3": Mode("llama-speculative-simple", True, True,
+                         "EAGLE-3 head (converted by eagle3_gguf) drafting a chain of n_draft tokens"),
     **{t: Mode("llama-speculative-simple", False, True, f"--spec-type {t}") for t in NGRAM_TYPES},
     "lookup": Mode("llama-lookup", False, True, "prompt lookup from an n-gram cache (n = 1..4)"),
     "lookahead": Mode("llama-lookahead", False, True, "lookahead decoding (W=15, N=5, G=15)"),
@@ -204,6 +217,9 @@ def mode_args(mode: str, n_draft: int = 3, draft: Path | str | None = None, thre
         return ["-no-cnv", "--no-display-prompt"]
     if mode == "draft-chain":
         return ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(n_draft),
+                "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-td", str(threads), "-tbd", str(threads)]
+    if mode == "draft-eagle3":
+        return ["-md", str(draft), "--spec-type", "draft-eagle3", "--spec-draft-n-max", str(n_draft),
                 "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-td", str(threads), "-tbd", str(threads)]
     if mode == "draft-tree":
         return ["-md", str(draft), "--spec-draft-n-max", str(n_draft), "-np", str(branches),
@@ -261,7 +277,7 @@ def run_fields(mode: str, argv: list[str], info: dict, target: Path, draft: Path
 
 # ---- exact token ids: llama-server -------------------------------------------------------------------------------
 
-SERVER_MODES = ("ar", "draft-chain", *NGRAM_TYPES)
+SERVER_MODES = ("ar", "draft-chain", "draft-eagle3", *NGRAM_TYPES)
 
 
 def server_command(mode: str, bin_dir: Path | str, target: Path | str, port: int, *, draft: Path | str | None = None,
@@ -277,11 +293,16 @@ def server_command(mode: str, bin_dir: Path | str, target: Path | str, port: int
     return argv + [str(a) for a in extra]
 
 
-def completion_request(prompt: list[int] | str, n_new: int, ignore_eos: bool = True) -> dict:
-    """The body of a greedy ``/completion`` request: the prompt as token ids (used as given) or text."""
+def completion_request(prompt: list[int] | str, n_new: int, ignore_eos: bool = True, temperature: float = 0.0,
+                       seed: int = 0) -> dict:
+    """The body of a ``/completion`` request: the prompt as token ids (used as given) or text; greedy, or at
+    ``temperature`` > 0 drawn from the target's law at that temperature alone (llama.cpp's other samplers off: top-k
+    0, top-p 1, min-p 0, which it defaults to 0.05), seeded by ``seed``."""
+    law = ({"temperature": 0, "top_k": 1} if temperature == 0
+           else {"temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0})
     return {"prompt": [int(t) for t in prompt] if not isinstance(prompt, str) else prompt, "n_predict": n_new,
-            "temperature": 0, "top_k": 1, "seed": 0, "ignore_eos": ignore_eos, "cache_prompt": False,
-            "return_tokens": True, "stream": False}
+            **law, "seed": seed, "ignore_eos": ignore_eos, "cache_prompt": False, "return_tokens": True,
+            "stream": False}
 
 
 def parse_completion(resp: dict, mode: str) -> dict:
@@ -311,7 +332,7 @@ class LlamaServer:
         binary("llama-server", self.bin_dir)
         self.mode, self.n_draft, self.threads = mode, n_draft, threads
         self.target = target_gguf(str(target), self.bin_dir)
-        self.draft = draft_gguf(draft, self.bin_dir) if MODES[mode].needs_draft else None
+        self.draft = draft_file(mode, draft, self.bin_dir)
         self.kw = {"draft": self.draft, "n_draft": n_draft, "threads": threads, "ctx": ctx, "ngram_n": ngram_n,
                    "extra": extra}
         self.startup_timeout, self.proc, self.port = startup_timeout, None, None
@@ -360,12 +381,13 @@ class LlamaServer:
             return json.loads(r.read())
 
     def complete(self, prompt: list[int] | str, n_new: int, ignore_eos: bool = True, timeout: float = 600,
-                 keep_response: bool = False) -> dict:
-        """One greedy completion of ``n_new`` tokens (or to EOS with ``ignore_eos=False``) and its row (with the raw
-        response under ``response`` if ``keep_response``)."""
+                 keep_response: bool = False, temperature: float = 0.0, seed: int = 0) -> dict:
+        """One completion of ``n_new`` tokens (or to EOS with ``ignore_eos=False``), greedy or sampled at
+        ``temperature`` (``completion_request``), and its row (with the raw response under ``response`` if
+        ``keep_response``)."""
         import urllib.request
 
-        body = json.dumps(completion_request(prompt, n_new, ignore_eos)).encode()
+        body = json.dumps(completion_request(prompt, n_new, ignore_eos, temperature, seed)).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=body,
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=timeout) as r:

@@ -37,7 +37,8 @@ class Cell:
     an ablation step, ...); with the configuration and tags it tells cells of one method apart, and it names what
     tables show (``label``). ``lookup=False``: the draft network alone, without its context lookup (a control row);
     ``split``: which prompts (``prompts.SPLITS``); ``tags``: sweep coordinates and roles ("timed", "exact",
-    "memory", ...)."""
+    "memory", ...); ``draft``: a feature head of its own (``<kind>:<folder>``, a Medusa or Hydra head beside the
+    profile's EAGLE-3 head), loaded over the same target; None: the profile's draft."""
 
     dataset: str
     method: str          # a registered method's name
@@ -50,6 +51,7 @@ class Cell:
     sampling: Sampling = GREEDY
     lookup: bool = True
     split: str = "test"
+    draft: str | None = None
 
     @property
     def label(self) -> str:
@@ -141,7 +143,7 @@ def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra:
             "config": config_dict(cell.config), "T": cell.T, "L_max": cell.L_max, "dtype": cell.dtype,
             "tags": cell.tags, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
             "lookup": cell.lookup, "split": cell.split, "replicate": replicate, "kv_mode": profile.protocol.kv_mode,
-            "profile": profile.name, "engine": str(mo.engine), "target": mo.target, "draft": mo.draft,
+            "profile": profile.name, "engine": str(mo.engine), "target": mo.target, "draft": cell.draft or mo.draft,
             "draft_vocab": mo.draft_vocab, "draft_lookup": mo.draft_lookup and cell.lookup,
             "context_override": mo.context_override, "warmup": profile.protocol.warmup,
             "seed": profile.protocol.seed, "prompt_ids": [p.id for p in prompts], "rows": rows,

@@ -13,12 +13,15 @@ import atexit
 from dataclasses import dataclass
 from typing import ClassVar
 
+import torch
+
 from .. import methods as registry
 from . import variants
 from ..core.decoding import Options
 from ..core.result import GenerationResult, Totals
 from ..core.validate import check_field_types, require
 from . import llamacpp
+from .eagle3_gguf import mode_draft
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,10 @@ PEERS = (
     Peer(variant="llamacpp_ngram_mod_8", label="llama.cpp ngram-mod (n=8)",
          config=LlamaCppConfig("ngram-mod", n_draft=8, ngram_n=4)),
 )
+# the talon experiment's peer row: llama.cpp's EAGLE-3 speculative mode with our head (``paths.HEAD_DIR``, converted by
+# llama.cpp's own converter), beside llama.cpp's AR, at llama.cpp's defaults (a chain of 3 drafted tokens, p-min 0)
+EAGLE3_PEERS = (PEERS[0], Peer(variant="llamacpp_eagle3_3", label="llama.cpp EAGLE-3, our head (n=3)",
+                               config=LlamaCppConfig("draft-eagle3", n_draft=3)))
 
 
 def available() -> bool:
@@ -86,8 +93,8 @@ _SERVERS: dict[LlamaCppConfig, llamacpp.LlamaServer] = {}
 def server(cfg: LlamaCppConfig) -> llamacpp.LlamaServer:
     """One running server per config for the whole process (models loaded once, outside any timing)."""
     if cfg not in _SERVERS:
-        _SERVERS[cfg] = llamacpp.LlamaServer(cfg.mode, target=cfg.quant, n_draft=cfg.n_draft,
-                                             ngram_n=cfg.ngram_n).__enter__()
+        _SERVERS[cfg] = llamacpp.LlamaServer(cfg.mode, target=cfg.quant, draft=mode_draft(cfg.mode),
+                                             n_draft=cfg.n_draft, ngram_n=cfg.ngram_n).__enter__()
     return _SERVERS[cfg]
 
 
@@ -111,10 +118,15 @@ def result_of(row: dict, eos: int | None) -> GenerationResult:
 
 
 def generate_llamacpp(target, draft, prompt, T: int, cfg: LlamaCppConfig, opts: Options = Options()) -> GenerationResult:
-    """``T`` new tokens (or up to ``opts.eos_token_id``) of ``prompt`` from llama.cpp, greedy. ``target`` and
-    ``draft`` are ours and unused: llama.cpp runs its own GGUF conversions of the same weights."""
-    require(opts.sampling.greedy, "the llama.cpp peer runs greedy only (temperature 0)")
-    row = server(cfg).complete(prompt.tolist(), int(T), ignore_eos=opts.eos_token_id is None)
+    """``T`` new tokens (or up to ``opts.eos_token_id``) of ``prompt`` from llama.cpp: greedy, or drawn at the
+    temperature alone (no top-k or top-p: TALON's T = 1), seeded by the cell's generator (llama.cpp draws with its own
+    generator, so a sampled output is not ours token for token). ``target`` and ``draft`` are ours and unused:
+    llama.cpp runs its own GGUF conversions of the same weights."""
+    s = opts.sampling
+    require(s.top_k is None and s.top_p is None, "the llama.cpp peer samples at a temperature alone (no top-k or top-p)")
+    seed = 0 if s.greedy else int(torch.randint(2**31, (1,), generator=opts.rng(torch.device("cpu"))))
+    row = server(cfg).complete(prompt.tolist(), int(T), ignore_eos=opts.eos_token_id is None,
+                               temperature=s.temperature, seed=seed)
     return result_of(row, opts.eos_token_id)
 
 
@@ -135,5 +147,5 @@ def register() -> None:
     registry.register(registry.Method(name=METHOD, config=LlamaCppConfig, label="llama.cpp", color="#17becf",
                                       role="peer", decode=generate_llamacpp, drafts=False, engine="llama.cpp",
                                       describe=describe, unavailable=unavailable))
-    for peer in PEERS:
+    for peer in PEERS + EAGLE3_PEERS[1:]:
         variants.register(variants.Variant(name=peer.variant, label=variants.fixed(peer.label)))

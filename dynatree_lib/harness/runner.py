@@ -36,9 +36,11 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     if p.models.threads:
         torch.set_num_threads(p.models.threads)
     target, draft, tok = p.load_pair(dtype, models_for=models_for(c.method for c, _ in todo))
+    drafts = own_drafts(p, target, todo) | {None: draft}
     probe = BandwidthProbe(p.models.device)
-    extra = {"weights": {"target": weights_info(p.models.target), "draft": weights_info(p.models.draft)},
-             "bound": bound(as_runner(target).model, probe)}
+    weights = {ref: {"target": weights_info(p.models.target), "draft": weights_info(ref or p.models.draft)}
+               for ref in drafts}
+    bound_ = bound(as_runner(target).model, probe)
     todo.sort(key=lambda ck: ck[0].config is not None)  # AR first: every other cell is compared with it
     rows = {k: store.partial(k) for _, k in todo}
     prompts = Prompts(p, tok, name)
@@ -56,10 +58,10 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
             bar.set_postfix_str(f"{c.dataset} {c.label[:40]} T={c.T}")
             eos = workload_eos(c.dataset, tok)
             if not rows[k]:
-                measure.warm_up(c, target, draft, ps, p.protocol.warmup, p.protocol.kv_mode, eos, sessions[k])
+                measure.warm_up(c, target, drafts[c.draft], ps, p.protocol.warmup, p.protocol.kv_mode, eos, sessions[k])
             ref = refs.setdefault(ref_key(c), {})
             seed = prompt_seed(p.protocol.seed, ps[i].id, c.tags.get("replicate", 0))
-            row = measure.measure(c, target, draft, ps[i], p.protocol.kv_mode, eos, ref.get(ps[i].id), probe, seed,
+            row = measure.measure(c, target, drafts[c.draft], ps[i], p.protocol.kv_mode, eos, ref.get(ps[i].id), probe, seed,
                                   c.tags.get("record_trees", 0), sessions[k])
             if c.config is None and c.sampling.greedy:
                 ref[ps[i].id] = row["output_ids"]
@@ -67,8 +69,18 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
             store.save_partial(k, rows[k])
             bar.update(1)
     for c, k in todo:
+        extra = {"weights": weights[c.draft], "bound": bound_}
         store.add(measure.make_record(c, k, p, prompts.of(c, counts[k]), rows[k], extra, c.tags.get("replicate", 0)))
     bar.close()
+
+
+def own_drafts(p, target, todo: list) -> dict:
+    """{reference: draft runner} of the cells that draft with a head of their own (``Cell.draft``), each loaded once
+    over ``target`` (its embedding borrowed, no lookup), as the profile loads its own head."""
+    from .models import load_head_draft
+
+    refs = dict.fromkeys(c.draft for c, _ in todo if c.draft)
+    return {ref: load_head_draft(ref, target, p.max_len, None, False, p.models.engine.fused) for ref in refs}
 
 
 def ref_key(c) -> tuple:

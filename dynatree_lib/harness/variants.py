@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import methods as registry
+from ..core.head_kinds import HEAD_KINDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +51,7 @@ def short(config: dict) -> str:
 
 
 MAIN, PAPER_SETTINGS, NETWORK_ALONE, CANDIDATE = "main", "paper_settings", "network_alone", "candidate"
-EVERY_LEVEL_DRAFTED, NO_COPY_RECORD = "every_level_drafted", "no_copy_record"
+EVERY_LEVEL_DRAFTED, NO_COPY_RECORD, OWN_HEADS = "every_level_drafted", "no_copy_record", "own_heads"
 ABLATION_FIXED, ABLATION_MATCHED, ABLATION_DYNAMIC, ABLATION_HISTORY = (
     "ablation_fixed", "ablation_matched", "ablation_dynamic", "ablation_history")
 FIXED_GRID, SWEEP_THRESHOLDS, SWEEP_BREADTH, SWEEP_DEPTH = "fixed_grid", "sweep_thresholds", "sweep_breadth", "sweep_depth"
@@ -60,6 +61,9 @@ for _v in (
     Variant(name=PAPER_SETTINGS, label=lambda m, c, t: f"{m} (paper settings)", rank=0.5),
     Variant(name=NETWORK_ALONE, label=lambda m, c, t: f"{m} · network alone", rank=0.25),  # the draft without its lookup
     Variant(name=CANDIDATE, label=lambda m, c, t: f"{m} #{t['candidate']}: {short(c)}"),
+    # a tree over a Medusa or Hydra head of the cell's own (``Cell.draft``; its kind in the tags), TALON's rows
+    Variant(name=OWN_HEADS, label=lambda m, c, t: f"{HEAD_KINDS[t['heads']].label} ({m}, {c['n_max']} nodes)",
+            rank=0.75),
     # the cost-aware extension without its lookup skip, and skipping on the copy's weight alone (no record of copies)
     Variant(name=EVERY_LEVEL_DRAFTED, label=fixed("DynaTree + cost budget, every level drafted (ext.)")),
     Variant(name=NO_COPY_RECORD, label=fixed("DynaTree + cost budget, no copy record (ext.)")),

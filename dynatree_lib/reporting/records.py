@@ -37,26 +37,31 @@ def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
         print(f"{Path(path).name}: skipped {len(recs) - len(keep)} record(s) of other settings "
               f"(kept the {len(keep)} of profile {profile.name!r})")
     if verbose:
-        say_other_drafts(Path(path).name, keep, weights_info(profile.models.draft))
+        say_other_drafts(Path(path).name, keep, profile.models.draft)
     return keep
 
 
-def say_other_drafts(name: str, recs: list[dict], draft: dict) -> None:
-    """Say which records were measured with another draft than the one the profile loads now (a rebuilt draft):
-    the cell is the same, the numbers are the earlier draft's until the experiment is rerun."""
-    other = {}
+def say_other_drafts(name: str, recs: list[dict], default: str | None) -> None:
+    """Say which records were measured with another draft than the one their reference (a record's ``draft``, else
+    ``default``: the profile's) loads now (a rebuilt draft): the cell is the same, the numbers are the earlier
+    draft's until the experiment is rerun."""
+    other, now = {}, {}
     for r in recs:
+        ref = r.get("draft") or default
+        if ref not in now:
+            now[ref] = weights_info(ref)
         w = r.get("weights", {}).get("draft")
-        if w is not None and w != draft:
-            other.setdefault(w.get("sha256", str(w))[:12], []).append(r)
-    for sha, rs in other.items():
-        print(f"{name}: {len(rs)} record(s) were measured with an earlier draft (sha256 {sha}...), not the one the "
-              f"profile loads now ({str(draft.get('sha256', draft))[:12]}...); `--rerun` measures them again")
+        if w is not None and w != now[ref]:
+            other.setdefault((w.get("sha256", str(w))[:12], ref), []).append(r)
+    for (sha, ref), rs in other.items():
+        print(f"{name}: {len(rs)} record(s) were measured with an earlier draft (sha256 {sha}...), not the one "
+              f"{ref} loads now ({str(now[ref].get('sha256', now[ref]))[:12]}...); `--rerun` measures them again")
 
 
-def row_id(method: str, variant: str) -> str:
-    """A table row's identity: its method and variant (never its label)."""
-    return f"{method}:{variant}"
+def row_id(method: str, variant: str, heads: str | None = None) -> str:
+    """A table row's identity: its method and variant, and the kind of a head of its own (``Cell.draft``: a Medusa
+    or a Hydra row; never its label)."""
+    return f"{method}:{variant}" + (f":{heads}" if heads else "")
 
 
 def load(path: str | Path, profile=None) -> pd.DataFrame:
@@ -68,7 +73,7 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
         m = registry.REGISTRY.get(r["method"])
         tags = r.get("tags", {})
         row = {"dataset": r["dataset"], "method": r["method"], "variant": r["variant"],
-               "row": row_id(r["method"], r["variant"]),
+               "row": row_id(r["method"], r["variant"], tags.get("heads")),
                "label": variants.label(r["method"], r["variant"], r["config"], tags), "T": r["T"],
                "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
                "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],

@@ -1,6 +1,7 @@
 """An EAGLE-3 head folder (vLLM speculators format, ``core/eagle3.py``) to a llama.cpp GGUF with llama.cpp's own
-converter, and the converted file checked tensor by tensor against the folder: the conversion half of
-``tools/llamacpp_eagle3.py`` (which runs it; ``python tools/llamacpp_eagle3.py convert`` converts only).
+converter, and the converted file checked tensor by tensor against the folder: what llama.cpp's EAGLE-3 mode drafts
+with (``llamacpp.LlamaServer("draft-eagle3")``, the talon experiment's peer row; ``tools/llamacpp_eagle3.py``'s
+exactness record; ``python tools/llamacpp_eagle3.py convert`` converts only).
 
 What llama.cpp (the source ``tools/build_llamacpp.sh`` builds: llama-cpp-python 0.3.36's vendored
 ggml-org/llama.cpp@0c1e57098) does with the folder, read from that source:
@@ -29,12 +30,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from . import llamacpp as H
+from .paths import HEAD_DIR
 
-from dynatree_lib.harness import llamacpp as H  # noqa: E402
-
-HEAD = REPO / "weights" / "smollm2-eagle3"
+HEAD = HEAD_DIR
 # what the converter reads from config.json (top level, or merged from transformer_layer_config) and the tensors
 CONFIG_KEYS = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "norm_before_residual",
                "transformer_layer_config")
@@ -108,7 +107,7 @@ def convert(head: Path | str = HEAD, outtype: str = "bf16", bin_dir: Path | None
             target_dir: Path | None = None) -> tuple[Path, list[str]]:
     """Convert ``head`` to GGUF beside the build (skipped when the file exists) and verify it (``verify_gguf``);
     returns the GGUF and the converter's argv."""
-    from dynatree_lib.harness.weights import smollm2_folder
+    from .weights import smollm2_folder
 
     if outtype not in ("bf16", "f32"):
         raise ValueError(f"outtype must be bf16 or f32, got {outtype!r}")
@@ -124,6 +123,14 @@ def convert(head: Path | str = HEAD, outtype: str = "bf16", bin_dir: Path | None
         Path(argv[-1]).replace(out)
     verify_gguf(out, head, src)
     return out, argv[:-1] + [str(out)]
+
+
+def mode_draft(mode: str, draft: Path | str | None = None, bin_dir: Path | None = None) -> Path | None:
+    """The GGUF a llama.cpp mode drafts with (``llamacpp.draft_file``), converting for ``draft-eagle3`` the head folder
+    ``draft`` (default the committed head, ``HEAD``) with llama.cpp's own converter (``convert``)."""
+    if mode == "draft-eagle3" and (draft is None or Path(draft).suffix != ".gguf"):
+        draft = convert(draft or HEAD, bin_dir=bin_dir)[0]
+    return H.draft_file(mode, draft, bin_dir or H.find_llamacpp())
 
 
 def _permute(w, n_head: int, n_kv: int | None):
