@@ -19,6 +19,11 @@
 # - AR, SD, EAGLE-3's tree, OPT-Tree, TALON and DynaTree, each at its published settings (EAGLE-3's and OPT-Tree's
 #   authors' defaults, TALON's N = 60, μ = 0.03, K = 10, the profile's paper settings for SD and DynaTree; none
 #   tuned on the head), the head drafting alone (no context lookup), as in TALON;
+# - TALON's Medusa and Hydra rows: heads of their own kind (`weights/smollm2-medusa`, `weights/smollm2-hydra`, trained
+#   on the same teacher text as the EAGLE-3 head, `build-draft --head medusa|hydra`), each drafting Medusa's tree
+#   (each node's top-10 children, the 63 most probable nodes, 4 levels);
+# - a peer: llama.cpp's own EAGLE-3 speculative mode with the same head (converted by llama.cpp's converter) at its
+#   defaults (a chain of 3), beside llama.cpp's own AR, greedy and at T = 1;
 # - TALON's workloads: Spec-Bench's questions (its MT-Bench, GSM8K, QA and CNN/DM are Spec-Bench categories),
 #   HumanEval, and UltraChat's evaluation set for TALON's "Alpaca" (the work TALON cites for it; not the same
 #   questions), each answered to EOS or TALON's 1,024 new tokens, capped by `extras.talon_T_cap` (cpu: 256);
@@ -69,7 +74,18 @@ if df is not None and not df.empty:
 
 # %% tags=["nbval-ignore-output"]
 if df is not None and not df.empty:
-    show_fig(plots.delta_tau(df), "fig_talon_delta_tau", prof)
+    show_fig(plots.delta_tau(df[df.engine == "ours"]), "fig_talon_delta_tau", prof)
+
+# %% [markdown]
+# ## A peer: llama.cpp's EAGLE-3 mode with our head
+# llama.cpp's `--spec-type draft-eagle3` drafting with the same head (its own conversion of it), over llama.cpp's own
+# AR and over ours, beside our AR and SD (a chain on the same head). Each engine's speedup over its own AR says what its
+# drafting buys; over our AR, which engine is faster. At T = 1 llama.cpp draws with its own generator, so its outputs
+# are samples of the same law, not our tokens.
+
+# %% tags=["nbval-ignore-output"]
+if df is not None and not df.empty:
+    show_table(tables.talon_peer_table(df), "table_talon_peer", prof)
 
 # %% [markdown]
 # ## TALON's advantage over EAGLE-3: reported and ours

@@ -13,6 +13,7 @@ from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
 from dynatree_lib.core.mlp_heads import KINDS, load_heads
 from dynatree_lib.draft import mlp_heads as M
 from dynatree_lib.draft.eagle3 import train_head  # the pipeline's loop, shared by every kind of head
+from dynatree_lib.draft.mlp_card import card, publish
 from dynatree_lib.harness.tiny import tiny_mlp_heads
 
 from .conftest import prompts
@@ -85,6 +86,9 @@ def test_the_exported_heads_draft_exactly(llama_target, tmp_path, kind):
     p = prompts(1, seed=9)[0]
     out = generate(llama_target, p, 20, draft=MLPHeadRunner(heads), method=DynaTreeConfig())
     assert out.tokens == generate(llama_target, p, 20).tokens
+    text = card(cfg)  # the published folder's model card, from the training record the export carries
+    assert f"# {HEAD_KINDS[kind].label} heads for " in text and "2 steps of the schedule's 40" in text
+    assert "per head: " in text and text.count(" / ") >= 2 and f"--head {kind} --publish" in text
 
 
 def test_every_kind_of_head_has_a_training_spec_and_a_build_command():
@@ -100,3 +104,14 @@ def test_every_kind_of_head_has_a_training_spec_and_a_build_command():
     for kind in HEAD_KINDS:
         args = parser().parse_args(["build-draft", "--head", kind, "--steps", "3"])
         assert args.head == kind and args.steps == 3
+
+
+def test_publishing_needs_an_export_and_a_medusa_or_hydra_head(tmp_path, monkeypatch, capsys):
+    from dynatree_lib import cli
+
+    monkeypatch.setattr(M.MLPHeadSpec, "folder", lambda self: tmp_path / self.kind)
+    with pytest.raises(FileNotFoundError, match="holds no exported hydra head: train one first"):
+        publish("hydra")
+    with pytest.raises(SystemExit):
+        cli.main(["build-draft", "--head", "eagle3", "--publish"])
+    assert "argument --publish: publishes a Medusa or Hydra head" in capsys.readouterr().err

@@ -4,6 +4,8 @@ to TALON's limit capped by the profile; its records name the head as their draft
 its tables and TALON's Figure 6 build from them, and the reported numbers it compares with are TALON's as printed."""
 import json
 
+import pandas as pd
+
 import pytest
 
 from dynatree_lib import methods as registry
@@ -142,3 +144,29 @@ def test_the_reported_numbers_are_talons_with_their_provenance():
         assert registry.REGISTRY[method].reported_talon in t1["Vicuna-13B"]
     readme = (REPO_DATA / "README.md").read_text()
     assert "## talon_reported.json" in readme and "| `talon_reported.json` |" in readme
+
+
+def test_llamacpps_rows_go_to_their_own_table_over_both_ars(measured):
+    from dynatree_lib.reporting.records import add_speedup, row_id
+
+    prof, path = measured
+    df = tables.load(path, prof)
+    peers.register()
+    ar = df[df.method == registry.AR]
+    fake = []
+    for mode, scale in zip(peers.EAGLE3_PEERS, (2.0, 3.0)):  # llama.cpp's AR twice as fast as ours, its EAGLE-3 3x
+        f = ar.copy()
+        f["method"], f["variant"], f["engine"] = peers.METHOD, mode.variant, "llama.cpp"
+        f["tag_own_ar"] = mode is peers.EAGLE3_PEERS[0]
+        f["row"], f["label"] = row_id(peers.METHOD, mode.variant), mode.label
+        f["tps_by_prompt"] = [{k: v * scale for k, v in t.items()} for t in f.tps_by_prompt]
+        f["tps"] = f.tps * scale
+        fake.append(f)
+    both = add_speedup(pd.concat([df, *fake]).drop(columns=["speedup", "speedup_lo", "speedup_hi", "speedup_own"]))
+    assert len(tables.talon_table(both)) == len(tables.talon_table(df))  # ours only
+    t = tables.talon_peer_table(both)
+    assert set(t.index) == {"AR", "Linear Spec", *(m.label for m in peers.EAGLE3_PEERS)}
+    eagle = peers.EAGLE3_PEERS[1].label
+    assert t.loc[eagle, ("T = 0", "HumanEval", "over own AR r1")] == "1.50×"
+    assert t.loc[eagle, ("T = 0", "HumanEval", "over our AR r1")] == "3.00×"
+    assert tables.talon_peer_table(df).empty

@@ -16,9 +16,9 @@ import pandas as pd
 from .. import methods as registry
 from ..harness.data import REPO_DATA
 from ..harness.workloads import TALON_BENCHMARKS, label as workload_label
-from .formatting import CATEGORY_LABELS
+from .formatting import CATEGORY_LABELS, dash, present
 from .main_tables import heads_table
-from .records import paired
+from .records import order, paired, shown
 
 MAT = "MAT (τ)"
 
@@ -33,12 +33,37 @@ def talon_table(df: pd.DataFrame) -> pd.DataFrame:
     included, as TALON counts it) and δ (draft forwards per verification) in replicate 1, the speedup over AR at that
     temperature on the same prompts with its 95% interval in each replicate, and at T = 0 the prompts whose output
     equals AR's; "–" where a column does not apply (AR's δ and speedup). ``heads_table``'s conventions, TALON's
-    name for τ."""
+    name for τ; our engine's rows only (llama.cpp's: ``talon_peer_table``)."""
+    df = df[df.engine == "ours"] if not df.empty else df
     if df.empty:
         return pd.DataFrame()
     t = heads_table(df)
     t.columns = pd.MultiIndex.from_tuples([(a, b, MAT if c == "τ" else c) for a, b, c in t.columns])
     return t
+
+
+def talon_peer_table(df: pd.DataFrame) -> pd.DataFrame:
+    """llama.cpp's EAGLE-3 mode with our head beside llama.cpp's AR, and our AR and SD (a chain on the same head):
+    per temperature and workload, tokens/s and MAT in replicate 1, and each row's speedup over its own engine's AR
+    and over ours on the same prompts, in each replicate. Empty where no llama.cpp record was measured."""
+    rows = df[(df.engine == "llama.cpp") | df.method.isin((registry.AR, registry.LINEAR))] if not df.empty else df
+    if rows.empty or not (rows.engine == "llama.cpp").any():
+        return pd.DataFrame()
+    out: dict = {}
+    for t in sorted(set(rows.temperature)):
+        for ds in present(rows.dataset):
+            for _, r in order(rows[(rows.temperature == t) & (rows.dataset == ds)]).iterrows():
+                col = lambda name: (f"T = {t:g}", workload_label(ds), name)  # noqa: E731
+                cells, theirs = out.setdefault(r.row, {}), r.engine == "llama.cpp"
+                own = r.speedup_own if theirs else r.speedup
+                if r.replicate == 0:
+                    cells[col("tok/s")] = f"{r.tps:.1f}"
+                    cells[col(MAT)] = f"{r.L_bar:.2f}"
+                cells[col(f"over own AR r{r.replicate + 1}")] = dash(own, "{:.2f}×")
+                cells[col(f"over our AR r{r.replicate + 1}")] = dash(r.speedup, "{:.2f}×")
+    table = shown(pd.DataFrame(out).T, rows).fillna("–")
+    table.columns = pd.MultiIndex.from_tuples(table.columns)
+    return table
 
 
 def benchmark_rows(r, category: str | None) -> list[dict]:

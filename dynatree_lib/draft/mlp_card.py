@@ -1,0 +1,65 @@
+"""Publishing a trained Medusa or Hydra head: its last export (``models/<kind>/v<N>k/head``) copied to
+``weights/smollm2-<kind>`` with a model card written from the training record the export carries
+(``build-draft --head <kind> --publish``). What the heads draft on held-out prompts is measured where they draft:
+notebook 14's Medusa and Hydra rows (``results/cpu/talon.json``)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from ..core.head_kinds import HEAD_KINDS
+from ..core.mlp_heads import OUR_KEY
+from ..harness.paths import REPO
+
+INPUTS = {"medusa": "the target's last hidden state (after its final norm)",
+          "hydra": "the target's last hidden state (after its final norm) and the embeddings of the tree's root and "
+                   "of every token drafted before it"}
+
+
+def published_folder(kind: str) -> Path:
+    return REPO / "weights" / f"smollm2-{kind}"
+
+
+def card(cfg: dict) -> str:
+    """The model card of an exported head folder's ``config.json``."""
+    kind, t = cfg["model_type"], cfg[OUR_KEY]["training"]
+    s, last = t["spec"], t["last"]
+    agree = " / ".join(f"{sum(r[f'agree{i}'] for r in last) / len(last):.3f}" for i in range(s["heads"]))
+    return f"""---
+license: apache-2.0
+base_model: {cfg['base_model_name_or_path']}
+tags: [speculative-decoding, {kind}]
+---
+# {HEAD_KINDS[kind].label} heads for {cfg['base_model_name_or_path']}
+
+{cfg['num_heads']} heads, head k drafting the token k + 2 places ahead of {INPUTS[kind]}: {cfg['num_hidden_layers']}
+residual SiLU layer(s) and a {cfg['truncated_vocab_size']}-token output layer each (`token_map`: their target ids), in
+vLLM's Medusa layout (`config.json`, `model.safetensors`; the embedding is the target's, borrowed, not stored). In this
+library: the draft reference `{kind}:weights/smollm2-{kind}` (`dynatree_lib/core/mlp_heads.py`); notebook 14's
+{HEAD_KINDS[kind].label} row drafts Medusa's tree over it, exactly.
+
+## Training
+{t['steps']} steps of the schedule's {s['steps']} ({t['seconds'] / 60:.0f} min on 2 CPU cores), each on
+{s['seqs_per_step']} windows of at most {s['seq_len']} tokens of the target's own text (the EAGLE-3 head's: v4's
+teacher text, v3's shard texts and the sampled answers; held-out shards excluded): at most
+{t['steps'] * s['seqs_per_step'] * s['seq_len']:,} tokens. Initialisation as Medusa's (residual layers at zero, each
+output layer the target's rows over the draft vocabulary); head k learns the target's own law {s['head_decay']} ** k
+weighted (Medusa-1's self-distillation); AdamW, lr {s['lr']}, warm-up {s['warmup']}, cosine decay. Agreement with the
+target's argmax on the last {len(last)} training batches, per head: {agree}. Rebuild or resume: `{t['rebuild']}`
+(checkpoints under `models/{kind}/`), then publish: `python -m dynatree_lib build-draft --head {kind} --publish`.
+"""
+
+
+def publish(kind: str, draft_vocab: int = 8192) -> Path:
+    """Copy the last export of ``kind``'s training to ``weights/smollm2-<kind>`` with its card; returns the folder."""
+    from .mlp_heads import training_spec
+
+    src = training_spec(kind, draft_vocab=draft_vocab).folder() / "head"
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"{src} holds no exported {kind} head: train one first "
+                                f"(`python -m dynatree_lib build-draft --head {kind} --seconds S`)")
+    dest = published_folder(kind)
+    shutil.copytree(src, dest, dirs_exist_ok=True)
+    (dest / "README.md").write_text(card(json.loads((dest / "config.json").read_text())))
+    return dest
