@@ -29,7 +29,7 @@ def test_a_profile_without_a_head_has_no_talon_cells(name):
 def test_the_cpu_cells_are_talons_methods_at_their_published_settings():
     p = get_profile("cpu")
     every = experiments.talon_cells(p)
-    cells = [c for c in every if c.variant == variants.MAIN and c.method != peers.METHOD]
+    cells = [c for c in every if c.variant == variants.MAIN and c.method not in (peers.METHOD, registry.DYNATREE_COST)]
     assert {c.method for c in cells} == set(experiments.talon_methods())
     assert {c.dataset for c in cells} == set(TALON_WORKLOADS)
     assert {c.sampling.temperature for c in cells} == {0.0, 1.0} and {c.T for c in cells} == {256}
@@ -58,6 +58,26 @@ def test_the_cpu_cells_add_medusa_hydra_and_llamacpps_eagle3_beside_its_own_ar()
     assert {c.sampling.temperature for c in peer} == {0.0, 1.0}
     keys = {experiments.cell_key("talon", p, c) for c in own}
     assert len(keys) == len(own)  # the draft is part of the key: Medusa's and Hydra's cells differ
+
+
+def test_our_extension_on_the_head_prices_its_levels_by_the_heads_measured_step(tmp_path):
+    from dynatree_lib.harness.store import results_path
+
+    p = get_profile("cpu")
+    ext = [c for c in experiments.talon_cells(p) if c.method == registry.DYNATREE_COST]
+    assert len(ext) == len(TALON_WORKLOADS) * 2 * p.protocol.replicates and not any(c.lookup for c in ext)
+    costs = json.loads(results_path("costs", p).read_text())["curves"][p.models.dtype]
+    share = json.loads(results_path("head_cost", p).read_text())["drafts"]["head"]["median"]
+    for c in ext:
+        assert c.config.base == p.method(registry.DYNATREE, c.dataset)
+        assert dict(c.config.verify_ms)[1] == round(costs["target"]["1"], 3)
+        assert c.config.draft_ms == round(share * round(costs["target"]["1"], 3) + costs["loop"]["level"], 3)
+    from dynatree_lib.harness.tuning import NotTuned, head_cost_curve
+
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "costs.json").write_text(results_path("costs", p).read_text())
+    with pytest.raises(NotTuned, match="head_cost.json is missing"):
+        head_cost_curve(p, p.models.dtype, tmp_path)
 
 
 def test_the_plan_counts_the_talon_notebook():

@@ -158,7 +158,7 @@ class Extras:
     categories, HumanEval and UltraChat's, ``talon_n_questions`` per Spec-Bench category, each decoded to EOS or
     TALON's limit, capped at ``talon_T_cap`` new tokens where it is above 0), with TALON's Medusa and Hydra rows
     (``talon_heads``: draft references ``medusa:<folder>``, ``hydra:<folder>``) and llama.cpp's EAGLE-3 mode with
-    the head beside llama.cpp's AR (``talon_peers``))."""
+    the head beside llama.cpp's AR (``talon_peers``) and our extension on the head (``talon_extension``))."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -177,6 +177,7 @@ class Extras:
     talon_T_cap: int = 0
     talon_heads: tuple = ()
     talon_peers: bool = False
+    talon_extension: bool = False
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -327,7 +328,8 @@ PROFILES: dict[str, Profile] = {
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
         Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
                peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3", talon_T_cap=256,
-               talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True)),
+               talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
+               talon_extension=True)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),

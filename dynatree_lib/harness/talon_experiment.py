@@ -9,9 +9,11 @@ from .. import methods as registry
 from ..core.policies import FixedTreeConfig
 from ..core.sampling import Sampling
 from ..core.validate import is_int
+from ..extensions.cost_aware import CostAwareConfig
 from . import peers, variants as v
 from .measure import Cell
 from .profiles import Profile
+from .tuning import head_cost_curve
 from .weights import head_kind
 from .workloads import TALON_TEMPERATURES, TALON_WORKLOADS, workload
 
@@ -65,8 +67,8 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
     never the profile's tuned ones, which were tuned with its own draft; tuning each method on the head, on the
     tuning split, is the next step. The head drafts alone (``lookup=False``), as in TALON, where every method
     drafts with the same EAGLE-3 weights and nothing else (notebook 13 shows the head with our context lookup).
-    Beside them, interleaved with them: ``own_head_cells`` (Medusa's and Hydra's rows) and ``peer_cells``
-    (llama.cpp's EAGLE-3 mode)."""
+    Beside them, interleaved with them: ``extension_cells`` (ours on the head), ``own_head_cells`` (Medusa's and
+    Hydra's rows) and ``peer_cells`` (llama.cpp's EAGLE-3 mode)."""
     if not p.extras.head:
         return []
     cells = []
@@ -77,8 +79,20 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
                 cells += [Cell(dataset=ws, method=m, config=p.method(m, ws), T=talon_T(p, ws), L_max=p.L_max(ws),
                                dtype=p.models.dtype, tags=dict(tags), sampling=s, lookup=False)
                           for m in talon_methods()]
-                cells += own_head_cells(p, ws, s, tags) + peer_cells(p, ws, s, tags)
+                cells += extension_cells(p, ws, s, tags, root) + own_head_cells(p, ws, s, tags)
+                cells += peer_cells(p, ws, s, tags)
     return cells
+
+
+def extension_cells(p: Profile, ws: str, s: Sampling, tags: dict, root) -> list[Cell]:
+    """Our extension on the head alone, where ``extras.talon_extension``: DynaTree's paper settings for ``ws`` cut
+    by the target's measured verification curve, its drafting levels priced by the head's measured step
+    (``tuning.head_cost_curve``)."""
+    if not p.extras.talon_extension:
+        return []
+    cfg = CostAwareConfig(p.method(registry.DYNATREE, ws), *head_cost_curve(p, p.models.dtype, root))
+    return [Cell(dataset=ws, method=registry.DYNATREE_COST, config=cfg, T=talon_T(p, ws), L_max=p.L_max(ws),
+                 dtype=p.models.dtype, tags=tags | {"extension": True}, sampling=s, lookup=False)]
 
 
 def own_head_cells(p: Profile, ws: str, s: Sampling, tags: dict) -> list[Cell]:

@@ -95,6 +95,22 @@ def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float,
     return verify, round(two - one, 3), round(one + commit, 3)
 
 
+def head_cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:
+    """``cost_curve`` for the profile's feature head (``extras.head``): the target's verification curve and the loop's
+    terms as measured (costs.json), each drafting level, the catch-up after the target's forward included, priced by
+    the head's measured step (``tools/head_cost.py``'s head_cost.json: its median share of the target's one-token
+    forward)."""
+    verify, _, _ = cost_curve(p, dtype, root)
+    path = results_path("head_cost", p, root)
+    if not path.exists():
+        raise NotTuned(f"{path} is missing: the extension on the head prices its drafting levels by the head's "
+                       "measured step (`python tools/head_cost.py` measures it)")
+    share = json.loads(path.read_text())["drafts"]["head"]["median"]
+    loop = json.loads(results_path("costs", p, root).read_text())["curves"][dtype]["loop"]
+    level = share * dict(verify)[1] + loop["level"]
+    return verify, round(level, 3), round(level + loop["commit"], 3)
+
+
 def cost_candidates(p: Profile, root: Path | None = None) -> tuple[CostAwareConfig, ...]:
     """The extension's tuning candidates: DynaTree's candidates, each with its trees cut by the curves of the
     timed precision (the same number as every family's)."""
