@@ -13,8 +13,8 @@ from ..core.mlp_heads import OUR_KEY
 from ..harness.paths import REPO
 
 INPUTS = {"medusa": "the target's last hidden state (after its final norm)",
-          "hydra": "the target's last hidden state (after its final norm) and the embeddings of the tree's root and "
-                   "of every token drafted before it"}
+          "hydra": "the target's last hidden state (after its final norm) and the embeddings of tokens t + 1 to "
+                   "t + 1 + k (the tree's root and the tokens drafted before it)"}
 
 
 def published_folder(kind: str) -> Path:
@@ -33,9 +33,9 @@ tags: [speculative-decoding, {kind}]
 ---
 # {HEAD_KINDS[kind].label} heads for {cfg['base_model_name_or_path']}
 
-{cfg['num_heads']} heads, head k drafting the token k + 2 places ahead of {INPUTS[kind]}: {cfg['num_hidden_layers']}
-residual SiLU layer(s) and a {cfg['truncated_vocab_size']}-token output layer each (`token_map`: their target ids), in
-vLLM's Medusa layout (`config.json`, `model.safetensors`; the embedding is the target's, borrowed, not stored). In this
+{cfg['num_heads']} heads: head k (k = 0, 1, ...) drafts token t + 2 + k from {INPUTS[kind]} at t, through
+{cfg['num_hidden_layers']} residual SiLU layer(s) and an output layer over {cfg['truncated_vocab_size']} tokens (`token_map`: their
+target ids), in vLLM's Medusa layout (`config.json`, `model.safetensors`; the embedding is the target's, borrowed, not stored). In this
 library: the draft reference `{kind}:weights/smollm2-{kind}` (`dynatree_lib/core/mlp_heads.py`); notebook 14's
 {HEAD_KINDS[kind].label} row drafts Medusa's tree over it, exactly.
 

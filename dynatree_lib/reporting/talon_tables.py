@@ -44,8 +44,9 @@ def talon_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def talon_peer_table(df: pd.DataFrame) -> pd.DataFrame:
     """llama.cpp's EAGLE-3 mode with our head beside llama.cpp's AR, and our AR and SD (a chain on the same head):
-    per temperature and workload, tokens/s and MAT in replicate 1, and each row's speedup over its own engine's AR
-    and over ours on the same prompts, in each replicate. Empty where no llama.cpp record was measured."""
+    per temperature and workload, tokens/s and MAT in replicate 1 (greedy, the prompts whose output equals our AR's:
+    llama.cpp's BF16 kernels can part from ours at near-ties), and each row's speedup over its own engine's AR and
+    over ours on the same prompts, in each replicate. Empty where no llama.cpp record was measured."""
     rows = df[(df.engine == "llama.cpp") | df.method.isin((registry.AR, registry.LINEAR))] if not df.empty else df
     if rows.empty or not (rows.engine == "llama.cpp").any():
         return pd.DataFrame()
@@ -59,6 +60,8 @@ def talon_peer_table(df: pd.DataFrame) -> pd.DataFrame:
                 if r.replicate == 0:
                     cells[col("tok/s")] = f"{r.tps:.1f}"
                     cells[col(MAT)] = f"{r.L_bar:.2f}"
+                    if t == 0:
+                        cells[col("= our AR")] = "–" if r.method == registry.AR else f"{r.equals_ar}/{r.n}"
                 cells[col(f"over own AR r{r.replicate + 1}")] = dash(own, "{:.2f}×")
                 cells[col(f"over our AR r{r.replicate + 1}")] = dash(r.speedup, "{:.2f}×")
     table = shown(pd.DataFrame(out).T, rows).fillna("–")
