@@ -53,7 +53,8 @@ def test_smoke_regression_copy_matches_source(src):
 CPU_ONLY = {"table_peers", "table_peers_r2", "table_peers_best", "fig_peers", "table_draft_versions",
             "table_draft_change", "table_sampling_draft_change", "table_heads", "table_head_pair", "table_head_cost",
             "table_head_vocab", "table_head_memory", "fig_heads_T0", "fig_heads_T1", "table_talon_T0", "table_talon_T1",
-            "fig_talon_T0", "fig_talon_T1", "fig_talon_delta_tau", "table_talon_reported_vs_reproduced"}
+            "fig_talon_T0", "fig_talon_T1", "fig_talon_delta_tau", "table_talon_reported_vs_reproduced",
+            "table_talon_peer"}
 
 
 @pytest.mark.parametrize("doc", ["README.md", "RESULTS.md", "FINDINGS.md"])

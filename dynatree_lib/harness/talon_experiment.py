@@ -19,7 +19,9 @@ from .workloads import TALON_TEMPERATURES, TALON_WORKLOADS, workload
 
 TALON = "talon"  # the experiment's name (its JSON file, its cells' role)
 # Medusa's tree over a Medusa or Hydra head's levels: each node's top-10 children, the 63 of highest draft path
-# probability kept (Medusa's default tree verifies 63 nodes over 4 heads' top-10; Hydra drafts Medusa's trees)
+# probability kept (Medusa's default tree verifies 63 nodes over 4 heads' top-10; Hydra drafts Medusa's trees). Where
+# it departs: Medusa's tree is a fixed list of top-k paths calibrated on its heads' accuracies (mc_sim_7b_63, for
+# Vicuna-7B); none exists for these heads, so the same budget is cut each step by the heads' own path probabilities
 MEDUSA_TREE = FixedTreeConfig(D=4, B=10, tau=0.0, n_max=63)
 
 
