@@ -104,4 +104,7 @@ if df is not None and not df.empty:
 # EAGLE-3's tree in wall time on every benchmark, in both replicates (TALON reports 1.03-1.21× on Llama-3.1-8B);
 # (4) whether any of them beats AR at all here: on 2 CPU cores a draft forward costs far more of a target forward
 # than on a GPU (c in TALON's R = τ / (1 + c·δ)), so δ weighs much more than in TALON's tables, and the settings are
-# TALON's, not tuned for this head (tuning each method on the tuning split is the next step).
+# TALON's, not tuned for this head (tuning each method on the tuning split is the next step); (5) whether DynaTree and
+# our extension, whose trees stay small where the head is unsure, beat the policies designed for heads, and whether
+# Medusa's and Hydra's heads of their own draft more per verification than the EAGLE-3 head does under the same tree
+# budget; (6) what llama.cpp's own EAGLE-3 mode makes of the same head, over its own AR.
