@@ -59,6 +59,7 @@ def test_absent_llamacpp(tmp_path, monkeypatch):
 
 def test_absent_gguf(tmp_path, monkeypatch):
     """A build without conversions, or with the conversion of an older draft, says what to run."""
+    monkeypatch.delenv("DYNATREE_LLAMACPP", raising=False)  # the build is found under the cache, as by default
     monkeypatch.setenv("DYNATREE_CACHE", str(tmp_path / "cache"))
     bin_dir = L.default_root() / "build" / "bin"
     bin_dir.mkdir(parents=True)
