@@ -142,9 +142,10 @@ def build_draft(args) -> object:
     from .draft import build
 
     if args.publish:
+        from .core.mlp_heads import KINDS
         from .draft.mlp_card import publish
 
-        if args.head not in ("medusa", "hydra"):
+        if args.head not in KINDS:
             args.refuse(f"argument --publish: publishes a Medusa or Hydra head (--head medusa|hydra), "
                         f"got --head {args.head}")
         return publish(args.head, args.draft_vocab)

@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dynatree_lib.harness.llamacpp import (CTX, MODES, THREADS, LlamaServer, binary, build_info,  # noqa: E402
-                                           find_llamacpp, how_to_get, mode_args, root_of, run_fields,
+                                           draft_file, find_llamacpp, how_to_get, mode_args, root_of, run_fields,
                                            target_gguf, timed_row, version_string)
 from dynatree_lib.harness.eagle3_gguf import mode_draft  # noqa: E402
 
@@ -295,7 +295,7 @@ def run(mode: str, prompt: str, n_new: int, *, target: str | Path = "bf16", draf
     bin_dir = bin_dir or find_llamacpp()
     exe = binary(MODES[mode].binary, bin_dir)
     tgt = target_gguf(str(target), bin_dir)
-    dft = mode_draft(mode, draft, bin_dir)
+    dft = draft_file(mode, mode_draft(mode, draft, bin_dir), bin_dir)
     if len(prompt.encode()) > 120_000:
         raise ValueError("the prompt is too long for one command-line argument (120 kB)")
     info = build_info(bin_dir)

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..core.head_kinds import HEAD_KINDS
 from ..core.mlp_heads import OUR_KEY
 from ..harness.paths import REPO
+from .mlp_heads import training_spec
 
 INPUTS = {"medusa": "the target's last hidden state (after its final norm)",
           "hydra": "the target's last hidden state (after its final norm) and the embeddings of tokens t + 1 to "
@@ -53,8 +54,6 @@ target's argmax on the last {len(last)} training batches, per head: {agree}. Reb
 
 def publish(kind: str, draft_vocab: int = 8192) -> Path:
     """Copy the last export of ``kind``'s training to ``weights/smollm2-<kind>`` with its card; returns the folder."""
-    from .mlp_heads import training_spec
-
     src = training_spec(kind, draft_vocab=draft_vocab).folder() / "head"
     if not (src / "config.json").is_file():
         raise FileNotFoundError(f"{src} holds no exported {kind} head: train one first "

@@ -125,12 +125,13 @@ def convert(head: Path | str = HEAD, outtype: str = "bf16", bin_dir: Path | None
     return out, argv[:-1] + [str(out)]
 
 
-def mode_draft(mode: str, draft: Path | str | None = None, bin_dir: Path | None = None) -> Path | None:
-    """The GGUF a llama.cpp mode drafts with (``llamacpp.draft_file``), converting for ``draft-eagle3`` the head folder
-    ``draft`` (default the committed head, ``HEAD``) with llama.cpp's own converter (``convert``)."""
+def mode_draft(mode: str, draft: Path | str | None = None, bin_dir: Path | None = None) -> Path | str | None:
+    """``draft`` as a llama.cpp mode takes it (``llamacpp.draft_file`` resolves it): for ``draft-eagle3``, the head
+    folder (default the committed head, ``HEAD``) converted by llama.cpp's own converter (``convert``); else as
+    given."""
     if mode == "draft-eagle3" and (draft is None or Path(draft).suffix != ".gguf"):
-        draft = convert(draft or HEAD, bin_dir=bin_dir)[0]
-    return H.draft_file(mode, draft, bin_dir or H.find_llamacpp())
+        return convert(draft or HEAD, bin_dir=bin_dir)[0]
+    return draft
 
 
 def _permute(w, n_head: int, n_kv: int | None):

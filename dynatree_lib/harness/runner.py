@@ -38,8 +38,8 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     target, draft, tok = p.load_pair(dtype, models_for=models_for(c.method for c, _ in todo))
     drafts = own_drafts(p, target, todo) | {None: draft}
     probe = BandwidthProbe(p.models.device)
-    weights = {ref: {"target": weights_info(p.models.target), "draft": weights_info(ref or p.models.draft)}
-               for ref in drafts}
+    target_weights = weights_info(p.models.target)
+    weights = {ref: {"target": target_weights, "draft": weights_info(ref or p.models.draft)} for ref in drafts}
     bound_ = bound(as_runner(target).model, probe)
     todo.sort(key=lambda ck: ck[0].config is not None)  # AR first: every other cell is compared with it
     rows = {k: store.partial(k) for _, k in todo}

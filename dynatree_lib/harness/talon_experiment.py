@@ -74,6 +74,7 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
     if not p.extras.head:
         return []
     cells = []
+    curve = head_cost_curve(p, p.models.dtype, root) if p.extras.talon_extension else None
     for r in range(p.protocol.replicates):
         for ws in TALON_WORKLOADS:
             for s in map(Sampling, TALON_TEMPERATURES):
@@ -81,18 +82,18 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
                 cells += [Cell(dataset=ws, method=m, config=p.method(m, ws), T=talon_T(p, ws), L_max=p.L_max(ws),
                                dtype=p.models.dtype, tags=dict(tags), sampling=s, lookup=False)
                           for m in talon_methods()]
-                cells += extension_cells(p, ws, s, tags, root) + own_head_cells(p, ws, s, tags)
+                cells += extension_cells(p, ws, s, tags, curve) + own_head_cells(p, ws, s, tags)
                 cells += peer_cells(p, ws, s, tags)
     return cells
 
 
-def extension_cells(p: Profile, ws: str, s: Sampling, tags: dict, root) -> list[Cell]:
+def extension_cells(p: Profile, ws: str, s: Sampling, tags: dict, curve: tuple | None) -> list[Cell]:
     """Our extension on the head alone, where ``extras.talon_extension``: DynaTree's paper settings for ``ws`` cut
-    by the target's measured verification curve, its drafting levels priced by the head's measured step
-    (``tuning.head_cost_curve``)."""
-    if not p.extras.talon_extension:
+    by the target's measured verification curve, its drafting levels priced by the head's measured step (``curve``:
+    ``tuning.head_cost_curve``; None: no extension)."""
+    if curve is None:
         return []
-    cfg = CostAwareConfig(p.method(registry.DYNATREE, ws), *head_cost_curve(p, p.models.dtype, root))
+    cfg = CostAwareConfig(p.method(registry.DYNATREE, ws), *curve)
     return [Cell(dataset=ws, method=registry.DYNATREE_COST, config=cfg, T=talon_T(p, ws), L_max=p.L_max(ws),
                  dtype=p.models.dtype, tags=tags | {"extension": True}, sampling=s, lookup=False)]
 

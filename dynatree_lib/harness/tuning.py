@@ -76,9 +76,8 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     return candidates[configs.index(best["config"])]
 
 
-def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:
-    """What this profile measured in ``dtype`` (costs.json), as ``CostAwareConfig`` takes it: fwd_target(k)
-    as (k, ms) pairs, one further drafting level, and the rest of an iteration (``costs``' terms)."""
+def measured_curves(p: Profile, dtype: str, root: Path | None) -> dict:
+    """The forward-cost curves this profile measured in ``dtype`` (costs.json), refused when missing or stale."""
     path = results_path("costs", p, root)
     if not path.exists():
         raise NotTuned(f"{path} is missing: the cost-aware extension needs the measured forward costs (the tuning "
@@ -86,13 +85,23 @@ def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float,
     if how := stale(path, str(p.models.engine)):
         raise NotTuned(f"{path} {how}, the profile runs {p.models.engine!r}: `./run_all.sh {p.name}` measures "
                        "the costs again")
-    curves = json.loads(path.read_text())["curves"][dtype]
-    verify = tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
+    return json.loads(path.read_text())["curves"][dtype]
+
+
+def verify_curve(curves: dict) -> tuple:
+    """fwd_target(k) as (k, ms) pairs, k ascending, as ``CostAwareConfig.verify_ms`` takes it."""
+    return tuple((int(k), round(ms, 3)) for k, ms in sorted(curves["target"].items(), key=lambda kv: int(kv[0])))
+
+
+def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:
+    """What this profile measured in ``dtype`` (costs.json), as ``CostAwareConfig`` takes it: fwd_target(k)
+    as (k, ms) pairs, one further drafting level, and the rest of an iteration (``costs``' terms)."""
+    curves = measured_curves(p, dtype, root)
     # notebook 03's iteration, one node a level: drafting one level (its first forward follows the target's),
     # then two; the difference is a further level, the first level plus the commit the rest of an iteration
     one, _, commit = predict_iteration(curves, 1, 1, 1, 1.0)
     two = predict_iteration(curves, 2, 2, 2, 1.0)[0]
-    return verify, round(two - one, 3), round(one + commit, 3)
+    return verify_curve(curves), round(two - one, 3), round(one + commit, 3)
 
 
 def head_cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:
@@ -100,13 +109,13 @@ def head_cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, f
     terms as measured (costs.json), each drafting level, the catch-up after the target's forward included, priced by
     the head's measured step (``tools/head_cost.py``'s head_cost.json: its median share of the target's one-token
     forward)."""
-    verify, _, _ = cost_curve(p, dtype, root)
+    curves = measured_curves(p, dtype, root)
     path = results_path("head_cost", p, root)
     if not path.exists():
         raise NotTuned(f"{path} is missing: the extension on the head prices its drafting levels by the head's "
                        "measured step (`python tools/head_cost.py` measures it)")
     share = json.loads(path.read_text())["drafts"]["head"]["median"]
-    loop = json.loads(results_path("costs", p, root).read_text())["curves"][dtype]["loop"]
+    verify, loop = verify_curve(curves), curves["loop"]
     level = share * dict(verify)[1] + loop["level"]
     return verify, round(level, 3), round(level + loop["commit"], 3)
 
