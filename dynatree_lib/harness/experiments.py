@@ -33,7 +33,8 @@ from .measure import Cell
 from .profiles import Profile
 from .store import ResultStore, config_dict, record_key, results_path
 from .tuning import cost_aware, cost_candidates, tuned, tuned_families
-from .talon_experiment import TALON, head_profile, talon_T, talon_cells, talon_methods, talon_profile  # noqa: F401
+from .talon_experiment import (TALON, TALON_TUNING, head_profile, talon_T, talon_cells, talon_methods,  # noqa: F401
+                               talon_profile, talon_tuning_cells)
 from .workloads import count
 
 GREEDY = Sampling()
@@ -231,11 +232,11 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
 
 
 def experiment_profile(name: str, p: Profile) -> Profile:
-    """The profile an experiment measures with: the head's for ``heads`` and ``talon`` (``talon_profile``) where
-    ``p`` has one, else ``p`` itself."""
-    if not p.extras.head or name not in ("heads", TALON):
+    """The profile an experiment measures with: the head's for ``heads``, ``talon`` and its tuning
+    (``talon_profile``) where ``p`` has one, else ``p`` itself."""
+    if not p.extras.head or name not in ("heads", TALON, TALON_TUNING):
         return p
-    return talon_profile(p) if name == TALON else head_profile(p)
+    return head_profile(p) if name == "heads" else talon_profile(p)
 
 
 def head_methods() -> tuple[str, ...]:
@@ -287,14 +288,15 @@ def peers_cells(p: Profile, root=None) -> list[Cell]:
 EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_cells, "ablation": ablation_cells,
                "length_scaling": length_cells, "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
                "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells,
-               "peers": peers_cells, "heads": head_cells, TALON: talon_cells}
+               "peers": peers_cells, "heads": head_cells, TALON: talon_cells,
+               TALON_TUNING: talon_tuning_cells}
 IN_PROCESS = ("main", "peers", "heads", TALON)  # experiments whose replicates each run in a fresh process
 
 
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:
     """Prompts per cell: per continuation dataset, or per category of a workload with categories."""
     ws = cell.dataset
-    if name == "tuning":
+    if name in ("tuning", TALON_TUNING):
         return count(ws, p.tuning.n, p.tuning.n_questions)
     if name == "trees":
         return count(ws, p.extras.trees_n_prompts, 1)
@@ -323,7 +325,7 @@ def cell_key(name: str, p: Profile, c: Cell) -> str:
 def key_parts(name: str, p: Profile, c: Cell) -> dict:
     """What a record key hashes: the profile's models and protocol, the cell's method, variant, configuration,
     tags, workload, lengths, precision and sampling law; never what tables call it."""
-    seed = p.tuning.seed if name == "tuning" else p.protocol.seed
+    seed = p.tuning.seed if c.split == "tuning" else p.protocol.seed
     m, s = p.models, c.sampling
     return dict(profile=p.name, target=m.target, draft=c.draft or m.draft, dtype=c.dtype, engine=str(m.engine),
                 kv=p.protocol.kv_mode, seed=seed, n=n_prompts(name, p, c), warmup=p.protocol.warmup,
@@ -383,6 +385,8 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
         run_costs(profile, rerun=rerun and name == "tuning", root=root, render_only=render_only)
     if profile.tuning.candidates is not None and name != "tuning":
         run("tuning", profile, root=root, render_only=render_only)
+    if name == TALON and measures(TALON_TUNING, profile, root):  # its rows' settings come from their own tuning
+        run(TALON_TUNING, profile, root=root, render_only=render_only)
     todo = missing(name, profile, root, replicate)
     if todo and render_only:
         raise FileNotFoundError(f"render-only: {len(todo)} cell(s) of '{name}' are missing from {path}; "

@@ -94,7 +94,7 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     device, refs = profile.models.device, (profile.models.target, profile.models.draft)
     drafts = REGISTRY[cell.method].drafts
     tok = load_tokenizer(refs[0])
-    prompt = Prompts(profile, tok, "memory").of(cell, prompt_index + 1)[prompt_index]
+    prompt = Prompts(profile, tok).of(cell, prompt_index + 1)[prompt_index]
     eos = workload_eos(cell.dataset, tok)
     del tok  # the pair brings its own
     for ref in refs[: 2 if drafts else 1]:

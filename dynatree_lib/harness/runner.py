@@ -43,7 +43,7 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     bound_ = bound(as_runner(target).model, probe)
     todo.sort(key=lambda ck: ck[0].config is not None)  # AR first: every other cell is compared with it
     rows = {k: store.partial(k) for _, k in todo}
-    prompts = Prompts(p, tok, name)
+    prompts = Prompts(p, tok)
     refs = ar_references(store, todo, rows, dtype)
     sessions = {k: Session() for _, k in todo}  # a cell's state across its generations (a policy adapting across prompts)
     bar = tqdm(total=sum(counts[k] * prompts.per_cell(c) for c, k in todo), initial=sum(map(len, rows.values())),
@@ -102,9 +102,8 @@ def ar_references(store: ResultStore, todo: list, rows: dict, dtype: str) -> dic
 class Prompts:
     """Prompts of a run, loaded once per (workload, L_max, split, count)."""
 
-    def __init__(self, p, tok, name: str):
+    def __init__(self, p, tok):
         self.p, self.tok, self.cache = p, tok, {}
-        self.seed = p.tuning.seed if name == "tuning" else p.protocol.seed
 
     def per_cell(self, c) -> int:
         """Prompts a cell's count stands for: one per category for a workload with categories."""
@@ -116,7 +115,8 @@ class Prompts:
             if self.p.protocol.prompt_style == "authors":
                 ps = authors_prompts(c.dataset, self.tok, n, c.L_max, self.p.protocol.data_source)
             else:
-                ps = load_prompts(c.dataset, self.tok, n, c.L_max, c.split, self.seed, self.p.protocol.data_source)
+                seed = self.p.tuning.seed if c.split == "tuning" else self.p.protocol.seed  # as ``key_parts``
+                ps = load_prompts(c.dataset, self.tok, n, c.L_max, c.split, seed, self.p.protocol.data_source)
             cap = self.p.protocol.max_prompt
             for q in ps:
                 if cap and q.ids.numel() > cap:

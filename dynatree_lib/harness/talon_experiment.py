@@ -1,28 +1,31 @@
-"""Notebook 14's experiment (issue 57): TALON's Tables 1 and 3 on the profile's feature head, with the rows of Table 1
-that are heads of their own kind (Medusa, Hydra) and llama.cpp's EAGLE-3 mode as a peer, as lists of cells that
-``experiments.run`` measures (``EXPERIMENTS[TALON]``)."""
+"""Notebook 14's experiments (issue 57): TALON's Tables 1 and 3 on the profile's feature head, with the rows of Table 1
+that are heads of their own kind (Medusa, Hydra) and llama.cpp's EAGLE-3 mode as a peer (``EXPERIMENTS[TALON]``),
+every drafting row at the setting its own tuning on the heads picked (``EXPERIMENTS[TALON_TUNING]``), as lists of
+cells that ``experiments.run`` measures."""
 from __future__ import annotations
 
 import dataclasses
 
 from .. import methods as registry
-from ..core.policies import FixedTreeConfig
+from ..core.eagle_tree import Eagle3TreeConfig
 from ..core.sampling import Sampling
 from ..core.validate import is_int
 from ..extensions.cost_aware import CostAwareConfig
 from . import peers, variants as v
 from .measure import Cell
 from .profiles import Profile
-from .tuning import head_cost_curve
+from .tuning import fastest, head_cost_curve
 from .weights import head_kind
 from .workloads import TALON_TEMPERATURES, TALON_WORKLOADS, workload
 
 TALON = "talon"  # the experiment's name (its JSON file, its cells' role)
-# Medusa's tree over a Medusa or Hydra head's levels: each node's top-10 children, the 63 of highest draft path
-# probability kept (Medusa's default tree verifies 63 nodes over 4 heads' top-10; Hydra drafts Medusa's trees). Where
-# it departs: Medusa's tree is a fixed list of top-k paths calibrated on its heads' accuracies (mc_sim_7b_63, for
-# Vicuna-7B); none exists for these heads, so the same budget is cut each step by the heads' own path probabilities
-MEDUSA_TREE = FixedTreeConfig(D=4, B=10, tau=0.0, n_max=63)
+TALON_TUNING = "talon_tuning"  # its tuning: every row's candidates on the heads, on the tuning prompts
+# Medusa's tree over a Medusa or Hydra head's levels: EAGLE-2's expansion (each level's 10 most probable nodes grow
+# their top-10 children) and rerank to the 63 drafted nodes of highest path probability (Medusa's default tree
+# verifies 63 nodes over 4 heads' top-10; Hydra drafts Medusa's trees). Where it departs: Medusa's tree is a fixed
+# list of top-k paths calibrated on its heads' accuracies (mc_sim_7b_63, for Vicuna-7B); none exists for these
+# heads, so the same budget goes each step to the nodes the heads themselves rank most probable, at any depth
+MEDUSA_TREE = Eagle3TreeConfig(depth=3, top_k=10, total_tokens=64)
 
 
 def head_profile(p: Profile) -> Profile:
@@ -52,7 +55,7 @@ def talon_profile(p: Profile) -> Profile:
 
 def talon_methods() -> tuple[str, ...]:
     """TALON's Table 1 rows that are drafting policies over one head: SD (a chain), EAGLE-3's tree, OPT-Tree and
-    TALON, beside AR and DynaTree (Medusa and Hydra are heads of their own kind: ``own_head_cells``)."""
+    TALON, beside AR and DynaTree (Medusa and Hydra are heads of their own kind: ``talon_rows``)."""
     return (registry.AR, registry.LINEAR, registry.EAGLE3_TREE, registry.OPT_TREE, registry.TALON, registry.DYNATREE)
 
 
@@ -64,13 +67,11 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
 
     Temperatures: exactly 0 and 1 (``TALON_TEMPERATURES``), not the profile's sampling temperatures: TALON's Tables
     1 and 3 are measured at exactly these (no top-k or top-p), and a profile adding a temperature to notebook 10
-    should not change this experiment. Settings: every method's published one (``Profile.method``: EAGLE-3's and
-    OPT-Tree's authors' defaults, TALON's mu 0.03, N 60, K 10, the profile's paper settings for SD and DynaTree),
-    never the profile's tuned ones, which were tuned with its own draft; tuning each method on the head, on the
-    tuning split, is the next step. The head drafts alone (``lookup=False``), as in TALON, where every method
-    drafts with the same EAGLE-3 weights and nothing else (notebook 13 shows the head with our context lookup).
-    Beside them, interleaved with them: ``extension_cells`` (ours on the head), ``own_head_cells`` (Medusa's and
-    Hydra's rows) and ``peer_cells`` (llama.cpp's EAGLE-3 mode)."""
+    should not change this experiment. Rows (``talon_rows``): these methods, our extension on the head, Medusa's and
+    Hydra's heads; each at its fastest candidate in ``talon_tuning_cells``' records (greedy: they serve T = 1 too)
+    where the profile tunes, else at its published setting. The head drafts alone (``lookup=False``), as in TALON,
+    where every method drafts with the same EAGLE-3 weights and nothing else (notebook 13 shows the head with our
+    context lookup). Beside them, interleaved with them: ``peer_cells`` (llama.cpp's EAGLE-3 mode)."""
     if not p.extras.head:
         return []
     cells = []
@@ -79,32 +80,53 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
         for ws in TALON_WORKLOADS:
             for s in map(Sampling, TALON_TEMPERATURES):
                 tags = {"role": TALON, "replicate": r, "temperature": s.temperature}
-                cells += [Cell(dataset=ws, method=m, config=p.method(m, ws), T=talon_T(p, ws), L_max=p.L_max(ws),
-                               dtype=p.models.dtype, tags=dict(tags), sampling=s, lookup=False)
-                          for m in talon_methods()]
-                cells += extension_cells(p, ws, s, tags, curve) + own_head_cells(p, ws, s, tags)
+                at = dict(dataset=ws, T=talon_T(p, ws), L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s)
+                for family, draft, published, candidates, extra in talon_rows(p, ws, curve):
+                    cfg = published if candidates is None else fastest(
+                        p, family, ws, candidates, root, experiment=TALON_TUNING, draft=draft or p.extras.head)
+                    cells.append(Cell(method=family, variant=v.OWN_HEADS if draft else v.MAIN, config=cfg,
+                                      tags=tags | extra, lookup=False, draft=draft, **at))
                 cells += peer_cells(p, ws, s, tags)
     return cells
 
 
-def extension_cells(p: Profile, ws: str, s: Sampling, tags: dict, curve: tuple | None) -> list[Cell]:
-    """Our extension on the head alone, where ``extras.talon_extension``: DynaTree's paper settings for ``ws`` cut
-    by the target's measured verification curve, its drafting levels priced by the head's measured step (``curve``:
-    ``tuning.head_cost_curve``; None: no extension)."""
-    if curve is None:
+def talon_rows(p: Profile, ws: str, curve: tuple | None) -> list[tuple]:
+    """(family, own head, published setting, tuning candidates, tags) of each drafting row of TALON's tables on
+    ``ws``: ``talon_methods`` on the head (published: ``Profile.method``, EAGLE-3's and OPT-Tree's authors' defaults,
+    TALON's mu 0.03, N 60, K 10, the profile's paper settings for SD and DynaTree), our extension on the head where
+    ``extras.talon_extension`` (DynaTree's settings cut by ``curve``: the target's verification curve and the head's
+    measured step per level, ``tuning.head_cost_curve``), and Medusa's and Hydra's rows (``extras.talon_heads``:
+    ``medusa:<folder>``, ``hydra:<folder>``, ``MEDUSA_TREE`` over their own levels). Candidates: the profile's
+    tuning's, the same number each (published first; ``own_head_candidates``); None where it does not tune (and AR's:
+    it has no setting)."""
+    cands, dyna = p.tuning.candidates, p.method(registry.DYNATREE, ws)
+    rows = [(m, None, None if m == registry.AR else p.method(m, ws), cands and cands.get(m), {})
+            for m in talon_methods()]
+    if curve is not None:
+        ext = cands and tuple(CostAwareConfig(base, *curve) for base in cands[registry.DYNATREE])
+        rows.append((registry.DYNATREE_COST, None, CostAwareConfig(dyna, *curve), ext, {"extension": True}))
+    own = cands and (MEDUSA_TREE,) + tuple(cands[registry.EAGLE3_TREE][1:])
+    rows += [(registry.EAGLE3_TREE, ref, MEDUSA_TREE, own, {"heads": head_kind(ref)}) for ref in p.extras.talon_heads]
+    return rows
+
+
+def talon_tuning_cells(p: Profile, root=None) -> list[Cell]:
+    """Notebook 14's tuning: AR and every ``talon_rows`` row's candidates (the same number each) on the profile's
+    tuning prompts of TALON's workloads (``Tuning.n`` per workload without categories, ``n_questions`` per Spec-Bench
+    category), greedy, to TALON's capped limit, every row drafting as in ``talon_cells``; none where the profile has
+    no head or does not tune."""
+    if not p.extras.head or p.tuning.candidates is None:
         return []
-    cfg = CostAwareConfig(p.method(registry.DYNATREE, ws), *curve)
-    return [Cell(dataset=ws, method=registry.DYNATREE_COST, config=cfg, T=talon_T(p, ws), L_max=p.L_max(ws),
-                 dtype=p.models.dtype, tags=tags | {"extension": True}, sampling=s, lookup=False)]
-
-
-def own_head_cells(p: Profile, ws: str, s: Sampling, tags: dict) -> list[Cell]:
-    """TALON's Medusa and Hydra rows: each head of ``extras.talon_heads`` (``medusa:<folder>``, ``hydra:<folder>``)
-    drafting Medusa's tree (``MEDUSA_TREE``) over its own levels, alone (no lookup)."""
-    return [Cell(dataset=ws, method=registry.FIXED_TREE, variant=v.OWN_HEADS, config=MEDUSA_TREE, T=talon_T(p, ws),
-                 L_max=p.L_max(ws), dtype=p.models.dtype, tags=tags | {"heads": head_kind(ref)}, sampling=s,
-                 lookup=False, draft=ref)
-            for ref in p.extras.talon_heads]
+    curve = head_cost_curve(p, p.models.dtype, root) if p.extras.talon_extension else None
+    cells = []
+    for ws in TALON_WORKLOADS:
+        at = dict(dataset=ws, T=talon_T(p, ws), L_max=p.L_max(ws), dtype=p.models.dtype, split="tuning", lookup=False)
+        cells.append(Cell(method=registry.AR, config=None, tags={}, **at))
+        for family, draft, _, candidates, extra in talon_rows(p, ws, curve):
+            cells += [Cell(method=family, variant=v.CANDIDATE, config=cfg, tags={"candidate": i, **extra},
+                           draft=draft, **at)
+                      for i, cfg in enumerate(candidates or ())]
+    return cells
 
 
 def peer_cells(p: Profile, ws: str, s: Sampling, tags: dict) -> list[Cell]:

@@ -49,26 +49,30 @@ class NotTuned(ValueError):
     measures first (costs.json), which the cost-aware extension's candidates are made from, are missing."""
 
 
-def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY):
-    """The candidate with the highest mean throughput among ``family``'s tuning records on ``workload`` at this
-    precision and sampling law (the greedy records where the tuning did not run at that temperature)."""
-    path = results_path("tuning", p, root)
+def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY,
+            experiment: str = "tuning", draft: str | None = None):
+    """The candidate with the highest mean throughput among ``family``'s records in ``experiment`` (the tuning
+    experiment, or notebook 14's tuning on the heads) on ``workload`` at this precision and sampling law (the greedy
+    records where the tuning did not run at that temperature); where ``draft`` is given, only the records drafted
+    with it (a head tuned beside others in one file)."""
+    path = results_path(experiment, p, root)
     if not path.exists():
-        raise NotTuned(f"{path} is missing: run the tuning experiment first (notebook 01 does)")
+        raise NotTuned(f"{path} is missing: run the {experiment} experiment first (notebook "
+                       f"{'01' if experiment == 'tuning' else '14'} does)")
     configs = [config_dict(c) for c in candidates]
     # only this code's candidates on tuning prompts: a file can still hold an older tuning's records
     recs = [r for r in json.loads(path.read_text())["records"]
             if r["dataset"] == workload and r["method"] == family and r["dtype"] == p.models.dtype
-            and r.get("split") == "tuning" and r["config"] in configs]
+            and r.get("split") == "tuning" and r["config"] in configs and draft in (None, r["draft"])]
     at = [r for r in recs if r.get("temperature", 0.0) == sampling.temperature]
     recs = at or [r for r in recs if r.get("temperature", 0.0) == 0.0]
     if not recs:
         raise NotTuned(f"{path} holds no tuning records of this code's {family} candidates on {workload} at "
-                       f"{p.models.dtype}; run the tuning experiment (notebook 01, or --rerun if the candidates "
-                       "changed)")
-    draft = weights_info(p.models.draft)
-    mine = [r for r in recs if r.get("weights", {}).get("draft") == draft]
-    if not mine and not is_head(p.models.draft):  # a feature head adopts its profile's tuning (``head_cells``)
+                       f"{p.models.dtype}{f' drafted with {draft}' if draft else ''}; run the {experiment} experiment "
+                       "(--rerun if the candidates changed)")
+    weights = weights_info(draft or p.models.draft)
+    mine = [r for r in recs if r.get("weights", {}).get("draft") == weights]
+    if not mine and (draft or not is_head(p.models.draft)):  # a head adopts its profile's tuning (``head_cells``)
         warn_once(f"{path.name}: {family} on {workload} is tuned with an earlier draft's records (the draft was "
                   "rebuilt since); `--rerun` tunes it again")
     recs = mine or recs

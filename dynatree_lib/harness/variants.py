@@ -50,6 +50,11 @@ def short(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items() if k not in SHORT_SKIPS)
 
 
+def own(method: str, tags: dict) -> str:
+    """A method's label, naming the head of its own it drafts over where it has one (``tags["heads"]``)."""
+    return f"{HEAD_KINDS[tags['heads']].label} ({method} over its heads)" if "heads" in tags else method
+
+
 MAIN, PAPER_SETTINGS, NETWORK_ALONE, CANDIDATE = "main", "paper_settings", "network_alone", "candidate"
 EVERY_LEVEL_DRAFTED, NO_COPY_RECORD, OWN_HEADS = "every_level_drafted", "no_copy_record", "own_heads"
 ABLATION_FIXED, ABLATION_MATCHED, ABLATION_DYNAMIC, ABLATION_HISTORY = (
@@ -60,10 +65,9 @@ for _v in (
     Variant(name=MAIN, label=lambda m, c, t: m),
     Variant(name=PAPER_SETTINGS, label=lambda m, c, t: f"{m} (paper settings)", rank=0.5),
     Variant(name=NETWORK_ALONE, label=lambda m, c, t: f"{m} · network alone", rank=0.25),  # the draft without its lookup
-    Variant(name=CANDIDATE, label=lambda m, c, t: f"{m} #{t['candidate']}: {short(c)}"),
+    Variant(name=CANDIDATE, label=lambda m, c, t: f"{own(m, t)} #{t['candidate']}: {short(c)}"),
     # a tree over a Medusa or Hydra head of the cell's own (``Cell.draft``; its kind in the tags), TALON's rows
-    Variant(name=OWN_HEADS, label=lambda m, c, t: f"{HEAD_KINDS[t['heads']].label} ({m}, {c['n_max']} nodes)",
-            rank=0.75),
+    Variant(name=OWN_HEADS, label=lambda m, c, t: own(m, t), rank=0.75),
     # the cost-aware extension without its lookup skip, and skipping on the copy's weight alone (no record of copies)
     Variant(name=EVERY_LEVEL_DRAFTED, label=fixed("DynaTree + cost budget, every level drafted (ext.)")),
     Variant(name=NO_COPY_RECORD, label=fixed("DynaTree + cost budget, no copy record (ext.)")),

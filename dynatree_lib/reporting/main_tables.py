@@ -382,12 +382,12 @@ def tuning_table(df: pd.DataFrame) -> pd.DataFrame:
     """Every tuning candidate (equal budget per family) with its throughput, greedy and sampled; the chosen one
     marked."""
     rows = []
-    for (t, ds, fam), g in df.groupby(["temperature", "dataset", "method"], sort=False):
+    for (t, ds, _), g in df.groupby(["temperature", "dataset", "row"], sort=False):  # a head of its own: a row
         best = g.tps.idxmax()
         for i, r in g.iterrows():
             rows.append({"T": "greedy" if t == 0 else f"{t:g}", "Workload": workload_label(ds), "Candidate": r.label,
                          "tok/s": pm(r.tps, r.tps_std), "Speedup": f"{r.speedup:.2f}×", "L̄": f"{r.L_bar:.2f}",
-                         "nodes/iter": f"{r.draft_nodes_per_iter:.1f}", "chosen": "✓" if i == best and fam != registry.AR else ""})
+                         "nodes/iter": f"{r.draft_nodes_per_iter:.1f}", "chosen": "✓" if i == best and r.method != registry.AR else ""})
     return pd.DataFrame(rows).set_index(["T", "Workload", "Candidate"])
 
 

@@ -14,7 +14,7 @@ import json
 import statistics
 
 from .. import methods as registry
-from ..harness.experiments import EXPERIMENTS, n_prompts
+from ..harness.experiments import EXPERIMENTS, TALON, TALON_TUNING, n_prompts
 from ..harness.splits import CATEGORIES
 from ..harness.store import results_path
 from ..harness.tuning import NotTuned, tuned
@@ -27,7 +27,7 @@ NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_l
              "06_sweeps": ("fixed_sweep", "dynatree_sweep"), "07_prompt_length": ("prompt_length",),
              "08_memory": ("memory",), "09_tree_shapes": ("trees",), "10_sampling": ("sampling",),
              "11_authors_code": (), "12_peers": ("peers",), "13_heads": ("heads",),
-             "14_talon": ("talon",)}
+             "14_talon": (TALON_TUNING, TALON)}
 SWEEP_NOTEBOOKS = ("05_length_scaling", "06_sweeps", "07_prompt_length")
 
 
@@ -66,11 +66,16 @@ def cells_of(profile, name: str):
     except NotTuned:  # no tuning logged for this protocol yet
         p = dataclasses.replace(p, tuning=dataclasses.replace(p.tuning, candidates=None))
     try:
-        return EXPERIMENTS[name](profile if name == "tuning" else p, None)
+        return EXPERIMENTS[name](profile if name in ("tuning", TALON_TUNING) else p, None)
     except NotTuned:  # the extension's costs, or its tuning on them, not logged yet
         no_ext = dataclasses.replace(p, extras=dataclasses.replace(p.extras, cost_aware=False))
+    try:
         cells = EXPERIMENTS[name](no_ext, None)
-        return cells + [c for c in cells if c.method == registry.DYNATREE and c.variant == MAIN]
+    except NotTuned:  # notebook 14's tuning on the heads (or the head's step) not logged: published settings
+        untuned = dataclasses.replace(no_ext, tuning=dataclasses.replace(p.tuning, candidates=None),
+                                      extras=dataclasses.replace(no_ext.extras, talon_extension=False))
+        cells = EXPERIMENTS[name](untuned, None)
+    return cells + [c for c in cells if c.method == registry.DYNATREE and c.variant == MAIN]
 
 
 def plan(profile, quick: bool = False) -> list[dict]:
