@@ -16,12 +16,16 @@
 # accepted tokens per verification, τ) and the wall-time speedup over autoregressive decoding. This notebook does the
 # same on the `cpu` profile's committed head (`weights/smollm2-eagle3`), from committed JSON (`talon` experiment):
 #
-# - AR, SD, EAGLE-3's tree, OPT-Tree, TALON and DynaTree, each at its published settings (EAGLE-3's and OPT-Tree's
-#   authors' defaults, TALON's N = 60, μ = 0.03, K = 10, the profile's paper settings for SD and DynaTree; none
-#   tuned on the head), the head drafting alone (no context lookup), as in TALON;
+# - AR, SD, EAGLE-3's tree, OPT-Tree, TALON, DynaTree and our extension, the head drafting alone (no context
+#   lookup), as in TALON;
 # - TALON's Medusa and Hydra rows: heads of their own kind (`weights/smollm2-medusa`, `weights/smollm2-hydra`, trained
-#   on the same teacher text as the EAGLE-3 head, `build-draft --head medusa|hydra`), each drafting Medusa's tree
-#   (each node's top-10 children, the 63 most probable nodes, 4 levels);
+#   on the same teacher text as the EAGLE-3 head, `build-draft --head medusa|hydra`), each drafting EAGLE-2's
+#   expand-and-rerank tree over its four levels (Medusa's budget: the 63 nodes its heads rank most probable; Medusa's
+#   own trees are static lists calibrated for Vicuna's heads);
+# - every drafting row tuned on the head (`talon_tuning` experiment): five candidates each, the published setting
+#   first (EAGLE-3's and OPT-Tree's authors' defaults, TALON's N = 60, μ = 0.03, K = 10, Medusa's 63 nodes), measured
+#   greedy on the tuning prompts of the same workloads, each to EOS or `extras.talon_tuning_T` new tokens (cpu: 128,
+#   half the test's cap, so that the 41 settings fit in an hour); the fastest runs at T = 0 and T = 1;
 # - a peer: llama.cpp's own EAGLE-3 speculative mode with the same head (converted by llama.cpp's converter) at its
 #   defaults (a chain of 3), beside llama.cpp's own AR, greedy and at T = 1;
 # - TALON's workloads: Spec-Bench's questions (its MT-Bench, GSM8K, QA and CNN/DM are Spec-Bench categories),
@@ -47,6 +51,16 @@ prof = start(profile, overrides)
 print(f"head: {prof.extras.head}" if prof.extras.head else
       f"profile {prof.name!r} has no feature head: no TALON cells, so the tables below are empty")
 
+# %% [markdown]
+# ## Tuning on the head (tuning prompts, greedy)
+# Every row's five candidates on the tuning prompts of each workload, the chosen (fastest) one marked: the budget
+# each method runs with here, beside TALON's N = 60. Its label gives the setting, nodes/iter what it drafted.
+
+# %% tags=["nbval-ignore-output"]
+path_t = experiments.run(experiments.TALON_TUNING, prof, rerun=rerun, render_only=render_only)
+if path_t.exists():
+    show_table(tables.tuning_table(tables.load(path_t, prof)), "table_talon_tuning", prof)
+
 # %% tags=["nbval-ignore-output"]
 path = experiments.run("talon", prof, rerun=rerun, render_only=render_only)
 df = tables.load(path, prof) if path.exists() else None
@@ -54,8 +68,9 @@ print("no TALON records logged" if df is None or df.empty else f"{len(df)} recor
 
 # %% [markdown]
 # ## TALON's Tables 1 (T = 0) and 3 (T = 1)
-# Per workload: MAT (τ) and δ in replicate 1, the speedup over AR at the same temperature on the same prompts with its
-# 95% interval in each replicate, and greedy, the prompts whose output equals AR's.
+# First the setting each row runs with (its tuned budget, beside TALON's N = 60) and the nodes it verifies per
+# iteration. Then per workload: MAT (τ) and δ in replicate 1, the speedup over AR at the same temperature on the same
+# prompts with its 95% interval in each replicate, and greedy, the prompts whose output equals AR's.
 
 # %% tags=["nbval-ignore-output"]
 def speedups(t):
@@ -64,6 +79,7 @@ def speedups(t):
 
 
 if df is not None and not df.empty:
+    show_table(tables.talon_budget_table(df), "table_talon_budget", prof)
     show_table(tables.talon_table(df[df.temperature == 0]), "table_talon_T0", prof)
     show_fig(speedups(0), "fig_talon_T0", prof)
     show_table(tables.talon_table(df[df.temperature == 1]), "table_talon_T1", prof)
@@ -103,8 +119,8 @@ if df is not None and not df.empty:
 # while a static tree pays δ = D + 1 whatever it gains) and whether it keeps that at T = 1; (3) whether TALON beats
 # EAGLE-3's tree in wall time on every benchmark, in both replicates (TALON reports 1.03-1.21× on Llama-3.1-8B);
 # (4) whether any of them beats AR at all here: on 2 CPU cores a draft forward costs far more of a target forward
-# than on a GPU (c in TALON's R = τ / (1 + c·δ)), so δ weighs much more than in TALON's tables, and the settings are
-# TALON's, not tuned for this head (tuning each method on the tuning split is the next step); (5) whether DynaTree and
+# than on a GPU (c in TALON's R = τ / (1 + c·δ)), so δ weighs much more than in TALON's tables, and tuning picks
+# far smaller budgets than TALON's N = 60; (5) whether DynaTree and
 # our extension, whose trees stay small where the head is unsure, beat the policies designed for heads, and whether
 # Medusa's and Hydra's heads of their own draft more per verification than the EAGLE-3 head does under the same tree
 # budget; (6) what llama.cpp's own EAGLE-3 mode makes of the same head, over its own AR.

@@ -54,7 +54,7 @@ CPU_ONLY = {"table_peers", "table_peers_r2", "table_peers_best", "fig_peers", "t
             "table_draft_change", "table_sampling_draft_change", "table_heads", "table_head_pair", "table_head_cost",
             "table_head_vocab", "table_head_memory", "fig_heads_T0", "fig_heads_T1", "table_talon_T0", "table_talon_T1",
             "fig_talon_T0", "fig_talon_T1", "fig_talon_delta_tau", "table_talon_reported_vs_reproduced",
-            "table_talon_peer"}
+            "table_talon_peer", "table_talon_tuning", "table_talon_budget"}
 
 
 @pytest.mark.parametrize("doc", ["README.md", "RESULTS.md", "FINDINGS.md"])

@@ -10,7 +10,7 @@ import pytest
 
 from dynatree_lib import methods as registry
 from dynatree_lib.harness import experiments, peers, variants
-from dynatree_lib.harness.talon_experiment import MEDUSA_TREE
+from dynatree_lib.harness.talon_experiment import MEDUSA_TREE, TALON_TUNING
 from dynatree_lib.harness.data import REPO_DATA
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.workloads import (HUMANEVAL, SPEC_BENCH, TALON_BENCHMARKS, TALON_WORKLOADS, ULTRACHAT_EVAL,
@@ -26,15 +26,16 @@ def test_a_profile_without_a_head_has_no_talon_cells(name):
     assert experiments.talon_cells(get_profile(name)) == []
 
 
-def test_the_cpu_cells_are_talons_methods_at_their_published_settings():
-    p = get_profile("cpu")
+def test_without_tuning_the_cpu_cells_are_talons_methods_at_their_published_settings():
+    p = get_profile("cpu", **{"tuning.candidates": None})
     every = experiments.talon_cells(p)
     cells = [c for c in every if c.variant == variants.MAIN and c.method not in (peers.METHOD, registry.DYNATREE_COST)]
     assert {c.method for c in cells} == set(experiments.talon_methods())
     assert {c.dataset for c in cells} == set(TALON_WORKLOADS)
     assert {c.sampling.temperature for c in cells} == {0.0, 1.0} and {c.T for c in cells} == {256}
     assert {c.tags["replicate"] for c in cells} == set(range(p.protocol.replicates))
-    assert all(c.config == p.method(c.method, c.dataset) and not c.lookup and c.tags["role"] == "talon" for c in cells)
+    assert all(c.config == p.method(c.method, c.dataset) and not c.lookup and c.tags["role"] == "talon" for c in cells
+               if c.method != registry.AR)
     talon = next(c.config for c in cells if c.method == registry.TALON)
     assert (talon.mu, talon.N, talon.K) == (0.03, 60, 10)
     counts = {c.dataset: experiments.n_prompts("talon", p, c) for c in cells}
@@ -42,6 +43,46 @@ def test_the_cpu_cells_are_talons_methods_at_their_published_settings():
     measuring = experiments.experiment_profile("talon", p)
     assert measuring.models.draft == p.extras.head and measuring.protocol.workloads == TALON_WORKLOADS
     assert all(c.draft is None for c in cells)
+    own = [c for c in every if c.variant == variants.OWN_HEADS]
+    assert own and all(c.method == registry.EAGLE3_TREE and c.config == MEDUSA_TREE for c in own)
+    ext = [c for c in every if c.method == registry.DYNATREE_COST]
+    assert ext and all(c.config.base == p.method(registry.DYNATREE, c.dataset) for c in ext)
+
+
+def test_the_cpu_cells_take_each_rows_fastest_candidate_on_the_heads():
+    """Every drafting row of the cpu talon cells runs the candidate of highest mean throughput among its own five
+    (drafted with its own head, on the tuning prompts of the same workload), read here from the committed JSON."""
+    from dynatree_lib.harness.store import config_dict, results_path
+
+    p = get_profile("cpu")
+    tuning = json.loads(results_path(TALON_TUNING, p).read_text())["records"]
+    cells = [c for c in experiments.talon_cells(p) if c.method not in (peers.METHOD, registry.AR)]
+    assert {c.variant for c in cells} == {variants.MAIN, variants.OWN_HEADS}
+    for c in cells:
+        recs = [r for r in tuning if r["dataset"] == c.dataset and r["method"] == c.method
+                and r["draft"] == (c.draft or p.extras.head) and r["variant"] == variants.CANDIDATE]
+        assert len(recs) == 5 and {r["split"] for r in recs} == {"tuning"} and {r["temperature"] for r in recs} == {0}
+        assert config_dict(c.config) == max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])["config"]
+
+
+def test_the_talon_tuning_gives_every_row_the_same_candidates_count_on_tuning_prompts():
+    p = get_profile("cpu")
+    cells = experiments.talon_tuning_cells(p)
+    rows: dict = {}
+    for c in cells:
+        rows.setdefault((c.dataset, c.method, c.draft), []).append(c)
+    assert {len(g) for (_, m, _), g in rows.items() if m != registry.AR} == {5}
+    assert {m for _, m, d in rows if d is None} == set(experiments.talon_methods()) | {registry.DYNATREE_COST}
+    assert {d for _, _, d in rows if d} == set(p.extras.talon_heads)
+    assert all(c.split == "tuning" and c.sampling.temperature == 0 and not c.lookup and c.T == 128 for c in cells)
+    for (ws, m, d), g in rows.items():  # the head-designed trees' published settings first
+        if m in (registry.EAGLE3_TREE, registry.OPT_TREE, registry.TALON):
+            assert g[0].config == (MEDUSA_TREE if d else p.method(m, ws))
+    counts = {c.dataset: experiments.n_prompts(TALON_TUNING, p, c) for c in cells}
+    assert counts == {SPEC_BENCH: p.tuning.n_questions, HUMANEVAL: p.tuning.n, ULTRACHAT_EVAL: p.tuning.n}
+    keys = {experiments.cell_key(TALON_TUNING, p, c) for c in cells}
+    assert len(keys) == len(cells)
+    assert experiments.talon_tuning_cells(get_profile("cpu", **{"tuning.candidates": None})) == []
 
 
 def test_the_cpu_cells_add_medusa_hydra_and_llamacpps_eagle3_beside_its_own_ar():
@@ -49,7 +90,7 @@ def test_the_cpu_cells_add_medusa_hydra_and_llamacpps_eagle3_beside_its_own_ar()
     cells = experiments.talon_cells(p)
     own = [c for c in cells if c.variant == variants.OWN_HEADS]
     assert {c.draft for c in own} == set(p.extras.talon_heads) and {c.tags["heads"] for c in own} == {"medusa", "hydra"}
-    assert all(c.method == registry.FIXED_TREE and c.config == MEDUSA_TREE and not c.lookup for c in own)
+    assert all(c.method == registry.EAGLE3_TREE and not c.lookup for c in own)
     assert len(own) == 2 * len(TALON_WORKLOADS) * 2 * p.protocol.replicates
     peer = [c for c in cells if c.method == peers.METHOD]
     assert {c.variant for c in peer} == {m.variant for m in peers.EAGLE3_PEERS}
@@ -69,7 +110,7 @@ def test_our_extension_on_the_head_prices_its_levels_by_the_heads_measured_step(
     costs = json.loads(results_path("costs", p).read_text())["curves"][p.models.dtype]
     share = json.loads(results_path("head_cost", p).read_text())["drafts"]["head"]["median"]
     for c in ext:
-        assert c.config.base == p.method(registry.DYNATREE, c.dataset)
+        assert c.config.base in p.tuning.candidates[registry.DYNATREE]
         assert dict(c.config.verify_ms)[1] == round(costs["target"]["1"], 3)
         assert c.config.draft_ms == round(share * round(costs["target"]["1"], 3) + costs["loop"]["level"], 3)
     from dynatree_lib.harness.tuning import NotTuned, head_cost_curve
@@ -91,6 +132,10 @@ def test_the_limit_is_talons_capped_by_the_profile():
     assert experiments.talon_T(get_profile("cpu", talon_T_cap=0), HUMANEVAL) == 1024  # 0: TALON's own
     with pytest.raises(ValueError, match="talon_T_cap"):
         experiments.talon_T(get_profile("cpu", talon_T_cap=-1), HUMANEVAL)
+    assert experiments.talon_T(get_profile("cpu"), HUMANEVAL, tuning=True) == 128
+    assert experiments.talon_T(get_profile("cpu", talon_tuning_T=0), HUMANEVAL, tuning=True) == 256
+    with pytest.raises(ValueError, match="extras.talon_tuning_T must be an integer >= 0"):
+        experiments.talon_T(get_profile("cpu", talon_tuning_T=-2), HUMANEVAL, tuning=True)
     with pytest.raises(ValueError, match=f"'{WIKITEXT2}' has no TALON generation limit"):
         experiments.talon_T(get_profile("cpu"), WIKITEXT2)
 
@@ -135,7 +180,7 @@ def test_the_talon_tables_and_figure_read_every_record(measured):
     df = tables.load(path, prof)
     t = tables.talon_table(df)
     assert len(t) == len(experiments.talon_methods()) + 2
-    assert {"Medusa (Fixed Tree, 63 nodes)", "Hydra (Fixed Tree, 63 nodes)"} <= set(t.index)
+    assert {"Medusa (EAGLE-3 tree over its heads)", "Hydra (EAGLE-3 tree over its heads)"} <= set(t.index)
     assert ("T = 0", "HumanEval", "MAT (τ)") in t.columns and ("T = 1", "Spec-Bench", "speedup r1") in t.columns
     assert ("T = 0", "HumanEval", "= AR") in t.columns and ("T = 1", "HumanEval", "= AR") not in t.columns
     assert t.loc["AR", ("T = 0", "HumanEval", "δ")] == "–" and t.loc["TALON", ("T = 0", "HumanEval", "= AR")] == "2/2"
@@ -144,6 +189,10 @@ def test_the_talon_tables_and_figure_read_every_record(measured):
     assert r.loc[("0", "HumanEval"), "TALON / EAGLE-3 (reported, Llama3-8B)"] == f"{4.20 / 4.05:.2f}"
     fig = plots.delta_tau(df)
     assert len(fig.axes) == 2 * len(TALON_WORKLOADS)
+    b = tables.talon_budget_table(df)
+    assert "AR" not in b.index and len(b) == len(t) - 1
+    assert b.loc["TALON", ("HumanEval", "setting")] == "mu=0.03 N=60 K=10"
+    assert b.loc["Medusa (EAGLE-3 tree over its heads)", ("Spec-Bench", "setting")] == "depth=3 top_k=10 total_tokens=64"
 
 
 def test_the_reported_numbers_are_talons_with_their_provenance():

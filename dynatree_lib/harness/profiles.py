@@ -156,7 +156,8 @@ class Extras:
     (``head_n_prompts`` test prompts per continuation dataset, ``head_n_questions`` per Spec-Bench category); and
     notebook 14's TALON experiment on that head (``talon_n_prompts`` test prompts per question workload without
     categories, HumanEval and UltraChat's, ``talon_n_questions`` per Spec-Bench category, each decoded to EOS or
-    TALON's limit, capped at ``talon_T_cap`` new tokens where it is above 0), with TALON's Medusa and Hydra rows
+    TALON's limit, capped at ``talon_T_cap`` new tokens where it is above 0; its tuning on the tuning prompts decodes at
+    most ``talon_tuning_T``, where above 0), with TALON's Medusa and Hydra rows
     (``talon_heads``: draft references ``medusa:<folder>``, ``hydra:<folder>``) and llama.cpp's EAGLE-3 mode with
     the head beside llama.cpp's AR (``talon_peers``) and our extension on the head (``talon_extension``))."""
 
@@ -175,6 +176,7 @@ class Extras:
     talon_n_prompts: int = 4
     talon_n_questions: int = 1
     talon_T_cap: int = 0
+    talon_tuning_T: int = 0
     talon_heads: tuple = ()
     talon_peers: bool = False
     talon_extension: bool = False
@@ -328,6 +330,7 @@ PROFILES: dict[str, Profile] = {
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
         Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
                peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3", talon_T_cap=256,
+               talon_tuning_T=128,
                talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
                talon_extension=True)),
     "smoke": Profile(

@@ -33,16 +33,21 @@ def head_profile(p: Profile) -> Profile:
     return dataclasses.replace(p, models=dataclasses.replace(p.models, draft=p.extras.head, draft_vocab=None))
 
 
-def talon_T(p: Profile, ws: str) -> int:
+def talon_T(p: Profile, ws: str, tuning: bool = False) -> int:
     """The talon experiment's new-token limit on workload ``ws``: TALON's (``Workload.talon_T``), capped at
-    ``extras.talon_T_cap`` where that is above 0 (cpu: 256, so that a run on 2 cores takes minutes, not hours)."""
-    cap, limit = p.extras.talon_T_cap, workload(ws).talon_T
-    if not is_int(cap) or cap < 0:
-        raise ValueError(f"extras.talon_T_cap must be an integer >= 0 (0: TALON's own limit), got {cap!r}")
+    ``extras.talon_T_cap`` where that is above 0 (cpu: 256, so that a run on 2 cores takes minutes, not hours); its
+    tuning's (``tuning``), capped again at ``extras.talon_tuning_T`` where above 0 (cpu: 128, so that 41 settings
+    on 12 prompts take under an hour)."""
+    limit = workload(ws).talon_T
     if limit is None:
         raise ValueError(f"workload {ws!r} has no TALON generation limit (Workload.talon_T); TALON's are "
                          f"{TALON_WORKLOADS}")
-    return min(limit, cap) if cap else limit
+    caps = {"talon_T_cap": p.extras.talon_T_cap} | ({"talon_tuning_T": p.extras.talon_tuning_T} if tuning else {})
+    for field, cap in caps.items():
+        if not is_int(cap) or cap < 0:
+            raise ValueError(f"extras.{field} must be an integer >= 0 (0: no cap), got {cap!r}")
+        limit = min(limit, cap) if cap else limit
+    return limit
 
 
 def talon_profile(p: Profile) -> Profile:
@@ -113,14 +118,15 @@ def talon_rows(p: Profile, ws: str, curve: tuple | None) -> list[tuple]:
 def talon_tuning_cells(p: Profile, root=None) -> list[Cell]:
     """Notebook 14's tuning: AR and every ``talon_rows`` row's candidates (the same number each) on the profile's
     tuning prompts of TALON's workloads (``Tuning.n`` per workload without categories, ``n_questions`` per Spec-Bench
-    category), greedy, to TALON's capped limit, every row drafting as in ``talon_cells``; none where the profile has
-    no head or does not tune."""
+    category), greedy, to TALON's limit capped for tuning (``talon_T``), every row drafting as in ``talon_cells``;
+    none where the profile has no head or does not tune."""
     if not p.extras.head or p.tuning.candidates is None:
         return []
     curve = head_cost_curve(p, p.models.dtype, root) if p.extras.talon_extension else None
     cells = []
     for ws in TALON_WORKLOADS:
-        at = dict(dataset=ws, T=talon_T(p, ws), L_max=p.L_max(ws), dtype=p.models.dtype, split="tuning", lookup=False)
+        at = dict(dataset=ws, T=talon_T(p, ws, tuning=True), L_max=p.L_max(ws), dtype=p.models.dtype, split="tuning",
+                  lookup=False)
         cells.append(Cell(method=registry.AR, config=None, tags={}, **at))
         for family, draft, _, candidates, extra in talon_rows(p, ws, curve):
             cells += [Cell(method=family, variant=v.CANDIDATE, config=cfg, tags={"candidate": i, **extra},

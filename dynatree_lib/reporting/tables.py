@@ -19,7 +19,8 @@ from .pair_tables import (agreement_table, ar_vs_bound, ceiling_table, cost_mode
                           overlap_table, pair_table)
 from .records import (AR_KEY, BOOTSTRAP, add_speedup, bound_ms, bound_ratios, load, order, paired, paired_ratio,
                       ratio_ci, records, replicate, reported, role, row_id, say_other_drafts, shown)
-from .talon_tables import talon_peer_table, talon_reported, talon_reported_vs_reproduced, talon_table
+from .talon_tables import (talon_budget_table, talon_peer_table, talon_reported, talon_reported_vs_reproduced,
+                           talon_table)
 
 __all__ = ["TIE_GAP", "CATEGORY_LABELS", "dash", "pm", "present", "save", "scope_label", "to_markdown", "ar_loops",
            "best_pairs", "best_vs_peer", "controls_table", "draft_change_table", "exact_decoders", "exactness_failures", "heads_table", "hf_table",
@@ -29,4 +30,4 @@ __all__ = ["TIE_GAP", "CATEGORY_LABELS", "dash", "pm", "present", "save", "scope
            "cost_model_table", "draft_versions_table", "forward_cost_table", "head_cost_table", "head_memory_table", "head_vocab_table", "one_token_table", "overlap_table",
            "pair_table", "AR_KEY", "BOOTSTRAP", "add_speedup", "bound_ms", "bound_ratios", "load", "order", "paired",
            "paired_ratio", "ratio_ci", "records", "replicate", "reported", "role", "row_id", "say_other_drafts",
-           "shown", "talon_peer_table", "talon_reported", "talon_reported_vs_reproduced", "talon_table"]
+           "shown", "talon_budget_table", "talon_peer_table", "talon_reported", "talon_reported_vs_reproduced", "talon_table"]

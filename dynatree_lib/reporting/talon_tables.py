@@ -15,6 +15,7 @@ import pandas as pd
 
 from .. import methods as registry
 from ..harness.data import REPO_DATA
+from ..harness.variants import short
 from ..harness.workloads import TALON_BENCHMARKS, label as workload_label
 from .formatting import CATEGORY_LABELS, dash, present
 from .main_tables import heads_table
@@ -40,6 +41,25 @@ def talon_table(df: pd.DataFrame) -> pd.DataFrame:
     t = heads_table(df)
     t.columns = pd.MultiIndex.from_tuples([(a, b, MAT if c == "τ" else c) for a, b, c in t.columns])
     return t
+
+
+def talon_budget_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The setting each drafting row of our engine runs with on each workload (its fastest tuning candidate on the
+    head where the profile tunes), and greedy, replicate 1, the nodes it drafts and verifies per iteration: the
+    budget each is tuned to, beside TALON's N = 60 (which every row of TALON's Table 1 shares)."""
+    rows = df[(df.engine == "ours") & (df.method != registry.AR) & (df.temperature == 0) & (df.replicate == 0)] \
+        if not df.empty else df
+    if rows.empty:
+        return pd.DataFrame()
+    out: dict = {}
+    for ds in present(rows.dataset):
+        for _, r in order(rows[rows.dataset == ds]).iterrows():
+            cells = out.setdefault(r.row, {})
+            cells[(workload_label(ds), "setting")] = short(r.config)
+            cells[(workload_label(ds), "nodes / iter")] = f"{r.draft_nodes_per_iter:.1f}"
+    table = shown(pd.DataFrame(out).T, rows).fillna("–")
+    table.columns = pd.MultiIndex.from_tuples(table.columns)
+    return table
 
 
 def talon_peer_table(df: pd.DataFrame) -> pd.DataFrame:
