@@ -157,6 +157,31 @@ def measured(tmp_path_factory):
     return prof, path
 
 
+def test_a_tuning_profile_tunes_every_row_on_its_own_head_first(tmp_path):
+    """``run("talon")`` measures the tuning on the heads first; each row then runs its fastest candidate among the
+    records drafted with its own head (Medusa's and Hydra's rows share a family with EAGLE-3's tree)."""
+    from dynatree_lib.harness.store import config_dict
+
+    folder = tiny_head_folder(tmp_path / "head")
+    heads = tuple(f"{kind}:{tiny_mlp_head_folder(tmp_path / kind, kind)}" for kind in ("medusa", "hydra"))
+    prof = get_profile("smoke", target="tiny-llama:target", dtype="float32", draft_vocab=None, draft_lookup=True,
+                       head=f"eagle3:{folder}", talon_n_prompts=1, talon_T_cap=8, talon_tuning_T=6, replicates=1,
+                       talon_heads=heads, cost_aware=False, **{"tuning.n": 1, "tuning.n_questions": 1})
+    experiments.run("talon", prof, root=tmp_path, replicate=0)
+    assert not (tmp_path / "smoke" / "tuning.json").exists()  # the profile's own tuning is not this one's
+    tuning = json.loads((tmp_path / "smoke" / f"{TALON_TUNING}.json").read_text())["records"]
+    assert {r["T"] for r in tuning} == {6} and {r["split"] for r in tuning} == {"tuning"}
+    for c in experiments.talon_cells(prof, tmp_path):
+        if c.method in (registry.AR, peers.METHOD):
+            continue
+        recs = [r for r in tuning if r["dataset"] == c.dataset and r["method"] == c.method
+                and r["draft"] == (c.draft or prof.extras.head)]
+        best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
+        assert len(recs) == 2 and config_dict(c.config) == best["config"]
+    greedy = [r for r in tuning if r["method"] != registry.AR]
+    assert all(r["aggregate"]["equals_ar"] == r["aggregate"]["n"] for r in greedy)  # every candidate exact
+
+
 def test_the_talon_records_draft_with_the_head_alone_greedy_and_sampled(measured):
     prof, path = measured
     every = json.loads(path.read_text())["records"]
@@ -191,7 +216,10 @@ def test_the_talon_tables_and_figure_read_every_record(measured):
     assert len(fig.axes) == 2 * len(TALON_WORKLOADS)
     b = tables.talon_budget_table(df)
     assert "AR" not in b.index and len(b) == len(t) - 1
-    assert b.loc["TALON", ("HumanEval", "setting")] == "mu=0.03 N=60 K=10"
+    from dynatree_lib.harness.store import config_dict
+    from dynatree_lib.harness.variants import short
+
+    assert b.loc["TALON", ("HumanEval", "setting")] == short(config_dict(prof.method(registry.TALON, HUMANEVAL)))
     assert b.loc["Medusa (EAGLE-3 tree over its heads)", ("Spec-Bench", "setting")] == "depth=3 top_k=10 total_tokens=64"
 
 

@@ -383,7 +383,7 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     if profile.extras.cost_aware and name in ("tuning", "main", "sampling"):  # the extension's cells come from the
         # costs, measured again with the tuning they feed (the other experiments reuse the tuning's)
         run_costs(profile, rerun=rerun and name == "tuning", root=root, render_only=render_only)
-    if profile.tuning.candidates is not None and name != "tuning":
+    if profile.tuning.candidates is not None and name not in ("tuning", TALON, TALON_TUNING):
         run("tuning", profile, root=root, render_only=render_only)
     if name == TALON and measures(TALON_TUNING, profile, root):  # its rows' settings come from their own tuning
         run(TALON_TUNING, profile, root=root, render_only=render_only)
