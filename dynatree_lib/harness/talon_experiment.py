@@ -5,6 +5,7 @@ cells that ``experiments.run`` measures."""
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 from .. import methods as registry
 from ..core.eagle_tree import Eagle3TreeConfig
@@ -73,8 +74,8 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
     Temperatures: exactly 0 and 1 (``TALON_TEMPERATURES``), not the profile's sampling temperatures: TALON's Tables
     1 and 3 are measured at exactly these (no top-k or top-p), and a profile adding a temperature to notebook 10
     should not change this experiment. Rows (``talon_rows``): these methods, our extension on the head, Medusa's and
-    Hydra's heads; each at its fastest candidate in ``talon_tuning_cells``' records (greedy: they serve T = 1 too)
-    where the profile tunes, else at its published setting. The head drafts alone (``lookup=False``), as in TALON,
+    Hydra's heads; each at its fastest candidate in ``talon_tuning_cells``' records where the profile tunes, else at
+    its published setting (``row_setting``). The head drafts alone (``lookup=False``), as in TALON,
     where every method drafts with the same EAGLE-3 weights and nothing else (notebook 13 shows the head with our
     context lookup). Beside them, interleaved with them: ``peer_cells`` (llama.cpp's EAGLE-3 mode)."""
     if not p.extras.head:
@@ -86,33 +87,52 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
             for s in map(Sampling, TALON_TEMPERATURES):
                 tags = {"role": TALON, "replicate": r, "temperature": s.temperature}
                 at = dict(dataset=ws, T=talon_T(p, ws), L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s)
-                for family, draft, published, candidates, extra in talon_rows(p, ws, curve):
-                    cfg = published if candidates is None else fastest(
-                        p, family, ws, candidates, root, experiment=TALON_TUNING, draft=draft or p.extras.head)
-                    cells.append(Cell(method=family, variant=v.OWN_HEADS if draft else v.MAIN, config=cfg,
-                                      tags=tags | extra, lookup=False, draft=draft, **at))
+                cells += [Cell(method=row.family, variant=v.OWN_HEADS if row.draft else v.MAIN, lookup=False,
+                               config=row_setting(p, row, ws, root), tags=tags | row.tags, draft=row.draft, **at)
+                          for row in talon_rows(p, ws, curve)]
                 cells += peer_cells(p, ws, s, tags)
     return cells
 
 
-def talon_rows(p: Profile, ws: str, curve: tuple | None) -> list[tuple]:
-    """(family, own head, published setting, tuning candidates, tags) of each drafting row of TALON's tables on
-    ``ws``: ``talon_methods`` on the head (published: ``Profile.method``, EAGLE-3's and OPT-Tree's authors' defaults,
-    TALON's mu 0.03, N 60, K 10, the profile's paper settings for SD and DynaTree), our extension on the head where
-    ``extras.talon_extension`` (DynaTree's settings cut by ``curve``: the target's verification curve and the head's
-    measured step per level, ``tuning.head_cost_curve``), and Medusa's and Hydra's rows (``extras.talon_heads``:
-    ``medusa:<folder>``, ``hydra:<folder>``, ``MEDUSA_TREE`` over their own levels). Candidates: the profile's
-    tuning's, the same number each (published first; ``own_head_candidates``); None where it does not tune (and AR's:
-    it has no setting)."""
+class Row(NamedTuple):
+    """A drafting row of TALON's tables on one workload: its method ``family``, the head of its own it drafts with
+    (``draft``; None: the profile's head), its ``published`` setting, its tuning ``candidates`` (None: not tuned)
+    and the ``tags`` that tell it apart."""
+
+    family: str
+    draft: str | None
+    published: object
+    candidates: tuple | None
+    tags: dict
+
+
+def talon_rows(p: Profile, ws: str, curve: tuple | None) -> list[Row]:
+    """Every drafting row of TALON's tables on ``ws``: ``talon_methods`` on the head (published: ``Profile.method``,
+    EAGLE-3's and OPT-Tree's authors' defaults, TALON's mu 0.03, N 60, K 10, the profile's paper settings for SD and
+    DynaTree), our extension on the head where ``extras.talon_extension`` (DynaTree's settings cut by ``curve``: the
+    target's verification curve and the head's measured step per level, ``tuning.head_cost_curve``), and Medusa's
+    and Hydra's rows (``extras.talon_heads``: ``medusa:<folder>``, ``hydra:<folder>``, ``MEDUSA_TREE`` over their
+    own levels). Candidates: the profile's tuning's, the same number each, published first (Medusa's and Hydra's:
+    ``MEDUSA_TREE``, then EAGLE-3's tree's smaller ones, their depth capped by the heads' four levels); None where
+    it does not tune, and AR's (it has no setting)."""
     cands, dyna = p.tuning.candidates, p.method(registry.DYNATREE, ws)
-    rows = [(m, None, None if m == registry.AR else p.method(m, ws), cands and cands.get(m), {})
+    rows = [Row(m, None, None if m == registry.AR else p.method(m, ws), cands and cands.get(m), {})
             for m in talon_methods()]
     if curve is not None:
         ext = cands and tuple(CostAwareConfig(base, *curve) for base in cands[registry.DYNATREE])
-        rows.append((registry.DYNATREE_COST, None, CostAwareConfig(dyna, *curve), ext, {"extension": True}))
+        rows.append(Row(registry.DYNATREE_COST, None, CostAwareConfig(dyna, *curve), ext, {"extension": True}))
     own = cands and (MEDUSA_TREE,) + tuple(cands[registry.EAGLE3_TREE][1:])
-    rows += [(registry.EAGLE3_TREE, ref, MEDUSA_TREE, own, {"heads": head_kind(ref)}) for ref in p.extras.talon_heads]
+    rows += [Row(registry.EAGLE3_TREE, ref, MEDUSA_TREE, own, {"heads": head_kind(ref)})
+             for ref in p.extras.talon_heads]
     return rows
+
+
+def row_setting(p: Profile, row: Row, ws: str, root=None):
+    """The setting ``row`` runs with on ``ws``: its fastest candidate among the ``talon_tuning`` records drafted with
+    its head (greedy: they serve T = 1 too), or its published one where it is not tuned."""
+    if row.candidates is None:
+        return row.published
+    return fastest(p, row.family, ws, row.candidates, root, experiment=TALON_TUNING, draft=row.draft or p.extras.head)
 
 
 def talon_tuning_cells(p: Profile, root=None) -> list[Cell]:
@@ -128,10 +148,10 @@ def talon_tuning_cells(p: Profile, root=None) -> list[Cell]:
         at = dict(dataset=ws, T=talon_T(p, ws, tuning=True), L_max=p.L_max(ws), dtype=p.models.dtype, split="tuning",
                   lookup=False)
         cells.append(Cell(method=registry.AR, config=None, tags={}, **at))
-        for family, draft, _, candidates, extra in talon_rows(p, ws, curve):
-            cells += [Cell(method=family, variant=v.CANDIDATE, config=cfg, tags={"candidate": i, **extra},
-                           draft=draft, **at)
-                      for i, cfg in enumerate(candidates or ())]
+        for row in talon_rows(p, ws, curve):
+            cells += [Cell(method=row.family, variant=v.CANDIDATE, config=cfg, tags={"candidate": i, **row.tags},
+                           draft=row.draft, **at)
+                      for i, cfg in enumerate(row.candidates or ())]
     return cells
 
 
