@@ -325,10 +325,9 @@ def cell_key(name: str, p: Profile, c: Cell) -> str:
 def key_parts(name: str, p: Profile, c: Cell) -> dict:
     """What a record key hashes: the profile's models and protocol, the cell's method, variant, configuration,
     tags, workload, lengths, precision and sampling law; never what tables call it."""
-    seed = p.tuning.seed if c.split == "tuning" else p.protocol.seed
     m, s = p.models, c.sampling
     return dict(profile=p.name, target=m.target, draft=c.draft or m.draft, dtype=c.dtype, engine=str(m.engine),
-                kv=p.protocol.kv_mode, seed=seed, n=n_prompts(name, p, c), warmup=p.protocol.warmup,
+                kv=p.protocol.kv_mode, seed=p.prompt_seed(c.split), n=n_prompts(name, p, c), warmup=p.protocol.warmup,
                 ds=c.dataset, method=c.method, variant=c.variant, config=config_dict(c.config), T=c.T, L=c.L_max,
                 tags=c.tags, split=c.split, lookup=c.lookup and m.draft_lookup, temperature=s.temperature,
                 top_k=s.top_k, top_p=s.top_p, max_prompt=p.protocol.max_prompt,

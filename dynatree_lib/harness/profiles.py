@@ -214,6 +214,10 @@ class Profile:
         """Prompt tokens of a continuation workload (0 for Spec-Bench, whose prompts are whole questions)."""
         return self.protocol.L_max.get(workload, 0)
 
+    def prompt_seed(self, split: str) -> int:
+        """The seed that draws a split's prompts: the tuning's for the tuning split, the protocol's for the others."""
+        return self.tuning.seed if split == "tuning" else self.protocol.seed
+
     @property
     def max_len(self) -> int:
         """Static-cache slots for the committed tokens of the longest run of this profile (Spec-Bench prompts

@@ -115,8 +115,8 @@ class Prompts:
             if self.p.protocol.prompt_style == "authors":
                 ps = authors_prompts(c.dataset, self.tok, n, c.L_max, self.p.protocol.data_source)
             else:
-                seed = self.p.tuning.seed if c.split == "tuning" else self.p.protocol.seed  # as ``key_parts``
-                ps = load_prompts(c.dataset, self.tok, n, c.L_max, c.split, seed, self.p.protocol.data_source)
+                ps = load_prompts(c.dataset, self.tok, n, c.L_max, c.split, self.p.prompt_seed(c.split),
+                                  self.p.protocol.data_source)
             cap = self.p.protocol.max_prompt
             for q in ps:
                 if cap and q.ids.numel() > cap:

@@ -82,14 +82,17 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
         return []
     cells = []
     curve = head_cost_curve(p, p.models.dtype, root) if p.extras.talon_extension else None
+    # each row's setting once per workload (it reads the tuning's JSON), shared by every replicate and temperature
+    settings = {ws: [(row, row_setting(p, row, ws, root)) for row in talon_rows(p, ws, curve)]
+                for ws in TALON_WORKLOADS}
     for r in range(p.protocol.replicates):
         for ws in TALON_WORKLOADS:
             for s in map(Sampling, TALON_TEMPERATURES):
                 tags = {"role": TALON, "replicate": r, "temperature": s.temperature}
                 at = dict(dataset=ws, T=talon_T(p, ws), L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s)
                 cells += [Cell(method=row.family, variant=v.OWN_HEADS if row.draft else v.MAIN, lookup=False,
-                               config=row_setting(p, row, ws, root), tags=tags | row.tags, draft=row.draft, **at)
-                          for row in talon_rows(p, ws, curve)]
+                               config=cfg, tags=tags | row.tags, draft=row.draft, **at)
+                          for row, cfg in settings[ws]]
                 cells += peer_cells(p, ws, s, tags)
     return cells
 
