@@ -11,7 +11,7 @@
   python -m dynatree_lib build-draft --from-gpu DIR          # calibrate and publish tools/gpu_distill.py's output
   python -m dynatree_lib build-draft --head eagle3 [--draft-vocab 8192] [--seconds S | --steps N]  # resumable
   python -m dynatree_lib build-draft --head medusa [--heads 4] [--steps N]  # or --head hydra: the same pipeline
-  python -m dynatree_lib build-draft --head medusa --publish  # its last export to weights/smollm2-medusa, with a card
+  python -m dynatree_lib build-draft --head eagle3 --publish  # (or medusa, hydra) its last export to weights/, with a card
 """
 from __future__ import annotations
 
@@ -114,8 +114,9 @@ def parser() -> argparse.ArgumentParser:
     bd.add_argument("--draft-vocab", type=POSITIVE_INT, default=8192, help="the head's vocabulary (--head)")
     bd.add_argument("--seconds", type=POSITIVE_INT, default=None, help="stop this run after that long (--head)")
     bd.add_argument("--steps", type=POSITIVE_INT, default=None, help="stop this run after that many steps (--head)")
-    bd.add_argument("--publish", action="store_true", help="copy the last export of a Medusa or Hydra head's training "
-                    "to weights/smollm2-<head> with its model card (--head medusa|hydra; trains nothing)")
+    bd.add_argument("--publish", action="store_true", help="copy the last export of a head's training to "
+                    "weights/smollm2-<head> with its model card (trains nothing; then measure its records again: "
+                    "tools/head_records.sh for EAGLE-3)")
     bd.set_defaults(refuse=bd.error)
     return ap
 
@@ -142,12 +143,10 @@ def build_draft(args) -> object:
     from .draft import build
 
     if args.publish:
-        from .core.mlp_heads import KINDS
-        from .draft.mlp_card import publish
+        from .draft.publish import publish
 
-        if args.head not in KINDS:
-            args.refuse(f"argument --publish: publishes a Medusa or Hydra head (--head medusa|hydra), "
-                        f"got --head {args.head}")
+        if not args.head:
+            args.refuse("argument --publish: names no head; add --head " + "|".join(HEAD_KINDS))
         return publish(args.head, args.draft_vocab)
     if args.head:
         from .draft.eagle3 import train_head

@@ -76,6 +76,22 @@ def test_the_head_card_quotes_the_committed_json(tmp_path):
     assert refresh(folder).read_text() == (HEAD / "README.md").read_text()
 
 
+def test_the_head_card_quotes_no_pair_report_of_other_weights(tmp_path):
+    """A head published after its pair report (other weights) gets a card that says it is not measured yet, never the
+    old head's numbers."""
+    import shutil
+
+    from dynatree_lib.draft.head_card import card
+
+    folder = tmp_path / "head"
+    shutil.copytree(HEAD, folder)
+    with open(folder / "model.safetensors", "ab") as f:
+        f.write(b"\0")
+    text = card(folder)
+    assert "Not measured for these weights yet" in text and "tools/head_records.sh" in text
+    assert "## Held-out evaluation, beside v4" not in text and "## Issue 56's targets" not in text
+
+
 def test_the_vocabulary_report_reads_the_committed_heads_shape():
     """``tools/head_vocab.py``'s weight count for the committed head's vocabulary is the committed head's own
     (a head of another shape makes the report stale, loudly)."""

@@ -13,7 +13,8 @@ from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
 from dynatree_lib.core.mlp_heads import KINDS, load_heads
 from dynatree_lib.draft import mlp_heads as M
 from dynatree_lib.draft.eagle3 import train_head  # the pipeline's loop, shared by every kind of head
-from dynatree_lib.draft.mlp_card import card, publish
+from dynatree_lib.draft.mlp_card import card
+from dynatree_lib.draft.publish import publish
 from dynatree_lib.harness.tiny import tiny_mlp_heads
 
 from .conftest import prompts
@@ -106,12 +107,12 @@ def test_every_kind_of_head_has_a_training_spec_and_a_build_command():
         assert args.head == kind and args.steps == 3
 
 
-def test_publishing_needs_an_export_and_a_medusa_or_hydra_head(tmp_path, monkeypatch, capsys):
+def test_publishing_needs_an_export_and_a_head(tmp_path, monkeypatch, capsys):
     from dynatree_lib import cli
 
     monkeypatch.setattr(M.MLPHeadSpec, "folder", lambda self: tmp_path / self.kind)
     with pytest.raises(FileNotFoundError, match="holds no exported hydra head: train one first"):
         publish("hydra")
     with pytest.raises(SystemExit):
-        cli.main(["build-draft", "--head", "eagle3", "--publish"])
-    assert "argument --publish: publishes a Medusa or Hydra head" in capsys.readouterr().err
+        cli.main(["build-draft", "--publish"])
+    assert "argument --publish: names no head; add --head eagle3|medusa|hydra" in capsys.readouterr().err

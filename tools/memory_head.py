@@ -6,8 +6,10 @@ spread), the record's aggregate their mean. Appends the missing records to ``--o
 ``results/cpu/memory_head.json``; the record store never overwrites one) and prints each footprint and its excess
 over AR's.
 
-    python tools/memory_head.py [--head eagle3:weights/smollm2-eagle3] [--repeats 3]
+    python tools/memory_head.py [--head eagle3:weights/smollm2-eagle3] [--repeats 3] [--rerun]
                                 [--out results/cpu/memory_head.json]
+
+``--rerun`` moves the JSON aside (``*.bak.json``) and measures every cell again (a head published since).
 """
 from __future__ import annotations
 
@@ -39,7 +41,10 @@ def main() -> None:
     ap.add_argument("--head", default="eagle3:weights/smollm2-eagle3")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "cpu" / "memory_head.json")
     ap.add_argument("--repeats", type=int, default=3, help="fresh processes per cell")
+    ap.add_argument("--rerun", action="store_true", help="move --out aside and measure every cell again")
     args = ap.parse_args()
+    if args.rerun and (old := ResultStore(args.out).archive()):
+        print(f"rerun: previous records kept at {old}")
     v4, head = get_profile("cpu"), get_profile("cpu", draft=args.head, draft_vocab=None)
     for name, prof, methods in (("v4", v4, (registry.AR, registry.DYNATREE)), ("head", head, (registry.DYNATREE,))):
         store = ResultStore(args.out)

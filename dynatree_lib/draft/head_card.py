@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..harness.paths import HEAD_DIR, REPO
+from ..harness.weights import sha256_file
 from ..harness.workloads import POOLED, WORKLOADS
 
 PAIRS = REPO / "results" / "cpu"
@@ -71,9 +72,31 @@ def targets_section(head: dict) -> str:
 """ + "\n".join(lines) + "\n"
 
 
-def write_card(cfg: dict, head: dict, v4: dict, out: Path) -> Path:
+def measured_on(report: dict, folder: Path) -> bool:
+    """Whether a pair report measured the head of ``folder`` (the sha256 of its weights)."""
+    return report["models"]["draft"]["weights"]["sha256"] == sha256_file(folder / "model.safetensors")
+
+
+def pending_section(folder: Path) -> str:
+    return f"""## Held-out evaluation
+Not measured for these weights yet: `results/cpu/pair_eagle3.json` measured other weights than
+`{folder.name}/model.safetensors`. `bash tools/head_records.sh` measures it and every other record of the head.
+"""
+
+
+def card(folder: Path = HEAD_DIR) -> str:
+    """The card of the head in ``folder`` from its ``config.json`` and the two pair reports (the head's quoted only
+    where it measured these weights)."""
+    cfg = json.loads((folder / "config.json").read_text())
+    pair = PAIRS / "pair_eagle3.json"
+    head = json.loads(pair.read_text()) if pair.exists() else None
+    if head is not None and measured_on(head, folder):
+        v4 = json.loads((PAIRS / "pair.json").read_text())
+        evaluation = f"{evaluation_section(head, v4)}\n{targets_section(head)}"
+    else:
+        evaluation = pending_section(folder)
     base = cfg["speculators_config"]["verifier"]["name_or_path"]
-    out.write_text(f"""---
+    return f"""---
 license: apache-2.0
 base_model: {base}
 tags: [speculative-decoding, eagle3, speculators]
@@ -87,18 +110,16 @@ vLLM serves (`config.json`, `model.safetensors`). In this library: the draft ref
 (`dynatree_lib/core/eagle3.py`); every tree method drafts with it and stays exact.
 
 {training_section(cfg)}
-{evaluation_section(head, v4)}
-{targets_section(head)}""")
-    return out
+{evaluation}"""
 
 
 def refresh(folder: Path = HEAD_DIR) -> Path | None:
-    """The card again from the committed JSON; None where the head or its pair report is not committed."""
-    pair = PAIRS / "pair_eagle3.json"
-    if not (folder / "config.json").exists() or not pair.exists():
+    """The card again from the committed JSON; None where the head is not committed."""
+    if not (folder / "config.json").exists():
         return None
-    cfg, head, v4 = (json.loads(p.read_text()) for p in (folder / "config.json", pair, PAIRS / "pair.json"))
-    return write_card(cfg, head, v4, folder / "README.md")
+    out = folder / "README.md"
+    out.write_text(card(folder))
+    return out
 
 
 if __name__ == "__main__":

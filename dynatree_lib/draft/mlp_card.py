@@ -1,25 +1,14 @@
-"""Publishing a trained Medusa or Hydra head: its last export (``models/<kind>/v<N>k/head``) copied to
-``weights/smollm2-<kind>`` with a model card written from the training record the export carries
-(``build-draft --head <kind> --publish``). What the heads draft on held-out prompts is measured where they draft:
+"""The model card of a published Medusa or Hydra head (``draft.publish``), written from the training record its export
+carries. What the heads draft on held-out prompts is measured where they draft:
 notebook 14's Medusa and Hydra rows (``results/cpu/talon.json``)."""
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
-
 from ..core.head_kinds import HEAD_KINDS
 from ..core.mlp_heads import OUR_KEY
-from ..harness.paths import REPO
-from .mlp_heads import training_spec
 
 INPUTS = {"medusa": "the target's last hidden state (after its final norm)",
           "hydra": "the target's last hidden state (after its final norm) and the embeddings of tokens t + 1 to "
                    "t + 1 + k (the tree's root and the tokens drafted before it)"}
-
-
-def published_folder(kind: str) -> Path:
-    return REPO / "weights" / f"smollm2-{kind}"
 
 
 def card(cfg: dict) -> str:
@@ -51,14 +40,3 @@ target's argmax on the last {len(last)} training batches, per head: {agree}. Reb
 (checkpoints under `models/{kind}/`), then publish: `python -m dynatree_lib build-draft --head {kind} --publish`.
 """
 
-
-def publish(kind: str, draft_vocab: int = 8192) -> Path:
-    """Copy the last export of ``kind``'s training to ``weights/smollm2-<kind>`` with its card; returns the folder."""
-    src = training_spec(kind, draft_vocab=draft_vocab).folder() / "head"
-    if not (src / "config.json").is_file():
-        raise FileNotFoundError(f"{src} holds no exported {kind} head: train one first "
-                                f"(`python -m dynatree_lib build-draft --head {kind} --seconds S`)")
-    dest = published_folder(kind)
-    shutil.copytree(src, dest, dirs_exist_ok=True)
-    (dest / "README.md").write_text(card(json.loads((dest / "config.json").read_text())))
-    return dest

@@ -135,13 +135,16 @@ def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
     from .measure import make_record
     from .metrics import aggregate
     from .store import ResultStore
+    from .weights import weights_info
 
     store = ResultStore(path)
     for c, k in tqdm(todo, desc=f"{profile.name}/memory", unit="cell"):
         rows = [measure_in_process(profile, c) for _ in range(repeats)]
         rec = make_record(c, k, profile, [], rows, {}, 0)
         rec |= {"prompt_ids": [rows[0]["prompt_id"]], "aggregate": aggregate(rows),
-                "environment": environment(profile.models.device)}
+                "environment": environment(profile.models.device),
+                "weights": {"target": weights_info(profile.models.target),
+                            "draft": weights_info(c.draft or profile.models.draft)}}
         store.add(rec)
 
 
