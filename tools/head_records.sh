@@ -22,11 +22,6 @@ case "${1:-}" in
 esac
 [[ " ${STEPS[*]} " == *" $FROM "* ]] || { echo "unknown step '$FROM' (steps: ${STEPS[*]})" >&2; exit 2; }
 
-experiment() {
-  "$PY" -c "from dynatree_lib.harness import experiments; from dynatree_lib.harness.profiles import get_profile
-experiments.run('$1', get_profile('cpu'), rerun=True)"
-}
-
 run_step() {
   case "$1" in
     pair) "$PY" -c "from dynatree_lib.harness.pair import run_pair; from dynatree_lib.harness.profiles import get_profile
@@ -34,7 +29,7 @@ run_pair(get_profile('cpu', draft='$HEAD_REF'), rerun=True, name='pair_eagle3')"
     cost) "$PY" tools/head_cost.py --head "$HEAD_REF" ;;
     depth) "$PY" tools/head_tree_depth.py --head "$HEAD_REF" ;;
     memory) "$PY" tools/memory_head.py --head "$HEAD_REF" --rerun ;;
-    heads|talon_tuning|talon) experiment "$1" ;;
+    heads|talon_tuning|talon) "$PY" -m dynatree_lib bench --experiment "$1" --rerun ;;
     llamacpp) "$PY" tools/llamacpp_eagle3.py run ;;
     render) ./run_all.sh --render ;;
   esac

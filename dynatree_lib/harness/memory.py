@@ -135,7 +135,7 @@ def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
     from .measure import make_record
     from .metrics import aggregate
     from .store import ResultStore
-    from .weights import weights_info
+    from .weights import record_weights
 
     store = ResultStore(path)
     for c, k in tqdm(todo, desc=f"{profile.name}/memory", unit="cell"):
@@ -143,8 +143,7 @@ def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
         rec = make_record(c, k, profile, [], rows, {}, 0)
         rec |= {"prompt_ids": [rows[0]["prompt_id"]], "aggregate": aggregate(rows),
                 "environment": environment(profile.models.device),
-                "weights": {"target": weights_info(profile.models.target),
-                            "draft": weights_info(c.draft or profile.models.draft)}}
+                "weights": record_weights(profile, c.draft)}
         store.add(rec)
 
 

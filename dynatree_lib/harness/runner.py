@@ -14,7 +14,7 @@ from .profiles import models_for
 from .prompts import authors_prompts, load_prompts
 from .splits import CATEGORIES
 from .store import ResultStore
-from .weights import weights_info
+from .weights import record_weights
 from .workloads import eos as workload_eos, workload
 
 
@@ -38,8 +38,7 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     target, draft, tok = p.load_pair(dtype, models_for=models_for(c.method for c, _ in todo))
     drafts = own_drafts(p, target, todo) | {None: draft}
     probe = BandwidthProbe(p.models.device)
-    target_weights = weights_info(p.models.target)
-    weights = {ref: {"target": target_weights, "draft": weights_info(ref or p.models.draft)} for ref in drafts}
+    weights = {ref: record_weights(p, ref) for ref in drafts}
     bound_ = bound(as_runner(target).model, probe)
     todo.sort(key=lambda ck: ck[0].config is not None)  # AR first: every other cell is compared with it
     rows = {k: store.partial(k) for _, k in todo}

@@ -173,6 +173,11 @@ def head_folder(ref: str) -> Path:
     return folder
 
 
+def record_weights(profile, draft: str | None = None) -> dict:
+    """A record's ``weights``: the profile's target and the draft it drafted with (``draft``, else the profile's)."""
+    return {"target": weights_info(profile.models.target), "draft": weights_info(draft or profile.models.draft)}
+
+
 def weights_info(ref: str) -> dict:
     """Which weights a model reference means: file name and sha256 (logged with every record)."""
     if ref == "embedded:target":
