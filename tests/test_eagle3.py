@@ -101,6 +101,32 @@ def test_nodes_waiting_for_a_skipped_level_read_their_parents_output(llama_targe
     assert drf.checked > 10
 
 
+class Watched(Eagle3Runner):
+    """The runner, noting the most target-feature rows it ever holds."""
+
+    most = 0
+
+    def observe_target(self, features, start):
+        super().observe_target(features, start)
+        self.most = max(self.most, self.target.shape[0])
+
+
+def test_the_head_holds_only_the_features_it_may_still_read(llama_target, head):
+    """The target's features are kept from the position before the last committed row fed, not for the whole
+    context: after the prompt's, a decoding holds a few rows (the accepted path's), and a read of a dropped
+    position is refused with the positions held, never served from other rows."""
+    drf = Watched(head)
+    p = prompts(1, seed=6, lo=40, hi=41)[0]
+    out = generate(HFRunner(llama_target), p, 30, draft=drf, method=DynaTreeConfig(n_max=12))
+    assert out.tokens == generate(llama_target, p, 30).tokens
+    assert drf.most >= p.numel() - 1  # the prompt's rows, handed over at once
+    assert drf.target.shape[0] <= 12 + 2 and drf.base > p.numel()
+    with pytest.raises(ValueError, match=f"holds the target's features of positions {drf.base}\\.\\."):
+        drf.features_of(torch.tensor([drf.base - 1]))
+    with pytest.raises(ValueError, match="a row needs those of position 1000"):
+        drf.features_of(torch.tensor([1000]))
+
+
 def test_waves_run_parents_first():
     assert waves([9, 9, 9], 10) == [[0, 1, 2]]
     assert waves([9, 10, 11, 10], 10) == [[0], [1, 3], [2]]

@@ -52,6 +52,7 @@ class Eagle3Runner(HeadRunner):
         mask = self._mask(q, visible, tree_start)
         if tree_start is None:
             out = self._committed(tokens, positions, slots, mask, last_only)
+            self.fed(positions)
         else:
             parents = self._parents(positions, visible, tree_start)
             out = self._drafted(tokens, positions, slots, mask, parents, last_only)
@@ -72,16 +73,12 @@ class Eagle3Runner(HeadRunner):
 
     def _committed_inputs(self, positions: Tensor) -> Tensor:
         """The fused target features of the token before each committed row (zeros for the first token)."""
-        before = self._committed_rows(positions)
-        return torch.where((before >= 0)[:, None], self.head.fc(self.target[before.clamp(min=0)]), 0.0)
+        before = positions - 1
+        return torch.where((before >= 0)[:, None], self.head.fc(self.features_of(before)), 0.0)
 
     def _committed_rows(self, positions: Tensor) -> Tensor:
-        """Each committed row's position of the target features it reads (the token before it; -1 for the first)."""
-        before = positions - 1
-        if int(before.max()) >= self.known:
-            raise ValueError(f"the head has the target's features up to position {self.known - 1}, and a committed "
-                             f"token at position {int(positions.max())} needs those of the token before it")
-        return before
+        """Each committed row's row of ``target``: the features of the token before it (-1 for the first)."""
+        return self.feature_rows(positions - 1)
 
     def _parents(self, positions: Tensor, visible: Tensor | None, tree_start: int) -> list[int]:
         """Each new drafted row's parent slot: the visible slot one position up, else the last committed slot."""

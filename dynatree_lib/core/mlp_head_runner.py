@@ -51,7 +51,10 @@ class MLPHeadRunner(HeadRunner):
         else:
             self._place(tokens, slots, tree_parents(self.pos, self.length, positions, visible, tree_start))
         self.length += slots.numel()
-        return self._logits(slots[-1:] if last_only else slots)
+        logits = self._logits(slots[-1:] if last_only else slots)
+        if tree_start is None:
+            self.fed(positions)
+        return logits
 
     def _place(self, tokens: Tensor, slots: Tensor, parents: list[int]) -> None:
         """Depth and path of drafted rows under their ``parents`` (in waves: a parent among them goes first)."""
@@ -70,10 +73,7 @@ class MLPHeadRunner(HeadRunner):
         """Each slot's head (its depth) on its root's hidden state (and path): [len(slots), V']."""
         depth = self.depth[slots]
         before = self.pos[slots] - depth - 1  # the position whose hidden state the root was drafted from
-        if int(before.max()) >= self.known:
-            raise ValueError(f"the heads have the target's hidden states up to position {self.known - 1}, and a "
-                             f"tree rooted at position {int(before.max()) + 1} needs the one before it")
-        hidden = torch.where((before >= 0)[:, None], self.target[before.clamp(min=0)], 0.0)
+        hidden = self.features_of(before)
         out = hidden.new_empty(slots.numel(), self.heads.cfg.draft_vocab)
         for d in depth.unique().tolist():
             if d >= self.heads.cfg.heads:

@@ -547,6 +547,7 @@ Dims check_inputs(const LlamaWeights& w, const Request& r, const HeadRequest* h 
 
 // A head's step as the threads read it (see HeadRequest): null `inputs` in a plain Llama forward.
 struct HeadIO {
+  bool on = false;  // a head's step (inputs may be empty: every row's source -1)
   const bf16* inputs = nullptr;
   const int64_t* rows = nullptr;
   const __m512i* fc = nullptr;
@@ -657,7 +658,7 @@ class Forward {
 
 HeadIO head_io(const HeadRequest* h) {
   if (!h) return {};
-  return {h->inputs.data_ptr<bf16>(), h->input_rows.data_ptr<int64_t>(), h->fc ? lines(*h->fc) : nullptr,
+  return {true, h->inputs.data_ptr<bf16>(), h->input_rows.data_ptr<int64_t>(), h->fc ? lines(*h->fc) : nullptr,
           h->outputs.data_ptr<bf16>(), h->inputs.size(1)};
 }
 
@@ -682,14 +683,14 @@ at::Tensor Forward::run() {
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
     const Thread th{t, T, xn_.p + t * n_.q * n_.kin, scratch_.data() + t * attention_scratch(kvp_)};
-    if (head_.inputs) head_inputs(th);
+    if (head_.on) head_inputs(th);
     else embed(th);
 #pragma omp barrier
     for (int64_t i = 0; i < n_.L; ++i) {
       if (feat_) keep_features(i, th);
       layer(i, th);
     }
-    if (head_.inputs) keep_outputs(th);
+    if (head_.on) keep_outputs(th);
     if (feat_) keep_features(n_.L, th);  // the last layer's output, normalised (head() only reads x_)
     head(th);
     if (greedy_) argmax(th);
@@ -755,7 +756,7 @@ void Forward::keep_features(int64_t i, const Thread& th) {
 // output the next step reads outside this thread's share.
 void Forward::layer(int64_t i, const Thread& th) {
   const Dims& n = n_;
-  if (head_.inputs) normalise_pair(th);
+  if (head_.on) normalise_pair(th);
   else normalise(th, m_.ln1 + i * n.d, 0);
   matmul(th, th.xn, n.q, n.kin, m_.wqkv + i * m_.sqkv, qkv_.p, n.ncol);
 #pragma omp barrier
