@@ -177,7 +177,6 @@ def test_the_step_refuses_inputs_it_cannot_read(pair):
         kernels.eagle3_step(one, one, one, mask, r.target, torch.tensor([0]), r.net, fc=r.net.wo[0])
 
 
-
 def test_a_step_over_no_feature_rows_is_a_step_over_zero_rows(pair):
     """A one-token prompt's first row reads no features (-1), and the runner may then hold none at all: the step
     over an empty inputs tensor is the step over a zero row (the kernel once took an empty one for no head)."""
@@ -189,6 +188,7 @@ def test_a_step_over_no_feature_rows_is_a_step_over_zero_rows(pair):
     none = kernels.eagle3_step(*args, torch.zeros(0, width, dtype=torch.bfloat16), torch.tensor([-1]), r.net, r.net.fc)
     zero = kernels.eagle3_step(*args, torch.zeros(1, width, dtype=torch.bfloat16), torch.tensor([-1]), r.net, r.net.fc)
     assert torch.equal(none, zero)
+
 
 def test_the_fused_runner_holds_the_heads_weights_once(pair):
     """Packed, its weights are the head's one copy: the plain ones are released (any use names the weight and the

@@ -52,7 +52,7 @@ class Eagle3Runner(HeadRunner):
         mask = self._mask(q, visible, tree_start)
         if tree_start is None:
             out = self._committed(tokens, positions, slots, mask, last_only)
-            self.fed(positions)
+            self.fed()
         else:
             parents = self._parents(positions, visible, tree_start)
             out = self._drafted(tokens, positions, slots, mask, parents, last_only)

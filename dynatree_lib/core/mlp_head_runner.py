@@ -53,7 +53,7 @@ class MLPHeadRunner(HeadRunner):
         self.length += slots.numel()
         logits = self._logits(slots[-1:] if last_only else slots)
         if tree_start is None:
-            self.fed(positions)
+            self.fed()
         return logits
 
     def _place(self, tokens: Tensor, slots: Tensor, parents: list[int]) -> None:

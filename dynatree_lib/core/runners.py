@@ -213,52 +213,54 @@ class HeadRunner(Runner):
     ``observe_target``), ``pos``, each slot's token position, and the slot rows of ``slot_rows`` that ``commit``
     moves with their slots. ``what`` names the head in errors.
 
-    Features are kept only while a forward may still read them, not for the whole context: a committed row at
-    position p reads the features of p - 1 and a tree's nodes those of the position before its root, the last
-    committed token, so once committed rows up to position P are fed (``fed``), no read goes below P - 1 and
-    ``observe_target`` drops the rows before it. A read below ``base`` is refused, never served from stale rows."""
+    Features are kept only while a forward may still read them, not for the whole context. A committed row at
+    position p reads the features of p - 1 (and Medusa's and Hydra's tree nodes those of the position before their
+    root, the last committed token), so once committed rows up to position P are fed (``fed``), no later read goes
+    below P - 1 and ``observe_target`` drops the rows before it. The loops never truncate a head below the rows it
+    was fed; a read of a dropped position is refused with the positions held, never served from other rows."""
 
     what: str = "the head"
 
     def init_slots(self, max_len: int, feature_width: int, dtype: torch.dtype, device) -> None:
-        self.max_len = max_len
-        self.target = torch.zeros(0, feature_width, dtype=dtype, device=device)  # positions base .. known - 1
+        self.max_len, self.width, self.dtype, self.device = max_len, feature_width, dtype, device
         self.pos = torch.zeros(max_len, dtype=torch.long, device=device)  # each slot's token position
         self.reset()
 
     def reset(self) -> None:
-        self.length = self.known = self.base = self.floor = 0  # floor: no read goes below this position
-        self.target = self.target[:0]
+        self.length = self.known = self.base = 0
+        self.floor = self.last_read = 0  # no read goes below floor; last_read: the highest of the last read
+        self.target = torch.zeros(0, self.width, dtype=self.dtype, device=self.device)  # positions base .. known - 1
 
     def observe_target(self, features: Tensor, start: int) -> None:
         n = features.shape[0]
         if not self.base <= start <= self.known or start + n > self.max_len:
             raise ValueError(f"target features for positions {start}..{start + n - 1} do not follow the "
-                             f"{self.known} known (or exceed the {self.max_len} slots of {self.what})")
+                             f"{self.base}..{self.known - 1} held (or exceed the {self.max_len} slots of {self.what})")
         lo = max(min(self.floor, start), self.base)
         kept = self.target[lo - self.base:start - self.base]
-        self.target = torch.cat([kept, features.to(kept.dtype)])
+        self.target = torch.cat([kept, features.to(kept.device, kept.dtype)])
         self.base, self.known = lo, start + n
 
-    def fed(self, positions: Tensor) -> None:
-        """Committed rows up to ``positions[-1]`` are in the cache: no later read goes below the position before it."""
-        self.floor = max(self.floor, int(positions[-1]) - 1)
+    def fed(self) -> None:
+        """A committed forward ran: its rows' reads (``last_read``: the position before its last row) bound every
+        later read from below."""
+        self.floor = max(self.floor, self.last_read)
 
     def feature_rows(self, before: Tensor) -> Tensor:
-        """Rows of ``target`` holding the features of positions ``before`` (-1: none, kept -1)."""
-        hi, lo = int(before.max()), int(torch.where(before >= 0, before, self.known).min())
+        """Rows of ``target`` holding the features of positions ``before`` (-1: none, kept -1); one host read."""
+        hi, lo = torch.stack([before.max(), torch.where(before >= 0, before, self.known).min()]).tolist()
         if hi >= self.known or lo < self.base:
             raise ValueError(f"{self.what} holds the target's features of positions {self.base}..{self.known - 1}, "
                              f"and a row needs those of position {hi if hi >= self.known else lo}")
+        self.last_read = hi
         return torch.where(before >= 0, before - self.base, -1)
 
     def features_of(self, before: Tensor) -> Tensor:
         """The target's features of positions ``before`` [n, width] (zeros for -1)."""
         rows = self.feature_rows(before)
-        out = self.target.new_zeros(rows.numel(), self.target.shape[1])
-        have = rows >= 0
-        out[have] = self.target[rows[have]]
-        return out
+        if not self.target.shape[0]:
+            return self.target.new_zeros(rows.numel(), self.width)
+        return torch.where((rows >= 0)[:, None], self.target[rows.clamp(min=0)], 0.0)
 
     def new_slots(self, positions: Tensor) -> Tensor:
         """The slots of new rows at ``positions`` (recorded), refused past the slots."""

@@ -545,7 +545,7 @@ Dims check_inputs(const LlamaWeights& w, const Request& r, const HeadRequest* h 
   return n;
 }
 
-// A head's step as the threads read it (see HeadRequest): null `inputs` in a plain Llama forward.
+// A head's step as the threads read it (see HeadRequest); `on` false in a plain Llama forward.
 struct HeadIO {
   bool on = false;  // a head's step (inputs may be empty: every row's source -1)
   const bf16* inputs = nullptr;
