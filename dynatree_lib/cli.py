@@ -149,11 +149,12 @@ def build_draft(args) -> object:
             args.refuse("argument --publish: names no head; add --head " + "|".join(HEAD_KINDS))
         return publish(args.head, args.draft_vocab)
     if args.head:
-        from .draft.eagle3 import train_head
+        from .draft.eagle3 import committed_checkpoint, train_head
         from .draft.mlp_heads import training_spec
 
         values = {"draft_vocab": args.draft_vocab} | ({"heads": args.heads} if args.heads else {})
-        return train_head(training_spec(args.head, **values), seconds=args.seconds, steps=args.steps)
+        spec = training_spec(args.head, **values)
+        return train_head(spec, seconds=args.seconds, steps=args.steps, committed=committed_checkpoint(spec))
     if args.instructions_only:
         return build.build_instructions()
     if args.teacher_only:

@@ -47,6 +47,24 @@ def test_a_run_resumes_to_the_weights_of_an_uninterrupted_one(llama_target, tmp_
     assert a["log"][-1]["loss"] < a["log"][0]["loss"]
 
 
+def test_a_machine_without_checkpoints_resumes_from_the_committed_copy(llama_target, tmp_path):
+    seqs, kept = tiny_text(llama_target), tmp_path / "checkpoints" / "v0k.pt"
+    E.train_head(SPEC, target=llama_target, steps=3, out=tmp_path / "a", seqs=seqs, committed=kept)
+    st = torch.load(kept)
+    assert "opt" not in st and len(st["log"]) == 3 and st["optimizer_since"] == 0
+    E.train_head(SPEC, target=llama_target, steps=2, out=tmp_path / "b", seqs=seqs, committed=kept)
+    b = torch.load(sorted((tmp_path / "b").glob("ckpt-*.pt"))[-1])
+    assert len(b["log"]) == 5 and b["optimizer_since"] == 3 and b["log"][:3] == st["log"]
+    assert E.learning_rate(SPEC, 3, since=3) < E.learning_rate(SPEC, 4, since=3)  # warmed up again
+    other = E.HeadSpec(**{**SPEC.__dict__, "seed": 1})
+    try:
+        E.train_head(other, target=llama_target, steps=1, out=tmp_path / "c", seqs=seqs, committed=kept)
+    except ValueError as e:
+        assert str(kept) in str(e)
+    else:
+        raise AssertionError("a committed copy of another spec's training was resumed")
+
+
 def test_the_exported_head_drafts_exactly(llama_target, tmp_path):
     folder = E.train_head(SPEC, target=llama_target, steps=2, out=tmp_path, seqs=tiny_text(llama_target, 4))
     head = load_head(folder, llama_target.get_input_embeddings().weight, torch.float32)

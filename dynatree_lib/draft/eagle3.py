@@ -22,7 +22,9 @@ fused input's hidden half (q/k/v of the token-embedding half at zero), ``fc`` pa
 the final norm and the head as the target's (its tied embedding's rows over the draft vocabulary); ``tied`` keeps
 only the norm and head from the target. Everything is seeded by ``seed`` and the step; checkpoints every
 ``ckpt_every`` steps under ``models/`` (git-ignored) and at the end of a run's budget; a rerun resumes from the
-newest. The head folder (the speculators format vLLM serves) is written at the end of every run. Its first-token
+newest. ``build-draft --head`` also keeps a committed copy (``committed_checkpoint``: the fp32 weights and the log,
+no optimizer state, small enough for git), which a machine without the ``models/`` checkpoints resumes from with a
+fresh optimizer, warmed up again over ``warmup`` steps. The head folder (the speculators format vLLM serves) is written at the end of every run. Its first-token
 agreement, overlap and ECE beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
 ``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
 
@@ -49,6 +51,7 @@ from .teacher import SAMPLED_TEXT, TEXT
 from .train import DraftSpec, is_heldout
 
 BUILD = REPO / "models" / "eagle3"  # git-ignored: checkpoints and the exported head, one folder per spec
+COMMITTED = REPO / "checkpoints"  # committed: the newest weights and log of each head's training (no optimizer)
 V4_TEXT = REPO / "data" / "draft_teacher_v4" / "teacher_text.json.gz"
 VERIFIER = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -312,17 +315,20 @@ def copy_last_layer(head: Eagle3Head, target) -> None:
     head.fc.weight[:, -h:] = torch.eye(h)
 
 
-def learning_rate(spec: HeadSpec, step: int) -> float:
-    """Linear warm-up, then cosine decay to a tenth over ``spec.steps``."""
-    return spec.lr * min(1.0, (step + 1) / spec.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
+def learning_rate(spec: HeadSpec, step: int, since: int = 0) -> float:
+    """Linear warm-up over ``spec.warmup`` steps from ``since`` (the step its optimizer started), then cosine decay
+    to a tenth over ``spec.steps``."""
+    warm = min(1.0, (step - since + 1) / spec.warmup)
+    return spec.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / spec.steps)))
 
 
 def train_head(spec: HeadRecipe = HeadSpec(), target=None, seconds: float | None = None, steps: int | None = None,
-               out: Path | None = None, seqs: list[Sequence] | None = None) -> Path:
+               out: Path | None = None, seqs: list[Sequence] | None = None, committed: Path | None = None) -> Path:
     """Train (or resume) the head of ``spec``'s kind in ``out`` (default ``spec.folder()``) for at most ``seconds``
     / ``steps`` more steps of this run, then checkpoint and export it to ``out / "head"``; returns that folder.
     ``target``: the transformers target (default: the cpu profile's, bf16); ``seqs``: the training text (default
-    ``teacher_text``)."""
+    ``teacher_text``); ``committed``: a file kept beside every checkpoint with the weights and log alone, resumed
+    from when ``out`` holds no checkpoint (``committed_checkpoint``)."""
     from tqdm.auto import tqdm
 
     torch.set_num_threads(spec.threads)
@@ -333,25 +339,31 @@ def train_head(spec: HeadRecipe = HeadSpec(), target=None, seconds: float | None
     vocab = frequent_tokens(seqs, spec.draft_vocab, target.config.vocab_size)
     head = spec.new_head(target, vocab)
     opt = torch.optim.AdamW(head.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
-    log = resume(out, head, opt)
+    log, since = resume(out, head, opt, spec, committed)
     end = min(spec.steps, len(log) + (steps if steps is not None else spec.steps))
     bar = tqdm(range(len(log), end), desc=f"train {spec.kind} head", initial=len(log), total=spec.steps)
     t0, clock = time.time(), time.time() - (log[-1]["seconds"] if log else 0.0)
     for step in bar:
-        log.append(train_step(head, opt, target, draw(seqs, spec, step), spec, step, clock))
+        log.append(train_step(head, opt, target, draw(seqs, spec, step), spec, step, clock, since))
         bar.set_postfix(loss=f"{mean(log, 'loss'):.3f}", agree=f"{mean(log, 'agree0'):.3f}")
         if (step + 1) % spec.ckpt_every == 0:
-            checkpoint(out, head, opt, log, spec)
+            checkpoint(out, head, opt, log, spec, since, committed)
         if seconds is not None and time.time() - t0 >= seconds:
             break
-    checkpoint(out, head, opt, log, spec)
+    checkpoint(out, head, opt, log, spec, since, committed)
     return spec.export(head, out / "head", log)
 
 
-def train_step(head, opt, target, seqs: list[Sequence], spec: HeadRecipe, step: int, clock: float) -> dict:
+def committed_checkpoint(spec: HeadRecipe) -> Path:
+    """The committed copy of the default folder's training: ``checkpoints/<kind>/<folder>.pt``."""
+    return COMMITTED / spec.kind / f"{spec.folder().name}.pt"
+
+
+def train_step(head, opt, target, seqs: list[Sequence], spec: HeadRecipe, step: int, clock: float,
+               since: int = 0) -> dict:
     batch = teacher_pass(target, batch_of(seqs), spec.feature_layers(head), head.vocab())
     for grp in opt.param_groups:
-        grp["lr"] = learning_rate(spec, step)
+        grp["lr"] = learning_rate(spec, step, since)
     with torch.autocast("cpu", dtype=getattr(torch, spec.matmul_dtype), enabled=spec.matmul_dtype != "float32"):
         loss, agree = spec.losses(head, batch)
     loss.backward()
@@ -377,30 +389,51 @@ def check_folder(out: Path, spec: HeadRecipe) -> None:
     """Refuse a folder holding a head trained with another spec."""
     out.mkdir(parents=True, exist_ok=True)
     ckpts = sorted(out.glob("ckpt-*.pt"))
-    if ckpts and (was := torch.load(ckpts[-1])["spec"]) != json.loads(json.dumps(asdict(spec))):
-        raise ValueError(f"{out} holds a head trained with {was}, not {asdict(spec)}: choose another folder "
+    if ckpts:
+        check_spec(ckpts[-1], torch.load(ckpts[-1])["spec"], spec)
+
+
+def check_spec(path: Path, was: dict, spec: HeadRecipe) -> None:
+    if was != json.loads(json.dumps(asdict(spec))):
+        raise ValueError(f"{path} holds a head trained with {was}, not {asdict(spec)}: choose another folder "
                          "(--out) or remove it")
 
 
-def resume(out: Path, head: torch.nn.Module, opt) -> list[dict]:
-    """Load the newest checkpoint into ``head`` and ``opt``; its log (empty if none)."""
+def resume(out: Path, head: torch.nn.Module, opt, spec: HeadRecipe, committed: Path | None = None
+           ) -> tuple[list[dict], int]:
+    """Load the newest checkpoint in ``out`` into ``head`` and ``opt``, else the ``committed`` copy into ``head``
+    alone; its log (empty if neither) and the step its optimizer started."""
     ckpts = sorted(out.glob("ckpt-*.pt"))
-    if not ckpts:
-        return []
-    st = torch.load(ckpts[-1])
+    if ckpts:
+        st = torch.load(ckpts[-1])
+        head.load_state_dict(st["head"])
+        opt.load_state_dict(st["opt"])
+        return st["log"], st.get("optimizer_since", 0)
+    if committed is None or not committed.exists():
+        return [], 0
+    st = torch.load(committed)
+    check_spec(committed, st["spec"], spec)
     head.load_state_dict(st["head"])
-    opt.load_state_dict(st["opt"])
-    return st["log"]
+    return st["log"], len(st["log"])
 
 
-def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: HeadRecipe) -> None:
-    """``ckpt-<steps>.pt`` written atomically; the two newest kept."""
-    tmp = out / "ckpt.tmp"
-    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "log": log,
-                "spec": json.loads(json.dumps(asdict(spec)))}, tmp)
-    tmp.rename(out / f"ckpt-{len(log):06d}.pt")
+def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: HeadRecipe, since: int = 0,
+               committed: Path | None = None) -> None:
+    """``ckpt-<steps>.pt`` written atomically, the two newest kept; the weights and log alone to ``committed``."""
+    state = {"head": head.state_dict(), "log": log, "spec": json.loads(json.dumps(asdict(spec))),
+             "optimizer_since": since}
+    save_atomically({**state, "opt": opt.state_dict()}, out / f"ckpt-{len(log):06d}.pt")
     for old in sorted(out.glob("ckpt-*.pt"))[:-2]:
         old.unlink()
+    if committed is not None:
+        committed.parent.mkdir(parents=True, exist_ok=True)
+        save_atomically(state, committed)
+
+
+def save_atomically(state: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
 
 
 def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:
