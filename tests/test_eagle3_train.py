@@ -56,6 +56,9 @@ def test_a_machine_without_checkpoints_resumes_from_the_committed_copy(llama_tar
     b = torch.load(sorted((tmp_path / "b").glob("ckpt-*.pt"))[-1])
     assert len(b["log"]) == 5 and b["optimizer_since"] == 3 and b["log"][:3] == st["log"]
     assert E.learning_rate(SPEC, 3, since=3) < E.learning_rate(SPEC, 4, since=3)  # warmed up again
+    E.train_head(SPEC, target=llama_target, steps=1, out=tmp_path / "a", seqs=seqs, committed=kept)
+    a = torch.load(sorted((tmp_path / "a").glob("ckpt-*.pt"))[-1])
+    assert len(a["log"]) == 6 and a["log"][:5] == b["log"]  # the committed copy was further on than a's own
     other = E.HeadSpec(**{**SPEC.__dict__, "seed": 1})
     try:
         E.train_head(other, target=llama_target, steps=1, out=tmp_path / "c", seqs=seqs, committed=kept)

@@ -23,9 +23,9 @@ the final norm and the head as the target's (its tied embedding's rows over the 
 only the norm and head from the target. Everything is seeded by ``seed`` and the step; checkpoints every
 ``ckpt_every`` steps under ``models/`` (git-ignored) and at the end of a run's budget; a rerun resumes from the
 newest. ``build-draft --head`` also keeps a committed copy (``committed_checkpoint``: the fp32 weights and the log,
-no optimizer state, small enough for git), which a machine without the ``models/`` checkpoints resumes from with a
-fresh optimizer, warmed up again over ``warmup`` steps. The head folder (the speculators format vLLM serves) is written at the end of every run. Its first-token
-agreement, overlap and ECE beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
+no optimizer state, small enough for git); where it is further on than the ``models/`` checkpoints (a new machine
+has none), a rerun resumes from it with a fresh optimizer, warmed up again over ``warmup`` steps. The head folder
+(the speculators format vLLM serves) is written at the end of every run. Its first-token agreement, overlap and ECE beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
 ``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
 
 The pipeline (text, draft vocabulary, seeded windows, the teacher pass, the loop, checkpoints, resuming) serves any
@@ -395,26 +395,28 @@ def check_folder(out: Path, spec: HeadRecipe) -> None:
 
 def check_spec(path: Path, was: dict, spec: HeadRecipe) -> None:
     if was != json.loads(json.dumps(asdict(spec))):
-        raise ValueError(f"{path} holds a head trained with {was}, not {asdict(spec)}: choose another folder "
-                         "(--out) or remove it")
+        raise ValueError(f"{path} holds a head trained with {was}, not {asdict(spec)}: train in another folder "
+                         "or remove it")
 
 
 def resume(out: Path, head: torch.nn.Module, opt, spec: HeadRecipe, committed: Path | None = None
            ) -> tuple[list[dict], int]:
-    """Load the newest checkpoint in ``out`` into ``head`` and ``opt``, else the ``committed`` copy into ``head``
-    alone; its log (empty if neither) and the step its optimizer started."""
+    """Load the newest checkpoint in ``out`` into ``head`` and ``opt`` or, where it is further on (or ``out`` holds
+    none), the ``committed`` copy into ``head`` alone; the log (empty if neither) and the step the optimizer
+    started."""
     ckpts = sorted(out.glob("ckpt-*.pt"))
-    if ckpts:
-        st = torch.load(ckpts[-1])
-        head.load_state_dict(st["head"])
-        opt.load_state_dict(st["opt"])
-        return st["log"], st.get("optimizer_since", 0)
-    if committed is None or not committed.exists():
+    st = torch.load(ckpts[-1]) if ckpts else {"log": []}
+    if committed is not None and committed.exists():
+        kept = torch.load(committed)
+        check_spec(committed, kept["spec"], spec)
+        if len(kept["log"]) > len(st["log"]):
+            head.load_state_dict(kept["head"])
+            return kept["log"], len(kept["log"])
+    if not ckpts:
         return [], 0
-    st = torch.load(committed)
-    check_spec(committed, st["spec"], spec)
     head.load_state_dict(st["head"])
-    return st["log"], len(st["log"])
+    opt.load_state_dict(st["opt"])
+    return st["log"], st.get("optimizer_since", 0)
 
 
 def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: HeadRecipe, since: int = 0,
