@@ -21,6 +21,11 @@ case "${1:-}" in
   *) echo "usage: tools/head_records.sh [--from STEP]  (steps: ${STEPS[*]})" >&2; exit 2 ;;
 esac
 [[ " ${STEPS[*]} " == *" $FROM "* ]] || { echo "unknown step '$FROM' (steps: ${STEPS[*]})" >&2; exit 2; }
+# Every committed cpu record was timed on the fused bf16 engine; a machine without it would time another engine
+# into the same tables.
+"$PY" -c "import sys; from dynatree_lib.core import kernels; sys.exit(0 if kernels.available() else 3)" || {
+  echo "tools/head_records.sh: this machine cannot run the fused bf16 engine (a CPU with AVX512-BF16 and g++/ninja:" \
+       "docs/engine.md) that timed every committed cpu record; measure on one that can" >&2; exit 3; }
 
 run_step() {
   case "$1" in
