@@ -178,7 +178,9 @@ def test_a_model_computes_from_the_runners_views_or_refuses_loudly():
 
 def test_transformers_loop_gets_models_with_their_weights():
     """A profile's pair for transformers' own loop (HF's AR): the models themselves, or beside runners ("both");
-    for our loop only, HF's loop refuses loudly. The divergence gap reads the runner, whose model gave its weights."""
+    for our loop only, HF's loop refuses loudly where the runner packed the weights (the bf16 kernels), and without
+    the kernels computes from the views of the runner's tensors its model keeps (one copy either way). The divergence
+    gap reads the runner, whose model gave its weights."""
     from dynatree_lib.harness.profiles import get_profile
 
     prof = get_profile("smoke", target="tiny-llama:target", draft="tiny-llama:draft", engine="static",
@@ -189,8 +191,12 @@ def test_transformers_loop_gets_models_with_their_weights():
     ours, _, _ = prof.load_pair(models_for="both")
     assert generate(ours, p, 8, method=HFARConfig()).tokens == generate(hf, p, 8, method=HFARConfig()).tokens
     ours, _, _ = prof.load_pair()
-    with pytest.raises(ReleasedWeightError, match="StaticRunner"):
-        generate(ours, p, 8, method=HFARConfig())
+    if kernels.available():
+        with pytest.raises(ReleasedWeightError, match="StaticRunner"):
+            generate(ours, p, 8, method=HFARConfig())
+    else:
+        assert generate(ours, p, 8, method=HFARConfig()).tokens == generate(hf, p, 8, method=HFARConfig()).tokens
+        ours.reset()
     ar = generate(ours, p, 8).tokens
     ours.reset()
     logits = ours.forward(torch.cat([p, torch.tensor(ar[:3])]), torch.arange(22), last_only=True)[0].float()
