@@ -8,7 +8,7 @@ import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
 from dynatree_lib.core import kernels
-from dynatree_lib.core.eagle3 import load_head
+from dynatree_lib.core.eagle3 import load_head, read_config
 from dynatree_lib.harness.models import input_embedding, load_pair
 from dynatree_lib.harness.paths import REPO
 
@@ -26,6 +26,24 @@ def test_the_committed_head_is_small_and_documented():
     card = (HEAD / "README.md").read_text()
     steps = cfg["dynatree_lib"]["training"]["steps"]
     assert f"{steps} steps" in card and "pair_eagle3.json" in card and "build-draft --head eagle3" in card
+
+
+def test_the_committed_checkpoint_resumes_the_published_heads_training():
+    """``checkpoints/eagle3/v8k.pt`` (``draft.eagle3.committed_checkpoint``): the default spec's training, a log row
+    per step, at least as far on as the published head, its weights the head's shape."""
+    from dataclasses import asdict
+
+    from dynatree_lib.draft.eagle3 import HeadSpec, committed_checkpoint
+
+    spec = HeadSpec()
+    st = torch.load(committed_checkpoint(spec))
+    assert st["spec"] == json.loads(json.dumps(asdict(spec)))
+    assert [r["step"] for r in st["log"]] == list(range(len(st["log"]))) and st["optimizer_since"] <= len(st["log"])
+    published = json.loads((HEAD / "config.json").read_text())["dynatree_lib"]["training"]["steps"]
+    assert len(st["log"]) >= published
+    cfg, _ = read_config(HEAD)
+    head = load_head(HEAD, torch.zeros(cfg.target_vocab, cfg.hidden), torch.float32)
+    assert {k: v.shape for k, v in head.state_dict().items()} == {k: v.shape for k, v in st["head"].items()}
 
 
 @pytest.fixture(scope="module")
