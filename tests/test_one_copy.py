@@ -196,7 +196,6 @@ def test_transformers_loop_gets_models_with_their_weights():
             generate(ours, p, 8, method=HFARConfig())
     else:
         assert generate(ours, p, 8, method=HFARConfig()).tokens == generate(hf, p, 8, method=HFARConfig()).tokens
-        ours.reset()
     ar = generate(ours, p, 8).tokens
     ours.reset()
     logits = ours.forward(torch.cat([p, torch.tensor(ar[:3])]), torch.arange(22), last_only=True)[0].float()

@@ -25,7 +25,8 @@ only the norm and head from the target. Everything is seeded by ``seed`` and the
 newest. ``build-draft --head`` also keeps a committed copy (``committed_checkpoint``: the fp32 weights and the log,
 no optimizer state, small enough for git); where it is further on than the ``models/`` checkpoints (a new machine
 has none), a rerun resumes from it with a fresh optimizer, warmed up again over ``warmup`` steps. The head folder
-(the speculators format vLLM serves) is written at the end of every run. Its first-token agreement, overlap and ECE beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
+(the speculators format vLLM serves) is written at the end of every run. Its first-token agreement, overlap and ECE
+beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
 ``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
 
 The pipeline (text, draft vocabulary, seeded windows, the teacher pass, the loop, checkpoints, resuming) serves any
@@ -328,18 +329,18 @@ def train_head(spec: HeadRecipe = HeadSpec(), target=None, seconds: float | None
     / ``steps`` more steps of this run, then checkpoint and export it to ``out / "head"``; returns that folder.
     ``target``: the transformers target (default: the cpu profile's, bf16); ``seqs``: the training text (default
     ``teacher_text``); ``committed``: a file kept beside every checkpoint with the weights and log alone, resumed
-    from when ``out`` holds no checkpoint (``committed_checkpoint``)."""
+    from where it is further on than ``out``'s checkpoints (``committed_checkpoint``)."""
     from tqdm.auto import tqdm
 
     torch.set_num_threads(spec.threads)
     out = Path(out or spec.folder())
-    check_folder(out, spec)
+    check_folder(out, spec, committed)
     target = target if target is not None else load_bf16_target()
     seqs = seqs if seqs is not None else teacher_text(spec)
     vocab = frequent_tokens(seqs, spec.draft_vocab, target.config.vocab_size)
     head = spec.new_head(target, vocab)
     opt = torch.optim.AdamW(head.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
-    log, since = resume(out, head, opt, spec, committed)
+    log, since = resume(out, head, opt, committed)
     end = min(spec.steps, len(log) + (steps if steps is not None else spec.steps))
     bar = tqdm(range(len(log), end), desc=f"train {spec.kind} head", initial=len(log), total=spec.steps)
     t0, clock = time.time(), time.time() - (log[-1]["seconds"] if log else 0.0)
@@ -385,30 +386,30 @@ def load_bf16_target():
     return load_target("bfloat16")[0]
 
 
-def check_folder(out: Path, spec: HeadRecipe) -> None:
-    """Refuse a folder holding a head trained with another spec."""
+def check_folder(out: Path, spec: HeadRecipe, committed: Path | None = None) -> None:
+    """Refuse a folder, or a committed copy, holding a head trained with another spec (before the target loads; the
+    files are mapped, not read whole)."""
     out.mkdir(parents=True, exist_ok=True)
     ckpts = sorted(out.glob("ckpt-*.pt"))
-    if ckpts:
-        check_spec(ckpts[-1], torch.load(ckpts[-1])["spec"], spec)
+    for path in ckpts[-1:] + ([committed] if committed is not None and committed.exists() else []):
+        if (was := torch.load(path, mmap=True)["spec"]) != spec_record(spec):
+            raise ValueError(f"{path} holds a head trained with {was}, not {asdict(spec)}: train in another folder "
+                             "or remove it")
 
 
-def check_spec(path: Path, was: dict, spec: HeadRecipe) -> None:
-    if was != json.loads(json.dumps(asdict(spec))):
-        raise ValueError(f"{path} holds a head trained with {was}, not {asdict(spec)}: train in another folder "
-                         "or remove it")
+def spec_record(spec: HeadRecipe) -> dict:
+    """``spec`` as a checkpoint stores it (JSON types: tuples as lists)."""
+    return json.loads(json.dumps(asdict(spec)))
 
 
-def resume(out: Path, head: torch.nn.Module, opt, spec: HeadRecipe, committed: Path | None = None
-           ) -> tuple[list[dict], int]:
+def resume(out: Path, head: torch.nn.Module, opt, committed: Path | None = None) -> tuple[list[dict], int]:
     """Load the newest checkpoint in ``out`` into ``head`` and ``opt`` or, where it is further on (or ``out`` holds
     none), the ``committed`` copy into ``head`` alone; the log (empty if neither) and the step the optimizer
-    started."""
+    started. ``check_folder`` has checked both files' specs."""
     ckpts = sorted(out.glob("ckpt-*.pt"))
     st = torch.load(ckpts[-1]) if ckpts else {"log": []}
     if committed is not None and committed.exists():
         kept = torch.load(committed)
-        check_spec(committed, kept["spec"], spec)
         if len(kept["log"]) > len(st["log"]):
             head.load_state_dict(kept["head"])
             return kept["log"], len(kept["log"])
@@ -422,8 +423,7 @@ def resume(out: Path, head: torch.nn.Module, opt, spec: HeadRecipe, committed: P
 def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: HeadRecipe, since: int = 0,
                committed: Path | None = None) -> None:
     """``ckpt-<steps>.pt`` written atomically, the two newest kept; the weights and log alone to ``committed``."""
-    state = {"head": head.state_dict(), "log": log, "spec": json.loads(json.dumps(asdict(spec))),
-             "optimizer_since": since}
+    state = {"head": head.state_dict(), "log": log, "spec": spec_record(spec), "optimizer_since": since}
     save_atomically({**state, "opt": opt.state_dict()}, out / f"ckpt-{len(log):06d}.pt")
     for old in sorted(out.glob("ckpt-*.pt"))[:-2]:
         old.unlink()

@@ -32,8 +32,8 @@ shard texts and the sampled answers; held-out shards excluded): at most {t['step
 tokens. Initialisation `{s['init']}`; training-time test over {s['ttt_steps']} unrolled steps (weights
 {s['step_decay']} ** i); soft targets from the target's distribution over the {s['draft_vocab']}-token draft
 vocabulary; AdamW, lr {s['lr']}, warm-up {s['warmup']}, cosine decay. Agreement on the last {len(last)} training
-batches, per unrolled step: {agree}. Rebuild or resume: `{t['rebuild']}` (checkpoints under `models/eagle3/`; where they are
-missing it resumes from the newest weights and log committed in `checkpoints/eagle3/`).
+batches, per unrolled step: {agree}. Rebuild or resume: `{t['rebuild']}` (checkpoints under `models/eagle3/`;
+where they are missing it resumes from the newest weights and log committed in `checkpoints/eagle3/`).
 """
 
 
