@@ -67,6 +67,21 @@ def test_a_machine_without_checkpoints_resumes_from_the_committed_copy(llama_tar
         E.train_head(other, target=llama_target, steps=1, out=tmp_path / "c", seqs=seqs, committed=kept)
 
 
+@pytest.mark.parametrize("bf16_cpu", [False, True])
+def test_a_bf16_spec_trains_in_fp32_where_the_cpu_lacks_bf16(llama_target, tmp_path, monkeypatch, bf16_cpu):
+    import copy
+
+    from dynatree_lib.core import kernels
+
+    monkeypatch.setattr(kernels, "cpu_has_avx512_bf16", lambda: bf16_cpu)
+    target = copy.deepcopy(llama_target).to(torch.bfloat16)
+    spec = E.HeadSpec(**{**SPEC.__dict__, "matmul_dtype": "bfloat16"})
+    E.train_head(spec, target=target, steps=1, out=tmp_path, seqs=tiny_text(llama_target, 4))
+    row = torch.load(sorted(tmp_path.glob("ckpt-*.pt"))[-1])["log"][-1]
+    want = "bfloat16" if bf16_cpu else "float32"
+    assert (row["matmuls"], row["teacher"], target.dtype) == (want, want, getattr(torch, want))
+
+
 def test_the_exported_head_drafts_exactly(llama_target, tmp_path):
     folder = E.train_head(SPEC, target=llama_target, steps=2, out=tmp_path, seqs=tiny_text(llama_target, 4))
     head = load_head(folder, llama_target.get_input_embeddings().weight, torch.float32)

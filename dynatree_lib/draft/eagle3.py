@@ -2,8 +2,9 @@
 
 The EAGLE-3 way (SafeAILab/EAGLE ``eagle/traineagle3``):
 
-- features on the fly: each step runs the target teacher-forced over its sequences (bf16, as it is timed) and
-  keeps the hidden states entering the head's layers and the logits, from that one forward;
+- features on the fly: each step runs the target teacher-forced over its sequences (bf16, as it is timed; its
+  bf16 weights in fp32 arithmetic on a CPU without native bf16: ``teacher_here``) and keeps the hidden states
+  entering the head's layers and the logits, from that one forward;
 - soft targets: at each row, the target's softmax restricted to the draft vocabulary; the loss is their cross
   entropy with the head's log-softmax, on rows whose predicted token is text the teacher wrote (answers,
   continuations) and whose target argmax the draft vocabulary holds;
@@ -49,7 +50,7 @@ import torch.nn.functional as F
 from ..core.eagle3 import Eagle3Config, Eagle3Head, fused_features, save_head, ttt_outputs
 from ..harness.paths import REPO
 from .teacher import SAMPLED_TEXT, TEXT
-from .train import DraftSpec, is_heldout
+from .train import DraftSpec, autocast, dtype_name, is_heldout, native
 
 BUILD = REPO / "models" / "eagle3"  # git-ignored: checkpoints and the exported head, one folder per spec
 COMMITTED = REPO / "checkpoints"  # committed: the newest weights and log of each head's training (no optimizer)
@@ -113,7 +114,8 @@ class HeadSpec(HeadRecipe):
     sampled: bool = True  # train on the sampled answers too, where committed
     seed: int = 0
     threads: int = 2
-    matmul_dtype: str = "bfloat16"  # the head's matmuls under autocast (weights, optimizer, loss in fp32)
+    matmul_dtype: str = "bfloat16"  # the head's matmuls under autocast where the CPU has it (``train.native``);
+    # weights, optimizer and loss in fp32
 
     def __post_init__(self):
         if self.init not in ("last-layer", "tied"):
@@ -335,7 +337,7 @@ def train_head(spec: HeadRecipe = HeadSpec(), target=None, seconds: float | None
     torch.set_num_threads(spec.threads)
     out = Path(out or spec.folder())
     check_folder(out, spec, committed)
-    target = target if target is not None else load_bf16_target()
+    target = teacher_here(target if target is not None else load_bf16_target())
     seqs = seqs if seqs is not None else teacher_text(spec)
     vocab = frequent_tokens(seqs, spec.draft_vocab, target.config.vocab_size)
     head = spec.new_head(target, vocab)
@@ -365,19 +367,27 @@ def train_step(head, opt, target, seqs: list[Sequence], spec: HeadRecipe, step: 
     batch = teacher_pass(target, batch_of(seqs), spec.feature_layers(head), head.vocab())
     for grp in opt.param_groups:
         grp["lr"] = learning_rate(spec, step, since)
-    with torch.autocast("cpu", dtype=getattr(torch, spec.matmul_dtype), enabled=spec.matmul_dtype != "float32"):
+    matmuls = native(getattr(torch, spec.matmul_dtype))
+    with autocast(matmuls):
         loss, agree = spec.losses(head, batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
     return {"step": step, "loss": round(loss.item(), 4), **{f"agree{i}": round(a, 4) for i, a in enumerate(agree)},
-            "seconds": round(time.time() - clock, 1)}
+            "seconds": round(time.time() - clock, 1), "matmuls": dtype_name(matmuls),
+            "teacher": dtype_name(target.dtype)}
 
 
 def mean(log: list[dict], key: str, n: int = 20) -> float:
     rows = [r[key] for r in log[-n:] if key in r]
     return sum(rows) / max(1, len(rows))
+
+
+def teacher_here(target):
+    """The teacher as this CPU runs it: a bf16 target moved to fp32 in place where bf16 is not native
+    (``train.native``: the same bf16-valued weights, products unrounded), else as given."""
+    return target.to(native(target.dtype))
 
 
 def load_bf16_target():

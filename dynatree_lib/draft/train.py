@@ -47,7 +47,8 @@ class DraftSpec:
     seed: int = 0
     threads: int = 2
     head_vocab: int | None = 8192  # the drafting head's size (the cpu profile's draft_vocab); None: the full head
-    matmul_dtype: str = "bfloat16"  # the matmuls' precision under autocast (weights, optimizer and loss stay fp32)
+    matmul_dtype: str = "bfloat16"  # the matmuls' precision under autocast where the CPU has it (``native``); weights,
+    # optimizer and loss stay fp32
 
 
 @dataclass
@@ -59,6 +60,24 @@ class Example:
     start: int
     top_lp: torch.Tensor
     top_ids: torch.Tensor
+
+
+def native(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a training computes ``dtype``'s matmuls in on this CPU: bf16 only where the CPU has it (AVX512-BF16);
+    elsewhere bf16 is emulated, several times slower than fp32, and fp32 computes the same products unrounded. Each
+    log row records it (``matmuls``), so a run that moved between machines says which steps ran how."""
+    from ..core.kernels import cpu_has_avx512_bf16
+
+    return torch.float32 if dtype == torch.bfloat16 and not cpu_has_avx512_bf16() else dtype
+
+
+def autocast(dtype: torch.dtype):
+    """Autocast to ``dtype`` for the matmuls (off for fp32)."""
+    return torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def examples(shard: dict, spec: DraftSpec) -> list[Example]:
@@ -194,11 +213,12 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = TEACHER, out: Pat
     model.train()
     bar = tqdm(range(len(log), spec.steps), desc="distil draft", initial=len(log), total=spec.steps)
     t0 = time.time() - (log[-1]["seconds"] if log else 0.0)
+    matmuls = native(getattr(torch, spec.matmul_dtype))
     for step in bar:
         batch = draw(pools, spec, step)
         for grp in opt.param_groups:
             grp["lr"] = learning_rate(spec, step)
-        with torch.autocast("cpu", dtype=getattr(torch, spec.matmul_dtype), enabled=spec.matmul_dtype != "float32"):
+        with autocast(matmuls):
             logits = forward_rows(model, batch, head)
         top_lp, top_ids = torch.cat([e.top_lp for e in batch]), torch.cat([e.top_ids for e in batch])
         loss = distill_loss(logits, *head.targets(top_lp, top_ids))
@@ -208,7 +228,7 @@ def train_draft(spec: DraftSpec = DraftSpec(), teacher: Path = TEACHER, out: Pat
         opt.zero_grad(set_to_none=True)
         agree = (head.token(logits.argmax(-1)) == top_ids[:, 0]).float().mean().item()
         log.append({"step": step, "loss": round(loss.item(), 4), "agree": round(agree, 4),
-                    "seconds": round(time.time() - t0, 1)})
+                    "seconds": round(time.time() - t0, 1), "matmuls": dtype_name(matmuls)})
         bar.set_postfix(loss=f"{sum(r['loss'] for r in log[-20:]) / len(log[-20:]):.3f}",
                         agree=f"{sum(r['agree'] for r in log[-20:]) / len(log[-20:]):.3f}")
         if (step + 1) % spec.ckpt_every == 0:
