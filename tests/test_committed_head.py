@@ -31,13 +31,11 @@ def test_the_committed_head_is_small_and_documented():
 def test_the_committed_checkpoint_resumes_the_published_heads_training():
     """``checkpoints/eagle3/v8k.pt`` (``draft.eagle3.committed_checkpoint``): the default spec's training, a log row
     per step, at least as far on as the published head, its weights the head's shape."""
-    from dataclasses import asdict
-
-    from dynatree_lib.draft.eagle3 import HeadSpec, committed_checkpoint
+    from dynatree_lib.draft.eagle3 import HeadSpec, committed_checkpoint, spec_record
 
     spec = HeadSpec()
     st = torch.load(committed_checkpoint(spec))
-    assert st["spec"] == json.loads(json.dumps(asdict(spec)))
+    assert st["spec"] == spec_record(spec)
     assert [r["step"] for r in st["log"]] == list(range(len(st["log"]))) and st["optimizer_since"] <= len(st["log"])
     published = json.loads((HEAD / "config.json").read_text())["dynatree_lib"]["training"]["steps"]
     assert len(st["log"]) >= published

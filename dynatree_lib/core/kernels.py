@@ -37,8 +37,9 @@ SOURCE = Path(__file__).with_name("csrc") / "linear_bf16.cpp"
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
 
 
+@functools.cache
 def cpu_has_avx512_bf16() -> bool:
-    """Whether this CPU advertises AVX512-BF16 (Linux ``/proc/cpuinfo``; False elsewhere)."""
+    """Whether this CPU advertises AVX512-BF16 (Linux ``/proc/cpuinfo``, read once a process; False elsewhere)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from ..core.eagle3 import Eagle3Config, Eagle3Head, fused_features, save_head, ttt_outputs
 from ..harness.paths import REPO
 from .teacher import SAMPLED_TEXT, TEXT
-from .train import DraftSpec, autocast, dtype_name, is_heldout, native
+from .train import DraftSpec, autocast, dtype_name, is_heldout, native, save_atomically
 
 BUILD = REPO / "models" / "eagle3"  # git-ignored: checkpoints and the exported head, one folder per spec
 COMMITTED = REPO / "checkpoints"  # committed: the newest weights and log of each head's training (no optimizer)
@@ -440,12 +440,6 @@ def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: Hea
     if committed is not None:
         committed.parent.mkdir(parents=True, exist_ok=True)
         save_atomically(state, committed)
-
-
-def save_atomically(state: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
 
 
 def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:

@@ -265,11 +265,17 @@ def resume(out: Path, model, opt) -> list[dict]:
 
 def checkpoint(out: Path, model, opt, log: list[dict], spec: DraftSpec) -> None:
     """Write ``ckpt-<steps>.pt`` atomically and keep the two newest."""
-    tmp = out / "ckpt.tmp"
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "log": log, "spec": asdict(spec)}, tmp)
-    tmp.rename(out / f"ckpt-{len(log):06d}.pt")
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "log": log, "spec": asdict(spec)}
+    save_atomically(state, out / f"ckpt-{len(log):06d}.pt")
     for old in sorted(out.glob("ckpt-*.pt"))[:-2]:
         old.unlink()
+
+
+def save_atomically(state: dict, path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then renamed over it: a killed run leaves no partial file."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
 
 
 def trained_draft(final: Path):
