@@ -115,7 +115,8 @@ def parser() -> argparse.ArgumentParser:
     bd.add_argument("--seconds", type=POSITIVE_INT, default=None, help="stop this run after that long (--head)")
     bd.add_argument("--steps", type=POSITIVE_INT, default=None, help="stop this run after that many steps (--head)")
     bd.add_argument("--publish", action="store_true", help="copy the last export of a head's training to "
-                    "weights/smollm2-<head> with its model card (trains nothing; then measure its records again: "
+                    "weights/smollm2-<head> with its model card, EAGLE-3's calibrated there on the held-out teacher "
+                    "shards (trains nothing; then measure its records again: "
                     "tools/head_records.sh for EAGLE-3)")
     bd.set_defaults(refuse=bd.error)
     return ap

@@ -115,3 +115,61 @@ def test_held_out_shards_stay_out_of_the_training_text():
     train = {s.tokens for s in E.teacher_text(spec)}
     for f in sorted(held)[:2]:
         assert not train & {s.tokens for s in E.shard_sequences(E.read_gz(E.TEXT / f), spec.prompt_tail)}
+
+
+def test_the_temperature_fit_finds_the_temperature_that_calibrates():
+    """Logits twice too sharp (their halves are the law the agreement is drawn from) fit T = 2; calibrated ones fit
+    T = 1; a fitter that multiplied instead of dividing would pick the grid's other end."""
+    from dynatree_lib.draft.calibrate import fit_on_rows
+
+    g = torch.Generator().manual_seed(0)
+    z = 1.5 * torch.randn(40000, 8, generator=g)
+    agree = torch.rand(40000, generator=g) < z.softmax(-1).max(-1).values
+    temps = (0.5, 1.0, 2.0)
+    assert fit_on_rows([(2 * z, agree, "a")], temps)[0] == 2.0
+    best, fit = fit_on_rows([(z[:20000], agree[:20000], "a"), (z[20000:], agree[20000:], "b")], temps)
+    assert best == 1.0 and fit["heldout_positions"] == 40000 and set(fit["heldout_by_kind"]) == {"a", "b"}
+
+
+def test_held_out_rows_are_the_pair_reports_first_drafts(llama_target, eagle3_head, monkeypatch):
+    """``heldout_rows`` row by row: the first drafted token after each loss prefix (``core.eagle3.first_drafts``,
+    what the pair report and the drafter compute) and whether it is the target's greedy token."""
+    from dynatree_lib.core.eagle3 import first_drafts
+
+    x = prompts(1, seed=3, lo=20, hi=21)[0]
+    monkeypatch.setattr(E, "shard_text", lambda spec, heldout: [("instruction", E.Sequence(tuple(x.tolist()), 4))])
+    spec = E.HeadSpec(**{**SPEC.__dict__, "draft_vocab": 80})
+    [(logits, agree, kind)] = list(E.heldout_rows(eagle3_head, llama_target, spec))
+    with torch.no_grad():
+        want = first_drafts(eagle3_head, x, target_features(llama_target, x, eagle3_head.cfg.aux_layers))[4:-1]
+        greedy = llama_target(input_ids=x[None]).logits[0, 4:-1].argmax(-1)
+    assert kind == "instruction" and logits.shape == want.shape == (x.numel() - 5, 80)
+    torch.testing.assert_close(logits, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(agree, eagle3_head.vocab()[want.argmax(-1)] == greedy)
+
+
+def test_publishing_calibrates_a_head_once(llama_target, tmp_path, monkeypatch):
+    """``calibrate_export`` divides the head's logits by the fitted temperature (baked into its final norm), records
+    the fit, drafts exactly after it, and refuses a folder it already calibrated."""
+    import json
+    import shutil
+
+    seqs = tiny_text(llama_target, 6)
+    folder = E.train_head(SPEC, target=llama_target, steps=2, out=tmp_path / "run", seqs=seqs)
+    monkeypatch.setattr(E, "shard_text", lambda spec, heldout: [("continuation", s) for s in seqs])
+    dest = shutil.copytree(folder, tmp_path / "published")
+    emb = llama_target.get_input_embeddings().weight
+    before = load_head(dest, emb, torch.float32)
+    whole = E.HeadSpec(**{**SPEC.__dict__, "seq_len": 64})  # no windows: every loss row counts
+    fit = E.calibrate_export(dest, whole, target=llama_target)
+    after = load_head(dest, emb, torch.float32)
+    out = torch.randn(5, after.cfg.hidden)
+    with torch.no_grad():
+        torch.testing.assert_close(after.logits(out), before.logits(out) / fit["temperature"], rtol=2e-2, atol=2e-2)
+    assert json.loads((dest / "config.json").read_text())["dynatree_lib"]["calibration"] == fit
+    assert fit["heldout_positions"] == sum(len(s.tokens) - s.start - 1 for s in seqs)
+    p = prompts(1, seed=9)[0]
+    drafted = generate(llama_target, p, 20, draft=Eagle3Runner(after), method=DynaTreeConfig())
+    assert drafted.tokens == generate(llama_target, p, 20).tokens
+    with pytest.raises(ValueError, match="already calibrated"):
+        E.calibrate_export(dest, whole, target=llama_target)

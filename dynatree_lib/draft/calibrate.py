@@ -16,20 +16,32 @@ TEMPERATURES = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.5 .. 2.0
 @torch.no_grad()
 def fit_temperature(model, shards: list[dict], spec: DraftSpec, head: Head, temps=TEMPERATURES) -> tuple[float, dict]:
     """The temperature whose top-1 probabilities over ``head`` (the head drafting uses) best predict agreement
-    with the target's greedy token (lowest expected calibration error, 10 bins) on the loss rows of held-out
-    shards (continuations and answers, pooled); agreement and ECE at that temperature per kind of shard."""
+    with the target's greedy token (``fit_on_rows``) on the loss rows of held-out shards (continuations and
+    answers, pooled)."""
+    def rows():
+        for shard in shards:
+            ex = examples(shard, spec)
+            for b in range(0, len(ex), 8):
+                batch = ex[b:b + 8]
+                logits = forward_rows(model, batch, head).float()
+                agree = head.token(logits.argmax(-1)) == torch.cat([e.top_ids[:, 0] for e in batch])
+                yield logits, agree, shard.get("kind", "continuation")
+
+    return fit_on_rows(rows(), temps)
+
+
+def fit_on_rows(rows, temps=TEMPERATURES) -> tuple[float, dict]:
+    """The temperature of ``temps`` with the lowest expected calibration error (10 bins) of the top-1
+    probabilities of ``rows`` ((logits [n, V], agreement with the target's greedy token [n], kind of text)) as
+    predictors of agreement; the ECE at every temperature, and the agreement and ECE at the chosen one per kind."""
     confs = {t: [] for t in temps}
     correct, kinds = [], []
-    for shard in shards:
-        ex = examples(shard, spec)
-        for b in range(0, len(ex), 8):
-            batch = ex[b:b + 8]
-            logits = forward_rows(model, batch, head).float()
-            correct.append(head.token(logits.argmax(-1)) == torch.cat([e.top_ids[:, 0] for e in batch]))
-            kinds += [shard.get("kind", "continuation")] * logits.shape[0]
-            top = logits.max(-1).values
-            for t in temps:
-                confs[t].append((top / t - torch.logsumexp(logits / t, -1)).exp())
+    for logits, agree, kind in rows:
+        correct.append(agree)
+        kinds += [kind] * logits.shape[0]
+        top = logits.max(-1).values
+        for t in temps:
+            confs[t].append((top / t - torch.logsumexp(logits / t, -1)).exp())
     correct = torch.cat(correct)
     ece = {t: calibration_bins(torch.cat(confs[t]), correct)[1] for t in temps}
     best = min(ece, key=ece.get)

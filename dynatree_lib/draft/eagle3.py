@@ -47,8 +47,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..core.eagle3 import Eagle3Config, Eagle3Head, fused_features, save_head, ttt_outputs
+from ..core.eagle3 import OUR_KEY, Eagle3Config, Eagle3Head, fused_features, load_head, save_head, ttt_outputs
 from ..harness.paths import REPO
+from .calibrate import fit_on_rows
 from .teacher import SAMPLED_TEXT, TEXT
 from .train import DraftSpec, autocast, dtype_name, is_heldout, native, save_atomically
 
@@ -84,6 +85,9 @@ class HeadRecipe:
     def export(self, head, folder: Path, log: list[dict]) -> Path:
         """Write the trained head (bf16, its format, its training record) to ``folder``."""
         raise NotImplementedError
+
+    def calibrate(self, folder: Path) -> None:
+        """Fit what a published head of this kind needs beyond its export, in ``folder`` (default: nothing)."""
 
     def command(self) -> str:
         """The command that rebuilds or resumes this head (a spec's fields beyond the draft vocabulary add their
@@ -139,6 +143,9 @@ class HeadSpec(HeadRecipe):
     def export(self, head: Eagle3Head, folder: Path, log: list[dict]) -> Path:
         return export(head, folder, self, log)
 
+    def calibrate(self, folder: Path) -> None:
+        calibrate_export(folder, self)
+
 
 # ---- data --------------------------------------------------------------------------------------------------------
 
@@ -168,15 +175,23 @@ def shard_sequences(row: dict, prompt_tail: int) -> list[Sequence]:
 
 def teacher_text(spec: HeadSpec, heldout: bool = False) -> list[Sequence]:
     """The training sequences (or the held-out ones: v3's and the sampled shards' held-out groups)."""
-    marker = DraftSpec()
     out = []
     if not heldout:
         v4 = read_gz(V4_TEXT)
         out += [Sequence(tuple(t), s) for t, s in zip(v4["tokens"], v4["starts"])]
+    return out + [s for _, s in shard_text(spec, heldout)]
+
+
+def shard_text(spec: HeadSpec, heldout: bool) -> list[tuple[str, Sequence]]:
+    """The sequences of v3's and the sampled shard texts that ``train.is_heldout`` holds out (or keeps), each with
+    its shard's kind (``instruction``, ``continuation``, ``sampled``)."""
+    marker = DraftSpec()
     folders = [TEXT] + ([SAMPLED_TEXT] if spec.sampled and SAMPLED_TEXT.is_dir() else [])
+    out = []
     for f in sorted(p for folder in folders for p in folder.glob("*.json.gz")):
         if is_heldout(f.name, marker) == heldout:
-            out += shard_sequences(read_gz(f), spec.prompt_tail)
+            row = read_gz(f)
+            out += [(row["kind"], s) for s in shard_sequences(row, spec.prompt_tail)]
     return out
 
 
@@ -440,6 +455,56 @@ def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: Hea
     if committed is not None:
         committed.parent.mkdir(parents=True, exist_ok=True)
         save_atomically(state, committed)
+
+
+# ---- calibration ---------------------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def heldout_rows(head: Eagle3Head, target, spec: HeadSpec, per_batch: int = 4):
+    """Per batch of held-out sequences (``shard_text``; one seeded window of at most ``spec.seq_len`` tokens each,
+    one kind a batch): the logits of the first drafted token at every loss row, teacher-forced as training's step 0,
+    whether its argmax is the target's greedy token, and the kind of text (``calibrate.fit_on_rows``' rows)."""
+    g = torch.Generator().manual_seed(spec.seed)
+    by_kind: dict[str, list[Sequence]] = {}
+    for kind, s in shard_text(spec, heldout=True):
+        by_kind.setdefault(kind, []).append(window(s, spec.seq_len, g))
+    for kind, seqs in sorted(by_kind.items()):
+        for b in range(0, len(seqs), per_batch):
+            batch = teacher_pass(target, batch_of(seqs[b:b + per_batch]), spec.feature_layers(head), head.vocab())
+            out = ttt_outputs(head, batch.features.to(head.fc.weight.dtype), batch.tokens, 1)[0][:, :-1]
+            logits = head.logits(out).float()
+            r = logits.shape[1]  # row t predicts token t + 2 from the target's logits at position t + 1
+            rows = batch.loss[:, 2:2 + r] & batch.valid[:, 2:2 + r]
+            agree = batch.in_vocab[:, 1:1 + r] & (logits.argmax(-1) == batch.soft[:, 1:1 + r].argmax(-1))
+            yield logits[rows], agree[rows], kind
+
+
+def calibrate_export(folder: Path, spec: HeadSpec, target=None) -> dict:
+    """Fit one temperature for the head in ``folder`` on the held-out text (``heldout_rows``: never a dev or test
+    prompt; ``calibrate.fit_on_rows``, as v4's is fitted) and bake it into the final norm's weight: the logits are
+    ``lm_head(norm(out))``, so dividing that weight by T divides them by T, and the folder stays a plain speculators
+    Eagle3 head. Its ``config.json`` records the fit (``dynatree_lib.calibration``); a folder already calibrated
+    is refused. ``target``: the transformers target (default: the cpu profile's, bf16)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(folder)
+    cfg_path, weights = folder / "config.json", folder / "model.safetensors"
+    cfg = json.loads(cfg_path.read_text())
+    if "calibration" in cfg[OUR_KEY]:
+        raise ValueError(f"{cfg_path}: already calibrated (temperature {cfg[OUR_KEY]['calibration']['temperature']}); "
+                         "calibrate the uncalibrated export it was copied from")
+    target = teacher_here(target if target is not None else load_bf16_target())
+    torch.set_num_threads(spec.threads)
+    head = load_head(folder, target.get_input_embeddings().weight, torch.float32)
+    temp, fit = fit_on_rows(heldout_rows(head, target, spec))
+    tensors = load_file(str(weights))
+    norm = tensors["norm.weight"]
+    tensors["norm.weight"] = (norm.float() / temp).to(norm.dtype)
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    cfg[OUR_KEY]["calibration"] = {"temperature": temp,
+                                   "fitted_on": "held-out teacher shards (draft.eagle3.shard_text)", **fit}
+    cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
+    return cfg[OUR_KEY]["calibration"]
 
 
 def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:

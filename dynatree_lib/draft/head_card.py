@@ -34,6 +34,20 @@ tokens. Initialisation `{s['init']}`; training-time test over {s['ttt_steps']} u
 vocabulary; AdamW, lr {s['lr']}, warm-up {s['warmup']}, cosine decay. Agreement on the last {len(last)} training
 batches, per unrolled step: {agree}. Rebuild or resume: `{t['rebuild']}` (checkpoints under `models/eagle3/`;
 where they are missing it resumes from the newest weights and log committed in `checkpoints/eagle3/`).
+{calibration_section(cfg["dynatree_lib"].get("calibration"))}"""
+
+
+def calibration_section(fit: dict | None) -> str:
+    if fit is None:
+        return "\nNot calibrated: its probabilities are the network's own.\n"
+    kinds = ", ".join(f"{k} {v['positions']:,}" for k, v in fit["heldout_by_kind"].items())
+    return f"""
+## Calibration
+One temperature, T = {fit['temperature']}, divides the logits (baked into the final norm's weight, so the folder stays
+a plain Eagle3 head), fitted as v4's is: the lowest expected calibration error of the first drafted token's top-1
+probability as a predictor of agreement with the target's greedy token, on {fit['heldout_positions']:,} positions
+of the held-out teacher shards ({kinds}; never a dev or test prompt): ECE {fit['ece_by_temperature']['1.0']:.3f}
+at T = 1, {fit['ece_by_temperature'][str(fit['temperature'])]:.3f} at T = {fit['temperature']}.
 """
 
 
