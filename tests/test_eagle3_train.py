@@ -161,7 +161,10 @@ def test_publishing_calibrates_a_head_once(llama_target, tmp_path, monkeypatch):
     emb = llama_target.get_input_embeddings().weight
     before = load_head(dest, emb, torch.float32)
     whole = E.HeadSpec(**{**SPEC.__dict__, "seq_len": 64})  # no windows: every loss row counts
+    fitted = E.fit_on_rows
+    monkeypatch.setattr(E, "fit_on_rows", lambda rows: (1.6, fitted(rows)[1]))  # a temperature far from 1
     fit = E.calibrate_export(dest, whole, target=llama_target)
+    assert fit["temperature"] == 1.6
     after = load_head(dest, emb, torch.float32)
     out = torch.randn(5, after.cfg.hidden)
     with torch.no_grad():
@@ -173,3 +176,6 @@ def test_publishing_calibrates_a_head_once(llama_target, tmp_path, monkeypatch):
     assert drafted.tokens == generate(llama_target, p, 20).tokens
     with pytest.raises(ValueError, match="already calibrated"):
         E.calibrate_export(dest, whole, target=llama_target)
+    monkeypatch.setattr(E, "shard_text", lambda spec, heldout: [])
+    with pytest.raises(FileNotFoundError, match="no held-out teacher shards"):
+        E.calibrate_export(shutil.copytree(folder, tmp_path / "again"), whole, target=llama_target)

@@ -42,6 +42,8 @@ def fit_on_rows(rows, temps=TEMPERATURES) -> tuple[float, dict]:
         top = logits.max(-1).values
         for t in temps:
             confs[t].append((top / t - torch.logsumexp(logits / t, -1)).exp())
+    if not correct:
+        raise ValueError("no rows to fit a temperature on")
     correct = torch.cat(correct)
     ece = {t: calibration_bins(torch.cat(confs[t]), correct)[1] for t in temps}
     best = min(ece, key=ece.get)

@@ -47,7 +47,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..core.eagle3 import OUR_KEY, Eagle3Config, Eagle3Head, fused_features, load_head, save_head, ttt_outputs
+from ..core.eagle3 import (OUR_KEY, Eagle3Config, Eagle3Head, fused_features, load_head, read_config, save_head,
+                           ttt_outputs)
 from ..harness.paths import REPO
 from .calibrate import fit_on_rows
 from .teacher import SAMPLED_TEXT, TEXT
@@ -61,7 +62,8 @@ VERIFIER = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 class HeadRecipe:
     """What a kind of head adds to the shared pipeline (module docstring). A recipe is a frozen dataclass of the
-    head's training, whose fields a checkpoint folder must match (``check_folder``); each kind writes every method.
+    head's training, whose fields a checkpoint folder must match (``check_folder``); each kind writes every method
+    but ``calibrate`` (by default nothing).
     ``kind``: its name in ``core.head_kinds.HEAD_KINDS``."""
 
     kind = "head"
@@ -282,14 +284,20 @@ def step_loss(head: Eagle3Head, out: torch.Tensor, batch: Batch, i: int) -> tupl
     return soft_loss(head.logits(out), batch, i)
 
 
+def step_rows(batch: Batch, i: int, r: int) -> tuple[torch.Tensor, slice]:
+    """For ``r`` rows of unrolled step ``i`` (row t predicts token t + 2 + i): which rows predict a token that carries
+    a loss [B, r], and the positions of the target's logits they are scored against (t + 1 + i)."""
+    pred = slice(2 + i, 2 + i + r)
+    return batch.loss[:, pred] & batch.valid[:, pred], slice(1 + i, 1 + i + r)
+
+
 def soft_loss(logits: torch.Tensor, batch: Batch, i: int) -> tuple[torch.Tensor, float]:
     """Soft cross entropy of rows ``logits`` [B, r, V'] (row t predicts token t + 2 + i from the target's logits at
     position t + 1 + i: EAGLE-3's unrolled step i, Medusa's and Hydra's head i) on rows whose predicted token
     carries a loss and whose target argmax is a draft token; and the head's agreement with the target's argmax
     there."""
-    r = logits.shape[1]
-    pos = slice(1 + i, 1 + i + r)
-    mask = batch.loss[:, 1 + i + 1:1 + i + 1 + r] & batch.valid[:, 1 + i + 1:1 + i + 1 + r] & batch.in_vocab[:, pos]
+    rows, pos = step_rows(batch, i, logits.shape[1])
+    mask = rows & batch.in_vocab[:, pos]
     logq = F.log_softmax(logits.float(), -1)
     p = F.softmax(batch.soft[:, pos], -1)
     n = mask.sum().clamp(min=1)
@@ -473,38 +481,50 @@ def heldout_rows(head: Eagle3Head, target, spec: HeadSpec, per_batch: int = 4):
             batch = teacher_pass(target, batch_of(seqs[b:b + per_batch]), spec.feature_layers(head), head.vocab())
             out = ttt_outputs(head, batch.features.to(head.fc.weight.dtype), batch.tokens, 1)[0][:, :-1]
             logits = head.logits(out).float()
-            r = logits.shape[1]  # row t predicts token t + 2 from the target's logits at position t + 1
-            rows = batch.loss[:, 2:2 + r] & batch.valid[:, 2:2 + r]
-            agree = batch.in_vocab[:, 1:1 + r] & (logits.argmax(-1) == batch.soft[:, 1:1 + r].argmax(-1))
+            rows, pos = step_rows(batch, 0, logits.shape[1])
+            agree = batch.in_vocab[:, pos] & (logits.argmax(-1) == batch.soft[:, pos].argmax(-1))
             yield logits[rows], agree[rows], kind
 
 
 def calibrate_export(folder: Path, spec: HeadSpec, target=None) -> dict:
     """Fit one temperature for the head in ``folder`` on the held-out text (``heldout_rows``: never a dev or test
     prompt; ``calibrate.fit_on_rows``, as v4's is fitted) and bake it into the final norm's weight: the logits are
-    ``lm_head(norm(out))``, so dividing that weight by T divides them by T, and the folder stays a plain speculators
-    Eagle3 head. Its ``config.json`` records the fit (``dynatree_lib.calibration``); a folder already calibrated
-    is refused. ``target``: the transformers target (default: the cpu profile's, bf16)."""
-    from safetensors.torch import load_file, save_file
-
+    ``lm_head(norm(out))``, so dividing that weight by T divides them by T (up to the bf16 rounding of the weight),
+    and the folder stays a plain speculators Eagle3 head. Its ``config.json`` records the fit
+    (``dynatree_lib.calibration``); a folder already calibrated is refused. ``target``: the transformers target
+    (default: the cpu profile's, bf16)."""
     folder = Path(folder)
-    cfg_path, weights = folder / "config.json", folder / "model.safetensors"
+    read_config(folder)
+    cfg_path = folder / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    if "calibration" in cfg[OUR_KEY]:
-        raise ValueError(f"{cfg_path}: already calibrated (temperature {cfg[OUR_KEY]['calibration']['temperature']}); "
+    ours = cfg.get(OUR_KEY)
+    if ours is None:
+        raise ValueError(f"{cfg_path} has no '{OUR_KEY}' section: not a head this library exported")
+    if "calibration" in ours:
+        raise ValueError(f"{cfg_path}: already calibrated (temperature {ours['calibration']['temperature']}); "
                          "calibrate the uncalibrated export it was copied from")
+    if not shard_text(spec, heldout=True):
+        raise FileNotFoundError(f"no held-out teacher shards in {TEXT}: nothing to fit the temperature on")
     target = teacher_here(target if target is not None else load_bf16_target())
     torch.set_num_threads(spec.threads)
     head = load_head(folder, target.get_input_embeddings().weight, torch.float32)
     temp, fit = fit_on_rows(heldout_rows(head, target, spec))
+    ours["calibration"] = {"temperature": temp, "fitted_on": "held-out teacher shards (draft.eagle3.shard_text)", **fit}
+    bake_temperature(folder / "model.safetensors", temp)
+    cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
+    return ours["calibration"]
+
+
+def bake_temperature(weights: Path, temp: float) -> None:
+    """Divide ``norm.weight`` in a head's safetensors file by ``temp`` (written whole, then renamed over it)."""
+    from safetensors.torch import load_file, save_file
+
     tensors = load_file(str(weights))
     norm = tensors["norm.weight"]
     tensors["norm.weight"] = (norm.float() / temp).to(norm.dtype)
-    save_file(tensors, str(weights), metadata={"format": "pt"})
-    cfg[OUR_KEY]["calibration"] = {"temperature": temp,
-                                   "fitted_on": "held-out teacher shards (draft.eagle3.shard_text)", **fit}
-    cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
-    return cfg[OUR_KEY]["calibration"]
+    tmp = weights.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.replace(weights)
 
 
 def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:

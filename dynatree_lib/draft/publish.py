@@ -29,12 +29,13 @@ def card(kind: str, folder: Path) -> str:
 def publish(kind: str, draft_vocab: int = 8192) -> Path:
     """Copy the last export of ``kind``'s training to ``weights/smollm2-<kind>``, calibrate it there (the export
     itself stays uncalibrated, so publishing again calibrates once) and write its card; returns the folder."""
-    src = training_spec(kind, draft_vocab=draft_vocab).folder() / "head"
+    spec = training_spec(kind, draft_vocab=draft_vocab)
+    src = spec.folder() / "head"
     if not (src / "config.json").is_file():
         raise FileNotFoundError(f"{src} holds no exported {kind} head: train one first "
                                 f"(`python -m dynatree_lib build-draft --head {kind} --seconds S`)")
     dest = published_folder(kind)
     shutil.copytree(src, dest, dirs_exist_ok=True)
-    training_spec(kind, draft_vocab=draft_vocab).calibrate(dest)
+    spec.calibrate(dest)
     (dest / "README.md").write_text(card(kind, dest))
     return dest
