@@ -150,7 +150,8 @@ def build_draft(args) -> object:
             args.refuse("argument --publish: names no head; add --head " + "|".join(HEAD_KINDS))
         return publish(args.head, args.draft_vocab)
     if args.head:
-        from .draft.eagle3 import committed_checkpoint, train_head
+        from .draft.eagle3 import train_head
+        from .draft.head_checkpoints import committed_checkpoint
         from .draft.mlp_heads import training_spec
 
         values = {"draft_vocab": args.draft_vocab} | ({"heads": args.heads} if args.heads else {})

@@ -3,7 +3,7 @@
 The EAGLE-3 way (SafeAILab/EAGLE ``eagle/traineagle3``):
 
 - features on the fly: each step runs the target teacher-forced over its sequences (bf16, as it is timed; its
-  bf16 weights in fp32 arithmetic on a CPU without native bf16: ``teacher_here``) and keeps the hidden states
+  bf16 weights in fp32 arithmetic on a CPU without native bf16: ``train.teacher_here``) and keeps the hidden states
   entering the head's layers and the logits, from that one forward;
 - soft targets: at each row, the target's softmax restricted to the draft vocabulary; the loss is their cross
   entropy with the head's log-softmax, on rows whose predicted token is text the teacher wrote (answers,
@@ -23,7 +23,7 @@ fused input's hidden half (q/k/v of the token-embedding half at zero), ``fc`` pa
 the final norm and the head as the target's (its tied embedding's rows over the draft vocabulary); ``tied`` keeps
 only the norm and head from the target. Everything is seeded by ``seed`` and the step; checkpoints every
 ``ckpt_every`` steps under ``models/`` (git-ignored) and at the end of a run's budget; a rerun resumes from the
-newest. ``build-draft --head`` also keeps a committed copy (``committed_checkpoint``: the fp32 weights and the log,
+newest. ``build-draft --head`` also keeps a committed copy (``head_checkpoints.committed_checkpoint``: the fp32 weights and the log,
 no optimizer state, small enough for git); where it is further on than the ``models/`` checkpoints (a new machine
 has none), a rerun resumes from it with a fresh optimizer, warmed up again over ``warmup`` steps. The head folder
 (the speculators format vLLM serves) is written at the end of every run. Its first-token agreement, overlap and ECE
@@ -52,10 +52,10 @@ from ..core.eagle3 import (OUR_KEY, Eagle3Config, Eagle3Head, fused_features, lo
 from ..harness.paths import REPO
 from .calibrate import fit_on_rows
 from .teacher import SAMPLED_TEXT, TEXT
-from .train import DraftSpec, autocast, dtype_name, is_heldout, native, save_atomically
+from .head_checkpoints import check_folder, checkpoint, resume
+from .train import DraftSpec, autocast, dtype_name, is_heldout, load_bf16_target, native, teacher_here
 
 BUILD = REPO / "models" / "eagle3"  # git-ignored: checkpoints and the exported head, one folder per spec
-COMMITTED = REPO / "checkpoints"  # committed: the newest weights and log of each head's training (no optimizer)
 V4_TEXT = REPO / "data" / "draft_teacher_v4" / "teacher_text.json.gz"
 VERIFIER = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -380,11 +380,6 @@ def train_head(spec: HeadRecipe = HeadSpec(), target=None, seconds: float | None
     return spec.export(head, out / "head", log)
 
 
-def committed_checkpoint(spec: HeadRecipe) -> Path:
-    """The committed copy of the default folder's training: ``checkpoints/<kind>/<folder>.pt``."""
-    return COMMITTED / spec.kind / f"{spec.folder().name}.pt"
-
-
 def train_step(head, opt, target, seqs: list[Sequence], spec: HeadRecipe, step: int, clock: float,
                since: int = 0) -> dict:
     batch = teacher_pass(target, batch_of(seqs), spec.feature_layers(head), head.vocab())
@@ -405,64 +400,6 @@ def train_step(head, opt, target, seqs: list[Sequence], spec: HeadRecipe, step: 
 def mean(log: list[dict], key: str, n: int = 20) -> float:
     rows = [r[key] for r in log[-n:] if key in r]
     return sum(rows) / max(1, len(rows))
-
-
-def teacher_here(target):
-    """The teacher as this CPU runs it: a bf16 target moved to fp32 in place where bf16 is not native
-    (``train.native``: the same bf16-valued weights, products unrounded), else as given."""
-    return target.to(native(target.dtype))
-
-
-def load_bf16_target():
-    from .teacher import load_target
-
-    return load_target("bfloat16")[0]
-
-
-def check_folder(out: Path, spec: HeadRecipe, committed: Path | None = None) -> None:
-    """Refuse a folder, or a committed copy, holding a head trained with another spec (before the target loads; the
-    files are mapped, not read whole)."""
-    out.mkdir(parents=True, exist_ok=True)
-    ckpts = sorted(out.glob("ckpt-*.pt"))
-    for path in ckpts[-1:] + ([committed] if committed is not None and committed.exists() else []):
-        if (was := torch.load(path, mmap=True)["spec"]) != spec_record(spec):
-            raise ValueError(f"{path} holds a head trained with {was}, not {asdict(spec)}: train in another folder "
-                             "or remove it")
-
-
-def spec_record(spec: HeadRecipe) -> dict:
-    """``spec`` as a checkpoint stores it (JSON types: tuples as lists)."""
-    return json.loads(json.dumps(asdict(spec)))
-
-
-def resume(out: Path, head: torch.nn.Module, opt, committed: Path | None = None) -> tuple[list[dict], int]:
-    """Load the newest checkpoint in ``out`` into ``head`` and ``opt`` or, where it is further on (or ``out`` holds
-    none), the ``committed`` copy into ``head`` alone; the log (empty if neither) and the step the optimizer
-    started. ``check_folder`` has checked both files' specs."""
-    ckpts = sorted(out.glob("ckpt-*.pt"))
-    st = torch.load(ckpts[-1]) if ckpts else {"log": []}
-    if committed is not None and committed.exists():
-        kept = torch.load(committed)
-        if len(kept["log"]) > len(st["log"]):
-            head.load_state_dict(kept["head"])
-            return kept["log"], len(kept["log"])
-    if not ckpts:
-        return [], 0
-    head.load_state_dict(st["head"])
-    opt.load_state_dict(st["opt"])
-    return st["log"], st.get("optimizer_since", 0)
-
-
-def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: HeadRecipe, since: int = 0,
-               committed: Path | None = None) -> None:
-    """``ckpt-<steps>.pt`` written atomically, the two newest kept; the weights and log alone to ``committed``."""
-    state = {"head": head.state_dict(), "log": log, "spec": spec_record(spec), "optimizer_since": since}
-    save_atomically({**state, "opt": opt.state_dict()}, out / f"ckpt-{len(log):06d}.pt")
-    for old in sorted(out.glob("ckpt-*.pt"))[:-2]:
-        old.unlink()
-    if committed is not None:
-        committed.parent.mkdir(parents=True, exist_ok=True)
-        save_atomically(state, committed)
 
 
 # ---- calibration ---------------------------------------------------------------------------------------------------

@@ -76,6 +76,17 @@ def autocast(dtype: torch.dtype):
     return torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32)
 
 
+def teacher_here(target):
+    """The teacher as this CPU runs it: a bf16 target moved to fp32 in place where bf16 is not native
+    (``train.native``: the same bf16-valued weights, products unrounded), else as given."""
+    return target.to(native(target.dtype))
+
+
+def load_bf16_target():
+    """The cpu profile's target in bf16: the heads' teacher."""
+    return load_target("bfloat16")[0]
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
