@@ -29,8 +29,8 @@ def test_the_committed_head_is_small_and_documented():
 
 
 def test_the_committed_checkpoint_resumes_the_published_heads_training():
-    """``checkpoints/eagle3/v8k.pt`` (``draft.head_checkpoints.committed_checkpoint``): the default spec's training, a log row
-    per step, at least as far on as the published head, its weights the head's shape."""
+    """``checkpoints/eagle3/v8k.pt`` (``draft.head_checkpoints.committed_checkpoint``): the default spec's training,
+    a log row per step, at least as far on as the published head, its weights the head's shape."""
     from dynatree_lib.draft.eagle3 import HeadSpec
     from dynatree_lib.draft.head_checkpoints import committed_checkpoint, spec_record
 

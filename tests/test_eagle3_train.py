@@ -131,15 +131,15 @@ def test_the_temperature_fit_finds_the_temperature_that_calibrates():
     assert best == 1.0 and fit["heldout_positions"] == 40000 and set(fit["heldout_by_kind"]) == {"a", "b"}
 
 
-def test_held_out_rows_are_the_pair_reports_first_drafts(llama_target, eagle3_head, monkeypatch):
+def test_held_out_rows_are_the_pair_reports_first_drafts(llama_target, eagle3_head):
     """``heldout_rows`` row by row: the first drafted token after each loss prefix (``core.eagle3.first_drafts``,
     what the pair report and the drafter compute) and whether it is the target's greedy token."""
     from dynatree_lib.core.eagle3 import first_drafts
 
     x = prompts(1, seed=3, lo=20, hi=21)[0]
-    monkeypatch.setattr(E, "shard_text", lambda spec, heldout: [("instruction", E.Sequence(tuple(x.tolist()), 4))])
+    held = [("instruction", E.Sequence(tuple(x.tolist()), 4))]
     spec = E.HeadSpec(**{**SPEC.__dict__, "draft_vocab": 80})
-    [(logits, agree, kind)] = list(E.heldout_rows(eagle3_head, llama_target, spec))
+    [(logits, agree, kind)] = list(E.heldout_rows(eagle3_head, llama_target, spec, held))
     with torch.no_grad():
         want = first_drafts(eagle3_head, x, target_features(llama_target, x, eagle3_head.cfg.aux_layers))[4:-1]
         greedy = llama_target(input_ids=x[None]).logits[0, 4:-1].argmax(-1)

@@ -23,10 +23,10 @@ fused input's hidden half (q/k/v of the token-embedding half at zero), ``fc`` pa
 the final norm and the head as the target's (its tied embedding's rows over the draft vocabulary); ``tied`` keeps
 only the norm and head from the target. Everything is seeded by ``seed`` and the step; checkpoints every
 ``ckpt_every`` steps under ``models/`` (git-ignored) and at the end of a run's budget; a rerun resumes from the
-newest. ``build-draft --head`` also keeps a committed copy (``head_checkpoints.committed_checkpoint``: the fp32 weights and the log,
-no optimizer state, small enough for git); where it is further on than the ``models/`` checkpoints (a new machine
-has none), a rerun resumes from it with a fresh optimizer, warmed up again over ``warmup`` steps. The head folder
-(the speculators format vLLM serves) is written at the end of every run. Its first-token agreement, overlap and ECE
+newest. ``build-draft --head`` also keeps a committed copy (``head_checkpoints.committed_checkpoint``: the fp32
+weights and the log, no optimizer state, small enough for git); where it is further on than the ``models/``
+checkpoints (a new machine has none), a rerun resumes from it with a fresh optimizer, warmed up again over
+``warmup`` steps. The head folder (the speculators format vLLM serves) is written at the end of every run. Its first-token agreement, overlap and ECE
 beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
 ``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
 
@@ -405,13 +405,14 @@ def mean(log: list[dict], key: str, n: int = 20) -> float:
 # ---- calibration ---------------------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def heldout_rows(head: Eagle3Head, target, spec: HeadSpec, per_batch: int = 4):
-    """Per batch of held-out sequences (``shard_text``; one seeded window of at most ``spec.seq_len`` tokens each,
-    one kind a batch): the logits of the first drafted token at every loss row, teacher-forced as training's step 0,
-    whether its argmax is the target's greedy token, and the kind of text (``calibrate.fit_on_rows``' rows)."""
+def heldout_rows(head: Eagle3Head, target, spec: HeadSpec, held: list[tuple[str, Sequence]], per_batch: int = 4):
+    """Per batch of the held-out sequences ``held`` (``shard_text``'s (kind, sequence) pairs; one seeded window of at
+    most ``spec.seq_len`` tokens each, one kind a batch): the logits of the first drafted token at every loss row,
+    teacher-forced as training's step 0, whether its argmax is the target's greedy token, and the kind of text
+    (``calibrate.fit_on_rows``' rows)."""
     g = torch.Generator().manual_seed(spec.seed)
     by_kind: dict[str, list[Sequence]] = {}
-    for kind, s in shard_text(spec, heldout=True):
+    for kind, s in held:
         by_kind.setdefault(kind, []).append(window(s, spec.seq_len, g))
     for kind, seqs in sorted(by_kind.items()):
         for b in range(0, len(seqs), per_batch):
@@ -430,24 +431,23 @@ def calibrate_export(folder: Path, spec: HeadSpec, target=None) -> dict:
     and the folder stays a plain speculators Eagle3 head. Its ``config.json`` records the fit
     (``dynatree_lib.calibration``); a folder already calibrated is refused. ``target``: the transformers target
     (default: the cpu profile's, bf16)."""
-    folder = Path(folder)
-    read_config(folder)
-    cfg_path = folder / "config.json"
-    cfg = json.loads(cfg_path.read_text())
+    cfg_path = Path(folder) / "config.json"
+    _, cfg = read_config(folder)
     ours = cfg.get(OUR_KEY)
     if ours is None:
         raise ValueError(f"{cfg_path} has no '{OUR_KEY}' section: not a head this library exported")
     if "calibration" in ours:
         raise ValueError(f"{cfg_path}: already calibrated (temperature {ours['calibration']['temperature']}); "
                          "calibrate the uncalibrated export it was copied from")
-    if not shard_text(spec, heldout=True):
+    if not (held := shard_text(spec, heldout=True)):
         raise FileNotFoundError(f"no held-out teacher shards in {TEXT}: nothing to fit the temperature on")
     target = teacher_here(target if target is not None else load_bf16_target())
     torch.set_num_threads(spec.threads)
     head = load_head(folder, target.get_input_embeddings().weight, torch.float32)
-    temp, fit = fit_on_rows(heldout_rows(head, target, spec))
-    ours["calibration"] = {"temperature": temp, "fitted_on": "held-out teacher shards (draft.eagle3.shard_text)", **fit}
-    bake_temperature(folder / "model.safetensors", temp)
+    temp, fit = fit_on_rows(heldout_rows(head, target, spec, held))
+    ours["calibration"] = {"temperature": temp, "fitted_on": "held-out teacher shards (draft.eagle3.shard_text)",
+                           **fit}
+    bake_temperature(cfg_path.with_name("model.safetensors"), temp)
     cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
     return ours["calibration"]
 

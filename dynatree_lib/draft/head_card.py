@@ -44,8 +44,9 @@ def calibration_section(fit: dict | None) -> str:
     return f"""
 ## Calibration
 One temperature, T = {fit['temperature']}, divides the network's logits (baked into the final norm's weight, so the
-folder stays a plain Eagle3 head; the context lookup's probabilities are not recalibrated), fitted as v4's is: the lowest expected calibration error of the first drafted token's top-1
-probability as a predictor of agreement with the target's greedy token, on {fit['heldout_positions']:,} positions
+folder stays a plain Eagle3 head; the context lookup's probabilities are not recalibrated), fitted as v4's is: the
+lowest expected calibration error of the first drafted token's top-1 probability as a predictor of agreement with
+the target's greedy token, on {fit['heldout_positions']:,} positions
 of the held-out teacher shards ({kinds}; never a dev or test prompt): ECE {fit['ece_by_temperature']['1.0']:.3f}
 at T = 1, {fit['ece_by_temperature'][str(fit['temperature'])]:.3f} at T = {fit['temperature']}.
 """
