@@ -7,6 +7,7 @@ import pytest
 
 from dynatree_lib.harness import experiments, measure, tuning, variants, workloads
 from dynatree_lib.reporting import tables
+from dynatree_lib.harness.paths import written_whole
 from dynatree_lib.harness.store import ResultStore
 from dynatree_lib.harness.measure import agreement
 from dynatree_lib.harness.store import config_dict as bench_config
@@ -63,6 +64,17 @@ def test_store_refuses_overwrite_and_archives(tmp_path):
     bak = s.archive()
     assert bak.exists() and json.loads(bak.read_text())["records"][0]["key"] == "a"
     assert not (tmp_path / "x.json").exists() and s.records == []
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "x.json"
+    with written_whole(path) as tmp:
+        tmp.write_text("old")
+    with pytest.raises(RuntimeError, match="killed"):
+        with written_whole(path) as tmp:
+            tmp.write_text("partial")
+            raise RuntimeError("killed mid-write")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
 
 
 def test_schema_mismatch(tmp_path):

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from ..core.eagle3 import (OUR_KEY, Eagle3Config, Eagle3Head, fused_features, load_head, read_config, save_head,
                            ttt_outputs)
-from ..harness.paths import REPO
+from ..harness.paths import REPO, written_whole
 from .calibrate import fit_on_rows
 from .teacher import SAMPLED_TEXT, TEXT
 from .head_checkpoints import check_folder, checkpoint, resume
@@ -459,9 +459,8 @@ def bake_temperature(weights: Path, temp: float) -> None:
     tensors = load_file(str(weights))
     norm = tensors["norm.weight"]
     tensors["norm.weight"] = (norm.float() / temp).to(norm.dtype)
-    tmp = weights.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    tmp.replace(weights)
+    with written_whole(weights) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
 
 
 def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from ..harness.data import chat_prompt, training_text, wikitext_valid_articles
-from ..harness.paths import REPO
+from ..harness.paths import REPO, written_whole
 from ..harness.weights import smollm2_folder
 from . import instructions
 
@@ -192,9 +192,8 @@ def build_shards(names: list[str], spec, make: Callable[[object, object, int], d
             save_text(shard, spec, src)
             if on_text:
                 on_text()
-        tmp = out / f"{names[s]}.pt.tmp"
-        torch.save(shard, tmp)
-        tmp.rename(out / f"{names[s]}.pt")
+        with written_whole(out / f"{names[s]}.pt") as tmp:
+            torch.save(shard, tmp)
         bar.set_postfix_str(f"{how} in {time.time() - t0:.0f} s")
     return out
 
@@ -224,10 +223,10 @@ def save_text(shard: dict, spec, path: Path) -> None:
     row = {"spec": asdict(spec), "kind": kind, **{k: shard[k] for k in TEXT_KEYS[kind] if k != "kind"}}
     if kind == "continuation":
         row["tokens"] = shard["tokens"].tolist()
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
-        f.write(json.dumps(row, separators=(",", ":")).encode())
-    tmp.rename(path)
+    data = json.dumps(row, separators=(",", ":")).encode()
+    with written_whole(path) as tmp, open(tmp, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
+            f.write(data)
 
 
 # fields that change no shard's tokens: torch's threads, and how many shards (samples) a spec asks for, since

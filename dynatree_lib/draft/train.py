@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ..harness.paths import written_whole
 from .loss import distill_loss
 from .teacher import BUILD, TEACHER, load_target, teacher_files
 
@@ -284,9 +285,8 @@ def checkpoint(out: Path, model, opt, log: list[dict], spec: DraftSpec) -> None:
 
 def save_atomically(state: dict, path: Path) -> None:
     """``torch.save`` to a temporary file beside ``path``, then renamed over it: a killed run leaves no partial file."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    with written_whole(path) as tmp:
+        torch.save(state, tmp)
 
 
 def trained_draft(final: Path):

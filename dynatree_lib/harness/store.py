@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from .paths import RESULTS
+from .paths import RESULTS, written_whole
 
 SCHEMA = 2
 
@@ -66,9 +66,8 @@ class ResultStore:
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=float))
-        os.replace(tmp, self.path)
+        with written_whole(self.path) as tmp:
+            tmp.write_text(json.dumps(self.data, indent=1, default=float))
 
     def archive(self) -> Path | None:
         """Move the file aside (for an explicit rerun) so no finished record is lost."""
