@@ -337,6 +337,8 @@ def test_memory_cells_measure_their_own_models():
     rows = [measure_in_process(prof, c) for c in cells]
     assert [r["models"] for r in rows] == [["target"], ["target", "draft"]]  # AR holds no draft
     assert all(r["footprint_mb"] == r["peak_mem_mb"] - r["runtime_mb"] > 0 for r in rows)
+    assert rows[0]["draft_tensors_mb"] == 0 < rows[1]["draft_tensors_mb"]
+    assert rows[0]["target_tensors_mb"] == rows[1]["target_tensors_mb"] > 0  # the same target, whatever the draft
 
 
 def test_results_md_holds_every_table():

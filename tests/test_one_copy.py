@@ -4,7 +4,6 @@ weight once: the storages reachable from the runners, their models and the head 
 bytes, plus the caches named here and the draft's subset head. A transformers model that gave its weights away
 computes from the runner's (views) or refuses loudly (released), never silently."""
 import gc
-import types
 from pathlib import Path
 
 import pytest
@@ -18,15 +17,13 @@ from dynatree_lib.core.eagle3 import save_head
 from dynatree_lib.core.eagle3_fused import FusedEagle3Runner
 from dynatree_lib.core.eagle3_runner import Eagle3Runner
 from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.ownership import ReleasedWeight, ReleasedWeightError
+from dynatree_lib.core.ownership import ReleasedWeight, ReleasedWeightError, reachable_storages
 from dynatree_lib.harness.environment import weight_bytes
 from dynatree_lib.harness.measure import divergence_gap
 from dynatree_lib.harness.models import Engine, load_head_draft, on_engine, serve_pair, share_embedding
 from dynatree_lib.harness.tiny import tiny_eagle3
 
 DTYPES = (torch.bfloat16, torch.float32)
-OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.FrameType,
-          types.CodeType)
 
 
 def tied_llama(layers: int, seed: int) -> LlamaForCausalLM:
@@ -49,23 +46,6 @@ def pair(dtype):
 def engine(dtype) -> Engine:
     """The cpu profile's engine where the bf16 kernels run (one C++ call a forward), else the plain fast path."""
     return Engine("static+fused" if dtype == torch.bfloat16 and kernels.available() else "static")
-
-
-def storages(*roots) -> dict[int, int]:
-    """Every storage of a tensor reachable from ``roots`` through objects' attributes and containers (not through
-    classes, modules or functions): data pointer -> bytes. A released weight holds none."""
-    seen, out, todo = set(), {}, list(roots)
-    while todo:
-        o = todo.pop()
-        if id(o) in seen or isinstance(o, OPAQUE + (ReleasedWeight,)):
-            continue
-        seen.add(id(o))
-        if isinstance(o, torch.Tensor):
-            s = o.untyped_storage()
-            out[s.data_ptr()] = s.nbytes()
-        else:
-            todo.extend(gc.get_referents(o))
-    return out
 
 
 def held(*tensors) -> dict[int, int]:
@@ -100,7 +80,7 @@ def test_a_served_pair_holds_every_weight_once(dtype):
     the rows a subset head reads, the one derived weight)."""
     target, draft = pair(dtype)
     assert share_embedding(target, draft)
-    one = storages(*target.parameters(), *draft.parameters())
+    one = reachable_storages(*target.parameters(), *draft.parameters())
     vocab = torch.arange(0, 96, 3)
     tgt, drf = serve_pair(target, draft, engine(dtype), 64, vocab)
     assert drf.net.embed.data_ptr() == tgt.net.embed.data_ptr()  # the draft reads the target's embedding tensor
@@ -108,7 +88,7 @@ def test_a_served_pair_holds_every_weight_once(dtype):
         assert tgt.net.embed is tgt.net.head
     subset = held(drf.net.head, drf.vocab)
     assert sum(subset.values()) == vocab.numel() * (128 * target.dtype.itemsize + 8)
-    total = storages(tgt, drf)
+    total = reachable_storages(tgt, drf)
     assert sum(total.values()) == sum(one.values()) + sum(caches(tgt).values()) + sum(caches(drf).values()) + \
         sum(subset.values())
 
@@ -120,15 +100,15 @@ def test_a_head_on_the_fast_path_holds_every_weight_once(dtype, tmp_path):
     head's parameters once, and the caches."""
     target = tied_llama(3, 0).to(dtype)
     save_head(tiny_eagle3(target, draft_vocab=80, seed=2), tmp_path, verifier="tiny")
-    one = storages(*target.parameters())
+    one = reachable_storages(*target.parameters())
     tgt = on_engine(target, engine(dtype), 64)
     drf = load_head_draft(f"eagle3:{tmp_path}", tgt, 64, None, False, engine(dtype).fused)
     assert drf.head.embed_tokens.data_ptr() == tgt.embedding.data_ptr()
     assert drf.engine == ("eagle3+fused" if engine(dtype).fused else "eagle3")
-    head = {**storages(*drf.head.parameters(), *drf.head.buffers()), **packed(drf)}
+    head = {**reachable_storages(*drf.head.parameters(), *drf.head.buffers()), **packed(drf)}
     assert sum(head.values()) == sum(p.numel() * p.element_size() for p in (*drf.head.parameters(),
                                                                             *drf.head.buffers()))
-    total = storages(tgt, drf)
+    total = reachable_storages(tgt, drf)
     assert sum(total.values()) == sum(one.values()) + sum(head.values()) + sum(caches(tgt).values()) + \
         sum(caches(drf).values())
     p = torch.arange(1, 20)

@@ -31,6 +31,9 @@ reads the runner (``harness.measure.divergence_gap``) or the model's config.
 """
 from __future__ import annotations
 
+import gc
+import types
+
 import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_leaves
@@ -99,3 +102,24 @@ def view(p: Tensor, t: Tensor, what: str) -> nn.Parameter:
         raise ValueError(f"{what}: the runner's view is {tuple(t.shape)} {t.dtype}, the parameter "
                          f"{tuple(p.shape)} {p.dtype}")
     return nn.Parameter(t.detach(), requires_grad=p.requires_grad)
+
+
+OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.FrameType,
+          types.CodeType)  # what ``reachable_storages`` does not look into: code, not data
+
+
+def reachable_storages(*roots) -> dict[int, int]:
+    """Every storage of a tensor reachable from ``roots`` through objects' attributes and containers (not through
+    classes, modules or functions): data pointer -> bytes, each storage once. A released weight holds none."""
+    seen, out, todo = set(), {}, list(roots)
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or isinstance(o, OPAQUE + (ReleasedWeight,)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, torch.Tensor):
+            s = o.untyped_storage()
+            out[s.data_ptr()] = s.nbytes()
+        else:
+            todo.extend(gc.get_referents(o))
+    return out

@@ -7,7 +7,12 @@ generation, returns freed memory to the system and measures the next generation:
 - ``footprint_mb``: the generation's peak above that runtime (weights, caches and the generation's own tensors):
   what serving the method costs, the number the paper's Table 5 compares with AR's;
 - ``above_start_mb``: the generation's peak above what the process held right before it (its own tensors);
-- ``peak_mem_mb``, ``start_mem_mb``, ``runtime_mb``: the absolute figures behind them.
+- ``peak_mem_mb``, ``start_mem_mb``, ``runtime_mb``: the absolute figures behind them;
+- ``target_tensors_mb``, ``draft_tensors_mb``: what the loaded models hold in tensors, before any generation
+  (``core.ownership.reachable_storages``): the target runner's weights, caches and tables, and what the draft
+  holds beyond them (its own weights and caches; an embedding it borrows counts once, as the target's): the
+  part of a footprint that is the models' and their caches', the rest being the generation's own tensors and
+  the allocator's.
 
 On GPU the memory is CUDA's allocated bytes and its peak; on CPU the process's RSS and its high-water mark, reset
 at the start of the generation after ``malloc_trim`` hands the allocator's free pages back (without it the
@@ -101,6 +106,7 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
         import_model_code(ref)
     runtime = in_use_mb(device)
     target, draft, _ = profile.load_pair(cell.dtype, with_draft=drafts, models_for=models_for([cell.method]))
+    held = tensors_mb(target, draft)
     seed = prompt_seed(profile.protocol.seed, prompt.id, 0)
     run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)  # warm: allocators, kernels
     start = reset_peak(device)
@@ -108,7 +114,16 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     peak = read_peak(device)
     return {"prompt_id": prompt.id, "tokens": len(res.tokens), "models": ["target", "draft"] if drafts else ["target"],
             "runtime_mb": runtime, "start_mem_mb": start, "peak_mem_mb": peak, "footprint_mb": peak - runtime,
-            "above_start_mb": peak - start, "engine": res.engine}
+            "above_start_mb": peak - start, "engine": res.engine, **held}
+
+
+def tensors_mb(target, draft) -> dict:
+    """MB of the storages the target holds, and of those the draft holds beyond the target's (module docstring)."""
+    from ..core.ownership import reachable_storages
+
+    held = reachable_storages(target)
+    own = {k: v for k, v in reachable_storages(draft).items() if k not in held} if draft is not None else {}
+    return {"target_tensors_mb": sum(held.values()) / 2**20, "draft_tensors_mb": sum(own.values()) / 2**20}
 
 
 FIXED_MMAP_THRESHOLD = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}  # glibc's default start, kept (module docstring)

@@ -236,13 +236,22 @@ def head_vocab_table(vocab: dict) -> pd.DataFrame:
 
 def head_memory_table(memory: dict) -> pd.DataFrame:
     """``tools/memory_head.py``: each cell's footprint (notebook 08's measure, the mean of its fresh processes, each
-    process's value beside it) and its excess over AR's."""
+    process's value beside it), its excess over AR's, and the tensors the loaded target and draft hold (the draft's:
+    beyond the target's; records measured before these were logged show none)."""
     records = memory["records"]
     mean = lambda r: r["aggregate"]["footprint_mb"]["mean"]  # noqa: E731
     ar = mean(next(r for r in records if r["method"] == registry.AR))
     rows = {r["label"] if r["method"] == registry.AR else f"{r['label']} · {r['draft']}": {
         "footprint (MB)": f"{mean(r):.1f}", "processes (MB)": ", ".join(f"{x['footprint_mb']:.1f}" for x in r["rows"]),
-        "over AR": "–" if r["method"] == registry.AR else f"{100 * (mean(r) / ar - 1):+.1f}%"} for r in records}
+        "over AR": "–" if r["method"] == registry.AR else f"{100 * (mean(r) / ar - 1):+.1f}%",
+        **held_columns(r)} for r in records}
     t = pd.DataFrame(rows).T
     t.index.name = "WikiText-2, first test prompt"
     return t
+
+
+def held_columns(record: dict) -> dict:
+    """The target's and the draft's tensors (MB, their processes' mean) of a memory record that logged them."""
+    agg = record["aggregate"]
+    return {f"{who} tensors (MB)": f"{agg[f'{who}_tensors_mb']['mean']:.1f}" if f"{who}_tensors_mb" in agg else "–"
+            for who in ("target", "draft")}
