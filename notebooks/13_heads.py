@@ -17,8 +17,9 @@
 #
 # 1. the head's first drafted token beside v4's on the dev prompts (the pair reports of notebook 00's kind);
 # 2. what one head step costs against the target's one-token forward (`tools/head_cost.py`), which reduced
-#    vocabulary pays (`tools/head_vocab.py`), and DynaTree's memory with the head against AR's and v4's
-#    (`tools/memory_head.py`, notebook 08's measure);
+#    vocabulary pays (`tools/head_vocab.py`), DynaTree's memory with the head against AR's and v4's
+#    (`tools/memory_head.py`, notebook 08's measure), and whether the head needs a context lookup fitted to its own
+#    probabilities rather than v4's (`tools/head_lookup.py`, cross-fitted on held-out teacher text);
 # 3. every exact method of our loop drafting with the head, greedy and at T = 1, on the first test prompts of
 #    each workload, each replicate in its own process, methods interleaved prompt by prompt (`heads` experiment):
 #    τ is tokens per verification, δ draft forwards per verification (TALON's draft efficiency), speedups over AR
@@ -50,7 +51,7 @@ if prof.extras.head and head_pair_path.exists():
     show_table(tables.draft_versions_table(head_pair, {"v4": pair}, "head", overlap=True), "table_head_pair", prof)
 
 # %% [markdown]
-# ## What a head step costs, which vocabulary pays, and what the head adds to memory
+# ## What a head step costs, which vocabulary pays, what the head adds to memory, and its lookup
 
 # %%
 def logged(name):
@@ -65,6 +66,9 @@ if (vocab := logged("head_vocab")) is not None:
     show_table(tables.head_vocab_table(vocab), "table_head_vocab", prof)
 if (memory := logged("memory_head")) is not None:
     show_table(tables.head_memory_table(memory), "table_head_memory", prof)
+if (lookup := logged("head_lookup")) is not None:
+    show_table(tables.head_lookup_table(lookup), "table_head_lookup", prof)
+    show_table(tables.head_lookup_weights_table(lookup), "table_head_lookup_weights", prof)
 
 # %% [markdown]
 # ## Every method on the head

@@ -18,6 +18,7 @@ from dynatree_lib.harness.paths import DRAFT_DIR
 from dynatree_lib.harness.weights import lookup_config
 from dynatree_lib.core.runners import HFRunner
 from dynatree_lib.core.tree import copy_outcomes
+from dynatree_lib.draft.lookup_fit import LOOKUP_WEIGHTS, fit_weights, matched
 
 from .conftest import VOCAB, prompts
 
@@ -258,3 +259,26 @@ def test_committed_lookup_loads_and_missing_file_is_refused(tmp_path):
         LookupConfig.load(tmp_path / "lookup.json")
     with pytest.raises(ValueError, match="draft folder"):
         lookup_config("tiny:draft")
+
+
+def test_the_lookup_fit_trusts_a_copy_as_far_as_it_is_right():
+    """w[n] maximises the target token's likelihood under the mixture: a copy always right (and the draft unsure)
+    gets the largest candidate, one never right gets 0, one right half the time where the draft gives the target's
+    token nothing gets 0.5."""
+    always, never = {1: [(0.1, 0.1, True)] * 50}, {1: [(0.1, 0.3, False)] * 50}
+    half = {1: [(0.0, 0.0, True)] * 50 + [(0.0, 1.0, False)] * 50}
+    assert fit_weights(always)[0] == [max(LOOKUP_WEIGHTS)]
+    assert fit_weights(never)[0] == [0.0]
+    weights, fit = fit_weights(half)
+    assert weights == [0.5] and fit["1"] == {"positions": 100, "copy_agreement": 0.5, "w": 0.5}
+
+
+def test_the_lookup_fit_reads_each_matched_row_of_a_repeating_text():
+    """In a text that repeats itself every row after the first repeat matches, and its copy is the next token."""
+    ids = [1, 2, 3] * 4
+    t_top = torch.tensor(ids[1:])
+    lp = torch.full((len(ids), 8), -math.log(8))
+    by_n = matched([(ids, 0, t_top, lp)], torch.arange(8), 4)
+    rows = [r for obs in by_n.values() for r in obs]
+    assert len(rows) == len(ids) - 4 and all(ok for _, _, ok in rows)  # rows 3.. (the first repeat on)
+    assert all(math.isclose(pc, 1 / 8, rel_tol=1e-6) and math.isclose(pt, 1 / 8, rel_tol=1e-6) for pc, pt, _ in rows)

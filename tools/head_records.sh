@@ -4,8 +4,9 @@
 # the README from the JSON (./run_all.sh --render). tests/test_records_weights.py fails until this has run.
 #   bash tools/head_records.sh [--from STEP]   (about two hours on 2 CPU cores; most steps are timed: run it alone)
 # Steps, in order (--from resumes at one): pair (the pair report: agreement, calibration), cost (the head's step
-# over the target's), depth (EAGLE-3's tree, tokens per verification), memory, heads (notebook 13), talon_tuning and
-# talon (notebook 14), llamacpp (llama.cpp's exactness record), render. Build llama.cpp first
+# over the target's), depth (EAGLE-3's tree, tokens per verification), memory, lookup (v4's lookup against one
+# refitted to the head), heads (notebook 13), talon_tuning and talon (notebook 14), llamacpp (llama.cpp's exactness
+# record), render. Build llama.cpp first
 # (bash tools/build_llamacpp.sh): `talon` has a llama.cpp row, and an experiment this machine cannot measure whole
 # keeps its records (experiments.run).
 set -euo pipefail
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONHASHSEED=0
 PY=${PYTHON:-python3}
 HEAD_REF=eagle3:weights/smollm2-eagle3
-STEPS=(pair cost depth memory heads talon_tuning talon llamacpp render)
+STEPS=(pair cost depth memory lookup heads talon_tuning talon llamacpp render)
 FROM=${STEPS[0]}
 case "${1:-}" in
   --from) FROM=${2:?--from needs a step: ${STEPS[*]}} ;;
@@ -34,6 +35,7 @@ run_pair(get_profile('cpu', draft='$HEAD_REF'), rerun=True, name='pair_eagle3')"
     cost) "$PY" tools/head_cost.py --head "$HEAD_REF" ;;
     depth) "$PY" tools/head_tree_depth.py --head "$HEAD_REF" ;;
     memory) "$PY" tools/memory_head.py --head "$HEAD_REF" --rerun ;;
+    lookup) "$PY" tools/head_lookup.py --head "$HEAD_REF" ;;
     heads|talon_tuning|talon) "$PY" -m dynatree_lib bench --experiment "$1" --rerun ;;
     llamacpp) "$PY" tools/llamacpp_eagle3.py run ;;
     render) ./run_all.sh --render ;;

@@ -44,11 +44,36 @@ def calibration_section(fit: dict | None) -> str:
     return f"""
 ## Calibration
 One temperature, T = {fit['temperature']}, divides the network's logits (baked into the final norm's weight, so the
-folder stays a plain Eagle3 head; the context lookup's probabilities are not recalibrated), fitted as v4's is: the
+folder stays a plain Eagle3 head; the context lookup's weights are v4's: see below), fitted as v4's is: the
 lowest expected calibration error of the first drafted token's top-1 probability as a predictor of agreement with
 the target's greedy token, on {fit['heldout_positions']:,} positions
 of the held-out teacher shards ({kinds}; never a dev or test prompt): ECE {fit['ece_by_temperature']['1.0']:.3f}
 at T = 1, {fit['ece_by_temperature'][str(fit['temperature'])]:.3f} at T = {fit['temperature']}.
+"""
+
+
+def lookup_section(folder: Path) -> str:
+    """The context lookup the folder carries, and what weights fitted to this head's own probabilities would score
+    (``tools/head_lookup.py``), where that report measured these weights and this lookup."""
+    path = PAIRS / "head_lookup.json"
+    rep = json.loads(path.read_text()) if path.exists() else None
+    if rep is None or any(rep["weights"][name]["sha256"] != sha256_file(folder / name)
+                          for name in ("model.safetensors", "lookup.json")):
+        return ("\n## Context lookup\n`lookup.json` is v4's (fitted to v4's probabilities); not checked against these "
+                "weights.\n")
+    rows = (("network alone", "network alone"), ("with v4's lookup", "committed lookup"),
+            ("with the refitted lookup", "lookup fitted on the other half"))
+    cell = lambda what, m: " / ".join(f"{rep['scores'][h][what][m]:.4f}" for h in sorted(rep["scores"]))  # noqa: E731
+    table = "\n".join(f"| {label} | {cell(key, 'agreement')} | {cell(key, 'log_likelihood')} |" for label, key in rows)
+    return f"""
+## Context lookup
+`lookup.json` is v4's: its weights were fitted to v4's probabilities. Fitted again to this head's probabilities
+(`tools/head_lookup.py`, `results/cpu/head_lookup.json`) on {rep['data']}, each half scored with the
+weights fitted on the other:
+
+| first drafted token | agreement with the target's greedy token (A / B) | log-likelihood of the target's token (A / B) |
+|---|---|---|
+{table}
 """
 
 
@@ -125,7 +150,7 @@ stored), a norm and a {cfg['draft_vocab_size']}-token head with `d2t`/`t2d` maps
 vLLM serves (`config.json`, `model.safetensors`). In this library: the draft reference `eagle3:weights/smollm2-eagle3`
 (`dynatree_lib/core/eagle3.py`); every tree method drafts with it and stays exact.
 
-{training_section(cfg)}
+{training_section(cfg)}{lookup_section(folder)}
 {evaluation}"""
 
 

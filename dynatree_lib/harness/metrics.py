@@ -113,7 +113,8 @@ TIE_GAP = 1e-3
 AGG_KEYS = ("tps", "ttft_ms", "tpot_ms", "iterations", "L_bar", "ell_bar", "accept_rate", "node_efficiency",
             "draft_forwards_per_iter", "draft_nodes_per_iter", "depth_per_iter", "peak_mem_mb", "wall_s", "ar_agreement",
             "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token", "read_bandwidth_gbs",
-            "tokens", "loop_share", "start_mem_mb", "above_start_mb", "footprint_mb", "runtime_mb")
+            "tokens", "loop_share", "start_mem_mb", "above_start_mb", "footprint_mb", "runtime_mb", "target_tensors_mb",
+            "draft_tensors_mb")
 
 
 def aggregate(rows: list[dict]) -> dict:

@@ -255,3 +255,27 @@ def held_columns(record: dict) -> dict:
     agg = record["aggregate"]
     return {f"{who} tensors (MB)": f"{agg[f'{who}_tensors_mb']['mean']:.1f}" if f"{who}_tensors_mb" in agg else "–"
             for who in ("target", "draft")}
+
+
+def head_lookup_table(report: dict) -> pd.DataFrame:
+    """``tools/head_lookup.py``: on each held-out half, the head's first drafted token alone, with the committed
+    lookup and with one fitted on the other half: agreement with the target's greedy token and the mean
+    log-likelihood of that token."""
+    rows = {}
+    for half, scores in sorted(report["scores"].items()):
+        for what, s in scores.items():
+            rows.setdefault(what, {})[f"agreement, half {half}"] = f"{s['agreement']:.4f}"
+            rows[what][f"log-likelihood, half {half}"] = f"{s['log_likelihood']:.4f}"
+    t = pd.DataFrame(rows).T
+    t.index.name = "the head's first draft"
+    return t
+
+
+def head_lookup_weights_table(report: dict) -> pd.DataFrame:
+    """``tools/head_lookup.py``: the committed lookup's weight for each match length n beside those fitted on each
+    held-out half."""
+    rows = {"committed": report["committed_weights"]} | {f"fitted on half {h}": f["weights"]
+                                                         for h, f in sorted(report["fitted"].items())}
+    t = pd.DataFrame({k: {f"n={i + 1}": f"{w:.2f}" for i, w in enumerate(ws)} for k, ws in rows.items()}).T
+    t.index.name = "w[n]"
+    return t
