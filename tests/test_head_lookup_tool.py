@@ -5,6 +5,7 @@ import math
 
 import torch
 
+from dynatree_lib.core.lookup import column_of
 from dynatree_lib.harness.paths import REPO
 
 spec = importlib.util.spec_from_file_location("head_lookup", REPO / "tools" / "head_lookup.py")
@@ -12,25 +13,30 @@ head_lookup = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(head_lookup)
 
 
-def repeating(n_vocab: int = 8):
-    """A text that repeats itself, the target's greedy token of every row its next token, and a draft that puts
-    most of its mass on the wrong token (token 0) everywhere (rows 0..n-2, each predicting the next token)."""
-    ids = [1, 2, 3] * 4
-    lp = torch.full((len(ids) - 1, n_vocab), math.log(0.1 / (n_vocab - 1)))
+def repeating():
+    """1 2 3 repeated from row s = 2, the draft over tokens 0..3 (columns 0..3) putting 0.9 on token 0 (always wrong)
+    and 0.1 / 3 on each other; the target's greedy token is the next token but at row 6, where it is 5 (outside the
+    draft's vocabulary)."""
+    ids, s = [1, 2, 3] * 4, 2
+    t_top = torch.tensor(ids[s + 1:])
+    t_top[6 - s] = 5
+    lp = torch.full((len(ids) - 1, 4), math.log(0.1 / 3))
     lp[:, 0] = math.log(0.9)
-    return [(ids, 0, torch.tensor(ids[1:]), lp)]
+    vocab = torch.arange(4)
+    return [(ids, s, t_top, lp)], vocab, column_of(vocab, 8)
 
 
 def test_the_network_alone_scores_its_own_agreement():
-    vocab, col_of = torch.arange(8), torch.arange(8)
-    s = head_lookup.score(repeating(), [0.0] * 4, vocab, col_of)
-    assert s["agreement"] == 0 and s["rows"] == 11
-    assert math.isclose(s["log_likelihood"], math.log(0.1 / 7), rel_tol=1e-5)
+    forced, vocab, col_of = repeating()
+    s = head_lookup.score(forced, [0.0] * 4, vocab, col_of)
+    assert s["agreement"] == 0 and s["rows"] == 9
+    assert math.isclose(s["log_likelihood"], (8 * math.log(0.1 / 3) + math.log(1e-9)) / 9, rel_tol=1e-5)
 
 
 def test_a_lookup_that_copies_the_right_token_lifts_agreement_and_likelihood():
-    vocab, col_of = torch.arange(8), torch.arange(8)
-    alone = head_lookup.score(repeating(), [0.0] * 4, vocab, col_of)
-    mixed = head_lookup.score(repeating(), [0.95] * 4, vocab, col_of)
-    assert mixed["agreement"] == 8 / 11  # rows 3.. match (the first repeat on) and copy the next token
-    assert mixed["log_likelihood"] > alone["log_likelihood"]
+    """Rows 3..10 match and copy the next token (right but at row 6); row 2 matches nothing."""
+    forced, vocab, col_of = repeating()
+    s = head_lookup.score(forced, [0.95] * 4, vocab, col_of)
+    assert s["agreement"] == 7 / 9
+    right = math.log(0.05 * 0.1 / 3 + 0.95)
+    assert math.isclose(s["log_likelihood"], (7 * right + math.log(1e-9) + math.log(0.1 / 3)) / 9, rel_tol=1e-5)

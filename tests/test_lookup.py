@@ -264,21 +264,23 @@ def test_committed_lookup_loads_and_missing_file_is_refused(tmp_path):
 def test_the_lookup_fit_trusts_a_copy_as_far_as_it_is_right():
     """w[n] maximises the target token's likelihood under the mixture: a copy always right (and the draft unsure)
     gets the largest candidate, one never right gets 0, one right half the time where the draft gives the target's
-    token nothing gets 0.5."""
-    always, never = {1: [(0.1, 0.1, True)] * 50}, {1: [(0.1, 0.3, False)] * 50}
-    half = {1: [(0.0, 0.0, True)] * 50 + [(0.0, 1.0, False)] * 50}
+    token nothing gets 0.5; a length no row matched gets 0, in its place."""
+    always, never = {1: [(0.1, True)] * 50}, {1: [(0.3, False)] * 50}
+    half = {1: [(0.0, True)] * 50 + [(1.0, False)] * 50}
     assert fit_weights(always)[0] == [max(LOOKUP_WEIGHTS)]
     assert fit_weights(never)[0] == [0.0]
     weights, fit = fit_weights(half)
     assert weights == [0.5] and fit["1"] == {"positions": 100, "copy_agreement": 0.5, "w": 0.5}
+    assert fit_weights({2: [(0.1, True)] * 50})[0] == [0.0, max(LOOKUP_WEIGHTS)]
 
 
-def test_the_lookup_fit_reads_each_matched_row_of_a_repeating_text():
-    """In a text that repeats itself every row after the first repeat matches, and its copy is the next token."""
-    ids = [1, 2, 3] * 4
-    t_top = torch.tensor(ids[1:])
-    lp = torch.full((len(ids), 8), -math.log(8))
-    by_n = matched([(ids, 0, t_top, lp)], torch.arange(8), 4)
-    rows = [r for obs in by_n.values() for r in obs]
-    assert len(rows) == len(ids) - 4 and all(ok for _, _, ok in rows)  # rows 3.. (the first repeat on)
-    assert all(math.isclose(pc, 1 / 8, rel_tol=1e-6) and math.isclose(pt, 1 / 8, rel_tol=1e-6) for pc, pt, _ in rows)
+def test_the_lookup_fit_reads_each_matched_row():
+    """From row s = 2 of 1 2 3 1 2 3 1 2, rows 3..6 match 1, 2, 3 and 4 tokens; row 5's target token (4, set apart
+    from its copy 1) is outside the draft's vocabulary, so the draft gives it 0 and the copy is wrong there."""
+    ids, s = [1, 2, 3, 1, 2, 3, 1, 2], 2
+    t_top = torch.tensor([1, 2, 3, 4, 2])  # rows 2..6: the next tokens, but row 5's
+    col_of = torch.tensor([0, 1, 2, 3, -1, 5, 6, 7])
+    lp = torch.log_softmax(torch.arange(56, dtype=torch.float32).reshape(7, 8).sin(), -1)
+    p = lambda t, tok: float(lp[t, tok].exp())  # noqa: E731
+    assert matched([(ids, s, t_top, lp)], col_of, 4) == {1: [(p(3, 2), True)], 2: [(p(4, 3), True)],
+                                                         3: [(0.0, False)], 4: [(p(6, 2), True)]}

@@ -20,6 +20,7 @@ from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.core.ownership import ReleasedWeight, ReleasedWeightError, reachable_storages
 from dynatree_lib.harness.environment import weight_bytes
 from dynatree_lib.harness.measure import divergence_gap
+from dynatree_lib.harness.memory import tensors_mb
 from dynatree_lib.harness.models import Engine, load_head_draft, on_engine, serve_pair, share_embedding
 from dynatree_lib.harness.tiny import tiny_eagle3
 
@@ -81,6 +82,7 @@ def test_a_served_pair_holds_every_weight_once(dtype):
     target, draft = pair(dtype)
     assert share_embedding(target, draft)
     one = reachable_storages(*target.parameters(), *draft.parameters())
+    target_only = reachable_storages(*target.parameters())
     vocab = torch.arange(0, 96, 3)
     tgt, drf = serve_pair(target, draft, engine(dtype), 64, vocab)
     assert drf.net.embed.data_ptr() == tgt.net.embed.data_ptr()  # the draft reads the target's embedding tensor
@@ -91,6 +93,10 @@ def test_a_served_pair_holds_every_weight_once(dtype):
     total = reachable_storages(tgt, drf)
     assert sum(total.values()) == sum(one.values()) + sum(caches(tgt).values()) + sum(caches(drf).values()) + \
         sum(subset.values())
+    logged = tensors_mb(tgt, drf)  # what memory records log: the draft's own (layers, caches, subset head) apart
+    assert logged["target_tensors_mb"] * 2**20 == sum(target_only.values()) + sum(caches(tgt).values())
+    assert logged["draft_tensors_mb"] * 2**20 == sum(one.values()) - sum(target_only.values()) + \
+        sum(caches(drf).values()) + sum(subset.values())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

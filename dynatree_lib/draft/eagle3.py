@@ -465,7 +465,7 @@ def bake_temperature(weights: Path, temp: float) -> None:
 
 def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:
     """The head in bf16 in the speculators Eagle3 format, with its training record and v4's context lookup
-    (``lookup.json``, fitted for v4's draft: a starting point until the head gets its own fit)."""
+    (``lookup.json``, fitted for v4's draft; ``tools/head_lookup.py`` compares it with one fitted to the head)."""
     save_head(bf16_copy(head), folder, VERIFIER, spec.ttt_steps,
               {"training": training_record(spec, log), "embedding_from": "embedded:target"})
     return with_lookup(folder)

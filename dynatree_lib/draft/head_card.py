@@ -1,10 +1,12 @@
 """The committed EAGLE-3 head's model card (``weights/smollm2-eagle3/README.md``), written from its ``config.json``
-(the training log the export carries) and the pair reports: the head's (``results/cpu/pair_eagle3.json``) beside
-v4's (``results/cpu/pair.json``), on the same dev prompts and the same target outputs. ``./run_all.sh`` runs it
+(the training log the export carries), the pair reports: the head's (``results/cpu/pair_eagle3.json``) beside
+v4's (``results/cpu/pair.json``), on the same dev prompts and the same target outputs, and the check of its context
+lookup (``results/cpu/head_lookup.json``). ``./run_all.sh`` runs it
 after the cpu notebooks, so the card quotes the committed JSON and nothing else."""
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 from ..harness.paths import HEAD_DIR, REPO
@@ -61,15 +63,16 @@ def lookup_section(folder: Path) -> str:
                           for name in ("model.safetensors", "lookup.json")):
         return ("\n## Context lookup\n`lookup.json` is v4's (fitted to v4's probabilities); not checked against these "
                 "weights.\n")
-    rows = (("network alone", "network alone"), ("with v4's lookup", "committed lookup"),
-            ("with the refitted lookup", "lookup fitted on the other half"))
-    cell = lambda what, m: " / ".join(f"{rep['scores'][h][what][m]:.4f}" for h in sorted(rep["scores"]))  # noqa: E731
-    table = "\n".join(f"| {label} | {cell(key, 'agreement')} | {cell(key, 'log_likelihood')} |" for label, key in rows)
+    halves = sorted(rep["scores"])
+    cell = lambda row, m: " / ".join(f"{rep['scores'][h][row][m]:.4f}" for h in halves)  # noqa: E731
+    table = "\n".join(f"| {row} | {cell(row, 'agreement')} | {cell(row, 'log_likelihood')} |"
+                      for row in rep["scores"][halves[0]])
+    data = textwrap.fill(f"on {rep['data']}, each half scored with the weights fitted on the other:", 118)
     return f"""
 ## Context lookup
 `lookup.json` is v4's: its weights were fitted to v4's probabilities. Fitted again to this head's probabilities
-(`tools/head_lookup.py`, `results/cpu/head_lookup.json`) on {rep['data']}, each half scored with the
-weights fitted on the other:
+(`tools/head_lookup.py`, `results/cpu/head_lookup.json`)
+{data}
 
 | first drafted token | agreement with the target's greedy token (A / B) | log-likelihood of the target's token (A / B) |
 |---|---|---|

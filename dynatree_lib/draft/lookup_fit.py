@@ -89,27 +89,28 @@ def fit_lookup(out: Path = DRAFT_DIR / "lookup.json", max_n: int = 12, n_seq: in
     return out
 
 
-def matched(forced, col_of, max_n: int) -> dict[int, list[tuple[float, float, bool]]]:
-    """Per match length n, at every matched row of the teacher-forced sequences ``forced`` ((tokens, first row,
-    the target's greedy token of each row from it, the draft's log-probabilities of every row)): the draft's
-    probability of the copy token and of the target's token, and whether the copy is the target's token."""
-    by_n: dict[int, list[tuple[float, float, bool]]] = {n: [] for n in range(1, max_n + 1)}
+def matched(forced, col_of, max_n: int) -> dict[int, list[tuple[float, bool]]]:
+    """Per match length n = 1..max_n, at every matched row of the teacher-forced sequences ``forced`` ((tokens, first
+    row s, the target's greedy token of each row from s, the draft's log-probabilities of every row)): the draft's
+    probability of the target's token (0 outside its vocabulary) and whether the copy is the target's token."""
+    by_n: dict[int, list[tuple[float, bool]]] = {n: [] for n in range(1, max_n + 1)}
     for ids, s, t_top, lp in forced:
         for t, n, c in matches(ids, s, len(ids) - 1, max_n):
             tt = int(t_top[t - s])
-            pc = float(lp[t, col_of[c]].exp()) if col_of[c] >= 0 else 0.0
             pt = float(lp[t, col_of[tt]].exp()) if col_of[tt] >= 0 else 0.0
-            by_n[n].append((pc, pt, c == tt))
+            by_n[n].append((pt, c == tt))
     return by_n
 
 
-def fit_weights(by_n: dict[int, list[tuple[float, float, bool]]]) -> tuple[list[float], dict]:
-    """w[n] for every n of ``matched``'s rows: the candidate (``LOOKUP_WEIGHTS``) that maximises the likelihood of the
-    target's token under ``(1 - w) p_draft + w [copy]`` (0 where no row matched n), and the fit's record."""
+def fit_weights(by_n: dict[int, list[tuple[float, bool]]]) -> tuple[list[float], dict]:
+    """w[n] for n = 1..max(by_n) of ``matched``'s rows: the candidate (``LOOKUP_WEIGHTS``) that maximises the
+    likelihood of the target's token under ``(1 - w) p_draft + w [copy]`` (0 where no row matched n), and the fit's
+    record."""
     weights, fit = [], {}
-    for n, obs in sorted(by_n.items()):
-        ll = {w: sum(math.log(max((1 - w) * pt + w * ok, 1e-9)) for _, pt, ok in obs) for w in LOOKUP_WEIGHTS}
+    for n in range(1, max(by_n) + 1):
+        obs = by_n.get(n, [])
+        ll = {w: sum(math.log(max((1 - w) * pt + w * ok, 1e-9)) for pt, ok in obs) for w in LOOKUP_WEIGHTS}
         best = max(ll, key=ll.get) if obs else 0.0
         weights.append(best)
-        fit[str(n)] = {"positions": len(obs), "copy_agreement": sum(o[2] for o in obs) / max(1, len(obs)), "w": best}
+        fit[str(n)] = {"positions": len(obs), "copy_agreement": sum(ok for _, ok in obs) / max(1, len(obs)), "w": best}
     return weights, fit

@@ -11,10 +11,10 @@ HEAD_DIR = REPO / "weights" / "smollm2-eagle3"  # the EAGLE-3 head on the cpu ta
 
 
 @contextmanager
-def written_whole(path: Path, suffix: str = ".tmp"):
+def written_whole(path: Path):
     """A temporary path beside ``path`` to write to, renamed over ``path`` once the block ends without an error (a
     killed or failed writer leaves the old file, or none, never a partial one)."""
-    tmp = Path(path).with_name(Path(path).name + suffix)
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
     try:
         yield tmp
         os.replace(tmp, path)
