@@ -1,6 +1,9 @@
 """The bf16 kernels (linear, attention): packing, results against fp32 references, batch invariance, and
 the fast path with them: compiled and eager agree, and bf16 speculative decoding reproduces bf16 AR
 (dynamic shapes: tests/test_fastpath.py)."""
+import os
+import time
+
 import pytest
 import torch
 
@@ -263,3 +266,19 @@ def test_bf16_one_call_forward_speculative_decoding_reproduces_bf16_ar(kv_mode):
             for cfg in configs[:4]:
                 assert generate(tgt, p, T, draft=drf, method=cfg, kv_mode=kv_mode, eos_token_id=eos).tokens == stop
     assert accepted > 0
+
+
+def test_a_lock_left_by_a_killed_build_is_removed_and_a_live_one_kept(tmp_path, monkeypatch):
+    """torch's loader waits while its build lock exists: one older than any build is removed (with a warning that
+    names it), one a build may still hold is kept."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    lock = tmp_path / kernels.NAME / "lock"
+    lock.parent.mkdir()
+    lock.touch()
+    kernels.clear_stale_lock()
+    assert lock.exists()
+    old = time.time() - kernels.STALE_LOCK_S - 5
+    os.utime(lock, (old, old))
+    with pytest.warns(UserWarning, match=str(lock)):
+        kernels.clear_stale_lock()
+    assert not lock.exists()

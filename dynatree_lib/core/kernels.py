@@ -18,14 +18,15 @@ paid once (see ``fastpath``; what each engine costs is measured in ``results/<pr
 (``eagle3_fused``).
 
 The kernel is built with torch's C++ extension loader on first use (seconds; cached in
-``~/.cache/torch_extensions``). Where the CPU lacks AVX512-BF16, the build fails, or ``DYNATREE_KERNELS=0``
-is set, ``available()`` is False and the fast path keeps its plain matmuls and attention (the engine name
-says which ran).
+``~/.cache/torch_extensions``; a lock that a killed build left there is removed once it is ``STALE_LOCK_S`` old).
+Where the CPU lacks AVX512-BF16, the build fails, or ``DYNATREE_KERNELS=0`` is set, ``available()`` is False and
+the fast path keeps its plain matmuls and attention (the engine name says which ran).
 """
 from __future__ import annotations
 
 import functools
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -34,6 +35,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("csrc") / "linear_bf16.cpp"
+NAME = "dynatree_linear_bf16"  # the extension's name: its build folder under torch's extensions root
+STALE_LOCK_S = 600  # a build takes a minute at most; a lock older than this outlived the build that made it
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
 
 
@@ -56,12 +59,29 @@ def available() -> bool:
     try:
         from torch.utils.cpp_extension import load
 
-        load("dynatree_linear_bf16", [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False, verbose=False)
+        clear_stale_lock()
+        load(NAME, [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False, verbose=False)
     except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16, ...
         warnings.warn(f"the bf16 kernels did not build ({type(e).__name__}: {str(e)[:200]}); "
                       "the fast path uses plain matmuls and attention")
         return False
     return True
+
+
+def clear_stale_lock() -> None:
+    """Remove a build lock that a build killed midway left behind (Ctrl-C during the first kernel build): torch's
+    loader waits for as long as the lock exists, so every later process would hang at its first kernel call
+    without a word."""
+    from torch.utils.cpp_extension import _get_build_directory  # the loader's own build folder (no public accessor)
+
+    lock = Path(_get_build_directory(NAME, verbose=False)) / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > STALE_LOCK_S:
+        warnings.warn(f"removing {lock}: a kernel build that did not finish left it {age:.0f} s ago")
+        lock.unlink(missing_ok=True)
 
 
 def packable(w: Tensor) -> bool:
