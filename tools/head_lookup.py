@@ -36,7 +36,7 @@ from dynatree_lib.draft.teacher import load_target  # noqa: E402
 from dynatree_lib.harness.environment import environment  # noqa: E402
 from dynatree_lib.harness.pair import teacher_forced_head, top1  # noqa: E402
 from dynatree_lib.harness.paths import REPO, written_whole  # noqa: E402
-from dynatree_lib.harness.weights import head_folder, sha256_file  # noqa: E402
+from dynatree_lib.harness.weights import head_folder, weights_info  # noqa: E402
 
 OUT = REPO / "results" / "cpu" / "head_lookup.json"
 GREEDY_KINDS = ("instruction", "continuation")
@@ -51,11 +51,6 @@ def heldout_sequences(n: int, max_len: int, seed: int) -> list[tuple[list[int], 
     random.Random(seed).shuffle(held)
     out = [(list(s.tokens[:max_len]), s.start) for s in held]
     return [(ids, start) for ids, start in out if start < len(ids) - 2][:n]
-
-
-def committed_file(path: Path) -> dict:
-    """A file the report measured, as records name weights (``tests/test_records_weights.py`` checks the sha256)."""
-    return {"file": path.resolve().relative_to(REPO).as_posix(), "sha256": sha256_file(path)}
 
 
 def score(forced, weights, vocab: torch.Tensor, col_of: torch.Tensor) -> dict:
@@ -114,7 +109,7 @@ def main() -> None:
     forced = teacher_force(target, head, heldout_sequences(args.sequences, args.max_len, args.seed))
     fitted, scores = cross_fit(forced, committed, vocab, column_of(vocab, len(tok)))
     report = {"head": args.head, "committed_weights": list(committed),
-              "weights": {name: committed_file(folder / name) for name in ("model.safetensors", "lookup.json")},
+              "weights": weights_info(args.head),
               "data": f"{len(forced)} held-out greedy teacher sequences ({', '.join(GREEDY_KINDS)}; seed "
                       f"{args.seed}, at most {args.max_len} tokens each), halves A (even) and B (odd)",
               "fitted": fitted, "scores": scores, "environment": environment("cpu")}

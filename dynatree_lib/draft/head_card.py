@@ -59,8 +59,8 @@ def lookup_section(folder: Path) -> str:
     (``tools/head_lookup.py``), where that report measured these weights and this lookup."""
     path = PAIRS / "head_lookup.json"
     rep = json.loads(path.read_text()) if path.exists() else None
-    if rep is None or any(rep["weights"][name]["sha256"] != sha256_file(folder / name)
-                          for name in ("model.safetensors", "lookup.json")):
+    if rep is None or (rep["weights"]["sha256"], rep["weights"]["lookup_sha256"]) != \
+            (sha256_file(folder / "model.safetensors"), sha256_file(folder / "lookup.json")):
         return ("\n## Context lookup\n`lookup.json` is v4's (fitted to v4's probabilities); not checked against these "
                 "weights.\n")
     halves = sorted(rep["scores"])
