@@ -2,6 +2,7 @@
 
 GPT-NeoX (Pythia's architecture) on the eager transformers path, and Llama (SmolLM2's architecture) on
 both the eager path and the fast path (``fastpath.StaticRunner``)."""
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,14 @@ from dynatree_lib.harness.tiny import perturb, tiny_gpt_neox, tiny_llama
 VOCAB = 96
 MAX_POS = 160
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_tool(name: str):
+    """``tools/<name>.py`` as a module (the tools are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def why_no_git_checkout() -> str | None:

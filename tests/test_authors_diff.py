@@ -1,16 +1,14 @@
 """tools/authors_diff.py without the authors' repository: records, summary, JSON, patches, shims and the CLI's
 refusal of a path that is not their checkout (their code is not available in CI)."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "authors_diff.py"
-spec = importlib.util.spec_from_file_location("authors_diff", TOOL)
-ad = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ad)
+from .conftest import load_tool
+
+ad = load_tool("authors_diff")
 
 AR = [5, 6, 7, 8, 9, 10]
 FIXED = {"tree_depth": 8, "levels": 9}

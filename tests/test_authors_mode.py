@@ -2,8 +2,6 @@
 parents, the per-prompt history controller), their character-cut prompts, and the mode end to end on tiny models."""
 import dataclasses
 
-import torch
-
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, generate
 from dynatree_lib.core.policies import AuthorsHistory, Session
 from dynatree_lib.harness import experiments

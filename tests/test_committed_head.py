@@ -12,7 +12,7 @@ from dynatree_lib.core.eagle3 import load_head, read_config
 from dynatree_lib.harness.models import input_embedding, load_pair
 from dynatree_lib.harness.paths import REPO
 
-from .conftest import NO_KERNEL
+from .conftest import NO_KERNEL, load_tool
 from .test_eagle3_fused import Twin
 
 HEAD = REPO / "weights" / "smollm2-eagle3"
@@ -112,13 +112,10 @@ def test_the_head_card_quotes_no_pair_report_of_other_weights(tmp_path):
 def test_the_vocabulary_report_reads_the_committed_heads_shape():
     """``tools/head_vocab.py``'s weight count for the committed head's vocabulary is the committed head's own
     (a head of another shape makes the report stale, loudly)."""
-    import importlib.util
 
     from dynatree_lib.core.eagle3 import read_config
 
-    spec = importlib.util.spec_from_file_location("head_vocab", REPO / "tools" / "head_vocab.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("head_vocab")
     report = json.loads((REPO / "results" / "cpu" / "head_vocab.json").read_text())
     cfg, _ = read_config(HEAD)
     row = next(r for r in report["sizes"] if r["draft_vocab"] == cfg.draft_vocab)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
-from dynatree_lib.core.eagle3 import Eagle3Config, default_aux_layers, load_head, read_config, save_head
+from dynatree_lib.core.eagle3 import default_aux_layers, load_head, read_config, save_head
 from dynatree_lib.core.eagle3_runner import Eagle3Runner, waves
 from dynatree_lib.core.lookup import LookupConfig, LookupRunner
 from dynatree_lib.core.runners import HFRunner

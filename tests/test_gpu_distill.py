@@ -1,6 +1,5 @@
 """tools/gpu_distill.py, the v4 draft's distillation (it runs where dynatree_lib is not installed): its target is
 the one the harness loads, its draft starts as the target's first layers, and its loss is the library's."""
-import importlib.util
 import json
 
 import torch
@@ -10,12 +9,11 @@ from dynatree_lib.harness.paths import REPO
 from dynatree_lib.harness.tiny import tiny_llama
 from dynatree_lib.harness.weights import smollm2_folder, smollm2_gguf
 
+from .conftest import load_tool
+
 
 def gpu_distill():
-    spec = importlib.util.spec_from_file_location("gpu_distill", REPO / "tools" / "gpu_distill.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("gpu_distill")
 
 
 def test_its_dequantization_is_the_harness_target():

@@ -1,16 +1,14 @@
 """``tools/head_lookup.py``'s scoring: the network alone is its own top-1 agreement, and a lookup that copies the
 right token lifts both agreement and the target token's likelihood."""
-import importlib.util
 import math
 
 import torch
 
 from dynatree_lib.core.lookup import column_of
-from dynatree_lib.harness.paths import REPO
 
-spec = importlib.util.spec_from_file_location("head_lookup", REPO / "tools" / "head_lookup.py")
-head_lookup = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(head_lookup)
+from .conftest import load_tool
+
+head_lookup = load_tool("head_lookup")
 
 
 def repeating():

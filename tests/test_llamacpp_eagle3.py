@@ -4,7 +4,6 @@ committed head's sha256, so a new head makes it stale loudly); the tool's pre-fl
 llama.cpp; and, where ``tools/build_llamacpp.sh`` has built llama.cpp, the conversion and one short greedy
 comparison (skipped otherwise, with the reason)."""
 import hashlib
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -14,10 +13,9 @@ import pytest
 from dynatree_lib.harness import llamacpp as H
 from dynatree_lib.harness.paths import REPO
 
-TOOL = REPO / "tools" / "llamacpp_eagle3.py"
-spec = importlib.util.spec_from_file_location("llamacpp_eagle3", TOOL)
-E = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(E)
+from .conftest import load_tool
+
+E = load_tool("llamacpp_eagle3")
 
 HEAD = REPO / "weights" / "smollm2-eagle3"
 RESULT = REPO / "results" / "cpu" / "llamacpp_eagle3.json"

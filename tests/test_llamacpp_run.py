@@ -4,7 +4,6 @@ llama-cpp-python 0.3.36, 32 new tokens of one WikiText-2 prompt and a chat promp
 their errors when llama.cpp is absent. One test runs llama-tokenize when a build is found (skipped otherwise).
 Re-record the fixtures with ``python tools/llamacpp_run.py --record tests/data/llamacpp`` (then update the numbers
 below)."""
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,10 +11,9 @@ import pytest
 
 from dynatree_lib.harness import llamacpp as H
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "llamacpp_run.py"
-spec = importlib.util.spec_from_file_location("llamacpp_run", TOOL)
-L = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(L)
+from .conftest import load_tool
+
+L = load_tool("llamacpp_run")
 
 DATA = Path(__file__).parent / "data" / "llamacpp"
 RUNS = sorted(p.name.removesuffix(".json") for p in DATA.glob("*.json") if not p.name.endswith(".response.json"))

@@ -4,7 +4,6 @@ keyword-only, the committed records are keyed as the current cells key them, and
 (``tools/migrate_record_keys.py``) is exact and idempotent."""
 import ast
 import dataclasses
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -19,14 +18,13 @@ from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.workloads import POOLED, WORKLOADS
 from dynatree_lib.reporting import tables
 
+from .conftest import load_tool
+
 LIB = REPO / "dynatree_lib"
 MAX_MODULES = 4  # where a name is declared, configured (profiles), sourced (data, splits) and claimed (scorecard)
 RENDERED = ("cpu", "smoke")  # profiles whose committed results render (paper-dryrun's costs.json predates them)
 
-TOOL = REPO / "tools" / "migrate_record_keys.py"
-spec = importlib.util.spec_from_file_location("migrate_record_keys", TOOL)
-migrate = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(migrate)
+migrate = load_tool("migrate_record_keys")
 
 
 def literals(path: Path) -> set[str]:

@@ -1,5 +1,4 @@
 """The paper profile's path: hub ids that load with `datasets` 4, the run plan, and the dry-run profile."""
-import pytest
 
 from dynatree_lib.harness import data
 from dynatree_lib.cli import main

@@ -1,7 +1,6 @@
 """Recorded trees (issue: see the trees): recording changes no token, records are well formed, and the
 text and figure views work from them."""
 import pytest
-import torch
 
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, TalonConfig, generate
 from dynatree_lib.cli import main

@@ -315,18 +315,25 @@ def save_layers(draft, out: Path, tag: str = "") -> list[str]:
     return names
 
 
-def run(args) -> None:
-    t_start = time.time()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+def run_log(out: Path, t0: float):
+    """A log for a device run: each line printed and appended to ``out / "log.txt"`` (it comes back with the
+    results), stamped with the seconds since ``t0``."""
     logf = open(out / "log.txt", "a")
 
     def log(msg):
-        line = f"[{time.time() - t_start:6.1f}s] {msg}"
+        line = f"[{time.time() - t0:6.1f}s] {msg}"
         print(line, flush=True)
         logf.write(line + "\n")
         logf.flush()
 
+    return log
+
+
+def run(args) -> None:
+    t_start = time.time()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = run_log(out, t_start)
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     bundle = torch.load(args.bundle)

@@ -26,14 +26,15 @@ only the norm and head from the target. Everything is seeded by ``seed`` and the
 newest. ``build-draft --head`` also keeps a committed copy (``head_checkpoints.committed_checkpoint``: the fp32
 weights and the log, no optimizer state, small enough for git); where it is further on than the ``models/``
 checkpoints (a new machine has none), a rerun resumes from it with a fresh optimizer, warmed up again over
-``warmup`` steps. The head folder (the speculators format vLLM serves) is written at the end of every run. Its first-token agreement, overlap and ECE
-beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
+``warmup`` steps. The head folder (the speculators format vLLM serves) is written at the end of every run. Its
+first-token agreement, overlap and ECE beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
 ``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
 
 The pipeline (text, draft vocabulary, seeded windows, the teacher pass, the loop, checkpoints, resuming) serves any
 head on the target's features: a ``HeadRecipe`` (a spec of its training) says how a head of its kind starts, which
 target layers it reads, its losses and its export; ``HeadSpec`` is EAGLE-3's, ``draft.mlp_heads`` declares
-Medusa's and Hydra's.
+Medusa's and Hydra's. On a lent GPU, ``tools/gpu_eagle3.py`` continues the committed head with this module's step on
+the target's answers sampled there (its files carried by ``tools/device_payload.py``).
 """
 from __future__ import annotations
 
@@ -240,7 +241,8 @@ class Batch:
     in_vocab: torch.Tensor | None = None
 
 
-def batch_of(seqs: list[Sequence]) -> Batch:
+def batch_of(seqs: list[Sequence], device=None) -> Batch:
+    """``seqs`` right-padded into one batch on ``device`` (default: the CPU)."""
     T = max(len(s.tokens) for s in seqs)
     tokens = torch.zeros(len(seqs), T, dtype=torch.long)
     valid = torch.zeros(len(seqs), T, dtype=torch.bool)
@@ -249,7 +251,7 @@ def batch_of(seqs: list[Sequence]) -> Batch:
         tokens[b, :len(s.tokens)] = torch.tensor(s.tokens)
         valid[b, :len(s.tokens)] = True
         loss[b, s.start + 1:len(s.tokens)] = True
-    return Batch(tokens, valid, loss)
+    return Batch(tokens.to(device), valid.to(device), loss.to(device))
 
 
 @torch.no_grad()
@@ -259,9 +261,9 @@ def teacher_pass(target, batch: Batch, layers: tuple[int, ...], vocab: torch.Ten
     out = target.model(input_ids=batch.tokens, output_hidden_states=True)
     batch.features = fused_features(out.hidden_states, layers)
     last = out.last_hidden_state.flatten(0, 1)
-    w = target.lm_head.weight
+    w, vocab = target.lm_head.weight, vocab.to(target.lm_head.weight.device)
     batch.soft = (last @ w[vocab].T).float().view(*batch.tokens.shape, -1)
-    in_vocab = torch.zeros(w.shape[0], dtype=torch.bool)
+    in_vocab = torch.zeros(w.shape[0], dtype=torch.bool, device=w.device)
     in_vocab[vocab] = True
     top = torch.cat([(last[r:r + rows] @ w.T).argmax(-1) for r in range(0, last.shape[0], rows)])
     batch.in_vocab = in_vocab[top].view(batch.tokens.shape)
@@ -405,18 +407,20 @@ def mean(log: list[dict], key: str, n: int = 20) -> float:
 # ---- calibration ---------------------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def heldout_rows(head: Eagle3Head, target, spec: HeadSpec, held: list[tuple[str, Sequence]], per_batch: int = 4):
+def heldout_rows(head: Eagle3Head, target, spec: HeadSpec, held: list[tuple[str, Sequence]], per_batch: int = 4,
+                 device=None):
     """Per batch of the held-out sequences ``held`` (``shard_text``'s (kind, sequence) pairs; one seeded window of at
     most ``spec.seq_len`` tokens each, one kind a batch): the logits of the first drafted token at every loss row,
     teacher-forced as training's step 0, whether its argmax is the target's greedy token, and the kind of text
-    (``calibrate.fit_on_rows``' rows)."""
+    (``calibrate.fit_on_rows``' rows). ``device``: where the batches go (the target's and head's device)."""
     g = torch.Generator().manual_seed(spec.seed)
     by_kind: dict[str, list[Sequence]] = {}
     for kind, s in held:
         by_kind.setdefault(kind, []).append(window(s, spec.seq_len, g))
     for kind, seqs in sorted(by_kind.items()):
         for b in range(0, len(seqs), per_batch):
-            batch = teacher_pass(target, batch_of(seqs[b:b + per_batch]), spec.feature_layers(head), head.vocab())
+            batch = teacher_pass(target, batch_of(seqs[b:b + per_batch], device), spec.feature_layers(head),
+                                 head.vocab())
             out = ttt_outputs(head, batch.features.to(head.fc.weight.dtype), batch.tokens, 1)[0][:, :-1]
             logits = head.logits(out).float()
             rows, pos = step_rows(batch, 0, logits.shape[1])

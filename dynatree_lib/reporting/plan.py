@@ -19,7 +19,7 @@ from ..harness.splits import CATEGORIES
 from ..harness.store import results_path
 from ..harness.tuning import NotTuned, tuned
 from ..harness.variants import MAIN
-from ..harness.workloads import count, workload
+from ..harness.workloads import count
 from .records import reported
 
 NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_latency": (), "03_verification_efficiency": (),
