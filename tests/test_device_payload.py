@@ -45,6 +45,9 @@ def test_join_names_a_missing_or_corrupt_piece(payload, tmp_path):
     assert not (keep / "w.bin").exists()
     with pytest.raises(SystemExit, match="no manifest"):
         payload.join(tmp_path / "other.bin")
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(SystemExit, match="at least one byte"):
+            payload.split(src, tmp_path / "bad", piece_mib=bad)
 
 
 def test_slim_and_restore(payload, tmp_path):
@@ -64,8 +67,13 @@ def test_slim_and_restore(payload, tmp_path):
     assert payload.tree_bytes(repo, (".xfer",)) == before + 500
     assert payload.slim(repo, ("weights",)) == 3000
     assert payload.tree_bytes(repo) == before - 3000
+    assert payload.slim(repo, ("weights",)) == 0  # slimmed already: nothing left to delete, nothing refused
     payload.restore(repo, ("weights",))
     assert run("status", "--porcelain") == "" and payload.tree_bytes(repo) == before
+    payload.slim(repo, ("weights",))
+    run("add", "-A")  # the deletion staged while slimmed
+    payload.restore(repo, ("weights",))
+    assert run("status", "--porcelain") == ""
     (repo / "weights" / "big.safetensors").write_bytes(b"changed")
     with pytest.raises(SystemExit, match="changes git does not hold"):
         payload.slim(repo, ("weights",))

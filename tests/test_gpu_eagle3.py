@@ -8,6 +8,7 @@ import torch
 
 from dynatree_lib.core.eagle3 import load_head, read_config
 from dynatree_lib.draft import eagle3 as E
+from dynatree_lib.draft import head_card
 from dynatree_lib.draft.head_checkpoints import spec_record
 
 from .conftest import load_tool, prompts
@@ -78,8 +79,31 @@ def test_finish_exports_the_head_with_both_logs(tool, llama_target, tmp_path, mo
         (tmp_path / "out").chmod(0o755)
     _, cfg = read_config(dest)
     training = cfg[E.OUR_KEY]["training"]
-    assert training["steps"] == 4 and training["gpu"]["gpu_steps"] == 2
+    assert training["steps"] == 4 and training["gpu"]["gpu_steps"] == 2 and training["gpu"]["cpu_seconds"] == 9.0
     assert [r.get("where") for r in training["last"]] == [None, None, "gpu", "gpu"]
     assert training["last"][-1]["step"] == 3 and training["last"][2]["seconds"] >= 9.0
     head = load_head(dest, llama_target.get_input_embeddings().weight, torch.float32)
     assert head.cfg.draft_vocab == SPEC.draft_vocab
+    kept = torch.load(tmp_path / "committed.pt")  # a rebuild resumes from the GPU's head, not the CPU's
+    assert len(kept["log"]) == 4 and kept["spec"] == spec_record(SPEC) and kept["gpu"]["gpu_steps"] == 2
+    assert all(torch.equal(kept["head"][k], v.float()) for k, v in head.state_dict().items() if k.endswith("d2t"))
+    assert "Then 2 steps on cpu" in head_card.gpu_section(training["gpu"]) and head_card.gpu_section(None) == ""
+    cpu["log"].append({"step": 2, "seconds": 12.0})  # the committed head moved on since the bundle
+    torch.save(cpu, tmp_path / "committed.pt")
+    with pytest.raises(ValueError, match="holds 3 steps; the GPU run started from 2"):
+        tool.finish(tmp_path / "out", target=llama_target, out=tmp_path / "head2")
+
+
+def test_sampled_text_is_written_only_where_it_comes_back(tool, tmp_path):
+    seqs, ids = [E.Sequence((1, 2, 3), 1)] * 50, ["a#0"] * 50
+    assert tool.save_sampled(seqs, ids, tmp_path / "s.pt")
+    assert not tool.save_sampled(seqs, ids, tmp_path / "t.pt", limit=100) and not (tmp_path / "t.pt").exists()
+    assert torch.load(tmp_path / "s.pt")["lengths"] == [3] * 50
+
+
+def test_the_held_out_cap_takes_each_kind():
+    pairs = [("continuation", 1), ("continuation", 2), ("instruction", 3), ("sampled", 4), ("instruction", 5)]
+    tool = load_tool("gpu_eagle3")
+    assert tool.first_of_each_kind(pairs, 1) == [("continuation", 1), ("instruction", 3), ("sampled", 4)]
+    assert tool.first_of_each_kind(pairs, None) == sorted(pairs, key=lambda p: ["continuation", "instruction",
+                                                                                   "sampled"].index(p[0]))

@@ -14,7 +14,7 @@ results and renders), and a GPU run needs the target too (the Q4_1 GGUF alone is
 
     python tools/device_payload.py slim
     python tools/device_payload.py split PATH/SmolLM2-135M-Instruct.Q4_1.gguf   # harness.weights.smollm2_gguf()
-    python tools/device_payload.py size .xfer/SmolLM2-135M-Instruct-Q4_1.gguf.1
+    python tools/device_payload.py size .xfer/SmolLM2-135M-Instruct.Q4_1.gguf.1
     device run, carry [.xfer/NAME.1]:  mkdir -p .keep && cp .xfer/NAME.1/* .keep/
     device run, carry [.xfer/NAME.2]:  cp .xfer/NAME.2/* .keep/ && python3 tools/device_payload.py join .keep/NAME
     python tools/device_payload.py restore
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -45,8 +46,9 @@ def tracked(repo: Path, paths: tuple[str, ...]) -> list[Path]:
 
 def slim(repo: Path = REPO, paths: tuple[str, ...] = SLIM) -> int:
     """Delete the tracked files under ``paths`` (refused where any has changes git does not hold); their bytes."""
-    changed = git(repo, "status", "--porcelain", "--untracked-files=no", "--", *paths)
-    if changed.strip():
+    lines = git(repo, "status", "--porcelain", "--untracked-files=no", "--", *paths).splitlines()
+    changed = "\n".join(line for line in lines if line[:2] != " D")  # a file slim deleted before is no change
+    if changed:
         raise SystemExit(f"slim refused: tracked files under {', '.join(paths)} have changes git does not hold (commit "
                          f"or stash them first):\n{changed}")
     freed = 0
@@ -58,10 +60,13 @@ def slim(repo: Path = REPO, paths: tuple[str, ...] = SLIM) -> int:
 
 
 def restore(repo: Path = REPO, paths: tuple[str, ...] = SLIM) -> None:
-    """The files ``slim`` deleted, from git (only deleted ones: nothing else under ``paths`` is touched)."""
+    """The files ``slim`` deleted, from the commit checked out (only deleted ones: nothing else under ``paths`` is
+    touched; a deletion staged meanwhile is undone too)."""
     gone = [str(f.relative_to(repo)) for f in tracked(repo, paths) if not f.exists()]
+    gone += [n for n in git(repo, "diff", "--cached", "--name-only", "--diff-filter=D", "-z", "--", *paths).split("\0")
+             if n and n not in gone]
     if gone:
-        git(repo, "checkout", "--", *gone)
+        git(repo, "checkout", "HEAD", "--", *gone)
 
 
 def tree_bytes(repo: Path = REPO, carry: tuple[str, ...] = ()) -> int:
@@ -87,9 +92,9 @@ def split(path: Path, out: Path, piece_mib: float = PIECE_MIB, flat: bool = Fals
     """``path`` in pieces of at most ``piece_mib``: piece k in folder ``out / f"{name}.{k}"`` beside a manifest (a
     call carries each folder), or, ``flat``, every piece and one manifest in ``out`` (files coming back from the
     device, 16 MiB each at most). Returns the folders (``flat``: ``[out]``)."""
+    if not (math.isfinite(piece_mib) and piece_mib * 2**20 >= 1):
+        raise SystemExit(f"split: a piece must be at least one byte (piece_mib, --piece-mb), got {piece_mib} MiB")
     size, step = path.stat().st_size, int(piece_mib * 2**20)
-    if step < 1:
-        raise SystemExit(f"--piece-mb must be positive, got {piece_mib}")
     count = max(1, -(-size // step))
     manifest = json.dumps({"name": path.name, "bytes": size, "sha256": sha256(path), "pieces": count}, indent=1)
     folders = []

@@ -29,7 +29,8 @@ kept in ``.keep/`` there are lost; G stands for SmolLM2-135M-Instruct.Q4_1.gguf)
     call 2,  carry [.xfer/G.2]:        cp .xfer/G.2/* .keep/ && python3 tools/device_payload.py join .keep/G
     call 3,  carry [.xfer/eagle3, .whl]:  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
              && PYTHONPATH=/tmp/site python3 tools/gpu_eagle3.py run --bundle .xfer/eagle3/bundle.pt --gguf .keep/G
-             --out $OUT --seconds 420
+             --out $OUT --seconds 300     (run with timeout_s 480: a session has 15 device minutes in all, the
+             start and the two calls before it included, so keep time for one more try)
     here:    python tools/device_payload.py restore
              python tools/gpu_eagle3.py finish <the folder the files came back to>
              python -m dynatree_lib build-draft --head eagle3 --publish && bash tools/head_records.sh
@@ -77,7 +78,7 @@ def prepare(out: Path, checkpoint: Path | None = None) -> Path:
         raise FileNotFoundError(f"{checkpoint}: no committed head to start from (build-draft --head eagle3 first)")
     kept = torch.load(checkpoint)
     _, tok = load_target()
-    held = gpu_distill.heldout_instruction_ids()
+    held = heldout_instruction_ids()
     rows = [r for r in instructions.load() if r["id"] not in held]
     ispec, sspec = InstructionSpec(), SampledAnswerSpec()
     bundle = {"instr": [chat_prompt(tok, r["text"])[-ispec.max_prompt:] for r in rows],
@@ -90,6 +91,19 @@ def prepare(out: Path, checkpoint: Path | None = None) -> Path:
     torch.save(bundle, out / "bundle.pt")
     print(f"{len(rows)} instructions ({len(held)} held out), the head at step {len(kept['log'])} -> {out}/bundle.pt")
     return out / "bundle.pt"
+
+
+def heldout_instruction_ids() -> set[str]:
+    """Instructions of every held-out shard, v3's (``gpu_distill``) and the sampled answers' (``train.is_heldout``):
+    the GPU samples none of them, so the held-out check stays unseen."""
+    from dynatree_lib.draft.teacher import SAMPLED_TEXT
+    from dynatree_lib.draft.train import DraftSpec, is_heldout
+
+    held = gpu_distill.heldout_instruction_ids()
+    for f in sorted(SAMPLED_TEXT.glob("sampled-*.json.gz")):
+        if is_heldout(f.name, DraftSpec()):
+            held |= set(E.read_gz(f)["ids"])
+    return held
 
 
 # ---------------------------------------------------------------- run (device)
@@ -138,24 +152,25 @@ def run(args, target=None, committed: list[E.Sequence] | None = None,
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     bundle = torch.load(args.bundle)
     target = target if target is not None else gpu_distill.build_target(Path(args.gguf), bundle["config"])
-    target = target.to(dev).to(torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    spec = replace(E.HeadSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in bundle["spec"].items()}),
-                   seqs_per_step=args.seqs_per_step, seed=args.seed)
+    target = target.to(dev).to(torch.bfloat16 if dev.type == "cuda" else torch.float32).requires_grad_(False)
+    spec = E.HeadSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in bundle["spec"].items()})
+    draws = replace(spec, seqs_per_step=args.seqs_per_step, seed=args.seed)  # the held-out windows keep spec's seed
     log(f"device {torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}; target loaded; {spec}")
     sampled, ids = sampled_answers(target, bundle, t0 + args.seconds * args.gen_share, args.gen_batch, log,
                                    args.rounds)
-    save_sampled(sampled, ids, out / "sampled_text.pt")
+    if not save_sampled(sampled, ids, out / "sampled_text.pt"):
+        log(f"sampled_text.pt not written: {len(sampled)} answers do not fit one file that comes back")
     committed = committed if committed is not None else [] if args.no_committed_text else E.teacher_text(spec)
-    held = (held if held is not None else E.shard_text(spec, heldout=True))[:args.heldout]
+    held = first_of_each_kind(held if held is not None else E.shard_text(spec, heldout=True), args.heldout)
     train = committed + sampled
     if not train:
         raise ValueError("no training text: the time for sampling ended before one batch, and --no-committed-text")
     head = head_from(bundle, target, spec).to(dev)
     before = agreement(head, target, spec, held, dev)
     log(f"train on {len(committed)} committed and {len(sampled)} sampled sequences; held-out agreement {before}")
-    history = train_loop(head, target, train, spec, t0 + args.seconds - args.reserve, dev, args.lr, log, args.steps)
+    history = train_loop(head, target, train, draws, t0 + args.seconds - args.reserve, dev, args.lr, log, args.steps)
     after = agreement(head, target, spec, held, dev)
-    result = {"gpu_steps": len(history), "cpu_steps": bundle["cpu_steps"], "spec": asdict(spec),
+    result = {"gpu_steps": len(history), "cpu_steps": bundle["cpu_steps"], "spec": asdict(draws),
               "heldout_agreement": {"before": before, "after": after}, "heldout_sequences": len(held),
               "train_sequences": {"committed": len(committed), "sampled": len(sampled)},
               "sampled_tokens": sum(len(s.tokens) - s.start for s in sampled), "args": {
@@ -166,6 +181,12 @@ def run(args, target=None, committed: list[E.Sequence] | None = None,
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     log(f"held-out agreement {before} -> {after}; {len(history)} steps")
     return result
+
+
+def first_of_each_kind(held: list[tuple[str, E.Sequence]], n: int | None) -> list[tuple[str, E.Sequence]]:
+    """The first ``n`` (kind, sequence) pairs of each kind (all where ``n`` is None)."""
+    kinds = dict.fromkeys(kind for kind, _ in held)
+    return [p for k in kinds for p in [p for p in held if p[0] == k][:n]]
 
 
 def head_from(bundle: dict, target, spec) -> torch.nn.Module:
@@ -180,15 +201,17 @@ def head_from(bundle: dict, target, spec) -> torch.nn.Module:
 def train_loop(head, target, train: list[E.Sequence], spec, deadline: float, dev, lr: float, log,
                steps: int | None = None) -> list[dict]:
     """Steps of the library's loss until ``deadline`` (or ``steps``): warm-up over 20 steps, then cosine to a tenth
-    over the number of steps the first 20 steps' pace fits in the time left."""
+    over the steps left: ``steps``, or as many as the pace of steps 10-19 (past the device's start-up) fits in the
+    time left."""
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
-    history, total, start = [], None, time.time()
+    history, total, start, tenth = [], steps, time.time(), None
     for step in range(steps if steps is not None else 10**9):
         now = time.time()
         if now > deadline:
             break
-        if step == 20:
-            total = 20 + int((deadline - now) / ((now - start) / 20))
+        tenth = now if step == 10 else tenth
+        if step == 20 and steps is None:
+            total = 20 + int((deadline - now) / ((now - tenth) / 10))
             log(f"cosine over {total} steps")
         frac = min(step / total, 1.0) if total else 0.0
         for g in opt.param_groups:
@@ -209,13 +232,20 @@ def train_loop(head, target, train: list[E.Sequence], spec, deadline: float, dev
     return history
 
 
-def save_sampled(seqs: list[E.Sequence], ids: list[str], path: Path, limit: int = 15 << 20) -> None:
-    """The sampled text as one uint16-valued int16 tensor, lengths, starts and ids (skipped when it would not come
-    back); to be committed as data with its provenance (``data/README.md``), as v4's GPU text was."""
+def save_sampled(seqs: list[E.Sequence], ids: list[str], path: Path, limit: int = 16 << 20) -> bool:
+    """The sampled text as one uint16-valued int16 tensor, lengths, starts and ids, where the file fits what comes
+    back from the device (``limit`` bytes); to be committed as data with its provenance (``data/README.md``), as
+    v4's GPU text was. Whether it was written."""
+    import io
+
     flat = torch.tensor([t for s in seqs for t in s.tokens], dtype=torch.int32).to(torch.int16)
-    if seqs and flat.numel() * 2 <= limit:
-        torch.save({"tokens_u16": flat, "lengths": [len(s.tokens) for s in seqs], "starts": [s.start for s in seqs],
-                    "ids": ids}, path)
+    buf = io.BytesIO()
+    torch.save({"tokens_u16": flat, "lengths": [len(s.tokens) for s in seqs], "starts": [s.start for s in seqs],
+                "ids": ids}, buf)
+    if not seqs or buf.tell() > limit:
+        return False
+    path.write_bytes(buf.getvalue())
+    return True
 
 
 def save_head(head, history: list[dict], result: dict, out: Path) -> None:
@@ -232,27 +262,35 @@ def save_head(head, history: list[dict], result: dict, out: Path) -> None:
 # ---------------------------------------------------------------- finish (here)
 
 def finish(folder: Path, target=None, out: Path | None = None) -> Path:
-    """The GPU's head (``head.pt``'s pieces in ``folder``, which may be read-only) exported to ``out`` (default: where
+    """The GPU's head (``head.pt``'s pieces in ``folder``, which may be read-only) as the committed checkpoint
+    (``checkpoints/eagle3/v8k.pt``: a rebuild resumes from it) and exported to ``out`` (default: where
     ``build-draft --head eagle3`` exports), its log the committed CPU run's followed by the GPU's steps, its
-    training record with the GPU run's record added (``gpu``)."""
+    training record with the GPU run's record added (``gpu``: the model card describes it)."""
     import tempfile
 
     from dynatree_lib.core.eagle3 import read_config
-    from dynatree_lib.draft.head_checkpoints import committed_checkpoint
-    from dynatree_lib.draft.train import load_bf16_target
+    from dynatree_lib.draft.head_checkpoints import committed_checkpoint, spec_record
+    from dynatree_lib.draft.train import load_bf16_target, save_atomically
 
     with tempfile.TemporaryDirectory() as tmp:
         state = torch.load(device_payload.join(folder / HEAD_FILE, Path(tmp) / HEAD_FILE))
-    spec = E.HeadSpec()
-    cpu_log = torch.load(committed_checkpoint(spec))["log"][:state["result"]["cpu_steps"]]
+    spec, result = E.HeadSpec(), state["result"]
+    kept = committed_checkpoint(spec)
+    cpu_log = torch.load(kept)["log"]
+    if len(cpu_log) != result["cpu_steps"]:
+        raise ValueError(f"{kept} holds {len(cpu_log)} steps; the GPU run started from {result['cpu_steps']}: "
+                         "finish with the checkpoint the bundle was prepared from")
     done = cpu_log[-1]["seconds"] if cpu_log else 0.0
     log = cpu_log + [r | {"step": len(cpu_log) + r["step"], "seconds": round(done + r["seconds"], 1), "where": "gpu"}
                      for r in state["log"]]
+    result = result | {"cpu_seconds": done}
+    save_atomically({"head": state["head"], "log": log, "spec": spec_record(spec), "optimizer_since": len(log),
+                     "gpu": result}, kept)
     target = target if target is not None else load_bf16_target()
     dest = out or spec.folder() / "head"
     E.export(head_from({"head": state["head"]}, target, spec), dest, spec, log)
     _, cfg = read_config(dest)
-    cfg[E.OUR_KEY]["training"]["gpu"] = state["result"]
+    cfg[E.OUR_KEY]["training"]["gpu"] = result
     (dest / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     print(f"{dest}: held-out agreement {state['result']['heldout_agreement']}; publish with "
           "`python -m dynatree_lib build-draft --head eagle3 --publish`")
@@ -268,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--bundle", required=True)
     r.add_argument("--gguf", required=True)
     r.add_argument("--out", required=True)
-    r.add_argument("--seconds", type=float, default=480, help="the whole run's budget (sampling, training)")
+    r.add_argument("--seconds", type=float, default=300, help="the whole run's budget (sampling, training)")
     r.add_argument("--gen-share", type=float, default=0.4, help="share of the budget that samples teacher text")
     r.add_argument("--gen-batch", type=int, default=1024)
     r.add_argument("--seqs-per-step", type=int, default=64)
@@ -278,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--no-committed-text", action="store_true", help="train on the sampled answers alone")
     r.add_argument("--rounds", type=int, default=None, help="stop sampling after that many rounds")
     r.add_argument("--steps", type=int, default=None, help="stop training after that many steps")
-    r.add_argument("--heldout", type=int, default=None, help="check on the first that many held-out sequences")
+    r.add_argument("--heldout", type=int, default=None, help="check on the first that many held-out sequences of "
+                   "each kind")
     f = sub.add_parser("finish")
     f.add_argument("folder", type=Path)
     args = ap.parse_args(argv)

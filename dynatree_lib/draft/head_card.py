@@ -24,19 +24,34 @@ TARGETS = ((f"agreement on {WORKLOADS[QUESTIONS].label} answers", QUESTIONS, "ag
 
 def training_section(cfg: dict) -> str:
     t = cfg["dynatree_lib"]["training"]
-    s = t["spec"]
+    s, gpu = t["spec"], t.get("gpu")
+    steps, seconds = (gpu["cpu_steps"], gpu["cpu_seconds"]) if gpu else (t["steps"], t["seconds"])
     last = t["last"]
     agree = " / ".join(f"{sum(r[f'agree{i}'] for r in last) / len(last):.3f}" for i in range(s["ttt_steps"]))
     return f"""## Training
-{t['steps']} steps of the schedule's {s['steps']} ({t['seconds'] / 60:.0f} min on 2 CPU cores), each on
+{steps} steps of the schedule's {s['steps']} ({seconds / 60:.0f} min on 2 CPU cores), each on
 {s['seqs_per_step']} windows of at most {s['seq_len']} tokens of the target's own text (v4's teacher text, v3's
-shard texts and the sampled answers; held-out shards excluded): at most {t['steps'] * s['seqs_per_step'] * s['seq_len']:,}
+shard texts and the sampled answers; held-out shards excluded): at most {steps * s['seqs_per_step'] * s['seq_len']:,}
 tokens. Initialisation `{s['init']}`; training-time test over {s['ttt_steps']} unrolled steps (weights
 {s['step_decay']} ** i); soft targets from the target's distribution over the {s['draft_vocab']}-token draft
 vocabulary; AdamW, lr {s['lr']}, warm-up {s['warmup']}, cosine decay. Agreement on the last {len(last)} training
 batches, per unrolled step: {agree}. Rebuild or resume: `{t['rebuild']}` (checkpoints under `models/eagle3/`;
 where they are missing it resumes from the newest weights and log committed in `checkpoints/eagle3/`).
-{calibration_section(cfg["dynatree_lib"].get("calibration"))}"""
+{gpu_section(gpu)}{calibration_section(cfg["dynatree_lib"].get("calibration"))}"""
+
+
+def gpu_section(gpu: dict | None) -> str:
+    """What ``tools/gpu_eagle3.py`` added, where it continued the head on a GPU (the training batches above are
+    then the GPU's)."""
+    if gpu is None:
+        return ""
+    s, held = gpu["spec"], gpu["heldout_agreement"]
+    return "\n" + textwrap.fill(
+        f"Then {gpu['gpu_steps']} steps on {gpu['device']} (`tools/gpu_eagle3.py`, {gpu['seconds']:.0f} s in all): "
+        f"{gpu['train_sequences']['sampled']:,} answers ({gpu['sampled_tokens']:,} tokens) sampled there at T = 1 "
+        f"from the instructions that are not held out, drawn with the committed text, {s['seqs_per_step']} windows "
+        f"a step, lr {gpu['args']['lr']} (warm-up, cosine); first-token agreement on {held['after']['rows']:,} "
+        f"held-out rows {held['before']['all']:.4f} before, {held['after']['all']:.4f} after.", 118) + "\n"
 
 
 def calibration_section(fit: dict | None) -> str:
