@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dynatree_lib.harness import llamacpp as L
+from dynatree_lib.harness.paths import DRAFT_DIR
 
 DATA = Path(__file__).parent / "data" / "llamacpp"
 AR_TEXT = (" British military might .\n\nThe military history of Gibraltar during World War II is a testament to the "
@@ -79,6 +80,12 @@ def test_absent_gguf(tmp_path, monkeypatch):
     sha = hashlib.sha256(b"weights v2").hexdigest()
     (L.default_root() / L.gguf_name("draft", sha)).write_bytes(b"gguf")
     assert L.draft_gguf(draft, bin_dir).name == f"draft-{sha[:12]}-bf16.gguf"
+    assembled = tmp_path / "smollm2-draft-0123"  # the committed draft's copy in the cache: the plain command
+    assembled.mkdir()
+    (assembled / "model.safetensors").write_bytes(b"weights v3")
+    (assembled / "provenance.json").write_text(json.dumps({"draft": str(DRAFT_DIR)}))
+    with pytest.raises(L.LlamaCppMissing, match=r"rerun `bash tools/build_llamacpp.sh`, which"):
+        L.draft_gguf(assembled, bin_dir)
 
 
 # ---- the peer as a registered method (harness.peers) ---------------------------------------------------------------

@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .weights import resolve
+from .weights import is_committed_draft, resolve
 
 VERSION = "0.3.36"    # the llama-cpp-python sdist whose vendor/llama.cpp we build
 COMMIT = "0c1e57098"  # the llama.cpp commit it vendors (its CHANGELOG: "update llama.cpp to ggml-org/llama.cpp@...")
@@ -161,7 +161,7 @@ def draft_gguf(draft: Path | str | None = None, bin_dir: Path | None = None) -> 
     root = root_of(Path(bin_dir)) if bin_dir else default_root()
     f = root / gguf_name("draft", _sha256(w))
     if not f.is_file():
-        arg = "" if d.resolve() == Path(resolve("embedded:draft")).resolve() else f" --draft {d}"
+        arg = "" if is_committed_draft(d) else f" --draft {d}"
         raise LlamaCppMissing(f"the draft {d} is not converted for llama.cpp ({f} is missing; rerun "
                               f"`bash {BUILD_SCRIPT}{arg}`, which skips the build). {how_to_get()}")
     return f

@@ -140,6 +140,14 @@ def assembled_draft_folder(folder: Path) -> Path:
     return out
 
 
+def is_committed_draft(folder: Path) -> bool:
+    """Whether ``folder`` is the committed draft or the copy ``assembled_draft_folder`` made of it (by that copy's
+    provenance), told without assembling one."""
+    prov = folder / "provenance.json"
+    return folder.resolve() == DRAFT_DIR.resolve() or (
+        prov.is_file() and Path(json.loads(prov.read_text()).get("draft", "")).name == DRAFT_DIR.name)
+
+
 def companion_dir(ref: str) -> Path:
     """Where a draft's companions (``token_counts.json``, ``lookup.json``) live: the committed folder for
     ``embedded:draft``, the head's folder for a head reference (``eagle3:<folder>``, ...), else the model's folder."""
