@@ -95,9 +95,10 @@ def test_finish_exports_the_head_with_both_logs(tool, llama_target, tmp_path, mo
 
 
 def test_sampled_text_is_written_only_where_it_comes_back(tool, tmp_path):
-    seqs, ids = [E.Sequence((1, 2, 3), 1)] * 50, ["a#0"] * 50
-    assert tool.save_sampled(seqs, ids, tmp_path / "s.pt")
-    assert not tool.save_sampled(seqs, ids, tmp_path / "t.pt", limit=100) and not (tmp_path / "t.pt").exists()
+    examples = [{"tokens": [1, 2, 3], "start": 1, "kind": "instruction_t1", "id": "a#0"}] * 50
+    assert tool.gpu_distill.save_teacher(examples, tmp_path / "s.pt")
+    assert not tool.gpu_distill.save_teacher(examples, tmp_path / "t.pt", limit=100)
+    assert not (tmp_path / "t.pt").exists()
     assert torch.load(tmp_path / "s.pt")["lengths"] == [3] * 50
 
 

@@ -9,7 +9,7 @@ results and renders), and a GPU run needs the target too (the Q4_1 GGUF alone is
 2. ``split FILE`` writes FILE in pieces, one folder each under ``.xfer/`` (git-ignored), each with a manifest
    (name, bytes, sha256, pieces): call k carries ``.xfer/NAME.k`` and copies it into ``.keep/`` there, an ignored
    folder that a warm machine keeps between calls (the calls must follow one another within its idle time);
-3. ``join .keep/NAME`` there (python3 alone) puts the pieces together and checks the sha256;
+3. ``join .keep/NAME`` there puts the pieces together and checks the sha256;
 4. ``size [PATH ...]``: what a call would send, with those carried paths.
 
     python tools/device_payload.py slim
@@ -22,7 +22,6 @@ results and renders), and a GPU run needs the target too (the Q4_1 GGUF alone is
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import subprocess
@@ -30,6 +29,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dynatree_lib.harness.weights import sha256_file  # noqa: E402
 SLIM = ("weights", "checkpoints", "results", "executed", "figures", "data/pg19")  # what no GPU run reads
 LIMIT_MIB = 64
 PIECE_MIB = 50  # with the slimmed tree (about 10 MiB), a piece and its manifest fit one call: the GGUF in two
@@ -80,14 +82,6 @@ def tree_bytes(repo: Path = REPO, carry: tuple[str, ...] = ()) -> int:
     return sum(f.stat().st_size for f in files if f.is_file())
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def split(path: Path, out: Path, piece_mib: float = PIECE_MIB, flat: bool = False) -> list[Path]:
     """``path`` in pieces of at most ``piece_mib``: piece k in folder ``out / f"{name}.{k}"`` beside a manifest (a
     call carries each folder), or, ``flat``, every piece and one manifest in ``out`` (files coming back from the
@@ -96,7 +90,7 @@ def split(path: Path, out: Path, piece_mib: float = PIECE_MIB, flat: bool = Fals
         raise SystemExit(f"split: a piece must be at least one byte (piece_mib, --piece-mb), got {piece_mib} MiB")
     size, step = path.stat().st_size, int(piece_mib * 2**20)
     count = max(1, -(-size // step))
-    manifest = json.dumps({"name": path.name, "bytes": size, "sha256": sha256(path), "pieces": count}, indent=1)
+    manifest = json.dumps({"name": path.name, "bytes": size, "sha256": sha256_file(path), "pieces": count}, indent=1)
     folders = []
     with open(path, "rb") as f:
         for k in range(1, count + 1):
@@ -124,7 +118,7 @@ def join(target: Path, out: Path | None = None) -> Path:
     with open(out, "wb") as f:
         for p in pieces:
             f.write(p.read_bytes())
-    if (got := sha256(out)) != manifest["sha256"]:
+    if (got := sha256_file(out)) != manifest["sha256"]:
         out.unlink()
         raise SystemExit(f"join: {out} has sha256 {got}, its manifest {listed} says {manifest['sha256']}")
     return out

@@ -182,20 +182,28 @@ def generate_split(model, prompts, max_new, eos, pad, temperature, seed):
                 + generate_split(model, prompts[half:], max_new, eos, pad, temperature, seed + 1))
 
 
-def teacher_text(model, bundle: dict, deadline: float, batch: int, log) -> list[dict]:
-    """Examples ``{"tokens", "start", "kind", "id"}`` in priority order until ``deadline``: greedy instruction
-    answers, greedy continuations, then sampled answers (T=0.8)."""
-    jobs = [("instruction", bundle["instr"], bundle["instr_ids"], bundle["max_new_instr"], 0.0),
-            ("continuation", bundle["cont"], bundle["cont_ids"], bundle["max_new_cont"], 0.0),
-            ("instruction_t0.8", bundle["instr"], bundle["instr_ids"], bundle["max_new_instr"], 0.8)]
+def v4_jobs(bundle: dict) -> list[tuple]:
+    """v4's teacher text, in priority order: greedy instruction answers, greedy continuations, then sampled answers
+    (T=0.8); each job (kind, prompts, their ids, new tokens at most, temperature, seed base)."""
+    instr, ids, n = bundle["instr"], bundle["instr_ids"], bundle["max_new_instr"]
+    return [("instruction", instr, ids, n, 0.0, 0),
+            ("continuation", bundle["cont"], bundle["cont_ids"], bundle["max_new_cont"], 0.0, 0),
+            ("instruction_t0.8", instr, ids, n, 0.8, 0)]
+
+
+def teacher_text(model, bundle: dict, deadline: float, batch: int, log, jobs=None) -> list[dict]:
+    """Examples ``{"tokens", "start", "kind", "id"}`` of ``jobs`` (default ``v4_jobs``; any iterable, endless too)
+    in order until ``deadline``; batch b of a job draws with its seed base + b."""
+    jobs = v4_jobs(bundle) if jobs is None else jobs
     out = []
-    for kind, prompts, ids, max_new, temp in jobs:
+    for kind, prompts, ids, max_new, temp, seed in jobs:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         for b in range(0, len(order), batch):
             if time.time() > deadline:
                 return out
             idx = order[b:b + batch]
-            answers = generate_split(model, [prompts[i] for i in idx], max_new, bundle["eos"], bundle["pad"], temp, b)
+            answers = generate_split(model, [prompts[i] for i in idx], max_new, bundle["eos"], bundle["pad"], temp,
+                                     seed + b)
             for i, a in zip(idx, answers):
                 p = prompts[i]
                 start = len(p) - 1 if kind.startswith("instruction") else max(0, len(p) - PROMPT_TAIL)
@@ -286,15 +294,20 @@ def evaluate(target, draft, held: list[dict], head_ids, row_of) -> dict:
     return out
 
 
-def save_teacher(examples: list[dict], path: Path, limit: int = 15 << 20) -> None:
-    """The teacher text as one uint16-valued int16 tensor plus lengths, starts, kinds and ids (skipped when it
-    would not come back from the device)."""
+def save_teacher(examples: list[dict], path: Path, limit: int = 16 << 20) -> bool:
+    """The teacher text as one uint16-valued int16 tensor plus lengths, starts, kinds and ids, written where the
+    whole file fits what comes back from the device (``limit`` bytes); whether it was written."""
+    import io
+
     flat = torch.tensor([t for e in examples for t in e["tokens"]], dtype=torch.int32).to(torch.int16)
-    if flat.numel() * 2 > limit:
-        return
+    buf = io.BytesIO()
     torch.save({"tokens_u16": flat, "lengths": [len(e["tokens"]) for e in examples],
                 "starts": [e["start"] for e in examples], "kinds": [e["kind"] for e in examples],
-                "ids": [e["id"] for e in examples]}, path)
+                "ids": [e["id"] for e in examples]}, buf)
+    if not examples or buf.tell() > limit:
+        return False
+    path.write_bytes(buf.getvalue())
+    return True
 
 
 def save_layers(draft, out: Path, tag: str = "") -> list[str]:
@@ -349,7 +362,8 @@ def run(args) -> None:
     gen_deadline = t_start + args.seconds * args.gen_share
     examples = teacher_text(target, bundle, gen_deadline, args.gen_batch, log)
     log(f"teacher text: {len(examples)} sequences, {sum(len(e['tokens']) for e in examples)} tokens")
-    save_teacher(examples, out / "teacher_text.pt")
+    if not save_teacher(examples, out / "teacher_text.pt"):
+        log("teacher_text.pt not written: the text does not fit one file that comes back")
     rng = random.Random(0)
     held_ids = {i for i in {e["id"] for e in examples} if rng.random() < args.heldout}
     held = [e for e in examples if e["id"] in held_ids and not e["kind"].endswith("t0.8")]

@@ -14,8 +14,9 @@ for v4, the GPU writes its own teacher text and trains on it, starting from the 
 
 It writes to ``--out``: the head (fp32, its log and the run's record) as ``head.pt`` in pieces of at most 15 MiB
 (``device_payload.split``: files come back 16 MiB each at most), ``result.json``, ``log.txt`` and the sampled text
-(``sampled_text.pt``, uint16-valued int16, when it fits one file). Here, ``finish`` joins the pieces and exports the
-head where the CPU build exports it; ``build-draft --head eagle3 --publish`` then calibrates it and writes its card.
+(``sampled_text.pt``, ``gpu_distill.save_teacher``'s format, when it fits one file). Here, ``finish`` joins the
+pieces and exports the head where the CPU build exports it; ``build-draft --head eagle3 --publish`` then calibrates
+it and writes its card.
 
 A session with a lent GPU, step by step (each device call sends the tree and what it carries, 64 MiB at most,
 so the GGUF goes in two pieces; the three calls must follow one another while the machine is warm, or the pieces
@@ -42,6 +43,7 @@ runs, for as long as ``--seconds`` allows (the tests run it on a tiny model).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -108,24 +110,12 @@ def heldout_instruction_ids() -> set[str]:
 
 # ---------------------------------------------------------------- run (device)
 
-def sampled_answers(model, bundle: dict, deadline: float, batch: int, log, rounds: int | None = None
-                    ) -> tuple[list[E.Sequence], list[str]]:
-    """Answers sampled at the bundle's temperature, round r of every instruction with seeds of its own, until
-    ``deadline`` (a round stops part-way where the time ends) or after ``rounds``; and each one's id
-    (``<instruction id>#<round>``)."""
-    prompts, out, ids = bundle["instr"], [], []
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    for r in range(rounds if rounds is not None else 10**6):
-        for b in range(0, len(order), batch):
-            if time.time() > deadline:
-                return out, ids
-            idx = order[b:b + batch]
-            answers = gpu_distill.generate_split(model, [prompts[i] for i in idx], bundle["max_new"], bundle["eos"],
-                                                 bundle["pad"], bundle["temperature"], 1_000_003 * r + b)
-            out += [E.Sequence(tuple(prompts[i] + a), len(prompts[i]) - 1) for i, a in zip(idx, answers)]
-            ids += [f"{bundle['instr_ids'][i]}#{r}" for i in idx]
-        log(f"sampled round {r}: {len(out)} answers, {sum(len(s.tokens) - s.start for s in out)} tokens")
-    return out, ids
+def sampled_jobs(bundle: dict, rounds: int | None = None):
+    """``gpu_distill.teacher_text``'s jobs (as ``v4_jobs``): round r of every instruction sampled at the bundle's
+    temperature with seeds of its own, ids ``<instruction id>#<r>``; endless unless ``rounds``."""
+    for r in itertools.count() if rounds is None else range(rounds):
+        yield (f"instruction_t{bundle['temperature']:g}", bundle["instr"], [f"{i}#{r}" for i in bundle["instr_ids"]],
+               bundle["max_new"], bundle["temperature"], 1_000_003 * r)
 
 
 def agreement(head, target, spec, held: list[tuple[str, E.Sequence]], dev) -> dict:
@@ -156,9 +146,10 @@ def run(args, target=None, committed: list[E.Sequence] | None = None,
     spec = E.HeadSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in bundle["spec"].items()})
     draws = replace(spec, seqs_per_step=args.seqs_per_step, seed=args.seed)  # the held-out windows keep spec's seed
     log(f"device {torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}; target loaded; {spec}")
-    sampled, ids = sampled_answers(target, bundle, t0 + args.seconds * args.gen_share, args.gen_batch, log,
-                                   args.rounds)
-    if not save_sampled(sampled, ids, out / "sampled_text.pt"):
+    examples = gpu_distill.teacher_text(target, bundle, t0 + args.seconds * args.gen_share, args.gen_batch, log,
+                                        sampled_jobs(bundle, args.rounds))
+    sampled = [E.Sequence(tuple(e["tokens"]), e["start"]) for e in examples]
+    if not gpu_distill.save_teacher(examples, out / "sampled_text.pt"):
         log(f"sampled_text.pt not written: {len(sampled)} answers do not fit one file that comes back")
     committed = committed if committed is not None else [] if args.no_committed_text else E.teacher_text(spec)
     held = first_of_each_kind(held if held is not None else E.shard_text(spec, heldout=True), args.heldout)
@@ -230,22 +221,6 @@ def train_loop(head, target, train: list[E.Sequence], spec, deadline: float, dev
         if step % 100 == 0:
             log(f"step {step} loss {loss.item():.3f} agree {[round(a, 3) for a in agree]}")
     return history
-
-
-def save_sampled(seqs: list[E.Sequence], ids: list[str], path: Path, limit: int = 16 << 20) -> bool:
-    """The sampled text as one uint16-valued int16 tensor, lengths, starts and ids, where the file fits what comes
-    back from the device (``limit`` bytes); to be committed as data with its provenance (``data/README.md``), as
-    v4's GPU text was. Whether it was written."""
-    import io
-
-    flat = torch.tensor([t for s in seqs for t in s.tokens], dtype=torch.int32).to(torch.int16)
-    buf = io.BytesIO()
-    torch.save({"tokens_u16": flat, "lengths": [len(s.tokens) for s in seqs], "starts": [s.start for s in seqs],
-                "ids": ids}, buf)
-    if not seqs or buf.tell() > limit:
-        return False
-    path.write_bytes(buf.getvalue())
-    return True
 
 
 def save_head(head, history: list[dict], result: dict, out: Path) -> None:

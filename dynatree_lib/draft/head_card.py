@@ -45,9 +45,9 @@ def gpu_section(gpu: dict | None) -> str:
     then the GPU's)."""
     if gpu is None:
         return ""
-    s, held = gpu["spec"], gpu["heldout_agreement"]
+    s, held, n = gpu["spec"], gpu["heldout_agreement"], gpu["gpu_steps"]
     return "\n" + textwrap.fill(
-        f"Then {gpu['gpu_steps']} step{'' if gpu['gpu_steps'] == 1 else 's'} on {gpu['device']} (`tools/gpu_eagle3.py`, {gpu['seconds']:.0f} s in all): "
+        f"Then {n} step{'' if n == 1 else 's'} on {gpu['device']} (`tools/gpu_eagle3.py`, {gpu['seconds']:.0f} s in all): "
         f"{gpu['train_sequences']['sampled']:,} answers ({gpu['sampled_tokens']:,} tokens) sampled there at T = 1 "
         f"from the instructions that are not held out, drawn with the committed text, {s['seqs_per_step']} windows "
         f"a step, lr {gpu['args']['lr']} (warm-up, cosine); first-token agreement on {held['after']['rows']:,} "
