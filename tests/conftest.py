@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dynatree_lib.core.fastpath import StaticRunner
+from dynatree_lib.core.runners import Runner
 from dynatree_lib.core.tree import Tree
 from dynatree_lib.harness.tiny import perturb, tiny_gpt_neox, tiny_llama
 
@@ -152,3 +153,30 @@ def tiny_head_folder(folder: Path) -> Path:
     folder = save_head(tiny_eagle3(target, draft_vocab=80, seed=5), folder, "tiny-llama:target")
     (folder / "lookup.json").write_text(json.dumps({"weights": [0.5, 0.6, 0.7]}))
     return folder
+
+
+class FannedRunner(Runner):
+    """Several draft runners of one head fed every call the loop makes, the first one's results returned (a test's
+    ``forward`` compares the others' with them); ``runners`` in order, the first one leading."""
+
+    def __init__(self, head, *runners):
+        self.runners = runners
+        self.model, self.vocab, self.reads_features = head, runners[0].vocab, head.cfg.aux_layers
+
+    length = property(lambda self: self.runners[0].length)
+
+    def each(self, name, *args):
+        return [getattr(r, name)(*args) for r in self.runners]
+
+    def reset(self):
+        self.each("reset")
+
+    def truncate(self, n):
+        self.each("truncate", n)
+
+    def commit(self, start, keep):
+        self.each("commit", start, keep)
+
+    def observe_target(self, features, start):
+        for r in self.runners:
+            r.observe_target(features.to(r.target.dtype), start)

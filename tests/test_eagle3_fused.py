@@ -21,10 +21,9 @@ from dynatree_lib.core.eagle3_fused import FusedEagle3Runner, head_runner
 from dynatree_lib.core.eagle3_runner import Eagle3Runner
 from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.core.lookup import LookupConfig, LookupRunner
-from dynatree_lib.core.runners import Runner
 from dynatree_lib.harness.tiny import tiny_eagle3, tiny_llama
 
-from .conftest import NO_KERNEL, prompts
+from .conftest import NO_KERNEL, FannedRunner, prompts
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason=NO_KERNEL)
 
@@ -57,34 +56,14 @@ def row_errors(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return (x.float() - ref).norm(dim=-1) / ref.norm(dim=-1)
 
 
-class Twin(Runner):
+class Twin(FannedRunner):
     """The fused runner, with the eager bf16 and the fp32 runners of the same head fed every call it gets; records
     each returned row's errors against fp32 (fused, eager), the first token's row of a longer prompt aside (never
     read, see ``FusedEagle3Runner._mask``)."""
 
     def __init__(self, head):
-        self.fused, self.eager = FusedEagle3Runner(head, keep_head=True), Eagle3Runner(head)
-        self.exact = Eagle3Runner(in_fp32(head))
-        self.model, self.vocab, self.reads_features = head, self.fused.vocab, head.cfg.aux_layers
+        super().__init__(head, FusedEagle3Runner(head, keep_head=True), Eagle3Runner(head), Eagle3Runner(in_fp32(head)))
         self.errors = []
-
-    length = property(lambda self: self.fused.length)
-
-    def each(self, name, *args):
-        return [getattr(r, name)(*args) for r in (self.fused, self.eager, self.exact)]
-
-    def reset(self):
-        self.each("reset")
-
-    def truncate(self, n):
-        self.each("truncate", n)
-
-    def commit(self, start, keep):
-        self.each("commit", start, keep)
-
-    def observe_target(self, features, start):
-        for r in (self.fused, self.eager, self.exact):
-            r.observe_target(features.to(r.target.dtype), start)
 
     def forward(self, tokens, positions, visible=None, tree_start=None, last_only=False):
         skip = self.length == 0 and tokens.numel() > 1 and not last_only
@@ -121,8 +100,9 @@ def test_waves_of_nodes_fed_with_their_parents_run_one_call_each(pair):
     lookup = lambda t: LookupRunner(t, LookupConfig((0.95, 0.97, 0.99)))
     p = torch.tensor([5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6])
     calls = []
-    original = twin.fused._step
-    twin.fused._step = lambda *a: calls.append(a[0].numel()) or original(*a)
+    fused_runner = twin.runners[0]
+    original = fused_runner._step
+    fused_runner._step = lambda *a: calls.append(a[0].numel()) or original(*a)
     res = generate(target, p, 30, draft=lookup(twin), method=cfg)
     assert res.tokens == generate(target, p, 30).tokens and res.accepted > 0  # commits moved the head's slots
     fused, eager = (torch.cat(e) for e in zip(*twin.errors))
@@ -140,9 +120,11 @@ def test_bf16_decoding_with_the_fused_head_is_bf16_ar(pair, name, kv_mode):
     """The fused target is batch-invariant, so whatever the head drafts, every decoder commits bf16 AR's tokens:
     a one-token prompt, T = 1 and prompts near the context limit included; with the context lookup on a prompt the
     target repeats, drafts are accepted (the head's cache committed through a tree)."""
+    from dynatree_lib.harness.models import rope_tables
+
     target, head = pair
-    drf = head_runner(own(head), fused=True)
-    assert drf.engine == "eagle3+fused"
+    drf = head_runner(own(head), fused=True, rope=rope_tables(target))
+    assert drf.engine == "eagle3+fused" and drf.net.cos is target.net.cos
     cases = [(torch.tensor([9]), 20), (prompts(1, seed=2, lo=5, hi=6)[0], 1)]
     cases += [(p, 30) for p in prompts(2, seed=7, lo=4, hi=40)] + [(prompts(1, seed=3, lo=120, hi=121)[0], 30)]
     for p, T in cases:
@@ -152,6 +134,20 @@ def test_bf16_decoding_with_the_fused_head_is_bf16_ar(pair, name, kv_mode):
     res = generate(target, p, 30, draft=LookupRunner(drf, LookupConfig((0.95, 0.97, 0.99))), method=METHODS[name],
                    kv_mode=kv_mode)
     assert res.tokens == generate(target, p, 30).tokens and res.accepted > 0
+
+
+def test_the_fused_head_reads_the_targets_rope_tables_where_they_are_its_own(pair):
+    """One copy of the RoPE tables: the head's runner reads the target's (the same values: the same logits), and
+    keeps its own where the target's differ or are too short."""
+    from dynatree_lib.harness.models import rope_tables
+
+    target, head = pair
+    rope = rope_tables(target)
+    shared, alone = head_runner(own(head), fused=True, rope=rope), head_runner(own(head), fused=True)
+    assert shared.net.cos is rope[0] and shared.net.sin is rope[1] and alone.net.cos is not rope[0]
+    assert head_runner(own(head), fused=True, rope=rope._replace(inv_freq=rope.inv_freq * 2)).net.cos is not rope[0]
+    assert head_runner(own(head), fused=True, rope=rope._replace(cos=rope.cos[:8])).net.cos is not rope[0]
+    assert_same_logits(shared, alone, head)
 
 
 def test_the_fused_runner_only_where_the_kernels_take_the_head(pair):
@@ -203,9 +199,14 @@ def test_the_fused_runner_holds_the_heads_weights_once(pair):
     with pytest.raises(ReleasedWeightError, match="fc.weight .* released: a FusedEagle3Runner"):
         taken.state_dict()
     assert not any(isinstance(p, ReleasedWeight) for p in kept.parameters())
+    assert_same_logits(r, k, head)
+
+
+def assert_same_logits(a, b, head):
+    """Two runners of ``head`` give the same bits over 8 committed tokens on the same random target features."""
     p = torch.arange(1, 9)
     feats = torch.randn(8, 3 * head.cfg.target_hidden, generator=torch.Generator().manual_seed(0)).bfloat16()
-    for x in (r, k):
-        x.reset()
-        x.observe_target(feats, 0)
-    assert torch.equal(r.forward(p, torch.arange(8)), k.forward(p, torch.arange(8)))
+    for r in (a, b):
+        r.reset()
+        r.observe_target(feats, 0)
+    assert torch.equal(a.forward(p, torch.arange(8)), b.forward(p, torch.arange(8)))

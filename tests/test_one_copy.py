@@ -61,13 +61,16 @@ def packed(runner) -> dict[int, int]:
     return held(n.fc, n.wqkv, n.wo, n.w13, n.w2, n.ln1, n.head)
 
 
-def caches(runner) -> dict[int, int]:
+def caches(runner, target=None) -> dict[int, int]:
     """The caches and tables a runner (and its transformers model) allocates beside the weights: KV caches, RoPE
     tables; an EAGLE-3 runner's per-slot outputs, positions and target features, the target ids of its columns
-    (``vocab``, from the head's ``d2t``) and the head's rotary frequencies."""
-    if isinstance(runner, FusedEagle3Runner):  # and its RoPE tables
+    (``vocab``, from the head's ``d2t``) and the head's rotary frequencies (and a fused one's RoPE tables, unless it
+    reads the ``target`` runner's)."""
+    if isinstance(runner, FusedEagle3Runner):
+        borrowed = target is not None and runner.net.cos is target.net.cos and runner.net.sin is target.net.sin
+        own = () if borrowed else (runner.net.cos, runner.net.sin)
         return held(runner.k, runner.v, runner.out, runner.pos, runner.target, runner.vocab, runner.head.inv_freq,
-                    runner.net.cos, runner.net.sin)
+                    *own)
     if isinstance(runner, Eagle3Runner):
         return held(runner.k, runner.v, runner.out, runner.pos, runner.target, runner.vocab, runner.head.inv_freq)
     n = runner.net
@@ -111,12 +114,13 @@ def test_a_head_on_the_fast_path_holds_every_weight_once(dtype, tmp_path):
     drf = load_head_draft(f"eagle3:{tmp_path}", tgt, 64, None, False, engine(dtype).fused)
     assert drf.head.embed_tokens.data_ptr() == tgt.embedding.data_ptr()
     assert drf.engine == ("eagle3+fused" if engine(dtype).fused else "eagle3")
+    assert not engine(dtype).fused or drf.net.cos is tgt.net.cos  # the target's RoPE tables, one copy
     head = {**reachable_storages(*drf.head.parameters(), *drf.head.buffers()), **packed(drf)}
     assert sum(head.values()) == sum(p.numel() * p.element_size() for p in (*drf.head.parameters(),
                                                                             *drf.head.buffers()))
     total = reachable_storages(tgt, drf)
     assert sum(total.values()) == sum(one.values()) + sum(head.values()) + sum(caches(tgt).values()) + \
-        sum(caches(drf).values())
+        sum(caches(drf, tgt).values())
     p = torch.arange(1, 20)
     assert generate(tgt, p, 12, draft=drf, method="dynatree").tokens == generate(tgt, p, 12).tokens
 

@@ -189,3 +189,11 @@ def test_the_check_finder_flags_a_test_that_checks_nothing():
                       "def test_recursive():\n    test_recursive()\n")
     unchecked = CheckFinder({"helpers": helpers, "test_x": tests}).unchecked_tests()
     assert unchecked == ["test_x.py::test_runs", "test_x.py::test_recursive"]
+
+
+def test_every_tool_imports():
+    """Every script under tools/ imports (what it reads from the library still exists), without running it."""
+    from .conftest import load_tool
+
+    for f in sorted((Path(__file__).resolve().parents[1] / "tools").glob("*.py")):
+        assert load_tool(f.stem).__doc__, f"tools/{f.name} has no docstring"

@@ -3,7 +3,7 @@
     python tools/forward_bench.py                  # 90 s: the one-call forward and the compiled graph
     python tools/forward_bench.py --seconds 600    # long enough to see both of the VM's memory phases
 
-Each round probes the read bandwidth (``bench.read_bandwidth_gbs``: torch's ``sum`` over 512 MiB), then times
+Each round probes the read bandwidth (``environment.BandwidthProbe``: torch's ``sum`` over 512 MiB), then times
 a one-token forward over 300 cached tokens on each engine (``runner.argmax``, as AR calls it: logits and
 argmax; best of 10 after a warm call) and prints both
 against the bound (weight bytes / probed bandwidth). The rounds alternate the engines within seconds, so a
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from dynatree_lib.harness import bench, models
+from dynatree_lib.harness import environment, models
 from dynatree_lib.harness.profiles import get_profile
 
 ENGINES = ("static+fused", "static+compile")
@@ -41,7 +41,7 @@ def main() -> None:
     torch.set_num_threads(p.models.threads)
     runners = {e: models.load_pair(p.models.target, p.models.draft, p.models.device, "bfloat16", p.models.context_override, e, p.max_len)[0]
                for e in ENGINES}
-    nbytes = bench.weight_bytes(runners[ENGINES[0]].model)
+    nbytes, probe = environment.weight_bytes(runners[ENGINES[0]].model), environment.BandwidthProbe("cpu")
     ids = torch.randint(0, 1000, (301,), generator=torch.Generator().manual_seed(0))
     for r in runners.values():
         r.reset()
@@ -55,7 +55,7 @@ def main() -> None:
           + ", ".join(r.engine for r in runners.values()))
     end, rounds = time.time() + args.seconds, []
     while time.time() < end:
-        bw = bench.read_bandwidth_gbs()
+        bw = probe.read_gbs()
         bound = nbytes / bw / 1e6
         ms = {e: best_ms(lambda: step(r)) for e, r in runners.items()}
         rounds.append((bw, {e: m / bound for e, m in ms.items()}))

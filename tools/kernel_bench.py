@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from dynatree_lib.harness import bench
+from dynatree_lib.harness.environment import BandwidthProbe
 from dynatree_lib.core import kernels
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate+up": (3072, 576), "down": (576, 1536)}  # SmolLM2-135M
@@ -37,7 +37,7 @@ def main() -> None:
     if not kernels.available():
         raise SystemExit("the bf16 kernel does not run here (it needs AVX512-BF16 and a C++ compiler)")
     torch.manual_seed(0)
-    print(f"read bandwidth (fp32 sum over 512 MiB, best of 5): {bench.read_bandwidth_gbs('cpu'):.1f} GB/s")
+    print(f"read bandwidth (fp32 sum over 512 MiB, best of 5): {BandwidthProbe('cpu').read_gbs():.1f} GB/s")
     print(f"{'weight':>8} {'MB':>5} | " + " | ".join(f"{k:>2} rows: cache / stream" for k in ROWS))
     for name, (n, d) in SHAPES.items():
         mb = n * d * 2 / 1e6

@@ -88,34 +88,36 @@ class RMSNorm(nn.Module):
         return self.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
 
-def linear(n_in: int, n_out: int) -> nn.Linear:
-    return nn.Linear(n_in, n_out, bias=False)
+def linear(n_in: int, n_out: int, device=None) -> nn.Linear:
+    return nn.Linear(n_in, n_out, bias=False, device=device)
 
 
 class Eagle3Layer(nn.Module):
     """The decoder layer, its submodules named as the format names its tensors (``layers.0.<name>``)."""
 
-    def __init__(self, c: Eagle3Config):
+    def __init__(self, c: Eagle3Config, device=None):
         super().__init__()
         self.input_layernorm, self.hidden_norm = RMSNorm(c.hidden, c.rms_eps), RMSNorm(c.hidden, c.rms_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden, c.rms_eps)
         self.self_attn = nn.Module()
-        self.self_attn.q_proj = linear(2 * c.hidden, c.heads * c.head_dim)
-        self.self_attn.k_proj = linear(2 * c.hidden, c.kv_heads * c.head_dim)
-        self.self_attn.v_proj = linear(2 * c.hidden, c.kv_heads * c.head_dim)
-        self.self_attn.o_proj = linear(c.heads * c.head_dim, c.hidden)
+        self.self_attn.q_proj = linear(2 * c.hidden, c.heads * c.head_dim, device)
+        self.self_attn.k_proj = linear(2 * c.hidden, c.kv_heads * c.head_dim, device)
+        self.self_attn.v_proj = linear(2 * c.hidden, c.kv_heads * c.head_dim, device)
+        self.self_attn.o_proj = linear(c.heads * c.head_dim, c.hidden, device)
         self.mlp = nn.Module()
-        self.mlp.gate_proj, self.mlp.up_proj = linear(c.hidden, c.intermediate), linear(c.hidden, c.intermediate)
-        self.mlp.down_proj = linear(c.intermediate, c.hidden)
+        self.mlp.gate_proj = linear(c.hidden, c.intermediate, device)
+        self.mlp.up_proj = linear(c.hidden, c.intermediate, device)
+        self.mlp.down_proj = linear(c.intermediate, c.hidden, device)
 
 
 class Eagle3Head(nn.Module):
     """The head (see module docstring). ``embedding``: the target's input embedding weight, read, never copied
     (it is not a parameter of the head: not trained, not saved); plain [V, d], or a fast-path target runner's packed
     tied head (``kernels.embedding`` reads its rows). ``config`` is a transformers ``LlamaConfig`` of
-    the layer with the target's vocabulary, which the loops' checks read as they read any model's."""
+    the layer with the target's vocabulary, which the loops' checks read as they read any model's. ``linears_on``:
+    the device of the linear layers' weights ("meta" for weights that a load assigns: ``load_head``)."""
 
-    def __init__(self, c: Eagle3Config, embedding: Tensor):
+    def __init__(self, c: Eagle3Config, embedding: Tensor, linears_on=None):
         super().__init__()
         from transformers import LlamaConfig
 
@@ -125,10 +127,10 @@ class Eagle3Head(nn.Module):
         self.cfg = c
         self.config = LlamaConfig(**layer_config(c))
         object.__setattr__(self, "embed_tokens", embedding)  # a plain reference: not registered, not saved
-        self.fc = linear(3 * c.target_hidden, c.hidden)
-        self.layers = nn.ModuleList([Eagle3Layer(c)])
+        self.fc = linear(3 * c.target_hidden, c.hidden, linears_on)
+        self.layers = nn.ModuleList([Eagle3Layer(c, linears_on)])
         self.norm = RMSNorm(c.hidden, c.rms_eps)
-        self.lm_head = linear(c.hidden, c.draft_vocab)
+        self.lm_head = linear(c.hidden, c.draft_vocab, linears_on)
         self.register_buffer("d2t", torch.zeros(c.draft_vocab, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(c.target_vocab, dtype=torch.bool))
         inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim))
@@ -347,7 +349,7 @@ def load_head(folder: Path, embedding: Tensor, dtype: torch.dtype | None = None)
     from safetensors.torch import load_file
 
     c, _ = read_config(folder)
-    head = Eagle3Head(c, embedding)
+    head = Eagle3Head(c, embedding, linears_on="meta")  # no values made only to be overwritten
     tensors = load_file(str(Path(folder) / "model.safetensors"))
     want = {k: tuple(v.shape) for k, v in head.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in tensors.items()}
@@ -355,5 +357,6 @@ def load_head(folder: Path, embedding: Tensor, dtype: torch.dtype | None = None)
         bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
         raise ValueError(f"{Path(folder) / 'model.safetensors'}: tensors do not fit the head of its config.json "
                          f"({', '.join(f'{k}: {got.get(k)} for {want.get(k)}' for k in bad[:4])})")
-    head.load_state_dict(tensors)
+    # copies: the loader's tensors view the mapped file, which stays in memory while one of them lives
+    head.load_state_dict({k: v.clone() for k, v in tensors.items()}, assign=True)
     return head.to(dtype or embedding.dtype).eval()

@@ -14,6 +14,8 @@ target). fp32 heads, and shapes or machines the kernels do not take, keep the ea
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor, nn
 
@@ -21,6 +23,14 @@ from . import kernels
 from .eagle3 import Eagle3Head
 from .eagle3_runner import Eagle3Runner, waves
 from .ownership import ReleasedWeight
+
+
+class Rope(NamedTuple):
+    """A target's RoPE tables (cos, sin [positions, head_dim], row p: position p) and the frequencies they are of."""
+
+    cos: Tensor
+    sin: Tensor
+    inv_freq: Tensor
 
 
 def fusable(head: Eagle3Head) -> bool:
@@ -32,36 +42,65 @@ def fusable(head: Eagle3Head) -> bool:
             and c.draft_vocab % 16 == 0 and c.target_hidden == c.hidden and kernels.available())
 
 
-def head_runner(head: Eagle3Head, max_len: int | None = None, fused: bool = False) -> Eagle3Runner:
+def head_runner(head: Eagle3Head, max_len: int | None = None, fused: bool = False,
+                rope: Rope | None = None) -> Eagle3Runner:
     """The head's draft runner: ``FusedEagle3Runner`` where ``fused`` is asked (the target runs the fused engine)
-    and the kernels take the head (``fusable``; it takes over the head's weights), else the eager ``Eagle3Runner``."""
-    return FusedEagle3Runner(head, max_len) if fused and fusable(head) else Eagle3Runner(head, max_len)
+    and the kernels take the head (``fusable``; it takes over the head's weights, and reads the target's RoPE tables
+    ``rope`` where they are its own: ``PackedHead``), else the eager ``Eagle3Runner``."""
+    if fused and fusable(head):
+        return FusedEagle3Runner(head, max_len, rope=rope)
+    return Eagle3Runner(head, max_len)
 
 
 class PackedHead:
     """The head's weights as ``kernels.eagle3_step`` reads them, packed once (``kernels.pack``; the layer's in the
     one-call forward's stacked layout of one layer), with the runner's cache and outputs buffer (shared, not copied)
-    and RoPE tables shifted by one row: row p holds position p - 1, where EAGLE-3 places the token at position p
-    (the first token's pair at -1), computed as the eager head computes them. Unless ``keep``, the packed weights
-    are the head's one copy (``release``)."""
+    and RoPE tables of every position of its slots (the kernel reads a token at p at row p - 1, where EAGLE-3
+    places it): ``rope``'s, the target's, where they hold the values the eager head computes (one copy of them),
+    else its own. A matmul weight on int8 rows
+    (``core.int8_rows``: an exported head's) is packed as its int8 values, its rows' powers of two in ``scales``
+    (fc, wqkv, wo, w13, w2, head: the kernel's order; None if no weight is), the others in bf16: the same results
+    either way. Unless ``keep``, the packed weights are the head's one copy (``release``)."""
 
-    def __init__(self, head: Eagle3Head, runner: Eagle3Runner, keep: bool = False):
-        c, L, pack = head.cfg, head.layer, lambda w: kernels.pack(w.detach().contiguous())
+    def __init__(self, head: Eagle3Head, runner: Eagle3Runner, keep: bool = False,
+                 rope: Rope | None = None):
+        c, L = head.cfg, head.layer
         a, m = L.self_attn, L.mlp
         self.embed = head.embed_tokens
-        self.fc = pack(head.fc.weight)
-        self.wqkv = pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))[None]
-        self.wo, self.w2 = pack(a.o_proj.weight)[None], pack(m.down_proj.weight)[None]
-        self.w13 = pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))[None]
+        (fc, wqkv, wo, w13, w2, lm), self.scales = pack_matmuls([
+            head.fc.weight, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), a.o_proj.weight,
+            torch.cat([m.gate_proj.weight, m.up_proj.weight]), m.down_proj.weight, head.lm_head.weight])
+        self.fc, self.wqkv, self.wo, self.w13, self.w2, self.head = fc, wqkv[None], wo[None], w13[None], w2[None], lm
         self.ln1 = torch.cat([L.input_layernorm.weight, L.hidden_norm.weight]).detach()[None]
         self.ln2 = L.post_attention_layernorm.weight.detach()[None]
-        self.norm, self.head = head.norm.weight.detach(), pack(head.lm_head.weight)
-        self.cos, self.sin = head.rope(torch.arange(-1, runner.max_len), head.fc.weight.dtype)
+        self.norm = head.norm.weight.detach()
+        self.cos, self.sin = rope_tables(head, runner.max_len, rope)
         self.k, self.v = runner.k.view(-1, c.head_dim), runner.v.view(-1, c.head_dim)  # [KV * slots, hd] rows
         self.out = runner.out
         self.H, self.KV, self.eps = c.heads, c.kv_heads, c.rms_eps
         if not keep:
             release(head, self.ln1[0])
+
+
+def pack_matmuls(weights: list[Tensor]) -> tuple[list[Tensor], Tensor | None]:
+    """The head's six matmul weights packed (``PackedHead``), each on int8 rows as its int8 values, else in bf16;
+    and the int8 ones' powers of two, concatenated (ones for a bf16 weight; None if none is int8)."""
+    parts = [kernels.int8_rows(w.detach()) for w in weights]
+    held = [w.detach() if part is None else part[0] for w, part in zip(weights, parts)]
+    if all(part is None for part in parts):
+        return [kernels.pack(w.contiguous()) for w in held], None
+    scales = [torch.ones(w.shape[0]) if part is None else part[1] for w, part in zip(weights, parts)]
+    return [kernels.pack(w.contiguous()) for w in held], torch.cat(scales)
+
+
+def rope_tables(head: Eagle3Head, positions: int, rope: Rope | None) -> tuple[Tensor, Tensor]:
+    """cos, sin [positions, head_dim] as the eager head computes them: ``rope``'s (borrowed) where they cover the
+    positions at the head's frequencies in its dtype (the same products, cosines and roundings), else its own."""
+    dtype = head.fc.weight.dtype
+    if (rope is not None and rope.cos.shape[0] >= positions and rope.cos.dtype == dtype
+            and torch.equal(rope.inv_freq.cpu(), head.inv_freq.cpu())):
+        return rope.cos, rope.sin
+    return head.rope(torch.arange(positions), dtype)
 
 
 def release(head: Eagle3Head, ln1: Tensor) -> None:
@@ -74,18 +113,27 @@ def release(head: Eagle3Head, ln1: Tensor) -> None:
     layer.input_layernorm.weight.data, layer.hidden_norm.weight.data = ln1[:d], ln1[d:]
 
 
+CATCH_UP_ROWS = 32  # committed rows a kernel call (``FusedEagle3Runner._committed``)
+
+
 class FusedEagle3Runner(Eagle3Runner):
     """``Eagle3Runner`` with each wave of its layer run by one ``kernels.eagle3_step`` (module docstring)."""
 
     engine = "eagle3+fused"
 
-    def __init__(self, head: Eagle3Head, max_len: int | None = None, tree_slots: int = 320, keep_head: bool = False):
+    def __init__(self, head: Eagle3Head, max_len: int | None = None, tree_slots: int = 320, keep_head: bool = False,
+                 rope: Rope | None = None):
         super().__init__(head, max_len, tree_slots)
-        self.net = PackedHead(head, self, keep_head)
+        self.net = PackedHead(head, self, keep_head, rope)
 
     def _committed(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, last_only: bool) -> Tensor:
-        """Committed rows in one call: the target's features of the token before each, through fc."""
-        return self._step(tokens, positions, slots, mask, self._committed_rows(positions), self.net.fc, last_only)
+        """Committed rows, ``CATCH_UP_ROWS`` a call (a prompt's catch-up then holds one piece's activations, not the
+        prompt's; the kernel is batch-invariant: the bits of one call), each on the target's features of the token
+        before it, through fc."""
+        rows, q = self._committed_rows(positions), tokens.numel()
+        pieces = [slice(s, s + CATCH_UP_ROWS) for s in range(0, q, CATCH_UP_ROWS)]
+        out = [self._step(tokens[i], positions[i], slots[i], mask[i], rows[i], self.net.fc, last_only) for i in pieces]
+        return out[-1] if last_only or len(out) == 1 else torch.cat(out)
 
     def _step(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, rows: Tensor,
               fc: Tensor | None, last_only: bool) -> Tensor:
@@ -97,7 +145,7 @@ class FusedEagle3Runner(Eagle3Runner):
                  last_only: bool) -> Tensor:
         """Drafted rows on their ``parents``' outputs: one call when no parent is among them (a tree level), else one
         per wave, the logits put back in row order."""
-        rows = torch.tensor(parents, device=tokens.device)
+        rows = self.ring(parents)
         order = waves(parents, self.length)
         if len(order) == 1:
             return self._step(tokens, positions, slots, mask, rows, None, last_only)

@@ -10,6 +10,10 @@ feature's position), keys and values in the runner's own cache:
 - a drafted node (a forward with ``tree_start``) pairs with its parent's output (the layer's output at the parent's
   slot: the committed slot before the tree for a child of the root), since the target has not seen it.
 
+A drafted node reads only the output of the last committed slot or of a node of its own tree, so the outputs
+are kept in a ring of ``tree_slots + 1`` rows (slot s in row s mod that), not one row per slot: the last committed
+slot and a tree's nodes never share a row, and a tree of more nodes is refused.
+
 The first token has no hidden state before it: its slot is never attended to (its own output, where a one-token
 prompt needs one, comes from a zero input). Nodes fed together whose parents are among them (a chain fed as one
 forward, or nodes that waited for a lookup-skipped level) run in as many waves as their depths need, so every
@@ -29,7 +33,8 @@ from .runners import HeadRunner, additive_mask, tree_parents
 
 
 class Eagle3Runner(HeadRunner):
-    """An ``Eagle3Head`` with a cache of ``max_len + tree_slots`` slots (default max_len: the head's context)."""
+    """An ``Eagle3Head`` with a cache of ``max_len + tree_slots`` slots (default max_len: the head's context) and
+    the layer's outputs in a ring of ``tree_slots + 1`` rows (module docstring)."""
 
     engine = "eagle3"
 
@@ -41,7 +46,7 @@ class Eagle3Runner(HeadRunner):
         self.init_slots((max_len or c.max_positions) + tree_slots, 3 * c.target_hidden, w.dtype, w.device)
         self.k = torch.zeros(c.kv_heads, self.max_len, c.head_dim, dtype=w.dtype, device=w.device)
         self.v = torch.zeros_like(self.k)
-        self.out = torch.zeros(self.max_len, c.hidden, dtype=w.dtype, device=w.device)  # the layer's output per slot
+        self.out = torch.zeros(tree_slots + 1, c.hidden, dtype=w.dtype, device=w.device)  # outputs, a ring of slots
 
     @torch.no_grad()
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
@@ -50,6 +55,9 @@ class Eagle3Runner(HeadRunner):
         q = tokens.numel()
         slots = self.new_slots(positions)
         mask = self._mask(q, visible, tree_start)
+        if tree_start is not None and self.length + q - tree_start >= len(self.out):
+            raise ValueError(f"a tree of {self.length + q - tree_start} nodes is more than the {len(self.out) - 1} "
+                             f"tree slots of {self.what}")
         if tree_start is None:
             out = self._committed(tokens, positions, slots, mask, last_only)
             self.fed()
@@ -61,15 +69,20 @@ class Eagle3Runner(HeadRunner):
 
     def _committed(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, last_only: bool) -> Tensor:
         """Logits of committed rows, each on the target's features of the token before it."""
-        self._run(list(range(tokens.numel())), tokens, positions, self._committed_inputs(positions), mask)
-        return self.head.logits(self.out[slots[-1:] if last_only else slots])
+        out = self._run(list(range(tokens.numel())), tokens, positions, self._committed_inputs(positions), mask)
+        return self.head.logits(out[-1:] if last_only else out)
 
     def _drafted(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, parents: list[int],
                  last_only: bool) -> Tensor:
         """Logits of drafted rows, each on its parent's output, a wave at a time (parents before children)."""
+        out = torch.empty(tokens.numel(), self.out.shape[1], dtype=self.out.dtype, device=self.out.device)
         for wave in waves(parents, self.length):
-            self._run(wave, tokens, positions, self.out[[parents[r] for r in wave]], mask)
-        return self.head.logits(self.out[slots[-1:] if last_only else slots])
+            out[wave] = self._run(wave, tokens, positions, self.out[self.ring([parents[r] for r in wave])], mask)
+        return self.head.logits(out[-1:] if last_only else out)
+
+    def ring(self, slots) -> Tensor:
+        """The rows of ``out`` that hold ``slots``' outputs."""
+        return torch.as_tensor(slots, device=self.out.device) % len(self.out)
 
     def _committed_inputs(self, positions: Tensor) -> Tensor:
         """The fused target features of the token before each committed row (zeros for the first token)."""
@@ -92,21 +105,22 @@ class Eagle3Runner(HeadRunner):
         mask[:, 0] = torch.finfo(self.k.dtype).min
         return mask
 
-    def _run(self, rows: list[int], tokens: Tensor, positions: Tensor, hidden: Tensor, mask: Tensor) -> None:
-        """The layer over new rows ``rows`` (their inputs ``hidden``): keys and values to their slots, outputs kept."""
+    def _run(self, rows: list[int], tokens: Tensor, positions: Tensor, hidden: Tensor, mask: Tensor) -> Tensor:
+        """The layer over new rows ``rows`` (their inputs ``hidden``): keys and values to their slots, the outputs
+        kept in the ring (the last ring-size rows: the earlier ones' rows are theirs) and returned."""
         idx = torch.tensor(rows, device=tokens.device)
         slots, total = self.length + idx, self.length + tokens.numel()
         qh, k, v = self.head.project(tokens[idx], hidden, positions[idx] - 1)
         self.k[:, slots], self.v[:, slots] = k, v
         attended = attend(qh, self.k[:, :total], self.v[:, :total], mask[idx])
-        self.out[slots] = self.head.finish(attended, hidden)
-
-    def slot_rows(self) -> list[Tensor]:
-        return [self.pos, self.out]
+        out = self.head.finish(attended, hidden)
+        self.out[self.ring(slots[-len(self.out):])] = out[-len(self.out):]
+        return out
 
     def move(self, src: Tensor, dst: slice) -> None:
         super().move(src, dst)
         self.k[:, dst], self.v[:, dst] = self.k[:, src], self.v[:, src]
+        self.out[self.ring(range(dst.start, dst.stop))] = self.out[self.ring(src)]
 
 
 def waves(parents: list[int], length: int) -> list[list[int]]:

@@ -15,9 +15,10 @@ from .runners import Runner
 @dataclass(frozen=True)
 class HeadKind:
     """``load(folder, embedding, dtype=None)``: the head of a folder over the target's input embedding (refusing,
-    with the file and field named, a folder that is not of this kind); ``runner(head, max_len, fused)``: the draft
-    runner that drafts with it (``fused``: the target runs the fused bf16 engine, so a kind with a one-call step
-    takes it); ``label``: how a table or an error names it."""
+    with the file and field named, a folder that is not of this kind); ``runner(head, max_len, fused, rope=None)``:
+    the draft runner that drafts with it (``fused``: the target runs the fused bf16 engine, so a kind with a one-call
+    step takes it, reading the target's RoPE tables ``rope`` where they are its own); ``label``: how a table or an
+    error names it."""
 
     load: Callable
     runner: Callable[..., Runner]
@@ -26,7 +27,7 @@ class HeadKind:
 
 def eager(runner: type) -> Callable[..., Runner]:
     """A kind without a one-call step: its runner whatever the target's engine."""
-    return lambda head, max_len=None, fused=False: runner(head, max_len)
+    return lambda head, max_len=None, fused=False, rope=None: runner(head, max_len)
 
 
 HEAD_KINDS = {

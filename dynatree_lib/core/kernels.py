@@ -91,9 +91,16 @@ def packable(w: Tensor) -> bool:
 
 
 def pack(w: Tensor) -> Tensor:
-    """[n, d] weight -> [n/16, d/2, 32] for ``linear`` (element [b, c, 2i + e] is w[16b + i, 2c + e])."""
+    """[n, d] weight -> [n/16, d/2, 32] for ``linear`` (element [b, c, 2i + e] is w[16b + i, 2c + e]); an int8
+    weight (``core.int8_rows``) packs the same way, for ``eagle3_step``."""
     n, d = w.shape
     return w.reshape(n // 16, 16, d // 2, 2).transpose(1, 2).contiguous().reshape(n // 16, d // 2, 32)
+
+
+def int8_rows(w: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``core.int8_rows.split`` of a bf16 CPU weight in one C++ pass (no fp32 copy of it, no other kernel run)."""
+    q, s = torch.ops.dynatree.int8_rows(w)
+    return (q, s) if q.numel() else None
 
 
 def unpacked_shape(w: Tensor) -> tuple[int, int]:
@@ -156,7 +163,9 @@ def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, 
     packed ``fc`` where given (the target's fused features) or as it is (a parent's output); q, k and v read the
     token's embedding and that stream, each RMS-normalised alone; the layer's outputs go to rows ``slots`` of
     ``net.out`` and its keys and values to those of ``net.k``, ``net.v``. Returns the draft vocabulary's logits
-    [q, V'] ([1, V'] if ``last_only``); the RoPE tables are read at row ``positions``."""
+    [q, V'] ([1, V'] if ``last_only``); the RoPE tables are read at row ``positions``. ``net.scales``: the powers of two
+    of those of its matmul weights packed as int8 rows (``core.int8_rows``), else None (all bf16)."""
     return torch.ops.dynatree.eagle3_bf16(tokens, positions, slots, mask, inputs, input_rows, fc, net.out, net.embed,
                                           net.wqkv, net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm, net.head,
-                                          net.k, net.v, net.cos, net.sin, net.H, net.KV, net.eps, last_only)
+                                          net.k, net.v, net.cos, net.sin, net.H, net.KV, net.eps, last_only,
+                                          net.scales)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +91,8 @@ class NGramIndex:
 def mix_rows(logits: Tensor, cols: Tensor, weights: Tensor) -> Tensor:
     """Log-probabilities [r, V] of ``(1 - w) * softmax(logits) + w * onehot(col)`` for every row (fp32);
     rows with weight 0 are the draft's own log-softmax."""
-    out = torch.log_softmax(logits.float(), dim=-1) + torch.log1p(-weights)[:, None]  # two passes over a row
+    out = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # from bf16 logits: no fp32 copy of them first
+    out += torch.log1p(-weights)[:, None]  # in place: the rows' only fp32 buffer
     r = torch.arange(out.shape[0])
     out[r, cols] = torch.logaddexp(out[r, cols], weights.log())
     return out
@@ -142,7 +144,8 @@ class LookupRunner(Runner):
         self.inner, self.cfg = inner, cfg
         self.slots: list[int] = []  # token in each cache slot of the inner runner
         self.index = NGramIndex(cfg.max_n)
-        self._col = column_of(inner.vocab, vocab_rows(inner.model)).tolist()
+        # each target id's draft column (-1: none), 8 bytes an entry (a list of Python ints takes several times that)
+        self._col = array("q", column_of(inner.vocab, vocab_rows(inner.model)).numpy().tobytes())
         self._w = list(cfg.weights)
 
     has_lookup = True
@@ -170,15 +173,15 @@ class LookupRunner(Runner):
                  last_only: bool = False, temperature: float = 1.0) -> Tensor:
         """The draft network's log-probabilities at ``temperature``, mixed with the copy of each row's lookup
         (rows whose context matches nothing keep the network's)."""
-        logits = self.inner.forward(tokens, positions, visible, tree_start, last_only).float()
-        scaled = logits if temperature == 1.0 else logits / temperature
+        logits = self.inner.forward(tokens, positions, visible, tree_start, last_only)
+        scaled = logits if temperature == 1.0 else logits.float() / temperature
         rows, cols, ws = self._match_rows(tokens.tolist(), visible, tree_start, last_only)
         if not rows:
-            return torch.log_softmax(scaled, dim=-1)
+            return torch.log_softmax(scaled, dim=-1, dtype=torch.float32)
         cols, ws = torch.tensor(cols), torch.tensor(ws)
         if len(rows) == scaled.shape[0]:  # every row matched (the usual case): no gather or scatter
             return mix_rows(scaled, cols, ws)
-        out = torch.log_softmax(scaled, dim=-1)
+        out = torch.log_softmax(scaled, dim=-1, dtype=torch.float32)
         r = torch.tensor(rows)
         out[r] = mix_rows(scaled[r], cols, ws)
         return out

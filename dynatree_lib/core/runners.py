@@ -237,8 +237,8 @@ class HeadRunner(Runner):
             raise ValueError(f"target features for positions {start}..{start + n - 1} do not follow the "
                              f"{self.base}..{self.known - 1} held (or exceed the {self.max_len} slots of {self.what})")
         lo = max(min(self.floor, start), self.base)
-        kept = self.target[lo - self.base:start - self.base]
-        self.target = torch.cat([kept, features.to(kept.device, kept.dtype)])
+        kept, features = self.target[lo - self.base:start - self.base], features.to(self.device, self.dtype)
+        self.target = torch.cat([kept, features]) if kept.numel() else features  # read only: no copy needed
         self.base, self.known = lo, start + n
 
     def fed(self) -> None:

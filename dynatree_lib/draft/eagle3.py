@@ -26,15 +26,14 @@ only the norm and head from the target. Everything is seeded by ``seed`` and the
 newest. ``build-draft --head`` also keeps a committed copy (``head_checkpoints.committed_checkpoint``: the fp32
 weights and the log, no optimizer state, small enough for git); where it is further on than the ``models/``
 checkpoints (a new machine has none), a rerun resumes from it with a fresh optimizer, warmed up again over
-``warmup`` steps. The head folder (the speculators format vLLM serves) is written at the end of every run. Its
-first-token agreement, overlap and ECE beside v4's, teacher-forced as trained (``core.eagle3.first_drafts``):
+``warmup`` steps. The head folder (the speculators format vLLM serves; its matmul weights on int8 rows) is written
+at the end of every run. Its first-token agreement, overlap and ECE beside v4's, teacher-forced as trained:
 ``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
 
 The pipeline (text, draft vocabulary, seeded windows, the teacher pass, the loop, checkpoints, resuming) serves any
 head on the target's features: a ``HeadRecipe`` (a spec of its training) says how a head of its kind starts, which
-target layers it reads, its losses and its export; ``HeadSpec`` is EAGLE-3's, ``draft.mlp_heads`` declares
-Medusa's and Hydra's. On a lent GPU, ``tools/gpu_eagle3.py`` continues the committed head with this module's step on
-the target's answers sampled there (its files carried by ``tools/device_payload.py``).
+target layers it reads, its losses and its export; ``HeadSpec`` is EAGLE-3's, ``draft.mlp_heads`` declares Medusa's
+and Hydra's. On a lent GPU, ``tools/gpu_eagle3.py`` continues the committed head on answers sampled there.
 """
 from __future__ import annotations
 
@@ -48,6 +47,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..core import int8_rows
 from ..core.eagle3 import (OUR_KEY, Eagle3Config, Eagle3Head, fused_features, load_head, read_config, save_head,
                            ttt_outputs)
 from ..harness.paths import REPO, written_whole
@@ -468,10 +468,10 @@ def bake_temperature(weights: Path, temp: float) -> None:
 
 
 def export(head: Eagle3Head, folder: Path, spec: HeadSpec, log: list[dict]) -> Path:
-    """The head in bf16 in the speculators Eagle3 format, with its training record and v4's context lookup
-    (``lookup.json``, fitted for v4's draft; ``tools/head_lookup.py`` compares it with one fitted to the head)."""
-    save_head(bf16_copy(head), folder, VERIFIER, spec.ttt_steps,
-              {"training": training_record(spec, log), "embedding_from": "embedded:target"})
+    """The head in bf16 on int8 rows (``core.int8_rows``: the fused engine holds it in half the bytes) in the
+    speculators Eagle3 format, with its training record and v4's context lookup (``tools/head_lookup.py``)."""
+    extra = {"training": training_record(spec, log), "embedding_from": "embedded:target", "weights": int8_rows.NAME}
+    save_head(int8_rows.snap_linears(bf16_copy(head)), folder, VERIFIER, spec.ttt_steps, extra)
     return with_lookup(folder)
 
 

@@ -23,7 +23,8 @@ TARGETS = ((f"agreement on {WORKLOADS[QUESTIONS].label} answers", QUESTIONS, "ag
 
 
 def training_section(cfg: dict) -> str:
-    t = cfg["dynatree_lib"]["training"]
+    ours = cfg["dynatree_lib"]
+    t = ours["training"]
     s, gpu = t["spec"], t.get("gpu")
     steps, seconds = (gpu["cpu_steps"], gpu["cpu_seconds"]) if gpu else (t["steps"], t["seconds"])
     last = t["last"]
@@ -37,7 +38,17 @@ tokens. Initialisation `{s['init']}`; training-time test over {s['ttt_steps']} u
 vocabulary; AdamW, lr {s['lr']}, warm-up {s['warmup']}, cosine decay. Agreement on the last {len(last)} training
 batches, per unrolled step: {agree}. Rebuild or resume: `{t['rebuild']}` (checkpoints under `models/eagle3/`;
 where they are missing it resumes from the newest weights and log committed in `checkpoints/eagle3/`).
-{gpu_section(gpu)}{calibration_section(cfg["dynatree_lib"].get("calibration"))}"""
+{gpu_section(gpu)}{weights_section(ours.get("weights"))}{calibration_section(ours.get("calibration"))}"""
+
+
+def weights_section(form: str | None) -> str:
+    """The form of the matmul weights, where the export put them on int8 rows (``core.int8_rows``)."""
+    if form is None:
+        return ""
+    return "\n" + textwrap.fill(
+        f"Its matmul weights are on {form} (each row int8 values times a power of two, `core.int8_rows`): the fused "
+        "engine holds them as those int8 values, half the bytes of bf16, and computes from them bit for bit what it "
+        "computes from the bf16 weights in `model.safetensors`.", 118) + "\n"
 
 
 def gpu_section(gpu: dict | None) -> str:

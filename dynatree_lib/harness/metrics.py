@@ -16,7 +16,7 @@ Per prompt (one generation of T new tokens):
 - ``draft_forwards_per_iter``: draft-model forwards per verification (TALON's draft-efficiency axis).
 - ``draft_nodes_per_iter``: drafted nodes sent to verification per iteration.
 - ``read_bandwidth_gbs`` (AR rows): memory read bandwidth probed right after the generation
-  (``bench.read_bandwidth_gbs``); AR's bandwidth bound is weight bytes over the mean of these probes.
+  (``environment.BandwidthProbe``); AR's bandwidth bound is weight bytes over the mean of these probes.
 - ``footprint_mb`` (memory rows): one generation's peak memory above the bare runtime, with only the models the
   method uses loaded (weights, caches, the generation's tensors); ``above_start_mb``: its peak above what the
   process held right before it; ``peak_mem_mb``, ``start_mem_mb``, ``runtime_mb``: the absolute figures. A fresh

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..core.eagle3_fused import Rope
 from ..core.fastpath import StaticRunner
 from ..core.head_kinds import HEAD_KINDS
 from ..core.lookup import LookupRunner
@@ -150,8 +151,13 @@ def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, dra
     if draft_vocab is not None and draft_vocab != head.cfg.draft_vocab:
         raise ValueError(f"draft_vocab={draft_vocab}, but the head {folder} scores its own {head.cfg.draft_vocab} "
                          "tokens; set draft_vocab to None (or to that size)")
-    runner = kind.runner(head, max_len, fused)
+    runner = kind.runner(head, max_len, fused, rope_tables(target))
     return LookupRunner(runner, lookup_config(ref)) if draft_lookup else runner
+
+
+def rope_tables(target) -> Rope | None:
+    """A fast-path target runner's RoPE tables, which a head may read as its own; None for a transformers model."""
+    return Rope(target.net.cos, target.net.sin, target.net.inv_freq) if isinstance(target, StaticRunner) else None
 
 
 def input_embedding(target) -> Tensor:

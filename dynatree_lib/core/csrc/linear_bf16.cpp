@@ -1,7 +1,8 @@
 // dynatree::linear_bf16(x, w_packed): x [k, d] @ w.T in bf16 for a few rows at memory speed (AVX512-BF16);
 // dynatree::attention_bf16(q, k, v, mask): grouped-query attention of a few new tokens over a bf16 cache;
 // dynatree::forward_bf16(...): a whole Llama forward with both, in one parallel region (see "the whole forward");
-// dynatree::eagle3_bf16(...): an EAGLE-3 head's step (its one layer, norm and head) by the same code (see HeadRequest).
+// dynatree::eagle3_bf16(...): an EAGLE-3 head's step (its one layer, norm and head) by the same code (see HeadRequest),
+// its weights in bf16 or, where they lie on int8 rows (see "int8 rows"), as those int8 values.
 //
 // Why: decoding reads every weight once per forward, so a forward of k <= 16 tokens should cost about what
 // one token costs. oneDNN's bf16 matmul on plain weights re-lays the weight out on every call, so it cannot
@@ -22,6 +23,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,27 @@ constexpr int64_t kPrefetch = 64;
 // does not displace the shared L3's other contents (the KV cache, the activations, a draft model's weights)
 // on its way out. A line that a second 8-row pass reads again keeps the T0 hint.
 
+// ---- int8 rows ----
+// A weight whose every row is int8 values times one power of two (kernels.int8_rows) is held as those int8 values,
+// packed as a bf16 weight is (a 32-byte line: two input features for 16 outputs), and each output's power of two.
+// A line's int8 values become bf16 exactly (small integers), VDPBF16PS sums their products with x, and the sums
+// are scaled by the outputs' powers of two at the end: scaling by a power of two commutes with every fp32 rounding,
+// so the result is bit for bit what the same kernel computes from the bf16 weight (the int8 values times their
+// powers of two), from half the bytes.
+inline __m512bh int8_line(const __m256i* p) {
+  const __m256i q = _mm256_loadu_si256(p);
+  const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+  const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
+  return _mm512_cvtne2ps_pbh(hi, lo);  // outputs 0-7 (lo) in the low half, 8-15 in the high half
+}
+
+// A weight as the kernels read it: its packed lines (bf16: 64 bytes; int8: 32) and, for int8 rows, each output's
+// power of two (null for bf16).
+struct Weight {
+  const char* lines;
+  const float* scale;
+};
+
 // K rows of x against 16-output blocks [b0, b1), one block at a time: each thread reads its share of the weight
 // as one sequential stream (interleaving 2 or 4 blocks, for more independent sums per row, breaks the stream
 // into several and reads slower). Each row keeps two sums, over even and over odd feature pairs, added at the
@@ -47,54 +70,93 @@ constexpr int64_t kPrefetch = 64;
 // latency-bound: slower than the weights arrive when they come from cache. Hence at most 8 rows a pass
 // (16 sums in registers); more rows take more passes over a block that sits in L1/L2. Every output adds its
 // products in one order whatever the rows: the same bits alone or batched.
-// Add: the output is a residual stream, out = bf16(out + bf16(x @ w.T)) (eager's rounding of `x + linear(..)`).
-template <int K, bool Add = false, _mm_hint Hint = _MM_HINT_T0>
-void rows(const uint32_t* x, int64_t d2, const __m512i* w, c10::BFloat16* out, int64_t ostride, int64_t b0,
+// The epilogue: Store writes bf16(x @ w.T); Add a residual stream, out = bf16(out + bf16(x @ w.T)) (eager's rounding
+// of `x + linear(..)`); Argmax writes nothing, but keeps each row's first largest bf16 output and its index in
+// best[row] (the blocks come in ascending order, so a later block replaces only a strictly larger value): torch's
+// argmax of the stored outputs (NaN aside: a NaN is never taken), without storing them.
+enum Epilogue { kStore, kAdd, kArgmax };
+using Best = std::pair<float, int64_t>;  // a row's largest output so far and its index (-1: none yet)
+
+inline void keep_best(__m512 y, int64_t b, Best& best) {
+  const __m512 v = round16(y);
+  const __m512 ok = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_ps(-INFINITY));
+  const float m = _mm512_reduce_max_ps(ok);
+  if (best.second >= 0 && !(m > best.first)) return;
+  best = {m, b * 16 + __builtin_ctz(_mm512_cmp_ps_mask(ok, _mm512_set1_ps(m), _CMP_EQ_OQ))};
+}
+
+template <int K, int Epi, _mm_hint Hint, bool Int8>
+void rows(const uint32_t* x, int64_t d2, Weight w, c10::BFloat16* out, int64_t ostride, Best* best, int64_t b0,
           int64_t b1) {
+  constexpr int64_t kLine = Int8 ? 32 : 64;  // bytes of a packed line
   for (int64_t b = b0; b < b1; ++b) {
     __m512 even[K], odd[K];
     for (int j = 0; j < K; ++j) even[j] = odd[j] = _mm512_setzero_ps();
-    const __m512i* p = w + b * d2;
+    const char* p = w.lines + b * d2 * kLine;
+    const auto line = [p](int64_t c) {
+      if constexpr (Int8) return int8_line(reinterpret_cast<const __m256i*>(p) + c);
+      else return (__m512bh)_mm512_loadu_si512(reinterpret_cast<const __m512i*>(p) + c);
+    };
     int64_t c = 0;
     for (; c + 1 < d2; c += 2) {
-      _mm_prefetch((const char*)(p + c + kPrefetch), Hint);
-      _mm_prefetch((const char*)(p + c + 1 + kPrefetch), Hint);
-      const __m512bh v0 = (__m512bh)_mm512_loadu_si512(p + c), v1 = (__m512bh)_mm512_loadu_si512(p + c + 1);
+      _mm_prefetch(p + (c + kPrefetch) * kLine, Hint);
+      if constexpr (!Int8) _mm_prefetch(p + (c + 1 + kPrefetch) * kLine, Hint);  // int8: both lines in one
+      const __m512bh v0 = line(c), v1 = line(c + 1);
       for (int j = 0; j < K; ++j) {
         even[j] = _mm512_dpbf16_ps(even[j], v0, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c]));
         odd[j] = _mm512_dpbf16_ps(odd[j], v1, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c + 1]));
       }
     }
     if (c < d2) {  // an odd number of feature pairs: the last one goes to the even sum
-      const __m512bh v0 = (__m512bh)_mm512_loadu_si512(p + c);
+      const __m512bh v0 = line(c);
       for (int j = 0; j < K; ++j)
         even[j] = _mm512_dpbf16_ps(even[j], v0, (__m512bh)_mm512_set1_epi32((int)x[j * d2 + c]));
     }
     for (int j = 0; j < K; ++j) {
-      c10::BFloat16* o = out + j * ostride + b * 16;
-      const __m512 y = _mm512_add_ps(even[j], odd[j]);
-      store16(o, Add ? _mm512_add_ps(round16(y), load16(o)) : y);
+      __m512 y = _mm512_add_ps(even[j], odd[j]);
+      if constexpr (Int8) y = _mm512_mul_ps(y, _mm512_loadu_ps(w.scale + b * 16));  // exact: powers of two
+      if constexpr (Epi == kArgmax) {
+        keep_best(y, b, best[j]);
+      } else {
+        c10::BFloat16* o = out + j * ostride + b * 16;
+        store16(o, Epi == kAdd ? _mm512_add_ps(round16(y), load16(o)) : y);
+      }
     }
   }
 }
 
 constexpr int kPass = 8;  // rows per pass over a block
-using RowsFn = void (*)(const uint32_t*, int64_t, const __m512i*, c10::BFloat16*, int64_t, int64_t, int64_t);
-template <bool Add, _mm_hint Hint>  // rows<K> by K, for one epilogue and one prefetch hint
-constexpr RowsFn kRows[kPass + 1] = {nullptr,          rows<1, Add, Hint>, rows<2, Add, Hint>, rows<3, Add, Hint>,
-                                     rows<4, Add, Hint>, rows<5, Add, Hint>, rows<6, Add, Hint>, rows<7, Add, Hint>,
-                                     rows<8, Add, Hint>};
+using RowsFn = void (*)(const uint32_t*, int64_t, Weight, c10::BFloat16*, int64_t, Best*, int64_t, int64_t);
+template <int Epi, _mm_hint Hint, bool Int8>  // rows<K> by K, for one epilogue, prefetch hint and weight format
+constexpr RowsFn kRows[kPass + 1] = {nullptr,
+                                     rows<1, Epi, Hint, Int8>, rows<2, Epi, Hint, Int8>, rows<3, Epi, Hint, Int8>,
+                                     rows<4, Epi, Hint, Int8>, rows<5, Epi, Hint, Int8>, rows<6, Epi, Hint, Int8>,
+                                     rows<7, Epi, Hint, Int8>, rows<8, Epi, Hint, Int8>};
+
+template <int Epi, bool Int8>  // kRows for an epilogue, a weight format and a prefetch hint
+const RowsFn* rows_fns(bool once) {
+  return once ? kRows<Epi, _MM_HINT_NTA, Int8> : kRows<Epi, _MM_HINT_T0, Int8>;
+}
+
+template <bool Int8>
+const RowsFn* rows_fns(Epilogue epi, bool once) {
+  return epi == kStore ? rows_fns<kStore, Int8>(once)
+                       : epi == kAdd ? rows_fns<kAdd, Int8>(once) : rows_fns<kArgmax, Int8>(once);
+}
 
 // k rows of x [k, 2 * d2] against output blocks [b0, b1): each stretch of 8 blocks serves every 8-row pass while
 // it sits in cache, so the weight streams from memory once whatever k is.
-void linear_blocks(const uint32_t* x, int64_t k, int64_t d2, const __m512i* w, c10::BFloat16* out, int64_t os,
-                   int64_t b0, int64_t b1, bool add = false) {
+// Argmax (best: [k], see Epilogue) where `best` is given, else Store or, where `add`, Add.
+void linear_blocks(const uint32_t* x, int64_t k, int64_t d2, Weight w, c10::BFloat16* out, int64_t os, int64_t b0,
+                   int64_t b1, bool add = false, Best* best = nullptr) {
   const bool once = k <= kPass;  // one pass: each weight line is read once (non-temporal prefetch)
-  const RowsFn* fns = add ? (once ? kRows<true, _MM_HINT_NTA> : kRows<true, _MM_HINT_T0>)
-                           : (once ? kRows<false, _MM_HINT_NTA> : kRows<false, _MM_HINT_T0>);
+  const Epilogue epi = best ? kArgmax : add ? kAdd : kStore;
+  const RowsFn* fns = w.scale ? rows_fns<true>(epi, once) : rows_fns<false>(epi, once);
   for (int64_t s = b0; s < b1; s += 8) {
     const int64_t e = std::min<int64_t>(s + 8, b1);
-    for (int64_t j = 0; j < k; j += kPass) fns[std::min<int64_t>(kPass, k - j)](x + j * d2, d2, w, out + j * os, os, s, e);
+    for (int64_t j = 0; j < k; j += kPass)
+      fns[std::min<int64_t>(kPass, k - j)](x + j * d2, d2, w, best ? nullptr : out + j * os, os,
+                                           best ? best + j : nullptr, s, e);
   }
 }
 
@@ -108,7 +170,7 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w) {
   const int64_t k = xc.size(0), d2 = w.size(1), nblk = w.size(0), os = nblk * 16;
   auto out = at::empty({k, os}, x.options());
   const auto* xp = reinterpret_cast<const uint32_t*>(xc.data_ptr<c10::BFloat16>());
-  const auto* wp = reinterpret_cast<const __m512i*>(w.data_ptr<c10::BFloat16>());
+  const Weight wp{static_cast<const char*>(w.data_ptr()), nullptr};
   auto* op = out.data_ptr<c10::BFloat16>();
   // Blocks of outputs split between threads; for more than 8 rows (a tree, a prompt) each stretch of 8 blocks
   // is used by every 8-row pass while it sits in cache, so the weight still streams from memory once.
@@ -121,6 +183,37 @@ at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
   return at::empty_symint({x.sym_size(0), w.sym_size(0) * 16}, x.options());
 }
 
+
+// dynatree::int8_rows(w): a bf16 weight [n, d] on int8 rows as (int8 values [n, d], each row's power of two [n]
+// fp32), or two empty tensors where a row is not (core/int8_rows.py, `split`, says the same in torch). One pass
+// over the weight, one row at a time: no fp32 copy of the whole weight, no other kernel run at load.
+std::tuple<at::Tensor, at::Tensor> int8_rows(const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16 && w.device().is_cpu(),
+              "int8_rows: w must be a 2-D bf16 CPU tensor");
+  const auto wc = w.contiguous();
+  const int64_t n = wc.size(0), d = wc.size(1);
+  auto q = at::empty({n, d}, wc.options().dtype(at::kChar));
+  auto s = at::empty({n}, wc.options().dtype(at::kFloat));
+  const auto* wp = wc.data_ptr<c10::BFloat16>();
+  auto* qp = q.data_ptr<int8_t>();
+  auto* sp = s.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    const c10::BFloat16* row = wp + r * d;
+    float mx = 0.0f;
+    for (int64_t c = 0; c < d; ++c) mx = std::max(mx, std::fabs(static_cast<float>(row[c])));
+    const float x = mx / 127.0f;  // the row's power of two: the smallest 2^e >= x (1 for a row of zeros)
+    int e = 0;
+    const float m = std::frexp(x, &e);  // x = m 2^e, m in [0.5, 1)
+    const float scale = mx > 0.0f ? std::ldexp(1.0f, m == 0.5f ? e - 1 : e) : 1.0f;
+    for (int64_t c = 0; c < d; ++c) {
+      const float v = static_cast<float>(row[c]) / scale;  // exact: a power of two
+      if (v != std::nearbyint(v) || std::fabs(v) > 127.0f) return {at::empty({0}), at::empty({0})};
+      qp[r * d + c] = static_cast<int8_t>(v);
+    }
+    sp[r] = scale;
+  }
+  return {q, s};
+}
 
 // ---- attention ----
 // Why: a tree's attention over the cache with ATen's bmm copies each layer's cache slice first (the slice
@@ -379,37 +472,19 @@ void silu_mul(const c10::BFloat16* g, const c10::BFloat16* u, int64_t c0, int64_
   }
 }
 
-// The first index of the largest of row[c0, c1) (c1 - c0 a positive multiple of 16), with that value: each lane
-// keeps its first maximum (strictly greater replaces), then the lowest index among the lanes holding the
-// largest value: torch's argmax of the same numbers (NaN aside: a NaN is never taken here).
-std::pair<float, int64_t> argmax_range(const c10::BFloat16* row, int64_t c0, int64_t c1) {
-  const __m512i step = _mm512_set1_epi32(16);
-  __m512i bi = _mm512_add_epi32(_mm512_set1_epi32((int)c0),
-                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  __m512 bv = load16(row + c0);
-  __m512i ci = bi;
-  for (int64_t c = c0 + 16; c < c1; c += 16) {
-    ci = _mm512_add_epi32(ci, step);
-    const __m512 v = load16(row + c);
-    const __mmask16 gt = _mm512_cmp_ps_mask(v, bv, _CMP_GT_OQ);
-    bv = _mm512_mask_mov_ps(bv, gt, v);
-    bi = _mm512_mask_mov_epi32(bi, gt, ci);
-  }
-  const float mx = _mm512_reduce_max_ps(bv);
-  const __mmask16 at = _mm512_cmp_ps_mask(bv, _mm512_set1_ps(mx), _CMP_EQ_OQ);
-  return {mx, _mm512_mask_reduce_min_epi32(at, bi)};
-}
-
 using bf16 = c10::BFloat16;
 
 // The model as forward_bf16 takes it: the embedding, plain [V, d] or packed by kernels.pack (a tied model's head,
 // its one copy: row r's features 2c, 2c + 1 at [r / 16, c, 2 (r % 16)]); the matmul weights packed and stacked over
 // layers (wqkv: the q, k and v projections; w13: gate and up); the norms' weights; the packed head; the flat KV
 // caches, written in place ([layer, KV head, slot] rows of head_dim); the RoPE tables [position, head_dim].
+// `scales` (a head's step only): the powers of two of its six matmul weights' outputs (fc, wqkv, wo, w13, w2, head),
+// fp32, concatenated in that order, for those of them held as int8 rows (see "int8 rows"; the others bf16).
 struct LlamaWeights {
   const at::Tensor &embed, &wqkv, &wo, &w13, &w2, &ln1, &ln2, &norm, &head, &kc, &vc, &cos, &sin;
   int64_t H, KV;  // query heads, key-value heads
   double eps;     // RMSNorm's
+  const at::Tensor* scales = nullptr;
 };
 
 // One call: logits of `tokens` at `positions`, their keys and values written to cache `slots`, attending through
@@ -429,9 +504,9 @@ struct Request {
 // `input_rows[r]` of `inputs` for row r (-1: a zero row), through the packed `fc` where given (the target's fused
 // features, 3d wide) or as it is (a drafted node's parent's output, d wide); (2) q, k and v read 2d inputs, the
 // token's embedding and that residual each RMS-normalised alone (ln1 [1, 2d]: input_layernorm's weight, then
-// hidden_norm's); (3) the layer's outputs (before the final norm: a child's input) are written to rows `slots` of
-// `outputs` [slots, d]. Everything else (RoPE, attention over the head's cache, the MLP, norm, head) is the Llama
-// layer's code.
+// hidden_norm's); (3) the layer's outputs (before the final norm: a child's input) are written to `outputs`
+// [R, d], a ring: slot s in row s mod R (of a call's rows, those of its last R slots). Everything else (RoPE,
+// attention over the head's cache, the MLP, norm, head) is the Llama layer's code.
 struct HeadRequest {
   const at::Tensor &inputs, &input_rows;
   const c10::optional<at::Tensor>& fc;
@@ -449,15 +524,22 @@ struct Dims {
 int64_t embed_rows(const at::Tensor& e) { return e.dim() == 2 ? e.size(0) : e.size(0) * 16; }
 int64_t embed_features(const at::Tensor& e) { return e.dim() == 2 ? e.size(1) : e.size(1) * 2; }
 
+// A matmul weight's dtype: bf16, or int8 rows where the call has their scales.
+bool matmul_type_ok(const at::Tensor& w, const at::Tensor* scales) {
+  return w.scalar_type() == at::kBFloat16 || (scales && w.scalar_type() == at::kChar);
+}
+
 // Dtypes, layouts and ranks: index vectors of int64, everything else bf16 with the weights packed and stacked.
 void check_layouts(const LlamaWeights& w, const Request& r) {
   for (const auto* t : {&r.tokens, &r.positions, &r.slots})
     TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->is_contiguous(),
                 "forward_bf16: tokens, positions, slots must be contiguous 1-D int64");
-  for (const auto* t : {&r.mask, &w.embed, &w.wqkv, &w.wo, &w.w13, &w.w2, &w.ln1, &w.ln2, &w.norm, &w.head, &w.kc,
-                        &w.vc, &w.cos, &w.sin})
+  for (const auto* t : {&r.mask, &w.embed, &w.ln1, &w.ln2, &w.norm, &w.kc, &w.vc, &w.cos, &w.sin})
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous(),
                 "forward_bf16: contiguous bf16 CPU tensors only");
+  for (const auto* t : {&w.wqkv, &w.wo, &w.w13, &w.w2, &w.head})
+    TORCH_CHECK(matmul_type_ok(*t, w.scales) && t->device().is_cpu() && t->is_contiguous(),
+                "forward_bf16: contiguous bf16 CPU tensors only (int8 rows where scales are given)");
   TORCH_CHECK((w.embed.dim() == 2 || (w.embed.dim() == 3 && w.embed.size(2) == 32)) && r.mask.dim() == 2 &&
                   w.kc.dim() == 2 && w.cos.dim() == 2 && w.ln1.dim() == 2 && w.norm.dim() == 1 && w.head.dim() == 3 && w.wqkv.dim() == 4 && w.wo.dim() == 4 &&
                   w.w13.dim() == 4 && w.w2.dim() == 4,
@@ -501,21 +583,30 @@ void check_features(const Request& r, const Dims& n) {
     TORCH_CHECK(i >= 0 && i <= n.L, "forward_bf16: feature layer ", i, " outside [0, ", n.L, "]");
 }
 
+// The RoPE table row of a token at position p: p, or in a head's step p - 1 (EAGLE-3 places the token at p at its
+// feature's position), the first token's at 0 instead of -1 (its keys are never read by another row, and its own row
+// sees its slot alone: the attention's weight is 1 whatever its query and key).
+inline int64_t rope_row(int64_t p, bool head) { return head ? std::max<int64_t>(p - 1, 0) : p; }
+
 // Every token id, position and slot in range: the threads index with them unchecked.
-void check_indices(const LlamaWeights& w, const Request& r, const Dims& n) {
+void check_indices(const LlamaWeights& w, const Request& r, const Dims& n, bool head) {
   const auto* tk = r.tokens.data_ptr<int64_t>();
   const auto* ps = r.positions.data_ptr<int64_t>();
   const auto* sl = r.slots.data_ptr<int64_t>();
   for (int64_t i = 0; i < n.q; ++i) {
     TORCH_CHECK(tk[i] >= 0 && tk[i] < n.E, "forward_bf16: token id ", tk[i], " outside the vocabulary");
-    TORCH_CHECK(ps[i] >= 0 && ps[i] < w.cos.size(0), "forward_bf16: position ", ps[i], " past the RoPE table");
+    TORCH_CHECK(ps[i] >= 0 && rope_row(ps[i], head) < w.cos.size(0), "forward_bf16: position ", ps[i],
+                " past the RoPE table");
     TORCH_CHECK(sl[i] >= 0 && sl[i] < n.kv && n.kv <= n.n_slots, "forward_bf16: slot ", sl[i], " outside the mask");
   }
 }
 
+// Outputs of a head's six matmuls (fc, wqkv, wo, w13, w2, head): the length of its int8 rows' scales.
+int64_t scale_count(const Dims& n) { return n.d + n.ncol + n.d + 2 * n.inter + n.d + n.V; }
+
 // A head's step: its inputs [rows, d] (or [rows, 3d] with fc [d / 16, 3d / 2, 32]), a source row in [-1, rows) for
 // each new row, and an outputs buffer [slots, d] holding every slot written.
-void check_head(const HeadRequest& h, const Dims& n) {
+void check_head(const HeadRequest& h, const Dims& n, const at::Tensor* scales) {
   const at::Tensor &in = h.inputs, &ir = h.input_rows, &out = h.outputs;
   for (const auto* t : {&in, &out})
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->device().is_cpu() && t->is_contiguous() && t->dim() == 2,
@@ -525,11 +616,15 @@ void check_head(const HeadRequest& h, const Dims& n) {
   const int64_t width = h.fc.has_value() ? 3 * n.d : n.d;
   TORCH_CHECK(in.size(1) == width, "eagle3_bf16: inputs must be ", width, " wide", h.fc ? " (through fc)" : "");
   if (h.fc.has_value())
-    TORCH_CHECK(h.fc->scalar_type() == at::kBFloat16 && h.fc->is_contiguous() && h.fc->dim() == 3 &&
+    TORCH_CHECK(matmul_type_ok(*h.fc, scales) && h.fc->is_contiguous() && h.fc->dim() == 3 &&
                     h.fc->size(0) * 16 == n.d && h.fc->size(1) * 2 == width,
                 "eagle3_bf16: fc must be packed by dynatree_lib.core.kernels.pack from [", n.d, ", ", width, "]");
-  TORCH_CHECK(out.size(1) == n.d && out.size(0) >= n.kv, "eagle3_bf16: outputs must be [slots, ", n.d, "]");
+  TORCH_CHECK(out.size(1) == n.d && out.size(0) > 0, "eagle3_bf16: outputs must be [rows, ", n.d, "]");
   TORCH_CHECK(n.L == 1, "eagle3_bf16: a head has one layer, got ", n.L);
+  if (scales)
+    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->dim() == 1 &&
+                    scales->numel() == scale_count(n),
+                "eagle3_bf16: scales must be fp32 [", scale_count(n), "] (fc, wqkv, wo, w13, w2, head outputs)");
   const auto* rows = ir.data_ptr<int64_t>();
   for (int64_t i = 0; i < n.q; ++i)
     TORCH_CHECK(rows[i] >= -1 && rows[i] < in.size(0), "eagle3_bf16: input row ", rows[i], " outside the inputs");
@@ -539,9 +634,9 @@ void check_head(const HeadRequest& h, const Dims& n) {
 Dims check_inputs(const LlamaWeights& w, const Request& r, const HeadRequest* h = nullptr) {
   check_layouts(w, r);
   const Dims n = check_sizes(w, r, h != nullptr);
-  check_indices(w, r, n);
+  check_indices(w, r, n, h != nullptr);
   check_features(r, n);
-  if (h) check_head(*h, n);
+  if (h) check_head(*h, n, w.scales);
   return n;
 }
 
@@ -550,30 +645,53 @@ struct HeadIO {
   bool on = false;  // a head's step (inputs may be empty: every row's source -1)
   const bf16* inputs = nullptr;
   const int64_t* rows = nullptr;
-  const __m512i* fc = nullptr;
+  Weight fc{nullptr, nullptr};
   bf16* outputs = nullptr;
+  int64_t ring = 0;   // rows of outputs
   int64_t width = 0;  // an inputs row
 };
 
-// The model as the threads read it: raw pointers, and each stacked matmul weight's layer stride in 64-byte lines.
+// The model as the threads read it: raw pointers, and each stacked matmul weight's layer stride in bytes (int8 rows
+// come in a head's step only: one layer).
 struct Model {
   const bf16 *embed, *ln1, *ln2, *norm, *cos, *sin;
-  const __m512i *wqkv, *wo, *w13, *w2, *head;
+  Weight wqkv, wo, w13, w2, head;
   int64_t sqkv, so, s13, s2;
   bf16 *kc, *vc;
   float eps;
   bool packed_embed;  // the embedding is packed (see LlamaWeights)
 };
 
-const __m512i* lines(const at::Tensor& w) { return reinterpret_cast<const __m512i*>(w.data_ptr<bf16>()); }
-int64_t layer_lines(const at::Tensor& w) { return w.numel() / w.size(0) / 32; }
+// A packed weight and, for int8 rows, its scales: those at `offset` of `scales`.
+Weight weight(const at::Tensor& w, const at::Tensor* scales, int64_t offset) {
+  const bool int8 = w.scalar_type() == at::kChar;
+  return {static_cast<const char*>(w.data_ptr()), int8 ? scales->data_ptr<float>() + offset : nullptr};
+}
+int64_t layer_bytes(const at::Tensor& w) { return w.nbytes() / w.size(0); }
+// Weight `w` of layer i (stride: its layer_bytes).
+Weight at_layer(Weight w, int64_t i, int64_t stride) { return {w.lines + i * stride, w.scale}; }
 
-Model model_of(const LlamaWeights& w) {
-  return {w.embed.data_ptr<bf16>(), w.ln1.data_ptr<bf16>(), w.ln2.data_ptr<bf16>(), w.norm.data_ptr<bf16>(),
-          w.cos.data_ptr<bf16>(),   w.sin.data_ptr<bf16>(), lines(w.wqkv),          lines(w.wo),
-          lines(w.w13),             lines(w.w2),            lines(w.head),          layer_lines(w.wqkv),
-          layer_lines(w.wo),        layer_lines(w.w13),     layer_lines(w.w2),      w.kc.data_ptr<bf16>(),
-          w.vc.data_ptr<bf16>(),    static_cast<float>(w.eps), w.embed.dim() == 3};
+Model model_of(const LlamaWeights& w, const Dims& n) {
+  const at::Tensor* s = w.scales;
+  return {w.embed.data_ptr<bf16>(),
+          w.ln1.data_ptr<bf16>(),
+          w.ln2.data_ptr<bf16>(),
+          w.norm.data_ptr<bf16>(),
+          w.cos.data_ptr<bf16>(),
+          w.sin.data_ptr<bf16>(),
+          weight(w.wqkv, s, n.d),
+          weight(w.wo, s, n.d + n.ncol),
+          weight(w.w13, s, 2 * n.d + n.ncol),
+          weight(w.w2, s, 2 * n.d + n.ncol + 2 * n.inter),
+          weight(w.head, s, 3 * n.d + n.ncol + 2 * n.inter),
+          layer_bytes(w.wqkv),
+          layer_bytes(w.wo),
+          layer_bytes(w.w13),
+          layer_bytes(w.w2),
+          w.kc.data_ptr<bf16>(),
+          w.vc.data_ptr<bf16>(),
+          static_cast<float>(w.eps),
+          w.embed.dim() == 3};
 }
 
 // A layer's attention as tasks (a chunk of a KV head's g * q rows, that KV head), chunk-major so that threads
@@ -625,8 +743,8 @@ class Forward {
   void normalise(const Thread& th, const bf16* w, int64_t r0);
   void normalise_pair(const Thread& th);
   void keep_outputs(const Thread& th);
-  void matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, const __m512i* w, bf16* out, int64_t n,
-              bool add = false);
+  void matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, Weight w, bf16* out, int64_t n,
+              bool add = false, Best* best = nullptr);
   void rope_to_cache(int64_t i, const Thread& th);
   void attention(int64_t i, const Thread& th);
   void silu(const Thread& th);
@@ -652,28 +770,29 @@ class Forward {
   Buffer<int64_t> ids_;                           // the argmaxes if greedy
   Buffer<bf16> xn_;                               // [thread, q, kin]: each thread's normalised rows
   Buffer<bf16> in_;                               // a head's gathered inputs to fc [q, 3d], where it has them
-  std::vector<std::pair<float, int64_t>> best_;   // [thread, row]: each thread's argmax over its columns
+  std::vector<Best> best_;                        // [thread, row]: each thread's argmax over its columns
   std::vector<float> scratch_;                    // [thread, attention_scratch(kvp)]
 };
 
-HeadIO head_io(const HeadRequest* h) {
+HeadIO head_io(const HeadRequest* h, const at::Tensor* scales) {
   if (!h) return {};
-  return {true, h->inputs.data_ptr<bf16>(), h->input_rows.data_ptr<int64_t>(), h->fc ? lines(*h->fc) : nullptr,
-          h->outputs.data_ptr<bf16>(), h->inputs.size(1)};
+  const Weight fc = h->fc ? weight(*h->fc, scales, 0) : Weight{nullptr, nullptr};
+  return {true,         h->inputs.data_ptr<bf16>(), h->input_rows.data_ptr<int64_t>(), fc, h->outputs.data_ptr<bf16>(),
+          h->outputs.size(0), h->inputs.size(1)};
 }
 
 Forward::Forward(const Dims& n, const LlamaWeights& w, const Request& r, const HeadRequest* h)
-    : n_(n), m_(model_of(w)), tok_(r.tokens.data_ptr<int64_t>()), pos_(r.positions.data_ptr<int64_t>()),
+    : n_(n), m_(model_of(w, n)), tok_(r.tokens.data_ptr<int64_t>()), pos_(r.positions.data_ptr<int64_t>()),
       slot_(r.slots.data_ptr<int64_t>()), mask_(r.mask.data_ptr<bf16>()), mask_stride_(r.mask.stride(0)),
       greedy_(r.greedy), feat_(r.features.has_value() ? r.features->data_ptr<bf16>() : nullptr),
-      feature_layers_(r.feature_layers.begin(), r.feature_layers.end()), head_(head_io(h)),
+      feature_layers_(r.feature_layers.begin(), r.feature_layers.end()), head_(head_io(h, w.scales)),
       nt_(std::max(1, at::get_num_threads())), tasks_(split_attention(n, nt_)),
       kvp_((n.kv + 15) / 16 * 16), scale_(1.0f / std::sqrt(static_cast<float>(n.hd))), attend_(kAttend[n.hd / 16]),
       x_({n.q, n.d}, w.embed.options()), qkv_({n.q, n.ncol}, w.embed.options()),
       att_({n.q, n.H * n.hd}, w.embed.options()), h13_({n.q, 2 * n.inter}, w.embed.options()),
-      act_({n.q, n.inter}, w.embed.options()), out_({n.nout, n.V}, w.embed.options()),
+      act_({n.q, n.inter}, w.embed.options()), out_({greedy_ ? 0 : n.nout, n.V}, w.embed.options()),
       ids_({greedy_ ? n.nout : 0}, r.tokens.options()), xn_({nt_, n.q, n.kin}, w.embed.options()),
-      in_({head_.fc ? n.q : 0, head_.width}, w.embed.options()),
+      in_({head_.fc.lines ? n.q : 0, head_.width}, w.embed.options()),
       best_(greedy_ ? static_cast<size_t>(nt_) * n.nout : 0),
       scratch_(static_cast<size_t>(nt_) * attention_scratch(kvp_)) {}
 
@@ -718,22 +837,24 @@ void Forward::embed(const Thread& th) {
 // through fc where the inputs are the target's fused features (each thread its share of fc's outputs).
 void Forward::head_inputs(const Thread& th) {
   const int64_t w = head_.width;
-  bf16* rows = head_.fc ? in_.p : x_.p;
+  bf16* rows = head_.fc.lines ? in_.p : x_.p;
   for (int64_t r = th.t; r < n_.q; r += th.T) {
     const int64_t src = head_.rows[r];
     if (src < 0) std::memset(rows + r * w, 0, w * sizeof(bf16));
     else std::memcpy(rows + r * w, head_.inputs + src * w, w * sizeof(bf16));
   }
-  if (!head_.fc) return;
+  if (!head_.fc.lines) return;
 #pragma omp barrier
   matmul(th, in_.p, n_.q, w, head_.fc, x_.p, n_.d);
 }
 
 // A head's step: the layer's output rows (the residual stream after it, before the final norm) to their slots'
-// rows of the outputs buffer, every T-th row by this thread (complete: the layer ended at a barrier).
+// rows of the outputs ring, every T-th row by this thread (complete: the layer ended at a barrier); a row whose
+// ring row a later slot of this call takes is not written (one writer per ring row).
 void Forward::keep_outputs(const Thread& th) {
+  const int64_t last = *std::max_element(slot_, slot_ + n_.q), R = head_.ring;
   for (int64_t r = th.t; r < n_.q; r += th.T)
-    std::memcpy(head_.outputs + slot_[r] * n_.d, x_.p + r * n_.d, n_.d * sizeof(bf16));
+    if (slot_[r] + R > last) std::memcpy(head_.outputs + (slot_[r] % R) * n_.d, x_.p + r * n_.d, n_.d * sizeof(bf16));
 }
 
 // The residual rows entering layer i into every features column that asks for layer i, every T-th row by this
@@ -758,20 +879,20 @@ void Forward::layer(int64_t i, const Thread& th) {
   const Dims& n = n_;
   if (head_.on) normalise_pair(th);
   else normalise(th, m_.ln1 + i * n.d, 0);
-  matmul(th, th.xn, n.q, n.kin, m_.wqkv + i * m_.sqkv, qkv_.p, n.ncol);
+  matmul(th, th.xn, n.q, n.kin, at_layer(m_.wqkv, i, m_.sqkv), qkv_.p, n.ncol);
 #pragma omp barrier
   rope_to_cache(i, th);
 #pragma omp barrier
   attention(i, th);
 #pragma omp barrier
-  matmul(th, att_.p, n.q, n.H * n.hd, m_.wo + i * m_.so, x_.p, n.d, true);
+  matmul(th, att_.p, n.q, n.H * n.hd, at_layer(m_.wo, i, m_.so), x_.p, n.d, true);
 #pragma omp barrier
   normalise(th, m_.ln2 + i * n.d, 0);
-  matmul(th, th.xn, n.q, n.d, m_.w13 + i * m_.s13, h13_.p, 2 * n.inter);
+  matmul(th, th.xn, n.q, n.d, at_layer(m_.w13, i, m_.s13), h13_.p, 2 * n.inter);
 #pragma omp barrier
   silu(th);
 #pragma omp barrier
-  matmul(th, act_.p, n.q, n.inter, m_.w2 + i * m_.s2, x_.p, n.d, true);
+  matmul(th, act_.p, n.q, n.inter, at_layer(m_.w2, i, m_.s2), x_.p, n.d, true);
 #pragma omp barrier
 }
 
@@ -793,10 +914,10 @@ void Forward::normalise_pair(const Thread& th) {
 }
 
 // out [rows, n] = x [rows, k] @ w.T (add: out += ..., a residual add) in this thread's share of the n / 16 blocks.
-void Forward::matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, const __m512i* w, bf16* out,
-                     int64_t n, bool add) {
+void Forward::matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, Weight w, bf16* out,
+                     int64_t n, bool add, Best* best) {
   const auto [b0, b1] = th.share(n / 16);
-  linear_blocks(reinterpret_cast<const uint32_t*>(x), rows, k / 2, w, out, n, b0, b1, add);
+  linear_blocks(reinterpret_cast<const uint32_t*>(x), rows, k / 2, w, out, n, b0, b1, add, best);
 }
 
 // RoPE of the queries in place and of the keys into layer i's cache slots; the values copied there.
@@ -805,7 +926,8 @@ void Forward::rope_to_cache(int64_t i, const Thread& th) {
   for (int64_t it = th.t; it < n_.q * heads; it += th.T) {
     const int64_t r = it / heads, hh = it % heads;
     bf16* src = qkv_.p + r * n_.ncol + hh * hd;
-    const bf16 *cs = m_.cos + pos_[r] * hd, *sn = m_.sin + pos_[r] * hd;
+    const int64_t at = rope_row(pos_[r], head_.on);
+    const bf16 *cs = m_.cos + at * hd, *sn = m_.sin + at * hd;
     if (hh < H) {
       rope_head(src, cs, sn, hd, src);
     } else {
@@ -840,21 +962,19 @@ void Forward::silu(const Thread& th) {
     silu_mul(h13_.p + r * 2 * inter, h13_.p + r * 2 * inter + inter, 16 * b0, 16 * b1, act_.p + r * inter);
 }
 
-// The final norm of the output rows (the last nout) and this thread's share of their logits.
+// The final norm of the output rows (the last nout) and this thread's share of their logits; if greedy, instead of
+// the logits, each row's argmax over this thread's columns (the Argmax epilogue: the logits are never stored).
 void Forward::head(const Thread& th) {
   normalise(th, m_.norm, n_.q - n_.nout);
-  matmul(th, th.xn, n_.nout, n_.d, m_.head, out_.p, n_.V);
+  Best* best = greedy_ ? best_.data() + th.t * n_.nout : nullptr;
+  if (best) std::fill(best, best + n_.nout, Best{-INFINITY, -1});
+  matmul(th, th.xn, n_.nout, n_.d, m_.head, out_.p, n_.V, false, best);
 }
 
-// Each output row's argmax, found by each thread in the columns it computed while they are still in its cache
-// (no copy of the logits to fp32 for torch's argmax); then the first of the largest over the threads: their
-// columns ascend, so a tie keeps the earlier thread's index.
+// Each output row's argmax: the first of the largest over the threads' own (head()): their columns ascend, so a tie
+// keeps the earlier thread's index.
 void Forward::argmax(const Thread& th) {
-  const int64_t nout = n_.nout, V = n_.V;
-  const auto [b0, b1] = th.share(V / 16);
-  for (int64_t r = 0; r < nout; ++r)
-    best_[th.t * nout + r] =
-        b0 < b1 ? argmax_range(out_.p + r * V, 16 * b0, 16 * b1) : std::make_pair(-INFINITY, int64_t{-1});
+  const int64_t nout = n_.nout;
 #pragma omp barrier
 #pragma omp for
   for (int64_t r = 0; r < nout; ++r) {
@@ -882,14 +1002,16 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
 
 // dynatree::eagle3_bf16: an EAGLE-3 head's step (HeadRequest) with its one layer's weights in forward_bf16's layout
 // (wqkv [1, ncol / 16, d, 32]: q, k, v over 2d inputs; ln1 [1, 2d]); logits [q, V'] ([1, V'] if last_only).
+// `scales`: the six matmul weights are int8 rows (LlamaWeights).
 at::Tensor eagle3_bf16(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
                        const at::Tensor& mask, const at::Tensor& inputs, const at::Tensor& input_rows,
                        const c10::optional<at::Tensor>& fc, const at::Tensor& outputs, const at::Tensor& embed,
                        const at::Tensor& wqkv, const at::Tensor& wo, const at::Tensor& w13, const at::Tensor& w2,
                        const at::Tensor& ln1, const at::Tensor& ln2, const at::Tensor& norm, const at::Tensor& head,
                        const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& cos, const at::Tensor& sin,
-                       int64_t H, int64_t KV, double eps, bool last_only) {
-  const LlamaWeights w{embed, wqkv, wo, w13, w2, ln1, ln2, norm, head, kc, vc, cos, sin, H, KV, eps};
+                       int64_t H, int64_t KV, double eps, bool last_only, const c10::optional<at::Tensor>& scales) {
+  const LlamaWeights w{embed, wqkv, wo, w13, w2, ln1, ln2, norm, head, kc, vc, cos, sin, H, KV, eps,
+                       scales.has_value() ? &*scales : nullptr};
   const c10::optional<at::Tensor> none;
   const Request r{tokens, positions, slots, mask, last_only, false, none, {}};
   const HeadRequest h{inputs, input_rows, fc, outputs};
@@ -912,6 +1034,7 @@ at::Tensor forward_bf16_meta(const at::Tensor& tokens, const at::Tensor& positio
 
 TORCH_LIBRARY(dynatree, m) {
   m.def("linear_bf16(Tensor x, Tensor w) -> Tensor");
+  m.def("int8_rows(Tensor w) -> (Tensor, Tensor)");
   m.def("attention_bf16(Tensor q, Tensor k, Tensor v, Tensor mask) -> Tensor");
   m.def("forward_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor embed, Tensor wqkv, "
         "Tensor wo, Tensor w13, Tensor w2, Tensor ln1, Tensor ln2, Tensor norm, Tensor head, Tensor(a!) kc, "
@@ -920,10 +1043,11 @@ TORCH_LIBRARY(dynatree, m) {
   m.def("eagle3_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor inputs, Tensor input_rows, "
         "Tensor? fc, Tensor(a!) outputs, Tensor embed, Tensor wqkv, Tensor wo, Tensor w13, Tensor w2, Tensor ln1, "
         "Tensor ln2, Tensor norm, Tensor head, Tensor(b!) kc, Tensor(c!) vc, Tensor cos, Tensor sin, int H, int KV, "
-        "float eps, bool last_only) -> Tensor");
+        "float eps, bool last_only, Tensor? scales=None) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(dynatree, CPU, m) {
   m.impl("linear_bf16", linear_bf16);
+  m.impl("int8_rows", int8_rows);
   m.impl("attention_bf16", attention_bf16);
   m.impl("forward_bf16", forward_bf16);
   m.impl("eagle3_bf16", eagle3_bf16);
