@@ -2,6 +2,8 @@
 # Measure again every committed record that drafts with the EAGLE-3 head (weights/smollm2-eagle3), after a new one is
 # published (`python -m dynatree_lib build-draft --head eagle3 --publish`), then render every notebook, the card and
 # the README from the JSON (./run_all.sh --render). tests/test_records_weights.py fails until this has run.
+# To publish the committed checkpoint again as an export writes it now (matmul weights on int8 rows: core/int8_rows.py),
+# export it first: `python -m dynatree_lib build-draft --head eagle3 --steps 1` (no step left to train: it exports).
 #   bash tools/head_records.sh [--from STEP]   (about two hours on 2 CPU cores; most steps are timed: run it alone)
 # Steps, in order (--from resumes at one): pair (the pair report: agreement, calibration), cost (the head's step
 # over the target's), depth (EAGLE-3's tree, tokens per verification), memory, lookup (v4's lookup against one
