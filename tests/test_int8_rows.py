@@ -1,6 +1,7 @@
-"""Weights on int8 rows (``core.int8_rows``): snapping puts a weight there for good, ``split`` finds its exact int8
-form, and the fused engine, which holds such a head in int8 (half the bytes), computes bit for bit what it computes
-from the same head held in bf16: every logit, output row and cache entry of every call of a decoding."""
+"""Weights on int8 rows (``core.int8_rows``): snapping puts a weight there for good, ``split`` (the reference, in torch)
+finds its exact int8 form and ``kernels.int8_rows`` finds the same, and the fused engine, which holds such a head in
+int8 (half the bytes), computes bit for bit what it computes from the same head held in bf16: every logit, output row
+and cache entry of every call of a decoding."""
 import copy
 
 import pytest
@@ -18,13 +19,23 @@ from .conftest import NO_KERNEL, FannedRunner, prompts
 SHAPE = dict(hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160)
 
 
+def split(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The reference of ``kernels.int8_rows``: (int8 values [n, d], powers of two [n] fp32) of a weight on int8 rows,
+    whose product is ``w`` exactly; None where ``w`` is not on int8 rows."""
+    s = int8_rows.row_scales(w)
+    q = w.detach().float() / s[:, None]
+    if not torch.equal(q, q.round()) or q.abs().max() > int8_rows.LIMIT:
+        return None
+    return q.to(torch.int8), s
+
+
 def test_snapping_puts_each_row_on_int8_steps_of_a_power_of_two():
     g = torch.Generator().manual_seed(0)
     w = (torch.randn(48, 80, generator=g) * torch.logspace(-3, 1, 48)[:, None]).bfloat16()
     w[5] = 0
-    assert int8_rows.split(w) is None
+    assert split(w) is None
     snapped = int8_rows.snap(w)
-    q, s = int8_rows.split(snapped)
+    q, s = split(snapped)
     assert q.dtype == torch.int8 and q.abs().max() <= int8_rows.LIMIT
     assert torch.equal(torch.log2(s), torch.log2(s).round())  # powers of two
     assert torch.equal((q.float() * s[:, None]).to(w.dtype), snapped)
@@ -41,7 +52,7 @@ def test_the_kernels_split_is_the_reference_split():
     w[3] = 0
     assert kernels.int8_rows(w) is None
     for x in (int8_rows.snap(w), int8_rows.snap(w)[:, :32]):
-        (q, s), (q_ref, s_ref) = kernels.int8_rows(x), int8_rows.split(x)
+        (q, s), (q_ref, s_ref) = kernels.int8_rows(x), split(x)
         assert torch.equal(q, q_ref) and torch.equal(s, s_ref)
 
 

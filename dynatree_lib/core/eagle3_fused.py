@@ -57,10 +57,10 @@ class PackedHead:
     one-call forward's stacked layout of one layer), with the runner's cache and outputs buffer (shared, not copied)
     and RoPE tables of every position of its slots (the kernel reads a token at p at row p - 1, where EAGLE-3
     places it): ``rope``'s, the target's, where they hold the values the eager head computes (one copy of them),
-    else its own. A matmul weight on int8 rows
-    (``core.int8_rows``: an exported head's) is packed as its int8 values, its rows' powers of two in ``scales``
-    (fc, wqkv, wo, w13, w2, head: the kernel's order; None if no weight is), the others in bf16: the same results
-    either way. Unless ``keep``, the packed weights are the head's one copy (``release``)."""
+    else its own. A matmul weight on int8 rows (``core.int8_rows``: an exported head's) is packed as its int8
+    values, its rows' powers of two in ``scales`` (fc, wqkv, wo, w13, w2, head: the kernel's order; None if no
+    weight is), the others in bf16: the same results either way. Unless ``keep``, the packed weights are the head's
+    one copy (``release``)."""
 
     def __init__(self, head: Eagle3Head, runner: Eagle3Runner, keep: bool = False,
                  rope: Rope | None = None):
@@ -74,7 +74,7 @@ class PackedHead:
         self.ln1 = torch.cat([L.input_layernorm.weight, L.hidden_norm.weight]).detach()[None]
         self.ln2 = L.post_attention_layernorm.weight.detach()[None]
         self.norm = head.norm.weight.detach()
-        self.cos, self.sin = rope_tables(head, runner.max_len, rope)
+        self.cos, self.sin = head_rope(head, runner.max_len, rope)
         self.k, self.v = runner.k.view(-1, c.head_dim), runner.v.view(-1, c.head_dim)  # [KV * slots, hd] rows
         self.out = runner.out
         self.H, self.KV, self.eps = c.heads, c.kv_heads, c.rms_eps
@@ -85,15 +85,14 @@ class PackedHead:
 def pack_matmuls(weights: list[Tensor]) -> tuple[list[Tensor], Tensor | None]:
     """The head's six matmul weights packed (``PackedHead``), each on int8 rows as its int8 values, else in bf16;
     and the int8 ones' powers of two, concatenated (ones for a bf16 weight; None if none is int8)."""
-    parts = [kernels.int8_rows(w.detach()) for w in weights]
-    held = [w.detach() if part is None else part[0] for w, part in zip(weights, parts)]
-    if all(part is None for part in parts):
-        return [kernels.pack(w.contiguous()) for w in held], None
-    scales = [torch.ones(w.shape[0]) if part is None else part[1] for w, part in zip(weights, parts)]
-    return [kernels.pack(w.contiguous()) for w in held], torch.cat(scales)
+    parts = [kernels.int8_rows(w.detach()) or (w.detach(), None) for w in weights]
+    packed = [kernels.pack(held.contiguous()) for held, _ in parts]
+    if all(s is None for _, s in parts):
+        return packed, None
+    return packed, torch.cat([torch.ones(w.shape[0]) if s is None else s for w, (_, s) in zip(weights, parts)])
 
 
-def rope_tables(head: Eagle3Head, positions: int, rope: Rope | None) -> tuple[Tensor, Tensor]:
+def head_rope(head: Eagle3Head, positions: int, rope: Rope | None) -> tuple[Tensor, Tensor]:
     """cos, sin [positions, head_dim] as the eager head computes them: ``rope``'s (borrowed) where they cover the
     positions at the head's frequencies in its dtype (the same products, cosines and roundings), else its own."""
     dtype = head.fc.weight.dtype

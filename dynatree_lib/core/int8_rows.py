@@ -2,10 +2,11 @@
 two. Such a weight is held exactly by its int8 values and its rows' powers of two, in half the bytes of bf16, and
 the fused engine computes with it bit for bit what it computes from the bf16 weight (``csrc/linear_bf16.cpp``,
 "int8 rows"); every other engine reads the bf16 weight itself. ``snap`` puts a weight on int8 rows (what an export
-of the EAGLE-3 head does: ``draft.eagle3.export``); ``split`` finds the int8 form of a weight already there.
+of the EAGLE-3 head does: ``draft.eagle3.export``); ``kernels.int8_rows`` finds the int8 form of a weight already
+there, at load.
 
 A row's power of two is the smallest that keeps its largest value within 127 steps; a snapped row's largest value
-is then 64 to 127 steps, so snapping a snapped weight changes nothing and ``split`` recovers the same powers."""
+is then 64 to 127 steps, so snapping a snapped weight changes nothing and its powers are found again."""
 from __future__ import annotations
 
 import torch
@@ -37,14 +38,3 @@ def snap_linears(module: nn.Module) -> nn.Module:
             if isinstance(m, nn.Linear):
                 m.weight.copy_(snap(m.weight))
     return module
-
-
-def split(w: Tensor) -> tuple[Tensor, Tensor] | None:
-    """(int8 values [n, d], powers of two [n] fp32) of a weight on int8 rows, whose product is ``w`` exactly; None
-    where ``w`` is not on int8 rows."""
-    s = row_scales(w)
-    q = w.detach().float() / s[:, None]
-    if not torch.equal(q, q.round()) or q.abs().max() > LIMIT:
-        return None
-    return q.to(torch.int8), s
-

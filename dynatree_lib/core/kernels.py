@@ -98,7 +98,8 @@ def pack(w: Tensor) -> Tensor:
 
 
 def int8_rows(w: Tensor) -> tuple[Tensor, Tensor] | None:
-    """``core.int8_rows.split`` of a bf16 CPU weight in one C++ pass (no fp32 copy of it, no other kernel run)."""
+    """(int8 values [n, d], powers of two [n] fp32) of a bf16 CPU weight on int8 rows (``core.int8_rows``), whose
+    product is the weight exactly; None where it is not on them. One C++ pass: no fp32 copy, no other kernel run."""
     q, s = torch.ops.dynatree.int8_rows(w)
     return (q, s) if q.numel() else None
 
@@ -161,10 +162,11 @@ def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, 
     """An EAGLE-3 head's step in one call (``eagle3_fused.PackedHead`` ``net``, ``core/eagle3.py``'s layer), by the
     code of ``forward``: row r's residual stream is row ``input_rows[r]`` of ``inputs`` (-1: zeros), through the
     packed ``fc`` where given (the target's fused features) or as it is (a parent's output); q, k and v read the
-    token's embedding and that stream, each RMS-normalised alone; the layer's outputs go to rows ``slots`` of
-    ``net.out`` and its keys and values to those of ``net.k``, ``net.v``. Returns the draft vocabulary's logits
-    [q, V'] ([1, V'] if ``last_only``); the RoPE tables are read at row ``positions``. ``net.scales``: the powers of two
-    of those of its matmul weights packed as int8 rows (``core.int8_rows``), else None (all bf16)."""
+    token's embedding and that stream, each RMS-normalised alone; the layer's outputs go to the ring ``net.out``
+    (slot s in row s mod its rows) and its keys and values to rows ``slots`` of ``net.k``, ``net.v``. Returns the
+    draft vocabulary's logits [q, V'] ([1, V'] if ``last_only``); the RoPE tables are read at row ``positions - 1``
+    (the first token's at 0). ``net.scales``: the powers of two of those of its matmul weights packed as int8 rows
+    (``core.int8_rows``), else None (all bf16)."""
     return torch.ops.dynatree.eagle3_bf16(tokens, positions, slots, mask, inputs, input_rows, fc, net.out, net.embed,
                                           net.wqkv, net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm, net.head,
                                           net.k, net.v, net.cos, net.sin, net.H, net.KV, net.eps, last_only,

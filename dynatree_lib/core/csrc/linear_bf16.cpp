@@ -185,8 +185,8 @@ at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
 
 
 // dynatree::int8_rows(w): a bf16 weight [n, d] on int8 rows as (int8 values [n, d], each row's power of two [n]
-// fp32), or two empty tensors where a row is not (core/int8_rows.py, `split`, says the same in torch). One pass
-// over the weight, one row at a time: no fp32 copy of the whole weight, no other kernel run at load.
+// fp32), or two empty tensors where a row is not (tests/test_int8_rows.py, `split`, says the same in torch). One
+// pass over the weight, one row at a time: no fp32 copy of the whole weight, no other kernel run at load.
 std::tuple<at::Tensor, at::Tensor> int8_rows(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16 && w.device().is_cpu(),
               "int8_rows: w must be a 2-D bf16 CPU tensor");
@@ -601,8 +601,15 @@ void check_indices(const LlamaWeights& w, const Request& r, const Dims& n, bool 
   }
 }
 
-// Outputs of a head's six matmuls (fc, wqkv, wo, w13, w2, head): the length of its int8 rows' scales.
-int64_t scale_count(const Dims& n) { return n.d + n.ncol + n.d + 2 * n.inter + n.d + n.V; }
+// A head's six matmul weights in the order their scales are concatenated, and where each one's scales start in
+// `scales` (entry 6: their total): one output each.
+enum HeadMatmul { kFc, kWqkv, kWo, kW13, kW2, kHead };
+std::array<int64_t, 7> scale_offsets(const Dims& n) {
+  const std::array<int64_t, 6> outputs{n.d, n.ncol, n.d, 2 * n.inter, n.d, n.V};
+  std::array<int64_t, 7> at{};
+  for (int i = 0; i < 6; ++i) at[i + 1] = at[i] + outputs[i];
+  return at;
+}
 
 // A head's step: its inputs [rows, d] (or [rows, 3d] with fc [d / 16, 3d / 2, 32]), a source row in [-1, rows) for
 // each new row, and an outputs buffer [slots, d] holding every slot written.
@@ -623,8 +630,8 @@ void check_head(const HeadRequest& h, const Dims& n, const at::Tensor* scales) {
   TORCH_CHECK(n.L == 1, "eagle3_bf16: a head has one layer, got ", n.L);
   if (scales)
     TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->dim() == 1 &&
-                    scales->numel() == scale_count(n),
-                "eagle3_bf16: scales must be fp32 [", scale_count(n), "] (fc, wqkv, wo, w13, w2, head outputs)");
+                    scales->numel() == scale_offsets(n)[6],
+                "eagle3_bf16: scales must be fp32 [", scale_offsets(n)[6], "] (fc, wqkv, wo, w13, w2, head outputs)");
   const auto* rows = ir.data_ptr<int64_t>();
   for (int64_t i = 0; i < n.q; ++i)
     TORCH_CHECK(rows[i] >= -1 && rows[i] < in.size(0), "eagle3_bf16: input row ", rows[i], " outside the inputs");
@@ -673,17 +680,18 @@ Weight at_layer(Weight w, int64_t i, int64_t stride) { return {w.lines + i * str
 
 Model model_of(const LlamaWeights& w, const Dims& n) {
   const at::Tensor* s = w.scales;
+  const auto at = scale_offsets(n);
   return {w.embed.data_ptr<bf16>(),
           w.ln1.data_ptr<bf16>(),
           w.ln2.data_ptr<bf16>(),
           w.norm.data_ptr<bf16>(),
           w.cos.data_ptr<bf16>(),
           w.sin.data_ptr<bf16>(),
-          weight(w.wqkv, s, n.d),
-          weight(w.wo, s, n.d + n.ncol),
-          weight(w.w13, s, 2 * n.d + n.ncol),
-          weight(w.w2, s, 2 * n.d + n.ncol + 2 * n.inter),
-          weight(w.head, s, 3 * n.d + n.ncol + 2 * n.inter),
+          weight(w.wqkv, s, at[kWqkv]),
+          weight(w.wo, s, at[kWo]),
+          weight(w.w13, s, at[kW13]),
+          weight(w.w2, s, at[kW2]),
+          weight(w.head, s, at[kHead]),
           layer_bytes(w.wqkv),
           layer_bytes(w.wo),
           layer_bytes(w.w13),
@@ -776,7 +784,7 @@ class Forward {
 
 HeadIO head_io(const HeadRequest* h, const at::Tensor* scales) {
   if (!h) return {};
-  const Weight fc = h->fc ? weight(*h->fc, scales, 0) : Weight{nullptr, nullptr};
+  const Weight fc = h->fc ? weight(*h->fc, scales, 0) : Weight{nullptr, nullptr};  // fc's come first (scale_offsets)
   return {true,         h->inputs.data_ptr<bf16>(), h->input_rows.data_ptr<int64_t>(), fc, h->outputs.data_ptr<bf16>(),
           h->outputs.size(0), h->inputs.size(1)};
 }
@@ -1002,7 +1010,7 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
 
 // dynatree::eagle3_bf16: an EAGLE-3 head's step (HeadRequest) with its one layer's weights in forward_bf16's layout
 // (wqkv [1, ncol / 16, d, 32]: q, k, v over 2d inputs; ln1 [1, 2d]); logits [q, V'] ([1, V'] if last_only).
-// `scales`: the six matmul weights are int8 rows (LlamaWeights).
+// `scales`: the powers of two of those of its matmul weights held as int8 rows (LlamaWeights).
 at::Tensor eagle3_bf16(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& slots,
                        const at::Tensor& mask, const at::Tensor& inputs, const at::Tensor& input_rows,
                        const c10::optional<at::Tensor>& fc, const at::Tensor& outputs, const at::Tensor& embed,
