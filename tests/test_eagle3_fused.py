@@ -110,6 +110,45 @@ def test_waves_of_nodes_fed_with_their_parents_run_one_call_each(pair):
     assert len(calls) > len(twin.errors)  # some forward ran in more than one wave
 
 
+class Same(FannedRunner):
+    """Two runners of one head fed every call, which must give the same bits: logits, keys and values."""
+
+    def forward(self, tokens, positions, visible=None, tree_start=None, last_only=False):
+        a, b = self.each("forward", tokens, positions, visible, tree_start, last_only)
+        first, second = self.runners
+        assert torch.equal(a, b) and torch.equal(first.k, second.k) and torch.equal(first.v, second.v)
+        return a
+
+
+@pytest.mark.parametrize("runner", [Eagle3Runner, FusedEagle3Runner], ids=["eager", "fused"])
+def test_a_ring_of_outputs_that_wraps_gives_the_bits_of_one_that_does_not(pair, runner):
+    """With 8 tree slots the outputs ring (9 rows: slot s in row s mod 9) wraps again and again over a decoding, and
+    every call gives the bits of the default ring, which never wraps here (both caches the same size); a tree of
+    more nodes than the ring holds is refused, naming it."""
+    target, head = pair
+    small, large = runner(own(head), max_len=head.cfg.max_positions + 320 - 8, tree_slots=8), runner(own(head))
+    assert small.max_len == large.max_len and len(small.out) == 9
+    p = prompts(1, seed=5, lo=40, hi=41)[0]
+    res = generate(target, p, 60, draft=Same(head, small, large), method=DynaTreeConfig(n_max=8))
+    assert res.tokens == generate(target, p, 60).tokens and small.length > 10 * len(small.out)
+    with pytest.raises(ValueError, match="is more than the 4 tree slots"):
+        generate(target, p, 5, draft=runner(own(head), tree_slots=4), method=DynaTreeConfig(n_max=8))
+
+
+def test_a_prompts_catch_up_in_pieces_gives_the_bits_of_one_call(pair):
+    """A 100-token prompt's catch-up runs in pieces of ``catch_up_rows``: the same bits as one call over all of it."""
+    target, head = pair
+    pieces, whole = FusedEagle3Runner(own(head)), FusedEagle3Runner(own(head))
+    whole.catch_up_rows = 10**6
+    calls = []
+    original = pieces._step
+    pieces._step = lambda *a: calls.append(a[0].numel()) or original(*a)
+    p = prompts(1, seed=6, lo=100, hi=101)[0]
+    res = generate(target, p, 20, draft=Same(head, pieces, whole), method=LinearConfig(K=4))
+    assert res.tokens == generate(target, p, 20).tokens
+    assert calls[:4] == [32, 32, 32, 4]
+
+
 METHODS = {"linear": LinearConfig(K=4), "fixed": FixedTreeConfig(D=3, B=2, tau=0.0, n_max=12),
            "dynatree": DynaTreeConfig(n_max=12), "talon": TalonConfig(mu=0.05, N=10, K=3),
            "cost": CostAwareConfig(DynaTreeConfig(n_max=10))}

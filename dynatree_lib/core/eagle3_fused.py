@@ -112,13 +112,11 @@ def release(head: Eagle3Head, ln1: Tensor) -> None:
     layer.input_layernorm.weight.data, layer.hidden_norm.weight.data = ln1[:d], ln1[d:]
 
 
-CATCH_UP_ROWS = 32  # committed rows a kernel call (``FusedEagle3Runner._committed``)
-
-
 class FusedEagle3Runner(Eagle3Runner):
     """``Eagle3Runner`` with each wave of its layer run by one ``kernels.eagle3_step`` (module docstring)."""
 
     engine = "eagle3+fused"
+    catch_up_rows = 32  # committed rows a kernel call (``_committed``)
 
     def __init__(self, head: Eagle3Head, max_len: int | None = None, tree_slots: int = 320, keep_head: bool = False,
                  rope: Rope | None = None):
@@ -126,11 +124,11 @@ class FusedEagle3Runner(Eagle3Runner):
         self.net = PackedHead(head, self, keep_head, rope)
 
     def _committed(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, last_only: bool) -> Tensor:
-        """Committed rows, ``CATCH_UP_ROWS`` a call (a prompt's catch-up then holds one piece's activations, not the
+        """Committed rows, ``catch_up_rows`` a call (a prompt's catch-up then holds one piece's activations, not the
         prompt's; the kernel is batch-invariant: the bits of one call), each on the target's features of the token
         before it, through fc."""
         rows, q = self._committed_rows(positions), tokens.numel()
-        pieces = [slice(s, s + CATCH_UP_ROWS) for s in range(0, q, CATCH_UP_ROWS)]
+        pieces = [slice(s, s + self.catch_up_rows) for s in range(0, q, self.catch_up_rows)]
         out = [self._step(tokens[i], positions[i], slots[i], mask[i], rows[i], self.net.fc, last_only) for i in pieces]
         return out[-1] if last_only or len(out) == 1 else torch.cat(out)
 

@@ -57,7 +57,8 @@ class Eagle3Runner(HeadRunner):
         mask = self._mask(q, visible, tree_start)
         if tree_start is not None and self.length + q - tree_start >= len(self.out):
             raise ValueError(f"a tree of {self.length + q - tree_start} nodes is more than the {len(self.out) - 1} "
-                             f"tree slots of {self.what}")
+                             f"tree slots of {self.what}: build its runner with a larger tree_slots, or draft "
+                             "smaller trees")
         if tree_start is None:
             out = self._committed(tokens, positions, slots, mask, last_only)
             self.fed()

@@ -1,9 +1,9 @@
 """Weights on int8 rows: every row of a matmul weight is int8 values (at most 127 in magnitude) times one power of
 two. Such a weight is held exactly by its int8 values and its rows' powers of two, in half the bytes of bf16, and
 the fused engine computes with it bit for bit what it computes from the bf16 weight (``csrc/linear_bf16.cpp``,
-"int8 rows"); every other engine reads the bf16 weight itself. ``snap`` puts a weight on int8 rows (what an export
-of the EAGLE-3 head does: ``draft.eagle3.export``); ``kernels.int8_rows`` finds the int8 form of a weight already
-there, at load.
+"int8 rows"; short of subnormal sums and overflow, far from a trained head's values); every other engine reads the
+bf16 weight itself. ``snap`` puts a weight on int8 rows (what an export of the EAGLE-3 head does:
+``draft.eagle3.export``); ``kernels.int8_rows`` finds the int8 form of a weight already there, at load.
 
 A row's power of two is the smallest that keeps its largest value within 127 steps; a snapped row's largest value
 is then 64 to 127 steps, so snapping a snapped weight changes nothing and its powers are found again."""

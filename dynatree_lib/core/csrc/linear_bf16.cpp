@@ -46,9 +46,10 @@ constexpr int64_t kPrefetch = 64;
 // A weight whose every row is int8 values times one power of two (kernels.int8_rows) is held as those int8 values,
 // packed as a bf16 weight is (a 32-byte line: two input features for 16 outputs), and each output's power of two.
 // A line's int8 values become bf16 exactly (small integers), VDPBF16PS sums their products with x, and the sums
-// are scaled by the outputs' powers of two at the end: scaling by a power of two commutes with every fp32 rounding,
-// so the result is bit for bit what the same kernel computes from the bf16 weight (the int8 values times their
-// powers of two), from half the bytes.
+// are scaled by the outputs' powers of two at the end: scaling by a power of two commutes with every fp32 rounding
+// while nothing is subnormal or overflows (VDPBF16PS flushes subnormals, which the unscaled sums may not be), so the
+// result is bit for bit what the same kernel computes from the bf16 weight (the int8 values times their powers of
+// two), from half the bytes.
 inline __m512bh int8_line(const __m256i* p) {
   const __m256i q = _mm256_loadu_si256(p);
   const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
