@@ -180,3 +180,20 @@ class FannedRunner(Runner):
     def observe_target(self, features, start):
         for r in self.runners:
             r.observe_target(features.to(r.target.dtype), start)
+
+
+class SameBits(FannedRunner):
+    """Two runners of one head fed every call, which must give the same bits at each: the logits, the keys and values,
+    and the outputs rings where ``rings`` (both of one size); ``calls`` counts the calls."""
+
+    def __init__(self, head, first, second, rings=True):
+        super().__init__(head, first, second)
+        self.rings, self.calls = rings, 0
+
+    def forward(self, tokens, positions, visible=None, tree_start=None, last_only=False):
+        a, b = self.each("forward", tokens, positions, visible, tree_start, last_only)
+        first, second = self.runners
+        held = [(first.k, second.k), (first.v, second.v)] + ([(first.out, second.out)] if self.rings else [])
+        assert torch.equal(a, b) and all(torch.equal(x, y) for x, y in held)
+        self.calls += 1
+        return a

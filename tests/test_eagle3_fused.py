@@ -23,7 +23,7 @@ from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.core.lookup import LookupConfig, LookupRunner
 from dynatree_lib.harness.tiny import tiny_eagle3, tiny_llama
 
-from .conftest import NO_KERNEL, FannedRunner, prompts
+from .conftest import NO_KERNEL, FannedRunner, SameBits, prompts
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason=NO_KERNEL)
 
@@ -73,6 +73,13 @@ class Twin(FannedRunner):
         return fused
 
 
+def kernel_calls(runner: FusedEagle3Runner) -> list[int]:
+    """The rows of each kernel call ``runner`` makes from now on (its ``_step`` wrapped)."""
+    calls, step = [], runner._step
+    runner._step = lambda *a: calls.append(a[0].numel()) or step(*a)
+    return calls
+
+
 def errors_of_a_decoding(target, head, draft_of=lambda twin: twin, method=DynaTreeConfig(n_max=10), T=24):
     """(fused, eager) row errors against fp32 over decodings of a one-token and two longer prompts, which must
     commit bf16 AR's tokens."""
@@ -99,25 +106,12 @@ def test_waves_of_nodes_fed_with_their_parents_run_one_call_each(pair):
     twin = Twin(head)
     lookup = lambda t: LookupRunner(t, LookupConfig((0.95, 0.97, 0.99)))
     p = torch.tensor([5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6])
-    calls = []
-    fused_runner = twin.runners[0]
-    original = fused_runner._step
-    fused_runner._step = lambda *a: calls.append(a[0].numel()) or original(*a)
+    calls = kernel_calls(twin.runners[0])
     res = generate(target, p, 30, draft=lookup(twin), method=cfg)
     assert res.tokens == generate(target, p, 30).tokens and res.accepted > 0  # commits moved the head's slots
     fused, eager = (torch.cat(e) for e in zip(*twin.errors))
     assert fused.max() <= 2 * eager.max() and fused.max() < 0.1, (fused.max(), eager.max())
     assert len(calls) > len(twin.errors)  # some forward ran in more than one wave
-
-
-class Same(FannedRunner):
-    """Two runners of one head fed every call, which must give the same bits: logits, keys and values."""
-
-    def forward(self, tokens, positions, visible=None, tree_start=None, last_only=False):
-        a, b = self.each("forward", tokens, positions, visible, tree_start, last_only)
-        first, second = self.runners
-        assert torch.equal(a, b) and torch.equal(first.k, second.k) and torch.equal(first.v, second.v)
-        return a
 
 
 @pytest.mark.parametrize("runner", [Eagle3Runner, FusedEagle3Runner], ids=["eager", "fused"])
@@ -129,7 +123,7 @@ def test_a_ring_of_outputs_that_wraps_gives_the_bits_of_one_that_does_not(pair, 
     small, large = runner(own(head), max_len=head.cfg.max_positions + 320 - 8, tree_slots=8), runner(own(head))
     assert small.max_len == large.max_len and len(small.out) == 9
     p = prompts(1, seed=5, lo=40, hi=41)[0]
-    res = generate(target, p, 60, draft=Same(head, small, large), method=DynaTreeConfig(n_max=8))
+    res = generate(target, p, 60, draft=SameBits(head, small, large, rings=False), method=DynaTreeConfig(n_max=8))
     assert res.tokens == generate(target, p, 60).tokens and small.length > 10 * len(small.out)
     with pytest.raises(ValueError, match="is more than the 4 tree slots"):
         generate(target, p, 5, draft=runner(own(head), tree_slots=4), method=DynaTreeConfig(n_max=8))
@@ -140,11 +134,9 @@ def test_a_prompts_catch_up_in_pieces_gives_the_bits_of_one_call(pair):
     target, head = pair
     pieces, whole = FusedEagle3Runner(own(head)), FusedEagle3Runner(own(head))
     whole.catch_up_rows = 10**6
-    calls = []
-    original = pieces._step
-    pieces._step = lambda *a: calls.append(a[0].numel()) or original(*a)
+    calls = kernel_calls(pieces)
     p = prompts(1, seed=6, lo=100, hi=101)[0]
-    res = generate(target, p, 20, draft=Same(head, pieces, whole), method=LinearConfig(K=4))
+    res = generate(target, p, 20, draft=SameBits(head, pieces, whole), method=LinearConfig(K=4))
     assert res.tokens == generate(target, p, 20).tokens
     assert calls[:4] == [32, 32, 32, 4]
 

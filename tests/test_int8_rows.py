@@ -14,7 +14,7 @@ from dynatree_lib.core.fastpath import StaticRunner
 from dynatree_lib.core.ownership import reachable_storages
 from dynatree_lib.harness.tiny import tiny_eagle3, tiny_llama
 
-from .conftest import NO_KERNEL, FannedRunner, prompts
+from .conftest import NO_KERNEL, SameBits, prompts
 
 SHAPE = dict(hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160)
 
@@ -56,23 +56,14 @@ def test_the_kernels_split_is_the_reference_split():
         assert torch.equal(q, q_ref) and torch.equal(s, s_ref)
 
 
-class Both(FannedRunner):
+class Both(SameBits):
     """The int8 and the bf16 fused runners of one snapped head, fed every call; each call's results must be the
-    same bits (logits, then the outputs buffer and the cache)."""
+    same bits (logits, the outputs ring and the cache)."""
 
     def __init__(self, head):
         self.int8, self.bf16 = FusedEagle3Runner(copy.deepcopy(head)), bf16_runner(head)
         super().__init__(head, self.int8, self.bf16)
         assert self.int8.net.head.dtype == torch.int8 and self.bf16.net.scales is None
-        self.calls = 0
-
-    def forward(self, tokens, positions, visible=None, tree_start=None, last_only=False):
-        a, b = self.each("forward", tokens, positions, visible, tree_start, last_only)
-        assert torch.equal(a, b)
-        for x, y in ((self.int8.out, self.bf16.out), (self.int8.k, self.bf16.k), (self.int8.v, self.bf16.v)):
-            assert torch.equal(x, y)
-        self.calls += 1
-        return a
 
 
 def bf16_runner(head):
