@@ -9,6 +9,7 @@
 #   --rerun     archive each notebook's JSON (kept as *.bak.json) and measure again
 #   --quick     a first look: 2 prompts per dataset, 1 per Spec-Bench category, 1 replicate, no sweeps (05-07)
 #   --plan      print generations, tokens and estimated hours per notebook; run nothing
+#   --allow-dirty  keep records measured on a tree with uncommitted changes (marked git_dirty; refused otherwise)
 # Executed notebooks go to executed/<profile>/, JSON to results/<profile>/, figures and tables to
 # figures/<profile>/. Stops at the first failing notebook.
 set -euo pipefail
@@ -20,7 +21,8 @@ for arg in "$@"; do
     --rerun) RERUN=True ;;
     --quick) QUICK=1 ;;
     --plan) PLAN=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --allow-dirty) export DYNATREE_ALLOW_DIRTY=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     -*) echo "unknown option $arg (see ./run_all.sh --help)" >&2; exit 2 ;;
     *) PROFILE=$arg ;;
   esac

@@ -7,7 +7,9 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   echo "[setup] installing torch 2.13.0"
   "$PY" -m pip install -q "torch==2.13.0"
 fi
-if ! "$PY" -c "import transformers, datasets, papermill, nbval, seaborn, tqdm, psutil, gguf, jupytext, ninja" 2>/dev/null; then
+# every requirement installed at a version its line admits (an older transformers left in the environment is
+# upgraded, not trusted because it imports)
+if ! "$PY" tools/requirements_met.py requirements.txt; then
   echo "[setup] installing requirements.txt"
   "$PY" -m pip install -q -r requirements.txt
 fi

@@ -3,6 +3,7 @@
   python -m dynatree_lib setup --profile cpu                 # load the models, check the data
   python -m dynatree_lib generate --method dynatree -T 64 --text "It was a dark night"
   python -m dynatree_lib generate --chat --temperature 0.7 --top-p 0.9 --text "Name three primary colors."
+  python -m dynatree_lib generate --method eagle3_tree --draft eagle3:weights/smollm2-eagle3 --chat --text "Hi"
   python -m dynatree_lib show-tree --method dynatree -T 24 --text "The capital of France is"
   python -m dynatree_lib bench --experiment main --set T=128 --set n_prompts=4
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
@@ -19,12 +20,14 @@ import argparse
 import ast
 import json
 import math
+import os
 import sys
 
 from .core.head_kinds import HEAD_KINDS
 from .harness.profiles import get_profile, models_for
+from .harness.weights import COMMITTED_DRAFTS
 from .harness.workloads import WORKLOADS, continuations, count, eos as workload_eos
-from .methods import DYNATREE, method_names
+from .methods import DYNATREE, REGISTRY, method_names
 
 # ./run_all.sh --quick: a first look (two prompts per continuation dataset, one per Spec-Bench category, one replicate)
 QUICK = {"n_prompts": 2, "n_questions": 1, "n_exact": 1, "replicates": 1, "tuning.n": 1, "tuning.n_questions": 1,
@@ -69,9 +72,20 @@ TOP_P = flag_type(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 TEXT = flag_type(str, str.strip, "non-empty text")
 
 
+def for_heads() -> str:
+    return ", ".join(n for n, m in REGISTRY.items() if m.for_heads)
+
+
 def add_decode_flags(g: argparse.ArgumentParser) -> None:
-    """The flags ``generate`` and ``show-tree`` share: the method, the prompt, the length and the sampling law."""
-    g.add_argument("--method", default=DYNATREE, choices=method_names())
+    """The flags ``generate`` and ``show-tree`` share: the method, the draft, the prompt, the length and the sampling
+    law."""
+    g.add_argument("--method", default=DYNATREE, choices=method_names(),
+                   help=f"the decoding method (default {DYNATREE}); {for_heads()} were designed for a feature head and, "
+                        "on a draft model, draft the same trees on purpose (the comparison of policies on one draft)")
+    g.add_argument("--draft", metavar="REF", default=None,
+                   help="what drafts (default: the profile's draft): a draft model's folder or hub id, or a feature "
+                        "head as <kind>:<folder>. Committed: " +
+                        "; ".join(f"{ref} ({what})" for ref, what in COMMITTED_DRAFTS.items()))
     g.add_argument("--dataset", default=None, choices=tuple(WORKLOADS),
                    help="the workload whose tuned setting the method takes and, without --text, whose first dev "
                         "prompt is decoded (default: spec_bench with --chat, else wikitext2)")
@@ -102,6 +116,9 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["show-tree"].add_argument("--iterations", type=POSITIVE_INT, default=4, help="trees to print")
     sub.choices["bench"].add_argument("--experiment", default="main")
     sub.choices["bench"].add_argument("--rerun", action="store_true", help="archive the existing JSON and start over")
+    sub.choices["bench"].add_argument("--allow-dirty", action="store_true",
+                                      help="keep records measured on a tree with uncommitted changes (marked "
+                                           "git_dirty); without it they are refused")
     sub.choices["plan"].add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK}, no sweeps")
     bd = sub.add_parser("build-draft", help="rebuild weights/smollm2-draft (teacher data, distillation, calibration)")
     for step in BUILD_STEPS:
@@ -174,6 +191,18 @@ def build_draft(args) -> object:
     return build.build_all(args.from_gpu)
 
 
+def with_draft(prof, ref: str | None):
+    """``prof`` drafting with ``ref`` (``--draft``): a head scores its own vocabulary (no ``draft_vocab``)."""
+    import dataclasses
+
+    from .harness.weights import is_head
+
+    if ref is None:
+        return prof
+    vocab = None if is_head(ref) else prof.models.draft_vocab
+    return dataclasses.replace(prof, models=dataclasses.replace(prof.models, draft=ref, draft_vocab=vocab))
+
+
 def decode(args, prof) -> None:
     """``generate`` and ``show-tree``: one prompt with the method's tuned setting (else the paper's)."""
     import torch
@@ -208,14 +237,39 @@ def decode(args, prof) -> None:
 
 
 def decode_method(args, prof, sampling):
-    """``--method``'s setting tuned on ``--dataset`` at this sampling law, else the profile's default."""
+    """``--method``'s setting tuned on ``--dataset`` at this sampling law (on a head: its TALON tuning's, notebook
+    14), else the profile's default."""
     from .harness.tuning import NotTuned, tuned
+    from .harness.weights import is_head
 
+    head = is_head(prof.models.draft)
+    if REGISTRY[args.method].for_heads and not head:
+        print(f"note: {args.method} was designed for a feature head; it drafts on the draft model "
+              f"{prof.models.draft} (--draft eagle3:weights/smollm2-eagle3 drafts on the committed head)",
+              file=sys.stderr)
     try:
-        return tuned(prof, args.method, args.dataset, sampling=sampling)
+        return head_setting(prof, args.method, args.dataset) if head else \
+            tuned(prof, args.method, args.dataset, sampling=sampling)
     except NotTuned as e:
         print(f"note: {e}; decoding with the profile's default setting", file=sys.stderr)
         return prof.method(args.method, args.dataset)
+
+
+def head_setting(prof, method: str, dataset: str):
+    """``method``'s setting on the head ``prof`` drafts with: its row's fastest candidate in notebook 14's tuning
+    (``talon_experiment.row_setting``), else its published one."""
+    import dataclasses
+
+    from .harness.talon_experiment import row_setting, talon_rows
+    from .harness.tuning import NotTuned
+
+    ref = prof.models.draft
+    prof = dataclasses.replace(prof, extras=dataclasses.replace(prof.extras, head=ref))
+    rows = [r for r in talon_rows(prof, dataset, None) if r.family == method and r.draft in (None, ref)]
+    rows = [r for r in rows if r.draft == ref] or rows
+    if not rows:
+        raise NotTuned(f"no TALON tuning row for {method} on {ref}")
+    return row_setting(prof, rows[0], dataset)
 
 
 def prompt_ids(args, prof, tok):
@@ -257,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         prof = get_profile(args.profile, **{**(QUICK if getattr(args, "quick", False) else {}), **overrides(args.set)})
         if args.cmd == "bench":
             from .harness.experiments import run
+            from .harness.store import ALLOW_DIRTY
+
+            if args.allow_dirty:
+                os.environ[ALLOW_DIRTY] = "1"
 
             print(run(args.experiment, prof, rerun=args.rerun))
         elif args.cmd == "plan":
@@ -266,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "setup":
             setup(prof)
         else:
+            prof = with_draft(prof, args.draft)
             check_decode_flags(args, prof)
             decode(args, prof)
         return 0

@@ -64,7 +64,9 @@ class Method:
     variant of in comparisons (the cost-aware extension is DynaTree's; None: its own). ``controls``: its main rows
     are also run with the draft network alone (the draft's context lookup off). ``trees``: it drafts trees worth
     drawing (notebook 09). ``tuning_from``: a method whose tuned setting it adopts (``adopt(own, theirs)``) where the
-    profile tunes and it has no candidates of its own (StreamingLLM drafts a chain: linear's K)."""
+    profile tunes and it has no candidates of its own (StreamingLLM drafts a chain: linear's K). ``for_heads``: its
+    paper drafts with a feature head (EAGLE-3's); on a draft model it drafts the same trees, on purpose: the
+    comparison of policies on one draft."""
 
     name: str
     config: type | None
@@ -88,6 +90,7 @@ class Method:
     trees: bool = False
     tuning_from: str | None = None
     adopt: Callable | None = None  # (its own paper setting, tuning_from's tuned setting) -> its setting
+    for_heads: bool = False  # designed for a feature head (EAGLE-3's tree, OPT-Tree, TALON); runs on a draft model too
 
 
 REGISTRY: dict[str, Method] = {}
@@ -138,11 +141,12 @@ for _m in (
            decode=generate_streaming_spec, exact=False, tuning_from=LINEAR, reported_v1="streamingllm_spec_cache1024",
            adopt=lambda own, chain: dataclasses.replace(own, K=chain.K)),
     Method(name=TALON, config=TalonConfig, label="TALON", color="#d62728", role="seed", tuned=True,
-           paper=lambda s, ds: s.talon, reported_talon="TALON", trees=True),
+           paper=lambda s, ds: s.talon, reported_talon="TALON", trees=True, for_heads=True),
     Method(name=EAGLE3_TREE, config=Eagle3TreeConfig, label="EAGLE-3 tree", color="#e377c2", role="opt_in",
-           tuned=True, paper=lambda s, ds: Eagle3TreeConfig(), reported_talon="EAGLE-3", trees=True),
+           tuned=True, paper=lambda s, ds: Eagle3TreeConfig(), reported_talon="EAGLE-3", trees=True, for_heads=True),
     Method(name=OPT_TREE, config=OptTreeConfig, label="OPT-Tree", color="#393b79", role="opt_in", tuned=True,
-           paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True),
+           paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True,
+           for_heads=True),
 ):
     register(_m)
 

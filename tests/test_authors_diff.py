@@ -172,3 +172,11 @@ def test_ids_tokenizer():
     assert tok.eos_token_id == 999999 and tok.decode([1]) == ""
     with pytest.raises(ValueError, match="would cut"):
         tok(key, truncation=True, max_length=2)
+
+
+def test_their_code_runs_only_on_the_transformers_it_was_shimmed_for():
+    ad.check_transformers("5.24.0")
+    ad.check_transformers("5.17.1")
+    for outside in ("5.16.2", "5.40.0", "6.0.0"):
+        with pytest.raises(SystemExit, match=f"this Python has {outside}"):
+            ad.check_transformers(outside)

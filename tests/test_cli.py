@@ -109,3 +109,31 @@ def test_chat_turn_on_the_cpu_pair(capsys):
                      "-T", "8"]) == 0
     text, metrics = decoded(capsys)
     assert text.strip() and 1 <= metrics["tokens"] <= 8
+
+
+def test_the_committed_head_drafts_when_named(capsys):
+    """--draft names what drafts: the committed EAGLE-3 head with EAGLE-3's tree (its TALON tuning's setting)."""
+    from dynatree_lib.harness.weights import COMMITTED_DRAFTS, head_folder, is_head
+
+    for ref in COMMITTED_DRAFTS:
+        assert not is_head(ref) or (head_folder(ref) / "config.json").exists(), ref
+    assert cli.main(["generate", "--method", "eagle3_tree", "--draft", "eagle3:weights/smollm2-eagle3", "--chat",
+                     "--text", QUESTION, "-T", "8"]) == 0
+    out = capsys.readouterr()
+    assert "designed for a feature head" not in out.err and "note:" not in out.err
+    assert 1 <= json.loads(out.err.strip().splitlines()[-1])["tokens"] <= 8
+
+
+def test_a_head_method_on_a_draft_model_says_so(capsys):
+    assert cli.main(["generate", "--profile", "smoke", "--method", "talon", "-T", "4"]) == 0
+    assert "talon was designed for a feature head; it drafts on the draft model tiny:draft" in capsys.readouterr().err
+
+
+def test_draft_help_lists_the_committed_drafts(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for ref in ("embedded:draft", "eagle3:weights/smollm2-eagle3", "medusa:weights/smollm2-medusa",
+                "hydra:weights/smollm2-hydra"):
+        assert ref in text
+    assert "talon, eagle3_tree, opt_tree were designed for a feature head" in text

@@ -67,8 +67,10 @@ Compatibility shims (transformers 5.24 and this harness; nothing else of theirs 
    the byte tokenizer, so its prompts are cut to their first ``max_positions - T - 32`` tokens (recorded as
    ``prompt_tokens`` and ``truncated``). The cpu pair's prompts are never cut.
 
-transformers 5.24 warns that ``past_key_values=`` is deprecated (removal announced for 5.40, renamed ``cache``);
-their code passes it everywhere, so a later transformers would need one more shim (the keyword's rename).
+Their code passes ``past_key_values=`` everywhere: transformers 5.24 renamed it ``cache`` and warns (removal announced
+for 5.40), and ``DynamicCache.crop``'s 5.x convention dates from 5.17, so their code runs here on transformers
+5.17-5.39 only (``AUTHORS_TRANSFORMERS``; another release is refused by name). That warning is theirs, not ours, and
+is silenced while their code runs (``compat_shims``).
 The 4-D float attention mask of their tree verification is accepted unchanged by transformers 5.24
 (``masking_utils`` returns a 4-D mask as it is) and ``position_ids`` left out still default to the cache
 position, i.e. the BFS index (bug 2 reproduced as in their version). Their linear decoder reproducing greedy AR
@@ -87,10 +89,13 @@ import sys
 import tempfile
 import time
 import types
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 REPO_NAME = "cny123222/DynaTree"
+AUTHORS_TRANSFORMERS = ((5, 17), (5, 40))  # the transformers releases their code runs on with our shims: [lo, hi)
+THEIR_DEPRECATION = r"`past_key_values` is deprecated"  # transformers' warning about their calls (5.24 on)
 CORE = "spec_decode/core"
 MODULES = ("token_tree", "speculative_generator", "tree_speculative_generator", "tree_speculative_generator_adaptive")
 REQUIRED = {  # file -> names that must appear in it: how a checkout of theirs is recognised
@@ -249,10 +254,23 @@ def import_core(core_dir: Path, tag: str) -> types.SimpleNamespace:
 # Shims
 # ----------------------------------------------------------------------------------------------------------------
 
+def check_transformers(version: str) -> None:
+    """Refuse, by name, a transformers release their code does not run on with our shims (``AUTHORS_TRANSFORMERS``)."""
+    (lo, hi), have = AUTHORS_TRANSFORMERS, tuple(int(x) for x in version.split(".")[:2])
+    if not lo <= have < hi:
+        raise SystemExit(f"authors_diff: the authors' code runs on transformers {lo[0]}.{lo[1]} to "
+                         f"{hi[0]}.{hi[1] - 1} (crop's 5.x convention; `past_key_values=` removed in {hi[0]}.{hi[1]}), "
+                         f"this Python has {version}: install one in that range in a venv of its own")
+
+
 @contextlib.contextmanager
 def compat_shims():
-    """transformers 4.x ``DynamicCache.crop(length_to_keep)`` on transformers 5.x, for the duration."""
+    """transformers 4.x ``DynamicCache.crop(length_to_keep)`` on transformers 5.x, for the duration, and their
+    ``past_key_values=`` calls without transformers' deprecation warning (theirs, not ours)."""
+    import transformers
     from transformers.cache_utils import DynamicCache
+
+    check_transformers(transformers.__version__)
 
     had_own = "crop" in DynamicCache.__dict__
     original = DynamicCache.crop
@@ -264,7 +282,9 @@ def compat_shims():
 
     DynamicCache.crop = crop
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=THEIR_DEPRECATION, category=FutureWarning)
+            yield
     finally:
         if had_own:
             DynamicCache.crop = original
@@ -626,6 +646,7 @@ def run_all(args, root: Path) -> dict:
 
     from dynatree_lib import generate
     from dynatree_lib.harness.environment import environment
+    from dynatree_lib.harness.paths import portable
 
     torch.manual_seed(0)
     target, draft, tok, refs = load_pair(args.pair)
@@ -659,7 +680,7 @@ def run_all(args, root: Path) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
     summary = summarize(runs)
     summary["headline"] = headline(summary)
-    return {"source": {"repo": REPO_NAME, "commit": args.commit or read_commit(root), "path_given": args.authors,
+    return {"source": {"repo": REPO_NAME, "commit": args.commit or read_commit(root), "path_given": portable(args.authors),
                        "files": file_digests(root)},
             "pair": {"name": args.pair, "target": refs[0], "draft": refs[1], "dtype": "float32"},
             "T": T, "environment": dict(environment("cpu"), omp_num_threads=os.environ.get("OMP_NUM_THREADS")),

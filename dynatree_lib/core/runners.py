@@ -371,7 +371,7 @@ class HFRunner(Runner):
         if self.feature_layers:
             kw["output_hidden_states"] = True
         out = self.model(input_ids=tokens[None], attention_mask=mask, position_ids=positions[None],
-                         past_key_values=self.cache, use_cache=True, **kw)
+                         cache=self.cache, use_cache=True, **kw)
         self.length += q
         if self.feature_layers:
             self.features = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], dim=-1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ..harness.paths import DRAFT_DIR, REPO
+from ..harness.paths import DRAFT_DIR, REPO, portable_strings
 from ..harness.weights import smollm2_folder
 from .teacher import BUILD, ContinuationSpec, InstructionSpec
 
@@ -64,7 +64,7 @@ def publish(model, training: dict) -> Path:
     else:
         model.save_pretrained(DRAFT_DIR)
     AutoTokenizer.from_pretrained(smollm2_folder()).save_pretrained(DRAFT_DIR)
-    (DRAFT_DIR / "training.json").write_text(json.dumps(training, indent=1))
+    (DRAFT_DIR / "training.json").write_text(json.dumps(portable_strings(training), indent=1))
     fit_lookup()
     prof = get_profile("cpu")
     pair = json.loads(run_pair(prof, rerun=True).read_text())

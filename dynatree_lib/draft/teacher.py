@@ -115,7 +115,7 @@ def continuation_shard(model, texts: dict, spec: ContinuationSpec, s: int) -> di
         ids_.append(f"{src}:{d}@{off}")
     x = torch.stack(rows)
     cache = DynamicCache()
-    hidden = model.model(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state
+    hidden = model.model(input_ids=x, cache=cache, use_cache=True).last_hidden_state
     lps, tops = [], []
     for b in range(0, spec.batch, 8):  # the full [B, P, V] logits would take gigabytes
         v, i = topk_logp(model.lm_head(hidden[b:b + 8]), spec.k)
@@ -125,7 +125,7 @@ def continuation_shard(model, texts: dict, spec: ContinuationSpec, s: int) -> di
     nxt = top[:, -1:, 0].long()
     seq, step_lp, step_top = [x, nxt], [lp], [top]
     for t in range(spec.cont - 1):
-        logits = model(input_ids=nxt, past_key_values=cache, use_cache=True,
+        logits = model(input_ids=nxt, cache=cache, use_cache=True,
                        position_ids=torch.full_like(nxt, P + t)).logits
         v, i = topk_logp(logits, spec.k)
         step_lp.append(v)

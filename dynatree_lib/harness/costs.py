@@ -33,7 +33,7 @@ from ..core.runners import Runner, as_runner, greedy
 from ..core.lookup import LookupRunner
 from ..core.tree import select_path
 from .environment import BandwidthProbe, bound, environment
-from .store import needs_run, results_path
+from .store import needs_run, results_path, write_report
 
 KS = (1, 2, 4, 8, 16, 32, 64)
 COLD = "draft_after_target"  # the curve of a draft forward that follows a target forward
@@ -224,7 +224,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     path.parent.mkdir(parents=True, exist_ok=True)
     out = {"profile": profile.name, "engine": engine, "context": context, "ks": list(KS), "curves": curves,
            "weights": weights, "environment": environment(profile.models.device)}
-    path.write_text(json.dumps({**out, "one_token": _one_token(profile, context, weights)}, indent=1))
+    write_report(path, {**out, "one_token": _one_token(profile, context, weights)})
     return path
 
 

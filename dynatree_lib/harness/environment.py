@@ -25,22 +25,38 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# What can change a result, as git pathspecs: the library, the tools, the notebooks' sources, the data and the
+# weights (not their cards, which are rendered from records), and what installs and runs them.
+RESULT_INPUTS = ("dynatree_lib", "tools", "notebooks/*.py", "data", "weights", "setup.sh", "run_all.sh",
+                 "requirements.txt", "pyproject.toml", ":(exclude,glob)weights/*/README.md")
+
+
+def git_state() -> tuple[str | None, list[str] | None]:
+    """(short commit, the changed or untracked files among ``RESULT_INPUTS``); (None, None) outside a checkout."""
+    try:
+        run = lambda *a: subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, timeout=10)
+        head = run("rev-parse", "--short", "HEAD")
+        if head.returncode != 0:
+            return None, None
+        status = run("status", "--porcelain", "--", *RESULT_INPUTS).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return head.stdout.strip() or None, [line[3:] for line in status]
+
+
 def environment(device: str) -> dict:
-    """Device, library versions, git commit, date: attached to every record."""
+    """Device, library versions, git commit (and whether a file that can change a result differed from it: which,
+    up to 20), date: attached to every record."""
     import transformers
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, timeout=5).stdout.strip() or None
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "dynatree_lib"], cwd=REPO,
-                                    capture_output=True, text=True, timeout=5).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = None, None
+    commit, changed = git_state()
     dev_name = torch.cuda.get_device_name() if device.startswith("cuda") else cpu_name()
     return {"device": device, "device_name": dev_name, "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": sys.version.split()[0],
-            "platform": platform.platform(), "git_commit": commit, "git_dirty": dirty,
+            "platform": platform.platform(), "git_commit": commit,
+            "git_dirty": None if changed is None else bool(changed),
+            **({"git_dirty_files": changed[:20]} if changed else {}),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .paths import portable, portable_text
 from .weights import is_committed_draft, resolve
 
 VERSION = "0.3.36"    # the llama-cpp-python sdist whose vendor/llama.cpp we build
@@ -41,7 +42,7 @@ class LlamaCppMissing(FileNotFoundError):
 def default_root(version: str = VERSION) -> Path:
     """Where ``tools/build_llamacpp.sh`` puts its build and conversions by default:
     ``<dynatree cache>/llama.cpp/<version>`` (the cache of ``weights.cache_dir``)."""
-    from .weights import cache_dir
+    from .paths import cache_dir
 
     return cache_dir() / "llama.cpp" / version
 
@@ -270,9 +271,9 @@ def run_fields(mode: str, argv: list[str], info: dict, target: Path, draft: Path
                ignore_eos: bool, threads: int, n_draft: int) -> dict:
     """What a row logs about the run that made it: the request, the command line, the build and the GGUFs."""
     return {"n_new": n_new, "ignore_eos": ignore_eos, "threads": threads, "n_draft": n_draft if mode != "ar" else None,
-            "command": shell(argv), "argv": argv, "version": version_string(info),
-            "build_flags": info.get("cmake_flags"), "target_gguf": str(target),
-            "draft_gguf": str(draft) if draft else None}
+            "command": portable_text(shell(argv)), "argv": [portable_text(a) for a in argv],
+            "version": version_string(info), "build_flags": info.get("cmake_flags"), "target_gguf": portable(target),
+            "draft_gguf": portable(draft) if draft else None}
 
 
 # ---- exact token ids: llama-server -------------------------------------------------------------------------------

@@ -146,7 +146,7 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     bits/byte: it scores only its draft vocabulary, and only with the target's features)."""
     from .environment import environment
     from .models import load_pair
-    from .store import needs_run, results_path
+    from .store import needs_run, results_path, write_report
     from .weights import weights_info
 
     path = results_path(name, profile, root)
@@ -180,7 +180,7 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     report["sampled"] = agreement_report(profile, draft_ref, target, dm, sampled, human=False)
     report["environment"] = environment(profile.models.device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1))
+    write_report(path, report)
     return path
 
 

@@ -21,6 +21,7 @@ from ..core.decoding import Options
 from ..core.result import GenerationResult, Totals
 from ..core.validate import check_field_types, require
 from . import llamacpp
+from .paths import portable, portable_text
 from .eagle3_gguf import mode_draft
 
 
@@ -134,8 +135,8 @@ def describe(cfg: LlamaCppConfig) -> dict:
     """What a record logs about llama.cpp: its version, build flags, the server's command line and the GGUFs."""
     info, srv = llamacpp.build_info(), server(cfg)
     return {"version": llamacpp.version_string(info), "build_flags": info.get("cmake_flags"),
-            "command": llamacpp.shell(srv.argv), "target_gguf": str(srv.target),
-            "draft_gguf": str(srv.draft) if srv.draft else None,
+            "command": portable_text(llamacpp.shell(srv.argv)), "target_gguf": portable(srv.target),
+            "draft_gguf": portable(srv.draft) if srv.draft else None,
             "timing": "llama-server timings: prompt_ms + predicted_ms (prefill + decode)"}
 
 

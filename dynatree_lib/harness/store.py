@@ -16,9 +16,32 @@ import json
 import os
 from pathlib import Path
 
-from .paths import RESULTS, written_whole
+from .paths import RESULTS, portable_strings, written_whole
 
 SCHEMA = 2
+ALLOW_DIRTY = "DYNATREE_ALLOW_DIRTY"  # "1": keep records measured on a dirty tree (--allow-dirty sets it)
+
+
+def check_clean(path: Path, doc: dict) -> None:
+    """Refuse to write ``doc`` (a record, or a report with an ``environment``) into ``results/`` when it was
+    measured on a tree whose result inputs differ from its commit (``environment.RESULT_INPUTS``), unless
+    ``--allow-dirty`` said so: a committed number must name the code that made it."""
+    env = doc.get("environment") or {}
+    inside = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(RESULTS))
+    if not env.get("git_dirty") or not inside or os.environ.get(ALLOW_DIRTY) == "1":
+        return
+    files = ", ".join(env.get("git_dirty_files", [])) or "unknown files"
+    raise ValueError(f"{path}: refusing to write a record measured on a dirty tree (changed since "
+                     f"{env.get('git_commit')}: {files}); commit first, or pass --allow-dirty (./run_all.sh "
+                     f"--allow-dirty, dynatree bench --allow-dirty, or {ALLOW_DIRTY}=1) to keep it marked git_dirty")
+
+
+def write_report(path: Path, doc: dict) -> None:
+    """A one-document experiment's JSON (costs, pair): checked as ``check_clean`` does, paths made portable,
+    written whole."""
+    check_clean(path, doc)
+    with written_whole(Path(path)) as tmp:
+        tmp.write_text(json.dumps(portable_strings(doc), indent=1))
 
 
 def config_dict(method) -> dict:
@@ -54,13 +77,14 @@ class ResultStore:
         return list(self.data.get("partial", {}).get(key, []))
 
     def save_partial(self, key: str, rows: list[dict]) -> None:
-        self.data.setdefault("partial", {})[key] = rows
+        self.data.setdefault("partial", {})[key] = portable_strings(rows)
         self._write()
 
     def add(self, record: dict) -> None:
         if self.get(record["key"]) is not None:
             raise ValueError(f"record {record['key']} already in {self.path}; refusing to overwrite it")
-        self.records.append(record)
+        check_clean(self.path, record)
+        self.records.append(portable_strings(record))
         self.data.get("partial", {}).pop(record["key"], None)
         self._write()
 

@@ -14,17 +14,9 @@ import torch
 
 from ..core.head_kinds import HEAD_KINDS
 from ..core.lookup import LookupConfig
-from .paths import DRAFT_DIR, REPO
+from .paths import DRAFT_DIR, REPO, cache_dir
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_dir() -> Path:
-    """Where downloaded or dequantized weights live (never in git): ``$DYNATREE_CACHE``, else
-    ``$XDG_CACHE_HOME/dynatree``, else ``~/.cache/dynatree``."""
-    if os.environ.get("DYNATREE_CACHE"):
-        return Path(os.environ["DYNATREE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dynatree"
 
 
 def sha256_file(path: Path) -> str:
@@ -84,6 +76,14 @@ def smollm2_folder() -> Path:
     return folder
 
 
+# The drafts committed under weights/, as a draft reference names each: our distilled draft model (``embedded:draft``,
+# the cpu profile's default) and the feature heads on the cpu target's own hidden states.
+COMMITTED_DRAFTS = {
+    "embedded:draft": "our distilled draft model (weights/smollm2-draft; the cpu profile's default)",
+    "eagle3:weights/smollm2-eagle3": "the EAGLE-3 head on the target's features",
+    "medusa:weights/smollm2-medusa": "the Medusa heads",
+    "hydra:weights/smollm2-hydra": "the Hydra heads",
+}
 SHARED_EMBEDDING = "dynatree_embedding_from"  # config.json key: the draft's embedding (tied head) is that model's
 
 

@@ -16,13 +16,21 @@ MACHINE_TAG = "machine-output"  # a cell whose output describes the machine and 
 
 
 def strip(nb: dict) -> dict:
-    """``nb`` without execution timestamps and durations (the outputs and everything else kept)."""
+    """``nb`` without execution timestamps and durations, and without stderr (a library's warnings name the
+    interpreter's site-packages, a progress bar its timing: neither is a result, and both differ by machine). The
+    other outputs and everything else are kept; an error is an output of its own, not stderr."""
     for meta in [nb["metadata"].get("papermill", {})] + [c["metadata"].get("papermill", {}) for c in nb["cells"]]:
         for key in RUN_TIMES:
             meta.pop(key, None)
     for cell in nb["cells"]:
         cell["metadata"].pop("execution", None)
+        if "outputs" in cell:
+            cell["outputs"] = [o for o in cell["outputs"] if not is_stderr(o)]
     return nb
+
+
+def is_stderr(output: dict) -> bool:
+    return output.get("output_type") == "stream" and output.get("name") == "stderr"
 
 
 def strip_file(path: Path) -> None:
