@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from .paths import RESULTS, portable_strings, written_whole
+from .paths import RESULTS, written_whole
 
 SCHEMA = 2
 ALLOW_DIRTY = "DYNATREE_ALLOW_DIRTY"  # "1": keep records measured on a dirty tree (--allow-dirty sets it)
@@ -37,11 +37,10 @@ def check_clean(path: Path, doc: dict) -> None:
 
 
 def write_report(path: Path, doc: dict) -> None:
-    """A one-document experiment's JSON (costs, pair): checked as ``check_clean`` does, paths made portable,
-    written whole."""
+    """A one-document experiment's JSON (costs, pair): checked as ``check_clean`` does, written whole."""
     check_clean(path, doc)
     with written_whole(Path(path)) as tmp:
-        tmp.write_text(json.dumps(portable_strings(doc), indent=1))
+        tmp.write_text(json.dumps(doc, indent=1))
 
 
 def config_dict(method) -> dict:
@@ -77,14 +76,14 @@ class ResultStore:
         return list(self.data.get("partial", {}).get(key, []))
 
     def save_partial(self, key: str, rows: list[dict]) -> None:
-        self.data.setdefault("partial", {})[key] = portable_strings(rows)
+        self.data.setdefault("partial", {})[key] = rows
         self._write()
 
     def add(self, record: dict) -> None:
         if self.get(record["key"]) is not None:
             raise ValueError(f"record {record['key']} already in {self.path}; refusing to overwrite it")
         check_clean(self.path, record)
-        self.records.append(portable_strings(record))
+        self.records.append(record)
         self.data.get("partial", {}).pop(record["key"], None)
         self._write()
 
