@@ -39,6 +39,29 @@ def why_no_git_checkout() -> str | None:
 
 
 NO_KERNEL = "needs a CPU with AVX512-BF16 and a C++ toolchain (g++, ninja) to build dynatree_lib/core/csrc"
+
+
+def why_no_amx() -> str | None:
+    from dynatree_lib.core import kernels
+
+    why = kernels.why_no_amx() if kernels.available() else "the bf16 kernels are not available"
+    return None if why is None else f"needs AMX tiles ({why}; grep -o -m1 amx_bf16 /proc/cpuinfo)"
+
+
+ISAS = [pytest.param("avx512-bf16", id="avx512"),
+        pytest.param("amx-bf16", id="amx", marks=pytest.mark.skipif(why_no_amx() is not None, reason=why_no_amx() or ""))]
+
+
+@pytest.fixture(scope="module", params=ISAS)
+def isa(request):
+    """Each instruction set the bf16 kernels run on here (AMX skips, with its reason, where the CPU lacks it):
+    runners built while it is active multiply with it (``kernels.using_isa``)."""
+    from dynatree_lib.core import kernels
+
+    if not kernels.available():
+        pytest.skip(NO_KERNEL)
+    with kernels.using_isa(request.param):
+        yield request.param
 NO_GIT_CHECKOUT = why_no_git_checkout()
 needs_git_checkout = pytest.mark.skipif(NO_GIT_CHECKOUT is not None, reason=NO_GIT_CHECKOUT or "")
 

@@ -60,7 +60,7 @@ def test_the_committed_head_drafts_exactly_on_the_cpu_target(fp32_pair, method):
 
 
 @pytest.fixture(scope="module")
-def fused_pair():
+def fused_pair(isa):
     if not kernels.available():
         pytest.skip(NO_KERNEL)
     return load_pair("embedded:target", f"eagle3:{HEAD}", dtype="bfloat16", engine="static+fused")
@@ -72,7 +72,7 @@ def test_the_committed_head_on_the_fused_bf16_target(fused_pair, method):
     """The timed configuration: the head's step on the fused engine commits bf16 AR's tokens, each row it returns
     within bf16 rounding of the eager head's (``test_eagle3_fused``'s tolerance, against the head in fp32)."""
     target, head, tok = fused_pair
-    assert target.engine == "static+fused" and head.engine == "eagle3+fused"
+    assert target.engine == "static+fused" and head.engine == "eagle3+fused" and target.isa == head.isa
     ids = torch.tensor(tok("The history of the printing press").input_ids)
     ar = generate(target, ids, 24).tokens
     twin = Twin(load_head(HEAD, input_embedding(target)))  # a whole head: the served one gave its weights away

@@ -63,3 +63,31 @@ def test_git_state_lists_a_changed_tool(tmp_path, monkeypatch):
     assert env_mod.git_state()[1] == []
     (repo / "tools" / "t.py").write_text("x = 2\n")
     assert env_mod.git_state()[1] == ["tools/t.py"]
+
+
+def test_a_file_holds_one_machine_kinds_records(results):
+    """A record of one machine kind is refused in a file of another's, with the folder it belongs in named."""
+    amd = {"git_dirty": False, "device_name": "AMD EPYC 9R14"}
+    intel = {"git_dirty": False, "machine": {"kind": "intel-amx"}}
+    store = ResultStore(results / "talon.json")
+    store.add({"key": "a", "environment": amd})
+    with pytest.raises(ValueError, match=r"holds records measured on amd-avx512bf16; this one was measured on "
+                                         r"intel-amx: measure into its own folder with --set machine=intel-amx "
+                                         r"\(results/cpu@intel-amx/\)"):
+        store.add({"key": "b", "environment": intel})
+    write_report(results / "costs.json", {"environment": amd})
+    with pytest.raises(ValueError, match="--set machine=intel-amx"):
+        write_report(results / "costs.json", {"environment": intel})
+
+
+def test_a_machine_kinds_records_live_in_their_own_folder():
+    from dynatree_lib.harness.machine import describe, kind_of
+    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.store import results_path
+
+    assert results_path("costs", get_profile("cpu")).parent.name == "cpu"
+    assert results_path("costs", get_profile("cpu", machine="intel-amx")).parent.name == "cpu@intel-amx"
+    assert kind_of("amd", ["avx512f", "avx512_bf16"]) == "amd-avx512bf16"
+    assert kind_of("intel", ["avx512_bf16", "amx_tile", "amx_bf16"]) == "intel-amx"
+    cpu = describe()
+    assert set(cpu) == {"vendor", "model", "kind", "isa_flags", "cores", "l3_kib"} and cpu["kind"].startswith(cpu["vendor"])

@@ -31,9 +31,9 @@ SHAPE = dict(hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_
 
 
 @pytest.fixture(scope="module")
-def pair():
+def pair(isa):
     """A bf16 Llama the one-call forward takes, on the fused engine, and a random head on it (which a fused runner
-    takes over: tests hand runners ``own(head)``)."""
+    takes over: tests hand runners ``own(head)``), on each instruction set of the kernels (``isa``)."""
     m = tiny_llama(seed=3, **SHAPE).to(torch.bfloat16)
     head = tiny_eagle3(m, draft_vocab=64, seed=1)
     return StaticRunner(m, fused=True, keep_model=True), head

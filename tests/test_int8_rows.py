@@ -87,12 +87,12 @@ def snapped_head(model, seed=1, but=()):
 @pytest.mark.skipif(not kernels.available(), reason=NO_KERNEL)
 @pytest.mark.parametrize("method,but", [(DynaTreeConfig(n_max=10), ()), (LinearConfig(K=4), ()),
                                         (DynaTreeConfig(n_max=10), ("fc",))], ids=["dynatree", "linear", "bf16-fc"])
-def test_the_int8_head_computes_the_bf16_heads_bits(method, but):
+def test_the_int8_head_computes_the_bf16_heads_bits(method, but, isa):
     """Every weight on int8 rows, or all but fc (which then stays bf16 beside the others' int8)."""
     model = tiny_llama(seed=3, **SHAPE).to(torch.bfloat16)
     target, head = StaticRunner(model, fused=True, keep_model=True), snapped_head(model, but=but)
     both = Both(head)
-    assert (both.int8.net.fc.dtype == torch.bfloat16) == ("fc" in but)
+    assert (both.int8.net.fc.dtype == torch.bfloat16) == ("fc" in but) and both.int8.isa == both.bf16.isa == isa
     for p, T in [(torch.tensor([7]), 12), *((p, 24) for p in prompts(2, seed=4, lo=3, hi=40))]:
         assert generate(target, p, T, draft=both, method=method).tokens == generate(target, p, T).tokens
     assert both.calls > 20

@@ -1,6 +1,7 @@
 """The bf16 kernels (linear, attention): packing, results against fp32 references, batch invariance, and
 the fast path with them: compiled and eager agree, and bf16 speculative decoding reproduces bf16 AR
-(dynamic shapes: tests/test_fastpath.py)."""
+(dynamic shapes: tests/test_fastpath.py). Each test that multiplies runs on every instruction set the kernels have
+here (``isa``: AVX512-BF16, and AMX tiles where the CPU has them)."""
 import os
 import time
 
@@ -29,20 +30,22 @@ def test_pack_layout():
 
 @needs_kernel
 @pytest.mark.parametrize("k,d", [(1, 576), (2, 576), (3, 576), (8, 576), (9, 576), (16, 576), (17, 576), (40, 576),
-                                 (1, 18), (11, 18)])  # d = 18: an odd number of feature pairs
-def test_linear_matches_fp32_and_is_batch_invariant(k, d):
+                                 (33, 1536), (1, 18), (11, 18)])  # d = 18: an odd number of feature pairs (no tiles)
+def test_linear_matches_fp32_and_is_batch_invariant(k, d, isa):
     g = torch.Generator().manual_seed(k)
     w = torch.randn(96, d, generator=g).to(torch.bfloat16)
     x = torch.randn(k, d, generator=g).to(torch.bfloat16)
-    out = kernels.linear(x, kernels.pack(w))
+    out = kernels.linear(x, kernels.pack(w), isa)
     ref = x.float() @ w.float().t()
     assert out.dtype == torch.bfloat16 and out.shape == (k, 96)
     assert (out.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
     # every row's bits are the ones it gets alone (the order of its sums does not depend on k)
-    alone = torch.cat([kernels.linear(x[i:i + 1], kernels.pack(w)) for i in range(k)])
+    alone = torch.cat([kernels.linear(x[i:i + 1], kernels.pack(w), isa) for i in range(k)])
     assert torch.equal(out, alone)
+    # and inside any number of rows (the tiles' padding included)
+    assert all(torch.equal(kernels.linear(x[:j], kernels.pack(w), isa), out[:j]) for j in range(1, k))
     # a non-contiguous x is accepted
-    assert torch.equal(kernels.linear(x.t().contiguous().t(), kernels.pack(w)), out)
+    assert torch.equal(kernels.linear(x.t().contiguous().t(), kernels.pack(w), isa), out)
 
 
 @needs_kernel
@@ -85,7 +88,7 @@ def _attention_fp32(q, k, v, mask):
 
 @needs_kernel
 @pytest.mark.parametrize("n", [1, 3, 16, 40])
-def test_attention_matches_fp32_and_a_node_gets_the_bits_of_its_sequence(n):
+def test_attention_matches_fp32_and_a_node_gets_the_bits_of_its_sequence(n, isa):
     """A tree row over strided cache slices equals fp32 attention, and its bits are those of the same
     query over its visible slots laid out as a plain sequence (what AR computes for that token)."""
     g = torch.Generator().manual_seed(n)
@@ -98,13 +101,14 @@ def test_attention_matches_fp32_and_a_node_gets_the_bits_of_its_sequence(n):
     for i in range(1, n):
         vis[i] |= vis[parent[i]]
     mask = additive_mask(vis, L, L + n, torch.bfloat16)
-    out = kernels.attention(q, K[:, :L + n], V[:, :L + n], mask)
+    out = kernels.attention(q, K[:, :L + n], V[:, :L + n], mask, isa)
     assert out.shape == (n, H * hd) and out.dtype == torch.bfloat16
     ref = _attention_fp32(q, K[:, :L + n], V[:, :L + n], mask)
     assert (out.float() - ref).abs().max() < 1e-2
     for i in range(n):
         seq = torch.cat([torch.arange(L), L + vis[i].nonzero()[:, 0]])
-        alone = kernels.attention(q[:, i:i + 1], K[:, seq], V[:, seq], torch.zeros(1, seq.numel(), dtype=torch.bfloat16))
+        alone = kernels.attention(q[:, i:i + 1], K[:, seq], V[:, seq], torch.zeros(1, seq.numel(), dtype=torch.bfloat16),
+                                  isa)
         assert torch.equal(alone, out[i:i + 1])
 
 
@@ -121,7 +125,7 @@ def test_attention_bad_operands_are_refused():
 
 
 @needs_kernel
-def test_bf16_speculative_decoding_reproduces_bf16_ar():
+def test_bf16_speculative_decoding_reproduces_bf16_ar(isa):
     """With the kernels (matmuls and attention batch-invariant) and a compiled graph that rounds as eager,
     every exact decoder's bf16 tokens are bf16 AR's, trees included."""
     from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
@@ -132,7 +136,7 @@ def test_bf16_speculative_decoding_reproduces_bf16_ar():
     m = tiny_llama(seed=1, **shape).to(torch.bfloat16)
     d = perturb(tiny_llama(seed=1, **shape), 0.03, seed=2).to(torch.bfloat16)  # agrees often: trees get accepted
     tgt, drf = StaticRunner(m, compile=True, kernel=True), StaticRunner(d, compile=True, kernel=True)
-    assert tgt.net.fused_attention and tgt.engine == "static+compile+dpbf16"
+    assert tgt.net.fused_attention and tgt.engine == "static+compile+dpbf16" and tgt.isa == isa
     configs = [LinearConfig(K=4), FixedTreeConfig(D=3, B=2, tau=0.0, n_max=12),
                DynaTreeConfig(n_max=10, D_max=4, D0=3, B_max=3), TalonConfig(mu=0.01, N=10, K=3)]
     accepted = dict.fromkeys(range(len(configs)), 0)
@@ -159,11 +163,11 @@ def _fused_pair():
 
 
 @needs_kernel
-def test_one_call_forward_computes_what_the_layered_forward_computes():
+def test_one_call_forward_computes_what_the_layered_forward_computes(isa):
     """``kernels.forward`` (the whole forward in one call) against the layer-by-layer fast path with the same
     kernels: the same logits and cache bits for a prompt, a causal chunk and a tree."""
     (f, _), (s, _) = _fused_pair()
-    assert f.engine == "static+fused" and s.engine == "static+dpbf16"
+    assert f.engine == "static+fused" and s.engine == "static+dpbf16" and f.isa == s.isa == isa
     g = torch.Generator().manual_seed(0)
     x = torch.randint(1, 96, (37,), generator=g)
     for r in (f, s):
@@ -186,7 +190,7 @@ def test_one_call_forward_computes_what_the_layered_forward_computes():
 
 
 @needs_kernel
-def test_one_call_argmax_is_greedy_of_the_logits():
+def test_one_call_argmax_is_greedy_of_the_logits(isa):
     """``StaticRunner.argmax`` on the one-call forward (the kernel's own argmax, no logits) returns
     ``greedy(forward(..))`` for a prompt, one token, a tree and last-only rows; with heads whose rows tie (equal
     rows within one thread's columns and across the threads', and an all-zero head) it keeps the first index."""
@@ -204,7 +208,7 @@ def test_one_call_argmax_is_greedy_of_the_logits():
                 for i in ties:
                     w[i] = v
         r = StaticRunner(m.to(torch.bfloat16), fused=True)
-        assert r.engine == "static+fused"
+        assert r.engine == "static+fused" and r.isa == isa
         calls = [(x[:20], torch.arange(20), None, None, False), (x[20:21], torch.tensor([20]), None, None, False),
                  (x[21:25], 21 + torch.tensor([0, 1, 1, 2]), visible, 21, False),
                  (x[25:30], torch.arange(25, 30), None, None, True)]
@@ -238,12 +242,13 @@ def test_one_call_forward_falls_back_where_it_cannot_run():
 
 @needs_kernel
 @pytest.mark.parametrize("kv_mode", KV_MODES)
-def test_bf16_one_call_forward_speculative_decoding_reproduces_bf16_ar(kv_mode):
+def test_bf16_one_call_forward_speculative_decoding_reproduces_bf16_ar(kv_mode, isa):
     """On the one-call forward too, every decoder family's bf16 tokens are bf16 AR's: T=1, a one-token prompt,
     a budget of one node, EOS inside a draft and the context limit included."""
     from dynatree_lib import (CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig,
                               TalonConfig, generate)
     (tgt, drf), (layered, _) = _fused_pair()
+    assert tgt.isa == drf.isa == layered.isa == isa
     configs = [LinearConfig(K=4), FixedTreeConfig(D=4, B=2, tau=0.0, n_max=12), FixedTreeConfig(D=5, B=3, n_max=1),
                DynaTreeConfig(n_max=10, D_max=4, D0=3, B_max=3), DynaTreeConfig(n_max=1), TalonConfig(mu=0.01, N=10, K=3),
                StreamingConfig(K=4, cache_size=128, n_sink=4), CostAwareConfig()]
@@ -282,3 +287,28 @@ def test_a_lock_left_by_a_killed_build_is_removed_and_a_live_one_kept(tmp_path, 
     with pytest.warns(UserWarning, match=str(lock)):
         kernels.clear_stale_lock()
     assert not lock.exists()
+
+
+@needs_kernel
+def test_the_machine_chooses_the_instruction_set_and_says_why(monkeypatch):
+    """AMX where the CPU has it (and the build and Linux allow it), else AVX512-BF16; a run can refuse AMX with
+    DYNATREE_AMX=0, and a test cannot ask for an instruction set this machine lacks."""
+    monkeypatch.setattr(kernels, "_chosen_isa", [])  # as a run starts (the module's ``isa`` fixture may be active)
+    have_amx = kernels.why_no_amx() is None
+    assert kernels.isas() == ((kernels.AVX512, kernels.AMX) if have_amx else (kernels.AVX512,))
+    assert kernels.default_isa() == (kernels.AMX if have_amx else kernels.AVX512)
+    with kernels.using_isa(kernels.AVX512):
+        assert kernels.default_isa() == kernels.AVX512
+    if not have_amx:
+        with pytest.raises(ValueError, match="cannot run here"):
+            kernels.using_isa(kernels.AMX).__enter__()
+        w = kernels.pack(torch.randn(32, 64).to(torch.bfloat16))
+        with pytest.raises(RuntimeError, match="amx=True, but"):  # refused before any thread starts
+            kernels.linear(torch.randn(2, 64).to(torch.bfloat16), w, kernels.AMX)
+    kernels.why_no_amx.cache_clear()
+    monkeypatch.setenv("DYNATREE_AMX", "0")
+    try:
+        assert kernels.why_no_amx() in ("DYNATREE_AMX=0", "the CPU has no amx_bf16")
+        assert kernels.default_isa() == kernels.AVX512
+    finally:
+        kernels.why_no_amx.cache_clear()

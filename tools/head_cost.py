@@ -4,12 +4,13 @@ and the committed v4 draft the same way in the same process: issue 56's cost tar
 each draft with the engine its step ran on (the head's: ``eagle3+fused``, one C++ call a step, where the kernels run).
 Time it alone on the machine.
 
-    python tools/head_cost.py [--head eagle3:weights/smollm2-eagle3] [--rounds 15] [--span 120]
+    python tools/head_cost.py [--head eagle3:weights/smollm2-eagle3] [--rounds 15] [--span 120] [--machine KIND]
+
+``--machine``: another machine kind's folder (``results/cpu@KIND/head_cost.json``, ``Models.machine``).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,8 +20,8 @@ from dynatree_lib.core.lookup import LookupRunner  # noqa: E402
 from dynatree_lib.core.runners import as_runner  # noqa: E402
 from dynatree_lib.harness.costs import one_token_ratio  # noqa: E402
 from dynatree_lib.harness.environment import environment  # noqa: E402
-from dynatree_lib.harness.paths import REPO  # noqa: E402
 from dynatree_lib.harness.profiles import get_profile  # noqa: E402
+from dynatree_lib.harness.store import results_path, write_report  # noqa: E402
 from dynatree_lib.harness.weights import weights_info  # noqa: E402
 
 
@@ -35,11 +36,13 @@ def main() -> None:
     ap.add_argument("--head", default="eagle3:weights/smollm2-eagle3")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--span", type=float, default=120.0, help="seconds the rounds are spread over")
+    ap.add_argument("--machine", default=None, help="the machine kind whose folder the record goes to")
     args = ap.parse_args()
-    base = get_profile("cpu")
+    base = get_profile("cpu", machine=args.machine)
     context = max(base.protocol.L_max.values())
     out = {"context": context, "dtype": base.models.dtype, "engine": str(base.models.engine), "drafts": {}}
-    for name, prof in (("v4", base), ("head", get_profile("cpu", draft=args.head, draft_vocab=None))):
+    for name, prof in (("v4", base), ("head", get_profile("cpu", draft=args.head, draft_vocab=None,
+                                                           machine=args.machine))):
         target, draft, _ = prof.models.load_pair(prof.models.dtype, prof.max_len)
         net = network(draft)
         ratio = one_token_ratio(as_runner(target), net, context, rounds=args.rounds, span_s=args.span)
@@ -48,8 +51,9 @@ def main() -> None:
         print(f"{name} ({net.engine}): draft / target one-token cost, median {ratio['median']:.3f} "
               f"(quartiles {ratio['quartiles'][0]:.3f}-{ratio['quartiles'][1]:.3f})")
     out["environment"] = environment(base.models.device)
-    path = REPO / "results" / "cpu" / "head_cost.json"
-    path.write_text(json.dumps(out, indent=1))
+    path = results_path("head_cost", base)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_report(path, out)
     print(path)
 
 

@@ -78,6 +78,7 @@ class PackedHead:
         self.k, self.v = runner.k.view(-1, c.head_dim), runner.v.view(-1, c.head_dim)  # [KV * slots, hd] rows
         self.out = runner.out
         self.H, self.KV, self.eps = c.heads, c.kv_heads, c.rms_eps
+        self.isa = kernels.default_isa()  # its matmuls' instruction set, as the target's (``kernels.using_isa``)
         if not keep:
             release(head, self.ln1[0])
 
@@ -122,6 +123,10 @@ class FusedEagle3Runner(Eagle3Runner):
                  rope: Rope | None = None):
         super().__init__(head, max_len, tree_slots)
         self.net = PackedHead(head, self, keep_head, rope)
+
+    @property
+    def isa(self) -> str | None:
+        return self.net.isa
 
     def _committed(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, last_only: bool) -> Tensor:
         """Committed rows, ``catch_up_rows`` a call (a prompt's catch-up then holds one piece's activations, not the

@@ -12,9 +12,11 @@ Three ways to run the forward, named by the runner's ``engine``:
 
 - ``static+fused`` (``fused=True``, bf16 on a CPU with AVX512-BF16): the whole forward is one C++ call
   (``kernels.forward``): one parallel region per forward instead of a dozen kernels a layer, each with its own
-  start-up and a weight stream that restarts cold. It computes what the layered forward below computes with the
-  kernels, bit for bit (tested). ``StaticRunner.argmax`` (what the loops ask of a target) lets that call find
-  each row's argmax as it computes the logits: no [k, V] logits handed out, copied to fp32 and searched again.
+  start-up and a weight stream that restarts cold. Its matmuls run on AMX tiles where the CPU has them
+  (``StaticRunner.isa``: ``kernels.default_isa``), else on AVX512-BF16, as the layered forward's packed matmuls
+  do. It computes what the layered forward below computes with the kernels, bit for bit (tested).
+  ``StaticRunner.argmax`` (what the loops ask of a target) lets that call find each row's argmax as it computes
+  the logits: no [k, V] logits handed out, copied to fp32 and searched again.
 - ``static+compile`` (``compile=True``): the forward ``torch.compile``d with dynamic shapes (a graph specialised
   to one new token, one for any other count, one for prompts that need only the last logits: a tree of any
   size or a prompt of any length needs no padding) and a C++ wrapper (no Python between kernels). In bf16 on
@@ -112,12 +114,12 @@ def gqa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, reduce: bool = 
     return (p @ v).view(H, n, hd)
 
 
-def linear(x: Tensor, w: Tensor, reduce: bool = False) -> Tensor:
-    """``x @ w.T``. A weight packed for the bf16 kernel (3-D, ``kernels.pack``) goes to that kernel;
+def linear(x: Tensor, w: Tensor, reduce: bool = False, isa: str | None = None) -> Tensor:
+    """``x @ w.T``. A weight packed for the bf16 kernel (3-D, ``kernels.pack``) goes to that kernel, on ``isa``;
     otherwise ``reduce`` writes it as a broadcast multiply-and-sum with fp32 accumulation, which inductor
     compiles into a matrix-vector loop (for one row of ``x``; eager it would materialise the product)."""
     if w.dim() == 3:  # contiguous here: inside a graph the producing kernel writes it so (no copy in C++)
-        return kernels.linear(x.contiguous(), w)
+        return kernels.linear(x.contiguous(), w, isa)
     if reduce:
         return (x[:, None, :].float() * w.float()).sum(-1).to(x.dtype)
     return x @ w.t()
@@ -149,6 +151,8 @@ class StaticLlama(nn.Module):
         # the whole forward as one kernel call (``kernels.forward``) where asked and every matmul weight was packed
         self.fused = (fused and self.fused_attention and all(t.dim() == 4 for t in (self.wqkv, self.wo, self.w13, self.w2))
                          and self.head.dim() == 3 and kernels.forward_takes(c.hidden_size, self.inter))
+        # the instruction set the packed matmuls run on, chosen once (``kernels.default_isa``)
+        self.isa = kernels.default_isa() if kernel and kernels.available() else None
         self._cache_and_rope(len(hf.model.layers), max_len, _rope_theta(c), dtype, dev)
 
     def _weights(self, hf, kernel: bool, head_rows: Tensor | None, embedding: Tensor | None) -> None:
@@ -251,19 +255,19 @@ class StaticLlama(nn.Module):
             if i in self.feature_layers:
                 kept[i] = x
             rows = rows0 + i * KV * n_slots
-            qkv = linear(self._rms(x, self.ln1[i]), self.wqkv[i], r)
+            qkv = linear(self._rms(x, self.ln1[i]), self.wqkv[i], r, self.isa)
             q, k, v = qkv.split([H * hd, KV * hd, KV * hd], -1)
             q = self._rope(q.view(q_len, H, hd).transpose(0, 1), cos, sin)
             self.k.index_copy_(0, rows, self._rope(k.view(q_len, KV, hd).transpose(0, 1), cos, sin).reshape(-1, hd))
             self.v.index_copy_(0, rows, v.view(q_len, KV, hd).transpose(0, 1).reshape(-1, hd))
             ck, cv = [c[i] for c in self.cache()]
             if self.fused_attention:  # the cache read in place; a row's bits are the same alone or in a tree
-                o = kernels.attention(q, ck[:, :kv], cv[:, :kv], mask)
+                o = kernels.attention(q, ck[:, :kv], cv[:, :kv], mask, self.isa)
             else:
                 o = gqa_attention(q, ck[:, :kv], cv[:, :kv], mask, r).transpose(0, 1).reshape(q_len, H * hd)
-            x = x + linear(o, self.wo[i], r)
-            gate, up = linear(self._rms(x, self.ln2[i]), self.w13[i], r).split([self.inter, self.inter], -1)
-            x = x + linear(F.silu(gate) * up, self.w2[i], r)
+            x = x + linear(o, self.wo[i], r, self.isa)
+            gate, up = linear(self._rms(x, self.ln2[i]), self.w13[i], r, self.isa).split([self.inter, self.inter], -1)
+            x = x + linear(F.silu(gate) * up, self.w2[i], r, self.isa)
         if n_layers in self.feature_layers:  # the last hidden state, after the final norm (what ``logits`` reads)
             kept[n_layers] = self._rms(x, self.norm)
         return x, (torch.cat([kept[i] for i in self.feature_layers], -1) if self.feature_layers else None)
@@ -275,7 +279,7 @@ class StaticLlama(nn.Module):
 
     def logits(self, x: Tensor) -> Tensor:
         """Logits [r, V] of final hidden states [r, d]."""
-        return linear(self._rms(x, self.norm), self.head, self._reduce(x.shape[0]))
+        return linear(self._rms(x, self.norm), self.head, self._reduce(x.shape[0]), self.isa)
 
     def forward(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor,
                 last_only: bool = False) -> Tensor | tuple[Tensor, Tensor]:
@@ -335,6 +339,11 @@ class StaticRunner(Runner):
             dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)
             self._step = torch.compile(self.net, dynamic=True, options=COMPILE_OPTIONS)
             self.warm()
+
+    @property
+    def isa(self) -> str | None:
+        """The instruction set of the one-call forward's matmuls (``kernels.AVX512``, ``AMX``; None: not fused)."""
+        return self.net.isa
 
     @property
     def embedding(self) -> Tensor:

@@ -17,13 +17,22 @@ paid once (see ``fastpath``; what each engine costs is measured in ``results/<pr
 ``eagle3_step`` runs an EAGLE-3 head's step (its one layer, norm and head) by the same code in one call
 (``eagle3_fused``).
 
+Two instruction sets multiply (``isa``): AVX512-BF16 (``AVX512``: VDPBF16PS over 64-byte lines) everywhere the
+kernels run, and AMX tiles (``AMX``: TDPBF16PS over the same packed weights, 16 rows a tile) where the CPU has
+``amx_bf16``, the build has AMX and Linux grants the process the tile state. Each is batch-invariant on its own;
+they differ from each other in rounding, so a process runs one (``default_isa``: AMX where it can, ``DYNATREE_AMX=0``
+to refuse it; ``using_isa`` for a test that compares both) and its records name it (``environment``'s "kernels").
+Under AMX, attention's scores go through tiles too; its softmax and weighted sums stay on AVX512.
+
 The kernel is built with torch's C++ extension loader on first use (seconds; cached in
-``~/.cache/torch_extensions``; a lock that a killed build left there is removed once it is ``STALE_LOCK_S`` old).
-Where the CPU lacks AVX512-BF16, the build fails, or ``DYNATREE_KERNELS=0`` is set, ``available()`` is False and
-the fast path keeps its plain matmuls and attention (the engine name says which ran).
+``~/.cache/torch_extensions``; a lock that a killed build left there is removed once it is ``STALE_LOCK_S`` old),
+with AMX where the compiler has it, else without. Where the CPU lacks AVX512-BF16, the build fails, or
+``DYNATREE_KERNELS=0`` is set, ``available()`` is False and the fast path keeps its plain matmuls and attention
+(the engine name says which ran).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -38,16 +47,26 @@ SOURCE = Path(__file__).with_name("csrc") / "linear_bf16.cpp"
 NAME = "dynatree_linear_bf16"  # the extension's name: its build folder under torch's extensions root
 STALE_LOCK_S = 600  # a build takes a minute at most; a lock older than this outlived the build that made it
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
+AMX_FLAGS = ["-mamx-tile", "-mamx-bf16"]  # the tile intrinsics; a compiler without them builds the AVX512 path only
+AVX512, AMX = "avx512-bf16", "amx-bf16"  # the instruction sets the matmuls run on (``isa``)
 
 
 @functools.cache
-def cpu_has_avx512_bf16() -> bool:
-    """Whether this CPU advertises AVX512-BF16 (Linux ``/proc/cpuinfo``, read once a process; False elsewhere)."""
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``, read once a process; empty elsewhere)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    return any(line.startswith("flags") and " avx512_bf16" in line for line in text.splitlines())
+        return frozenset()
+    return frozenset(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+
+
+def cpu_has_avx512_bf16() -> bool:
+    return "avx512_bf16" in cpu_flags()
+
+
+def cpu_has_amx() -> bool:
+    return {"amx_bf16", "amx_tile"} <= cpu_flags()
 
 
 @functools.cache
@@ -56,16 +75,68 @@ def available() -> bool:
     returns False)."""
     if os.environ.get("DYNATREE_KERNELS", "1") == "0" or not cpu_has_avx512_bf16():
         return False
-    try:
-        from torch.utils.cpp_extension import load
+    from torch.utils.cpp_extension import load
 
-        clear_stale_lock()
-        load(NAME, [str(SOURCE)], extra_cflags=FLAGS, is_python_module=False, verbose=False)
-    except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16, ...
-        warnings.warn(f"the bf16 kernels did not build ({type(e).__name__}: {str(e)[:200]}); "
-                      "the fast path uses plain matmuls and attention")
-        return False
-    return True
+    errors = []
+    for flags in (FLAGS + AMX_FLAGS, FLAGS):
+        try:
+            clear_stale_lock()
+            load(NAME, [str(SOURCE)], extra_cflags=flags, is_python_module=False, verbose=False)
+            return True
+        except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16 or -mamx-tile, ...
+            errors.append(f"{type(e).__name__}: {str(e)[:200]}")
+    warnings.warn(f"the bf16 kernels did not build ({errors[-1]}); the fast path uses plain matmuls and attention")
+    return False
+
+
+@functools.cache
+def why_no_amx() -> str | None:
+    """Why the matmuls cannot run on AMX tiles here (None: they can). Warns once where the CPU has AMX but the
+    kernels cannot use it (the build, or Linux, refused)."""
+    if not cpu_has_amx():
+        return "the CPU has no amx_bf16"
+    if os.environ.get("DYNATREE_AMX", "1") == "0":
+        return "DYNATREE_AMX=0"
+    if not available():
+        return "the bf16 kernels are not available"
+    why = None
+    if not torch.ops.dynatree.amx_built():
+        why = "the kernels were built without AMX (the compiler lacks -mamx-tile -mamx-bf16)"
+    elif (errno := torch.ops.dynatree.amx_grant()) != 0:
+        why = f"Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: errno {errno})"
+    if why:
+        warnings.warn(f"this CPU has AMX, but {why}: the matmuls run on AVX512-BF16")
+    return why
+
+
+_chosen_isa: list[str] = []  # ``using_isa``'s choice, innermost last
+
+
+def default_isa() -> str | None:
+    """The instruction set a runner built now multiplies with: AMX where ``why_no_amx`` says it can, else AVX512
+    (None where the kernels do not run), unless ``using_isa`` chose one."""
+    if not available():
+        return None
+    if _chosen_isa:
+        return _chosen_isa[-1]
+    return AMX if why_no_amx() is None else AVX512
+
+
+def isas() -> tuple[str, ...]:
+    """The instruction sets this machine can run the kernels on."""
+    return () if not available() else (AVX512,) + ((AMX,) if why_no_amx() is None else ())
+
+
+@contextlib.contextmanager
+def using_isa(isa: str):
+    """Runners built inside the block multiply with ``isa`` (one of ``isas()``): a test compares the two paths."""
+    if isa not in isas():
+        raise ValueError(f"isa {isa!r} cannot run here (this machine runs {isas()}; {why_no_amx() or ''})")
+    _chosen_isa.append(isa)
+    try:
+        yield
+    finally:
+        _chosen_isa.pop()
 
 
 def clear_stale_lock() -> None:
@@ -118,9 +189,9 @@ def embedding(tokens: Tensor, w: Tensor) -> Tensor:
     return w.view(blocks, half, 16, 2)[tokens // 16, :, tokens % 16].reshape(*tokens.shape, 2 * half)
 
 
-def linear(x: Tensor, w_packed: Tensor) -> Tensor:
-    """``x @ w.T`` for bf16 ``x`` [k, d] and ``w_packed = pack(w)``; [k, n] in bf16."""
-    return torch.ops.dynatree.linear_bf16(x, w_packed)
+def linear(x: Tensor, w_packed: Tensor, isa: str = AVX512) -> Tensor:
+    """``x @ w.T`` for bf16 ``x`` [k, d] and ``w_packed = pack(w)``; [k, n] in bf16, on ``isa``'s instructions."""
+    return torch.ops.dynatree.linear_bf16(x, w_packed, isa == AMX)
 
 
 def attention_takes(head_dim: int) -> bool:
@@ -128,12 +199,12 @@ def attention_takes(head_dim: int) -> bool:
     return head_dim % 32 == 0 and 0 < head_dim <= 256
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, isa: str = AVX512) -> Tensor:
     """Grouped-query attention in bf16: ``q`` [H, n, hd] over ``k``, ``v`` [KV, kv, hd] (strided views of a
     cache are read in place) with an additive ``mask`` [n, kv] (entries <= -1e30 hide a slot; query head h
     reads KV head h // (H / KV)); returns [n, H * hd]. Scores, softmax and sums in fp32; a row's bits do not
-    depend on the other rows or on hidden slots."""
-    return torch.ops.dynatree.attention_bf16(q, k, v, mask)
+    depend on the other rows or on hidden slots. On ``AMX`` the scores go through tiles (the rest is the same)."""
+    return torch.ops.dynatree.attention_bf16(q, k, v, mask, isa == AMX)
 
 
 def forward_takes(hidden: int, intermediate: int) -> bool:
@@ -150,11 +221,11 @@ def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net,
     instead (int64 [q] or [1]; the first index of the largest logit, as ``logits.float().argmax(-1)``).
     ``features`` [q, len(feature_layers), d]: filled with the residual stream entering each of ``feature_layers``
     for every row (the hidden states an EAGLE-3 head reads; id L, the number of layers: the last layer's output
-    after the final norm, which Medusa and Hydra heads read), by the same call."""
+    after the final norm, which Medusa and Hydra heads read), by the same call. The matmuls run on ``net.isa``."""
     return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, net.embed, net.wqkv, net.wo, net.w13,
                                           net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
                                           net.sin, net.H, net.KV, net.eps, last_only, greedy, features,
-                                          list(feature_layers))
+                                          list(feature_layers), net.isa == AMX)
 
 
 def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, inputs: Tensor, input_rows: Tensor,
@@ -166,8 +237,8 @@ def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, 
     (slot s in row s mod its rows) and its keys and values to rows ``slots`` of ``net.k``, ``net.v``. Returns the
     draft vocabulary's logits [q, V'] ([1, V'] if ``last_only``); the RoPE tables are read at row ``positions - 1``
     (the first token's at 0). ``net.scales``: the powers of two of those of its matmul weights packed as int8 rows
-    (``core.int8_rows``), else None (all bf16)."""
+    (``core.int8_rows``), else None (all bf16). The matmuls run on ``net.isa``."""
     return torch.ops.dynatree.eagle3_bf16(tokens, positions, slots, mask, inputs, input_rows, fc, net.out, net.embed,
                                           net.wqkv, net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm, net.head,
                                           net.k, net.v, net.cos, net.sin, net.H, net.KV, net.eps, last_only,
-                                          net.scales)
+                                          net.scales, net.isa == AMX)

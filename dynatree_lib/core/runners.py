@@ -48,6 +48,7 @@ class Runner:
     model: torch.nn.Module      # the transformers model (config, generation config)
     length: int = 0             # cached positions
     engine: str = "eager"       # which engine ran the forwards (logged with every result)
+    isa: str | None = None      # the bf16 kernels' instruction set (``kernels.AVX512`` or ``AMX``); None: none run
     vocab: Tensor | None = None  # token ids of the logits' columns (a draft head over a subset); None: all
     has_lookup: bool = False    # whether ``lookup`` can find anything (a draft with a context lookup)
     reads_features: tuple[int, ...] = ()  # a draft on the target's hidden states: the layer ids it reads

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import torch
 
+from ..core import kernels
 from ..core.ownership import ReleasedWeight
+from . import machine
 from .paths import REPO
 
 
@@ -45,13 +47,15 @@ def git_state() -> tuple[str | None, list[str] | None]:
 
 
 def environment(device: str) -> dict:
-    """Device, library versions, git commit (and whether a file that can change a result differed from it: which,
-    up to 20), date: attached to every record."""
+    """Device (on a CPU: its ``machine.describe`` and the bf16 kernels' instruction set, ``kernels.default_isa``),
+    library versions, git commit (and whether a file that can change a result differed from it: which, up to 20),
+    date: attached to every record."""
     import transformers
 
     commit, changed = git_state()
     dev_name = torch.cuda.get_device_name() if device.startswith("cuda") else cpu_name()
-    return {"device": device, "device_name": dev_name, "cpu_count": os.cpu_count(),
+    cpu = {"machine": machine.describe(), "kernels": kernels.default_isa()} if not device.startswith("cuda") else {}
+    return {"device": device, "device_name": dev_name, **cpu, "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": sys.version.split()[0],
             "platform": platform.platform(), "git_commit": commit,

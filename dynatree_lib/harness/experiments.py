@@ -382,8 +382,9 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     if profile.extras.cost_aware and name in ("tuning", "main", "sampling"):  # the extension's cells come from the
         # costs, measured again with the tuning they feed (the other experiments reuse the tuning's)
         run_costs(profile, rerun=rerun and name == "tuning", root=root, render_only=render_only)
-    if profile.tuning.candidates is not None and name not in ("tuning", TALON, TALON_TUNING):
-        run("tuning", profile, root=root, render_only=render_only)
+    if profile.tuning.candidates is not None and name not in ("tuning", TALON, TALON_TUNING) and \
+            (profile.models.machine is None or results_path("tuning", profile, root).exists()):
+        run("tuning", profile, root=root, render_only=render_only)  # another machine kind may adopt the reference's
     if name == TALON and measures(TALON_TUNING, profile, root):  # its rows' settings come from their own tuning
         run(TALON_TUNING, profile, root=root, render_only=render_only)
     todo = missing(name, profile, root, replicate)
@@ -392,6 +393,7 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
                                 "run without --render first")
     if not (todo := measurable(name, todo, profile)):
         return path
+    check_machine(profile)
     if name == "memory":
         from .memory import run_memory
 
@@ -404,6 +406,16 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
         counts = {k: n_prompts(name, measuring, c) for c, k in todo}
         runner.measure_cells(name, measuring, todo, path, counts)
     return path
+
+
+def check_machine(profile: Profile) -> None:
+    """Refuse to measure a profile named for another machine kind than this one (``Models.machine``)."""
+    from .machine import here
+
+    if profile.models.machine is not None and profile.models.machine != here():
+        raise ValueError(f"machine={profile.models.machine!r} names the records of that machine kind, but this "
+                         f"machine is {here()!r}: measure with --set machine={here()} (or without machine on the "
+                         "profile's reference machine)")
 
 
 def in_fresh_process(name: str, profile: Profile, root: Path | None, replicate: int) -> None:

@@ -35,7 +35,9 @@ class Models:
     paper's PG-19 setting). ``draft_vocab``: the draft scores only its that many most frequent tokens (FR-Spec;
     the target verifies every token, so exactness is untouched). ``draft_lookup``: the draft mixes in its context
     lookup (``core.lookup``). Both serve every method drafting with our loop; HF assisted drafts with
-    transformers' own loop (full head, no lookup)."""
+    transformers' own loop (full head, no lookup). ``machine``: the machine kind whose records these are
+    (``harness.machine``): None for the profile's reference machine (``results/<profile>/``), else a kind such as
+    ``intel-amx``, whose records live in ``results/<profile>@<kind>/`` beside the reference machine's."""
 
     target: str            # hub id, local path, "embedded:target", "tiny:target", ...
     draft: str
@@ -47,6 +49,7 @@ class Models:
     draft_vocab: int | None = None
     draft_lookup: bool = False
     threads: int | None = None
+    machine: str | None = None
 
     def load_pair(self, dtype: str | None = None, max_len: int = 2048, with_draft: bool = True,
                   models_for: str = "ours"):
@@ -209,6 +212,15 @@ class Profile:
     @property
     def workloads(self) -> tuple[str, ...]:
         return tuple(self.protocol.workloads)
+
+    @property
+    def results_folder(self) -> str:
+        """The folder under ``results/`` of this profile's records on its machine (``Models.machine``)."""
+        return self.name if self.models.machine is None else f"{self.name}@{self.models.machine}"
+
+    def on_reference_machine(self) -> "Profile":
+        """This profile with its reference machine's records (``results/<profile>/``)."""
+        return dataclasses.replace(self, models=dataclasses.replace(self.models, machine=None))
 
     def L_max(self, workload: str) -> int:
         """Prompt tokens of a continuation workload (0 for Spec-Bench, whose prompts are whole questions)."""

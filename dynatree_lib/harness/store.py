@@ -36,9 +36,25 @@ def check_clean(path: Path, doc: dict) -> None:
                      f"--allow-dirty, dynatree bench --allow-dirty, or {ALLOW_DIRTY}=1) to keep it marked git_dirty")
 
 
+def check_one_machine(path: Path, doc: dict, others: list[dict]) -> None:
+    """Refuse to write a record measured on one machine kind into a file holding another kind's (``harness.machine``):
+    a file's ratios then belong to one machine. Another kind's records go to their own folder (``Models.machine``)."""
+    from .machine import kind_of_record
+
+    mine = kind_of_record(doc.get("environment") or {})
+    theirs = {kind_of_record(o.get("environment") or {}) for o in others} - {None, mine}
+    if mine is not None and theirs:
+        profile = Path(path).parent.name.split("@")[0]
+        raise ValueError(f"{path} holds records measured on {', '.join(sorted(theirs))}; this one was measured on "
+                         f"{mine}: measure into its own folder with --set machine={mine} "
+                         f"(results/{profile}@{mine}/), or --rerun to replace the file")
+
+
 def write_report(path: Path, doc: dict) -> None:
-    """A one-document experiment's JSON (costs, pair): checked as ``check_clean`` does, written whole."""
+    """A one-document experiment's JSON (costs, pair): checked as ``check_clean`` and ``check_one_machine`` do (against
+    the file it replaces), written whole."""
     check_clean(path, doc)
+    check_one_machine(path, doc, [json.loads(Path(path).read_text())] if Path(path).exists() else [])
     with written_whole(Path(path)) as tmp:
         tmp.write_text(json.dumps(doc, indent=1))
 
@@ -83,6 +99,7 @@ class ResultStore:
         if self.get(record["key"]) is not None:
             raise ValueError(f"record {record['key']} already in {self.path}; refusing to overwrite it")
         check_clean(self.path, record)
+        check_one_machine(self.path, record, self.records)
         self.records.append(record)
         self.data.get("partial", {}).pop(record["key"], None)
         self._write()
@@ -114,5 +131,6 @@ def needs_run(path: Path, rerun: bool, render_only: bool) -> bool:
 
 
 def results_path(name: str, profile, root: Path | None = None) -> Path:
-    """``results/<profile>/<name>.json`` (under ``root`` instead of the repository's results/ if given)."""
-    return (root or RESULTS) / profile.name / f"{name}.json"
+    """``results/<profile>/<name>.json``, or ``results/<profile>@<machine>/`` for another machine kind's records
+    (``Profile.results_folder``), under ``root`` instead of the repository's results/ if given."""
+    return (root or RESULTS) / profile.results_folder / f"{name}.json"

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from pathlib import Path
 
 from .. import methods as registry
 from ..core.sampling import Sampling
 from ..extensions.cost_aware import CostAwareConfig
 from .costs import predict_iteration, stale
+from .machine import here, kind_of_record
 from .profiles import Profile
 from .store import config_dict, results_path
 from .weights import is_head, weights_info
@@ -39,8 +41,8 @@ def tuned(p: Profile, family: str, workload: str, root: Path | None = None, samp
 
 
 @functools.lru_cache(maxsize=None)
-def warn_once(message: str) -> None:
-    print(message)
+def warn_once(message: str, stream=None) -> None:
+    print(message, file=stream)
 
 
 class NotTuned(ValueError):
@@ -54,8 +56,9 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     """The candidate with the highest mean throughput among ``family``'s records in ``experiment`` (the tuning
     experiment, or notebook 14's tuning on the heads) on ``workload`` at this precision and sampling law (the greedy
     records where the tuning did not run at that temperature); where ``draft`` is given, only the records drafted
-    with it (a head tuned beside others in one file)."""
-    path = results_path(experiment, p, root)
+    with it (a head tuned beside others in one file). Tuned on the machine at hand where it was (``machine_tuning``).
+    """
+    path = machine_tuning(p, experiment, root)
     if not path.exists():
         raise NotTuned(f"{path} is missing: run the {experiment} experiment first (notebook "
                        f"{'01' if experiment == 'tuning' else '14'} does)")
@@ -77,7 +80,21 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
                   "rebuilt since); `--rerun` tunes it again")
     recs = mine or recs
     best = max(recs, key=lambda r: r["aggregate"]["tps"]["mean"])
+    tuned_on, at_hand = kind_of_record(best.get("environment", {})), here()
+    if tuned_on not in (None, at_hand):
+        warn_once(f"{path}: {family} on {workload} was tuned on {tuned_on}; this machine is {at_hand}, where another "
+                  f"setting may be fastest (bench --experiment {experiment} --set machine={at_hand} tunes it here)",
+                  sys.stderr)  # stderr: a render on another machine kind shows the same notebook
     return candidates[configs.index(best["config"])]
+
+
+def machine_tuning(p: Profile, experiment: str, root: Path | None) -> Path:
+    """The tuning file a profile reads: its own folder's; for a machine kind's folder without one, the reference
+    machine's (``fastest`` warns that it was tuned elsewhere)."""
+    path = results_path(experiment, p, root)
+    if path.exists() or p.models.machine is None:
+        return path
+    return results_path(experiment, p.on_reference_machine(), root)
 
 
 def measured_curves(p: Profile, dtype: str, root: Path | None) -> dict:

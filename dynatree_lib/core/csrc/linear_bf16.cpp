@@ -161,26 +161,266 @@ void linear_blocks(const uint32_t* x, int64_t k, int64_t d2, Weight w, c10::BFlo
   }
 }
 
-at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w) {
+// ---- AMX tiles ----
+// Where the CPU has AMX (and the build its intrinsics: -mamx-tile -mamx-bf16), the same packed weights multiply
+// through tiles. A packed block's 16 lines from line 16s on are exactly a B tile of TDPBF16PS (16 rows of feature
+// pairs for 16 outputs, 64 bytes a row), so the weights need no other layout. Rows go through in tiles of at most
+// 16 (M = k rows where k <= 16, else 16, the last tile reading the buffers' zero padding: `padded_rows`), and each
+// output adds its 32-feature products in one order, s = 0, 1, ..., whatever the rows: a row's sums depend on its
+// own inputs only, so a token verified in a tree gets the bits it gets alone (TDPBF16PS computes each row of a
+// tile by itself). These are not the AVX512 path's bits (that path sums even and odd feature pairs apart), so a
+// run takes one path for all its forwards: the engine's `isa`.
+// Linux hands a process the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA):
+// amx_grant() asks once. Every call loads its tile configuration and releases the tiles at its end, so that other
+// code in the process (oneDNN) can use them in between.
+int64_t padded_rows(int64_t k) { return k <= 16 ? k : (k + 15) / 16 * 16; }
+
+#ifdef __AMX_BF16__
+#include <sys/syscall.h>
+#include <unistd.h>
+
+constexpr bool kAmxBuilt = true;
+
+int64_t amx_grant() {
+  static const int64_t status = [] {
+    constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0 ? int64_t{0} : int64_t{errno};
+  }();
+  return status;
+}
+
+// gcc's tile intrinsics are asm statements that name no memory: a compiler barrier before a tile load orders the
+// stores that wrote its memory (a widened tile, a transposed key tile, the activations), and one after a tile store
+// orders the loads that read it.
+inline void memory_fence() { asm volatile("" ::: "memory"); }
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0 to n - 1 of 64 bytes a row: the first `rows_of` of them with `rows` rows, the others with 16.
+void configure(int n, int rows_of, int rows) {
+  TileConfig c;
+  for (int t = 0; t < n; ++t) {
+    c.rows[t] = t < rows_of ? rows : 16;
+    c.colsb[t] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+// tiles 0-3: sums (M rows of 16 fp32); 4: M rows of x (32 features); 5-7: weight tiles (16 rows of feature pairs).
+// Past 16 rows every tile has 16 rows, and tile 5 holds a second tile of rows in sums_2xN.
+void configure_tiles(int M) { configure(8, 5, M); }
+
+// A weight tile of an int8-rows block (16 lines of 32 bytes) widened to bf16 (exact, see "int8 rows") in `buf`.
+inline const char* widened_tile(const char* p, uint16_t* buf) {
+  for (int l = 0; l < 16; ++l)
+    _mm512_storeu_si512(buf + 32 * l, (__m512i)int8_line(reinterpret_cast<const __m256i*>(p) + l));
+  memory_fence();
+  return reinterpret_cast<const char*>(buf);
+}
+
+// A weight tile (16 lines from line 16s of a block at p): prefetched kPrefetch lines ahead, widened where int8.
+template <bool Int8>
+inline const char* weight_tile(const char* p, int64_t s, uint16_t* wide) {
+  constexpr int64_t kLine = Int8 ? 32 : 64;
+  const char* t = p + s * 16 * kLine;
+  for (int64_t l = 0; l < 16; l += Int8 ? 2 : 1) _mm_prefetch(t + (kPrefetch + l) * kLine, _MM_HINT_T0);
+  if constexpr (Int8) return widened_tile(t, wide);
+  else return t;
+}
+
+// The weight tiles of blocks [b, b + NB): tile(i, s) is block b + i's tile from line 16s on (weight_tile).
+template <int NB, bool Int8>
+struct WeightTiles {
+  static constexpr int64_t kLine = Int8 ? 32 : 64;
+  const char* blk[NB];
+  alignas(64) uint16_t wide[Int8 ? NB : 1][512];
+  WeightTiles(Weight w, int64_t d2, int64_t b) {
+    for (int i = 0; i < NB; ++i) blk[i] = w.lines + (b + i) * d2 * kLine;
+  }
+  const char* operator()(int i, int64_t s) { return weight_tile<Int8>(blk[i], s, wide[Int8 ? i : 0]); }
+};
+
+// One tile of rows (M, at most 16, from x; row stride xs bytes) against blocks [b, b + NB): sums[i] = [M][16] fp32
+// (a row of 64 bytes). Four chains of sums, x's tile loaded once a step for all of them.
+template <int NB, bool Int8>
+void sums_1xN(const char* x, int64_t xs, int64_t d2, Weight w, int64_t b, float* sums) {
+  WeightTiles<NB, Int8> tile(w, d2, b);
+  _tile_zero(0);
+  if constexpr (NB > 1) _tile_zero(1);
+  if constexpr (NB > 2) _tile_zero(2);
+  if constexpr (NB > 3) _tile_zero(3);
+  memory_fence();
+  for (int64_t s = 0; s < d2 / 16; ++s) {
+    _tile_loadd(4, x + 64 * s, xs);
+    _tile_loadd(5, tile(0, s), 64);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (NB > 1) { _tile_loadd(6, tile(1, s), 64); _tile_dpbf16ps(1, 4, 6); }
+    if constexpr (NB > 2) { _tile_loadd(7, tile(2, s), 64); _tile_dpbf16ps(2, 4, 7); }
+    if constexpr (NB > 3) { _tile_loadd(5, tile(3, s), 64); _tile_dpbf16ps(3, 4, 5); }
+  }
+  _tile_stored(0, sums, 64);
+  if constexpr (NB > 1) _tile_stored(1, sums + 256, 64);
+  if constexpr (NB > 2) _tile_stored(2, sums + 512, 64);
+  if constexpr (NB > 3) _tile_stored(3, sums + 768, 64);
+  memory_fence();
+}
+
+// Two tiles of 16 rows against blocks [b, b + NB), NB <= 2: each weight tile loaded once for both tiles of rows
+// (half the loads a product of sums_1xN's). sums[2 g + i] = [16][16]: rows 16 g.. against block b + i.
+template <int NB, bool Int8>
+void sums_2xN(const char* x, int64_t xs, int64_t d2, Weight w, int64_t b, float* sums) {
+  WeightTiles<NB, Int8> tile(w, d2, b);
+  _tile_zero(0);
+  _tile_zero(2);
+  if constexpr (NB > 1) { _tile_zero(1); _tile_zero(3); }
+  memory_fence();
+  for (int64_t s = 0; s < d2 / 16; ++s) {
+    _tile_loadd(4, x + 64 * s, xs);
+    _tile_loadd(5, x + 16 * xs + 64 * s, xs);
+    _tile_loadd(6, tile(0, s), 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(2, 5, 6);
+    if constexpr (NB > 1) {
+      _tile_loadd(7, tile(1, s), 64);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, sums, 64);
+  _tile_stored(2, sums + 512, 64);
+  if constexpr (NB > 1) { _tile_stored(1, sums + 256, 64); _tile_stored(3, sums + 768, 64); }
+  memory_fence();
+}
+
+using SumsFn = void (*)(const char*, int64_t, int64_t, Weight, int64_t, float*);
+constexpr SumsFn kSums1[2][5] = {{nullptr, sums_1xN<1, false>, sums_1xN<2, false>, sums_1xN<3, false>,
+                                  sums_1xN<4, false>},
+                                 {nullptr, sums_1xN<1, true>, sums_1xN<2, true>, sums_1xN<3, true>, sums_1xN<4, true>}};
+constexpr SumsFn kSums2[2][3] = {{nullptr, sums_2xN<1, false>, sums_2xN<2, false>},
+                                 {nullptr, sums_2xN<1, true>, sums_2xN<2, true>}};
+
+// linear_blocks through tiles: k rows of x [padded_rows(k), 2 * d2] (d2 a multiple of 16) against output blocks
+// [b0, b1), with the same epilogues. Each stretch of 4 blocks serves every tile of rows while it sits in cache;
+// rows go two tiles at a time where two remain (sums_2xN), else one (sums_1xN). Either way every output adds the
+// same products in the same order.
+void amx_blocks(const uint32_t* x, int64_t k, int64_t d2, Weight w, c10::BFloat16* out, int64_t os, int64_t b0,
+                int64_t b1, bool add = false, Best* best = nullptr) {
+  if (b0 >= b1) return;
+  configure_tiles(static_cast<int>(std::min<int64_t>(k, 16)));
+  alignas(64) float sums[4 * 256];
+  const char* xb = reinterpret_cast<const char*>(x);
+  const int64_t xs = d2 * 4;  // bytes a row
+  const bool int8 = w.scale != nullptr;
+  // rows [r0, r0 + rows) of sums tile t (a [16][16] fp32 tile) are outputs of block b
+  const auto finish = [&](const float* t, int64_t r0, int64_t rows, int64_t b) {
+    for (int64_t r = 0; r < rows; ++r) {
+      __m512 y = _mm512_load_ps(t + r * 16);
+      if (int8) y = _mm512_mul_ps(y, _mm512_loadu_ps(w.scale + b * 16));  // exact: powers of two
+      if (best) {
+        keep_best(y, b, best[r0 + r]);
+      } else {
+        c10::BFloat16* o = out + (r0 + r) * os + b * 16;
+        store16(o, add ? _mm512_add_ps(round16(y), load16(o)) : y);
+      }
+    }
+  };
+  for (int64_t s = b0; s < b1; s += 4) {
+    const int nb = static_cast<int>(std::min<int64_t>(4, b1 - s));
+    int64_t j = 0;
+    for (; k - j > 16; j += 32)  // two tiles of rows (the second may end in padding)
+      for (int i = 0; i < nb; i += 2) {
+        const int m = std::min(2, nb - i);
+        kSums2[int8][m](xb + j * xs, xs, d2, w, s + i, sums);
+        for (int g = 0; g < 2; ++g)
+          for (int c = 0; c < m; ++c)
+            finish(sums + (2 * g + c) * 256, j + 16 * g, std::clamp<int64_t>(k - j - 16 * g, 0, 16), s + i + c);
+      }
+    if (j < k) {  // one tile of rows left
+      kSums1[int8][nb](xb + j * xs, xs, d2, w, s, sums);
+      for (int c = 0; c < nb; ++c) finish(sums + c * 256, j, std::min<int64_t>(16, k - j), s + c);
+    }
+  }
+  _tile_release();
+}
+
+// Attention scores through tiles: R query rows (pairs of features, P a row) against 16 cached slots transposed into
+// [pair][slot] (the VNNI layout a weight tile has), as fp32 [R][16]. A (row, slot) score is that row's and that slot's
+// dot product alone, summed in one order (32 features a step): the same bits whatever rows and slots come with it.
+// tile 0: the scores (R rows of 16 slots); 1: R query rows (32 features); 2: 16 slots' keys (16 rows of pairs)
+void configure_score_tiles(int R) { configure(3, 2, R); }
+
+void tile_scores(const uint32_t* q, int P, const __m512i* T, float* out) {
+  memory_fence();
+  _tile_zero(0);
+  for (int c = 0; c < P; c += 16) {
+    _tile_loadd(1, q + c, P * 4);
+    _tile_loadd(2, T + c, 64);
+    _tile_dpbf16ps(0, 1, 2);
+  }
+  _tile_stored(0, out, 64);
+  memory_fence();
+}
+
+void release_tiles() { _tile_release(); }
+#else
+constexpr bool kAmxBuilt = false;
+void configure_score_tiles(int) {}
+void tile_scores(const uint32_t*, int, const __m512i*, float*) {}
+void release_tiles() {}
+int64_t amx_grant() { return ENOSYS; }
+void amx_blocks(const uint32_t*, int64_t, int64_t, Weight, c10::BFloat16*, int64_t, int64_t, int64_t, bool = false,
+                Best* = nullptr) {
+  TORCH_CHECK(false, "the AMX path was not built (the compiler lacks -mamx-tile -mamx-bf16)");
+}
+#endif
+
+bool amx_built() { return kAmxBuilt; }
+
+// A call that asks for tiles where there are none is refused before its threads start (no error can leave them).
+void check_amx(bool amx) {
+  TORCH_CHECK(!amx || kAmxBuilt, "amx=True, but the kernels were built without AMX (-mamx-tile -mamx-bf16)");
+  TORCH_CHECK(!amx || amx_grant() == 0, "amx=True, but Linux refused this process the AMX tile state (errno ",
+              amx_grant(), ")");
+}
+
+// Whether a matmul over d inputs goes through tiles: where asked and d is a whole number of tiles (32 features).
+// A shape decides, never the rows: every forward of a run takes the same path for each weight.
+inline bool through_tiles(bool amx, int64_t d) { return amx && d % 32 == 0; }
+
+// k rows of x against blocks [b0, b1) by the path `amx` asks for (through_tiles; x padded as padded_rows says).
+void matmul_blocks(bool amx, const uint32_t* x, int64_t k, int64_t d2, Weight w, c10::BFloat16* out, int64_t os,
+                   int64_t b0, int64_t b1, bool add = false, Best* best = nullptr) {
+  if (through_tiles(amx, 2 * d2)) amx_blocks(x, k, d2, w, out, os, b0, b1, add, best);
+  else linear_blocks(x, k, d2, w, out, os, b0, b1, add, best);
+}
+
+at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, bool amx) {
+  check_amx(amx);
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
               "linear_bf16: x must be a 2-D bf16 CPU tensor");
   TORCH_CHECK(w.dim() == 3 && w.size(2) == 32 && w.scalar_type() == at::kBFloat16 && w.is_contiguous(),
               "linear_bf16: w must be packed by dynatree_lib.core.kernels.pack");
   TORCH_CHECK(x.size(1) == 2 * w.size(1), "linear_bf16: x has ", x.size(1), " features, w ", 2 * w.size(1));
-  const auto xc = x.contiguous();
-  const int64_t k = xc.size(0), d2 = w.size(1), nblk = w.size(0), os = nblk * 16;
+  const int64_t k = x.size(0), d2 = w.size(1), nblk = w.size(0), os = nblk * 16;
+  at::Tensor xc = x.contiguous();
+  if (through_tiles(amx, 2 * d2) && padded_rows(k) > k)  // the last tile of rows reads zeros
+    xc = at::cat({xc, at::zeros({padded_rows(k) - k, x.size(1)}, x.options())});
   auto out = at::empty({k, os}, x.options());
   const auto* xp = reinterpret_cast<const uint32_t*>(xc.data_ptr<c10::BFloat16>());
   const Weight wp{static_cast<const char*>(w.data_ptr()), nullptr};
   auto* op = out.data_ptr<c10::BFloat16>();
   // Blocks of outputs split between threads; for more than 8 rows (a tree, a prompt) each stretch of 8 blocks
   // is used by every 8-row pass while it sits in cache, so the weight still streams from memory once.
-  at::parallel_for(0, nblk, 8, [&](int64_t b0, int64_t b1) { linear_blocks(xp, k, d2, wp, op, os, b0, b1); });
+  at::parallel_for(0, nblk, 8, [&](int64_t b0, int64_t b1) { matmul_blocks(amx, xp, k, d2, wp, op, os, b0, b1); });
   return out;
 }
 
 // Shapes for tracing: symbolic sizes stay symbolic (one compiled graph serves every tree size).
-at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor linear_bf16_meta(const at::Tensor& x, const at::Tensor& w, bool amx) {
   return at::empty_symint({x.sym_size(0), w.sym_size(0) * 16}, x.options());
 }
 
@@ -273,7 +513,7 @@ constexpr int kChunk = 16;  // rows per attention task: the per-task arrays belo
 // computed by the same operations in the same order whatever the rows around it, so the layout of the loops
 // below is free: it is chosen for throughput (several rows' dot-product chains at once, the softmax weights
 // packed in a register, the value sums in registers), and gives the bits a one-row-at-a-time loop gives.
-template <int C>
+template <int C, bool Amx>
 void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat16* K, int64_t ks,
             const c10::BFloat16* V, int64_t vs, const c10::BFloat16* mp, int64_t ms, c10::BFloat16* op, int64_t os,
             int64_t h0, int64_t n, int64_t kv, int64_t r0, int64_t r1, float scale, float* S, float* dense) {
@@ -287,10 +527,12 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
     std::memcpy(qpairs[r], qp + h * qs0 + tok[r] * qs1, hd * sizeof(c10::BFloat16));
   }
   // scores, 16 slots at a time: the K tile is transposed once into [pair][slot] and serves every row; rows go
-  // 4 at a time so that 4 independent dot-product chains overlap (one row's chain is latency-bound)
+  // 4 at a time so that 4 independent dot-product chains overlap (one row's chain is latency-bound), or, on AMX,
+  // all R through tiles (tile_scores)
   alignas(64) __m512i T[P];
   __m512 mx[kChunk];
   for (int64_t r = 0; r < R; ++r) mx[r] = _mm512_set1_ps(-INFINITY);
+  if constexpr (Amx) configure_score_tiles(static_cast<int>(R));
   for (int64_t j = 0; j < kvp; j += 16) {
     const int64_t m = std::min<int64_t>(16, kv - j);
     for (int c = 0; c < P; c += 16) {
@@ -300,6 +542,22 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
       transpose16(t);
     }
     const __mmask16 live = (__mmask16)((1u << m) - 1);
+    const auto keep = [&](int64_t r, __m512 acc) {  // row r's scores of slots j..j+15: masked, scaled, kept
+      // mask row slots j..j+15 as fp32 (bf16 -> fp32 is a 16-bit shift)
+      const __m256i mb = _mm256_maskz_loadu_epi16(live, mp + tok[r] * ms + j);
+      const __m512 mk = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(mb), 16));
+      const __mmask16 vis = live & _mm512_cmp_ps_mask(mk, _mm512_set1_ps(kHidden), _CMP_GT_OQ);
+      const __m512 sc = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vis,
+                                           _mm512_fmadd_ps(acc, _mm512_set1_ps(scale), mk));
+      _mm512_storeu_ps(S + r * kvp + j, sc);
+      mx[r] = _mm512_max_ps(mx[r], sc);
+    };
+    if constexpr (Amx) {
+      alignas(64) float tile[16 * 16];
+      tile_scores(qpairs[0], P, T, tile);
+      for (int64_t r = 0; r < R; ++r) keep(r, _mm512_load_ps(tile + 16 * r));
+      continue;
+    }
     for (int64_t r = 0; r < R; r += 4) {
       const int nb = (int)std::min<int64_t>(4, R - r);
       __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -310,18 +568,10 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
         if (nb > 2) acc[2] = _mm512_dpbf16_ps(acc[2], t, (__m512bh)_mm512_set1_epi32((int)qpairs[r + 2][c]));
         if (nb > 3) acc[3] = _mm512_dpbf16_ps(acc[3], t, (__m512bh)_mm512_set1_epi32((int)qpairs[r + 3][c]));
       }
-      for (int b = 0; b < nb; ++b) {
-        // mask row slots j..j+15 as fp32 (bf16 -> fp32 is a 16-bit shift)
-        const __m256i mb = _mm256_maskz_loadu_epi16(live, mp + tok[r + b] * ms + j);
-        const __m512 mk = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(mb), 16));
-        const __mmask16 vis = live & _mm512_cmp_ps_mask(mk, _mm512_set1_ps(kHidden), _CMP_GT_OQ);
-        const __m512 sc = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vis,
-                                             _mm512_fmadd_ps(acc[b], _mm512_set1_ps(scale), mk));
-        _mm512_storeu_ps(S + (r + b) * kvp + j, sc);
-        mx[r + b] = _mm512_max_ps(mx[r + b], sc);
-      }
+      for (int b = 0; b < nb; ++b) keep(r + b, acc[b]);
     }
   }
+  if constexpr (Amx) release_tiles();
   // softmax weights in place; their sum adds the nonzero weights in slot order, 16 lanes by rank (not by
   // slot: in a tree a node's ancestors sit at other slots than the same tokens in a plain sequence, but
   // their ranks among visible slots are the same). The nonzero weights are packed in a register and stored
@@ -386,10 +636,15 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
 using AttendFn = void (*)(const c10::BFloat16*, int64_t, int64_t, const c10::BFloat16*, int64_t, const c10::BFloat16*,
                           int64_t, const c10::BFloat16*, int64_t, c10::BFloat16*, int64_t, int64_t, int64_t, int64_t,
                           int64_t, int64_t, float, float*, float*);
-constexpr AttendFn kAttend[17] = {nullptr, nullptr, attend<2>,  nullptr, attend<4>,  nullptr, attend<6>,  nullptr, attend<8>,
-                                  nullptr, attend<10>, nullptr, attend<12>, nullptr, attend<14>, nullptr, attend<16>};
+template <bool Amx>  // attend<C> by head size / 16, scores through tiles or not
+constexpr AttendFn kAttend[17] = {nullptr,         nullptr, attend<2, Amx>,  nullptr, attend<4, Amx>,  nullptr,
+                                  attend<6, Amx>,  nullptr, attend<8, Amx>,  nullptr, attend<10, Amx>, nullptr,
+                                  attend<12, Amx>, nullptr, attend<14, Amx>, nullptr, attend<16, Amx>};
+AttendFn attend_fn(int64_t hd, bool amx) { return amx ? kAttend<true>[hd / 16] : kAttend<false>[hd / 16]; }
 
-at::Tensor attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+at::Tensor attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                          bool amx) {
+  check_amx(amx);
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && mask.dim() == 2,
               "attention_bf16: q [H, n, hd], k and v [KV, kv, hd], mask [n, kv]");
   for (const auto* t : {&q, &k, &v, &mask})
@@ -409,7 +664,7 @@ at::Tensor attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Te
   const int64_t chunk = kChunk, per = (rows + chunk - 1) / chunk, tasks = KV * per;
   const int64_t grain = rows * kv * KV < 2048 ? tasks : 1;
   const int64_t kvp = (kv + 15) / 16 * 16;
-  const AttendFn fn = kAttend[hd / 16];
+  const AttendFn fn = attend_fn(hd, amx);
   at::parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
     // per thread: the chunk's scores [kChunk, kvp] and the packed weights of one row
     std::vector<float> S(chunk * kvp), dense(kvp + 16);
@@ -424,7 +679,8 @@ at::Tensor attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Te
   return out;
 }
 
-at::Tensor attention_bf16_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+at::Tensor attention_bf16_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                               bool amx) {
   return at::empty_symint({q.sym_size(1), q.sym_size(0) * q.sym_size(2)}, q.options());
 }
 
@@ -498,6 +754,7 @@ struct Request {
   bool last_only, greedy;
   const c10::optional<at::Tensor>& features;
   at::IntArrayRef feature_layers;
+  bool amx = false;  // the matmuls through AMX tiles where they take them (through_tiles)
 };
 
 // An EAGLE-3 head's step (core/eagle3.py) is a one-layer forward of this kind with three differences, which a
@@ -721,11 +978,16 @@ AttentionTasks split_attention(const Dims& n, int nt) {
 int64_t attention_scratch(int64_t kvp) { return kChunk * kvp + kvp + 16; }
 
 // A buffer of a call: the tensor that owns it and its data.
+// A buffer of a call: the tensor that owns it and its data; rows from `zero_from` on (a padding the tiles read:
+// padded_rows) are zeros.
 template <class T>
 struct Buffer {
   at::Tensor t;
   T* p;
-  Buffer(at::IntArrayRef sizes, const at::TensorOptions& o) : t(at::empty(sizes, o)), p(t.data_ptr<T>()) {}
+  Buffer(at::IntArrayRef sizes, const at::TensorOptions& o, int64_t zero_from = -1)
+      : t(at::empty(sizes, o)), p(t.data_ptr<T>()) {
+    if (zero_from >= 0 && zero_from < sizes[0]) t.narrow(0, zero_from, sizes[0] - zero_from).zero_();
+  }
 };
 
 // One forward_bf16 (or eagle3_bf16) call: its sizes, the model, the request's indices and the activations, with the
@@ -771,6 +1033,8 @@ class Forward {
   std::vector<int64_t> feature_layers_;  // the layer each column of feat_ copies the residual stream entering
   const HeadIO head_;                    // a head's step, where asked
   const int nt_;  // threads of the region
+  const bool amx_;     // the matmuls through tiles (Request::amx)
+  const int64_t qp_;   // rows of the matmuls' input buffers: q, padded for the tiles (padded_rows)
   const AttentionTasks tasks_;
   const int64_t kvp_;  // visible slots rounded up to 16
   const float scale_;  // 1 / sqrt(head dim)
@@ -795,22 +1059,25 @@ Forward::Forward(const Dims& n, const LlamaWeights& w, const Request& r, const H
       slot_(r.slots.data_ptr<int64_t>()), mask_(r.mask.data_ptr<bf16>()), mask_stride_(r.mask.stride(0)),
       greedy_(r.greedy), feat_(r.features.has_value() ? r.features->data_ptr<bf16>() : nullptr),
       feature_layers_(r.feature_layers.begin(), r.feature_layers.end()), head_(head_io(h, w.scales)),
-      nt_(std::max(1, at::get_num_threads())), tasks_(split_attention(n, nt_)),
-      kvp_((n.kv + 15) / 16 * 16), scale_(1.0f / std::sqrt(static_cast<float>(n.hd))), attend_(kAttend[n.hd / 16]),
-      x_({n.q, n.d}, w.embed.options()), qkv_({n.q, n.ncol}, w.embed.options()),
-      att_({n.q, n.H * n.hd}, w.embed.options()), h13_({n.q, 2 * n.inter}, w.embed.options()),
-      act_({n.q, n.inter}, w.embed.options()), out_({greedy_ ? 0 : n.nout, n.V}, w.embed.options()),
-      ids_({greedy_ ? n.nout : 0}, r.tokens.options()), xn_({nt_, n.q, n.kin}, w.embed.options()),
-      in_({head_.fc.lines ? n.q : 0, head_.width}, w.embed.options()),
+      nt_(std::max(1, at::get_num_threads())), amx_(r.amx), qp_(amx_ ? padded_rows(n.q) : n.q),
+      tasks_(split_attention(n, nt_)),
+      kvp_((n.kv + 15) / 16 * 16), scale_(1.0f / std::sqrt(static_cast<float>(n.hd))), attend_(attend_fn(n.hd, amx_)),
+      x_({qp_, n.d}, w.embed.options(), n.q), qkv_({n.q, n.ncol}, w.embed.options()),
+      att_({qp_, n.H * n.hd}, w.embed.options(), n.q), h13_({n.q, 2 * n.inter}, w.embed.options()),
+      act_({qp_, n.inter}, w.embed.options(), n.q), out_({greedy_ ? 0 : n.nout, n.V}, w.embed.options()),
+      ids_({greedy_ ? n.nout : 0}, r.tokens.options()), xn_({nt_, qp_, n.kin}, w.embed.options()),
+      in_({head_.fc.lines ? qp_ : 0, head_.width}, w.embed.options(), n.q),
       best_(greedy_ ? static_cast<size_t>(nt_) * n.nout : 0),
-      scratch_(static_cast<size_t>(nt_) * attention_scratch(kvp_)) {}
+      scratch_(static_cast<size_t>(nt_) * attention_scratch(kvp_)) {
+  if (qp_ > n.q) xn_.t.narrow(1, n.q, qp_ - n.q).zero_();  // each thread's padding rows
+}
 
 // The whole forward in one parallel region: logits [nout, V], or int64 argmaxes [nout] if greedy.
 at::Tensor Forward::run() {
 #pragma omp parallel num_threads(nt_)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    const Thread th{t, T, xn_.p + t * n_.q * n_.kin, scratch_.data() + t * attention_scratch(kvp_)};
+    const Thread th{t, T, xn_.p + t * qp_ * n_.kin, scratch_.data() + t * attention_scratch(kvp_)};
     if (head_.on) head_inputs(th);
     else embed(th);
 #pragma omp barrier
@@ -926,7 +1193,7 @@ void Forward::normalise_pair(const Thread& th) {
 void Forward::matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, Weight w, bf16* out,
                      int64_t n, bool add, Best* best) {
   const auto [b0, b1] = th.share(n / 16);
-  linear_blocks(reinterpret_cast<const uint32_t*>(x), rows, k / 2, w, out, n, b0, b1, add, best);
+  matmul_blocks(amx_, reinterpret_cast<const uint32_t*>(x), rows, k / 2, w, out, n, b0, b1, add, best);
 }
 
 // RoPE of the queries in place and of the keys into layer i's cache slots; the values copied there.
@@ -1003,9 +1270,10 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
                         const at::Tensor& norm, const at::Tensor& head, const at::Tensor& kc, const at::Tensor& vc,
                         const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t KV, double eps,
                         bool last_only, bool greedy, const c10::optional<at::Tensor>& features,
-                        at::IntArrayRef feature_layers) {
+                        at::IntArrayRef feature_layers, bool amx) {
   const LlamaWeights w{embed, wqkv, wo, w13, w2, ln1, ln2, norm, head, kc, vc, cos, sin, H, KV, eps};
-  const Request r{tokens, positions, slots, mask, last_only, greedy, features, feature_layers};
+  check_amx(amx);
+  const Request r{tokens, positions, slots, mask, last_only, greedy, features, feature_layers, amx};
   return Forward(check_inputs(w, r), w, r).run();
 }
 
@@ -1018,11 +1286,13 @@ at::Tensor eagle3_bf16(const at::Tensor& tokens, const at::Tensor& positions, co
                        const at::Tensor& wqkv, const at::Tensor& wo, const at::Tensor& w13, const at::Tensor& w2,
                        const at::Tensor& ln1, const at::Tensor& ln2, const at::Tensor& norm, const at::Tensor& head,
                        const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& cos, const at::Tensor& sin,
-                       int64_t H, int64_t KV, double eps, bool last_only, const c10::optional<at::Tensor>& scales) {
+                       int64_t H, int64_t KV, double eps, bool last_only, const c10::optional<at::Tensor>& scales,
+                       bool amx) {
   const LlamaWeights w{embed, wqkv, wo, w13, w2, ln1, ln2, norm, head, kc, vc, cos, sin, H, KV, eps,
                        scales.has_value() ? &*scales : nullptr};
   const c10::optional<at::Tensor> none;
-  const Request r{tokens, positions, slots, mask, last_only, false, none, {}};
+  check_amx(amx);
+  const Request r{tokens, positions, slots, mask, last_only, false, none, {}, amx};
   const HeadRequest h{inputs, input_rows, fc, outputs};
   return Forward(check_inputs(w, r, &h), w, r, &h).run();
 }
@@ -1033,7 +1303,7 @@ at::Tensor forward_bf16_meta(const at::Tensor& tokens, const at::Tensor& positio
                              const at::Tensor& ln2, const at::Tensor& norm, const at::Tensor& head,
                              const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& cos, const at::Tensor& sin,
                              int64_t H, int64_t KV, double eps, bool last_only, bool greedy,
-                             const c10::optional<at::Tensor>& features, at::IntArrayRef feature_layers) {
+                             const c10::optional<at::Tensor>& features, at::IntArrayRef feature_layers, bool amx) {
   const c10::SymInt rows = last_only ? c10::SymInt(1) : tokens.sym_size(0);
   if (greedy) return at::empty_symint({rows}, tokens.options());
   return at::empty_symint({rows, head.sym_size(0) * 16}, embed.options());
@@ -1042,17 +1312,19 @@ at::Tensor forward_bf16_meta(const at::Tensor& tokens, const at::Tensor& positio
 }  // namespace
 
 TORCH_LIBRARY(dynatree, m) {
-  m.def("linear_bf16(Tensor x, Tensor w) -> Tensor");
+  m.def("linear_bf16(Tensor x, Tensor w, bool amx=False) -> Tensor");
+  m.def("amx_built() -> bool", amx_built);
+  m.def("amx_grant() -> int", amx_grant);
   m.def("int8_rows(Tensor w) -> (Tensor, Tensor)");
-  m.def("attention_bf16(Tensor q, Tensor k, Tensor v, Tensor mask) -> Tensor");
+  m.def("attention_bf16(Tensor q, Tensor k, Tensor v, Tensor mask, bool amx=False) -> Tensor");
   m.def("forward_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor embed, Tensor wqkv, "
         "Tensor wo, Tensor w13, Tensor w2, Tensor ln1, Tensor ln2, Tensor norm, Tensor head, Tensor(a!) kc, "
         "Tensor(b!) vc, Tensor cos, Tensor sin, int H, int KV, float eps, bool last_only, bool greedy=False, "
-        "Tensor(c!)? features=None, int[] feature_layers=[]) -> Tensor");
+        "Tensor(c!)? features=None, int[] feature_layers=[], bool amx=False) -> Tensor");
   m.def("eagle3_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor inputs, Tensor input_rows, "
         "Tensor? fc, Tensor(a!) outputs, Tensor embed, Tensor wqkv, Tensor wo, Tensor w13, Tensor w2, Tensor ln1, "
         "Tensor ln2, Tensor norm, Tensor head, Tensor(b!) kc, Tensor(c!) vc, Tensor cos, Tensor sin, int H, int KV, "
-        "float eps, bool last_only, Tensor? scales=None) -> Tensor");
+        "float eps, bool last_only, Tensor? scales=None, bool amx=False) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(dynatree, CPU, m) {
   m.impl("linear_bf16", linear_bf16);
