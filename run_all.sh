@@ -59,6 +59,6 @@ echo "[run_all] done in $(( $(date +%s) - start ))s: notebooks in $OUT, JSON in 
 "$PY" -m dynatree_lib.reporting.results_md "$PROFILE" && echo "[run_all] results summary: RESULTS.md"
 if [ "$PROFILE" = cpu ]; then
   "$PY" -m dynatree_lib.reporting.scorecard cpu >/dev/null && echo "[run_all] README scorecard updated"
-  "$PY" -m dynatree_lib.draft.card >/dev/null && echo "[run_all] draft model card updated"
-  "$PY" -m dynatree_lib.draft.head_card >/dev/null && echo "[run_all] EAGLE-3 head card updated"
+  "$PY" -m dynatree_lib.train.card >/dev/null && echo "[run_all] draft model card updated"
+  "$PY" -m dynatree_lib.train.head_card >/dev/null && echo "[run_all] EAGLE-3 head card updated"
 fi

@@ -7,13 +7,16 @@ Layers, each a sub-package importing only the ones before it (``tests/test_struc
 """
 from .baselines.hf_generate import HFARConfig, HFAssistedConfig
 from .baselines.streaming import StreamingConfig
-from .core.eagle_tree import Eagle3TreeConfig
-from .core.opt_tree import OptTreeConfig
-from .core.policies import DraftPolicy, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from .core.policies.eagle_tree import Eagle3TreeConfig
+from .core.policies.opt_tree import OptTreeConfig
+from .core.policies.base import DraftPolicy
+from .core.policies.dynatree import DynaTreeConfig
+from .core.policies.static import FixedTreeConfig, LinearConfig
+from .core.policies.talon import TalonConfig
 from .core.result import GenerationResult
 from .core.sampling import Sampling
 from .extensions.cost_aware import CostAwareConfig
-from .harness.peers import LlamaCppConfig  # llama.cpp (a peer engine, greedy only): registered by peers.register()
+from .harness.peers import LlamaCppConfig  # llama.cpp (a peer engine, greedy only): registered where declared
 from .methods import REGISTRY, Method, generate, method_names, register
 
 __all__ = ["generate", "GenerationResult", "Sampling", "REGISTRY", "Method", "register", "method_names", "DraftPolicy",

@@ -6,13 +6,14 @@
   python -m dynatree_lib generate --method eagle3_tree --draft eagle3:weights/smollm2-eagle3 --chat --text "Hi"
   python -m dynatree_lib show-tree --method dynatree -T 24 --text "The capital of France is"
   python -m dynatree_lib bench --experiment main --set T=128 --set n_prompts=4
+  python -m dynatree_lib bench --experiment head_records     # every record drafted with the head, again
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
   python -m dynatree_lib build-draft [--instructions-only | --teacher-only | --vocab-only | --lookup-only]
   python -m dynatree_lib build-draft --sampled-teacher-only  # the target's answers sampled at T = 1 (resumable)
   python -m dynatree_lib build-draft --from-gpu DIR          # calibrate and publish tools/gpu_distill.py's output
   python -m dynatree_lib build-draft --head eagle3 [--draft-vocab 8192] [--seconds S | --steps N]  # resumable
   python -m dynatree_lib build-draft --head medusa [--heads 4] [--steps N]  # or --head hydra: the same pipeline
-  python -m dynatree_lib build-draft --head eagle3 --publish  # (or medusa, hydra) its last export to weights/, with a card
+  python -m dynatree_lib build-draft --head eagle3 --publish  # (or medusa, hydra) its last export, with a card
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import math
 import os
 import sys
 
-from .core.head_kinds import HEAD_KINDS
+from .core.drafts.heads.kinds import HEAD_KINDS
 from .harness.profiles import get_profile, models_for
 from .harness.weights import COMMITTED_DRAFTS
 from .harness.workloads import WORKLOADS, continuations, count, eos as workload_eos
@@ -105,7 +106,8 @@ def add_decode_flags(g: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="dynatree", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="dynatree", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("setup", "generate", "show-tree", "bench", "plan"):
         sp = sub.add_parser(name)
@@ -114,7 +116,9 @@ def parser() -> argparse.ArgumentParser:
     for name in ("generate", "show-tree"):
         add_decode_flags(sub.choices[name])
     sub.choices["show-tree"].add_argument("--iterations", type=POSITIVE_INT, default=4, help="trees to print")
-    sub.choices["bench"].add_argument("--experiment", default="main")
+    sub.choices["bench"].add_argument("--experiment", default="main", help="an experiment, a report (one document: "
+                                      "costs, pair, head_cost, ...) or a list of them (head_records)")
+    sub.choices["bench"].set_defaults(refuse=sub.choices["bench"].error)
     sub.choices["bench"].add_argument("--rerun", action="store_true", help="archive the existing JSON and start over")
     sub.choices["bench"].add_argument("--allow-dirty", action="store_true",
                                       help="keep records measured on a tree with uncommitted changes (marked "
@@ -126,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
     bd.add_argument("--from-gpu", metavar="DIR", help="the files `tools/gpu_distill.py run` wrote (default: "
                     "models/draft-build-v4/gpu)")
     bd.add_argument("--head", choices=tuple(HEAD_KINDS), help="train a draft head on the target's features instead "
-                    "(draft.eagle3, draft.mlp_heads; checkpoints and the exported head under models/<head>/v<N>k)")
+                    "(train.eagle3, train.mlp_heads; checkpoints and the exported head under models/<head>/v<N>k)")
     bd.add_argument("--heads", type=POSITIVE_INT, default=None, help="levels a Medusa or Hydra head drafts (default 4)")
     bd.add_argument("--draft-vocab", type=POSITIVE_INT, default=8192, help="the head's vocabulary (--head)")
     bd.add_argument("--seconds", type=POSITIVE_INT, default=None, help="stop this run after that long (--head)")
@@ -134,7 +138,7 @@ def parser() -> argparse.ArgumentParser:
     bd.add_argument("--publish", action="store_true", help="copy the last export of a head's training to "
                     "weights/smollm2-<head> with its model card, EAGLE-3's calibrated there on the held-out teacher "
                     "shards (trains nothing; then measure its records again: "
-                    "tools/head_records.sh for EAGLE-3)")
+                    "bench --experiment head_records for EAGLE-3)")
     bd.set_defaults(refuse=bd.error)
     return ap
 
@@ -158,18 +162,18 @@ def check_decode_flags(args, prof) -> None:
 
 
 def build_draft(args) -> object:
-    from .draft import build
+    from .train import build
 
     if args.publish:
-        from .draft.publish import publish
+        from .train.publish import publish
 
         if not args.head:
             args.refuse("argument --publish: names no head; add --head " + "|".join(HEAD_KINDS))
         return publish(args.head, args.draft_vocab)
     if args.head:
-        from .draft.eagle3 import train_head
-        from .draft.head_checkpoints import committed_checkpoint
-        from .draft.mlp_heads import training_spec
+        from .train.eagle3 import train_head
+        from .train.head_checkpoints import committed_checkpoint
+        from .train.mlp_heads import training_spec
 
         values = {"draft_vocab": args.draft_vocab} | ({"heads": args.heads} if args.heads else {})
         spec = training_spec(args.head, **values)
@@ -181,11 +185,11 @@ def build_draft(args) -> object:
     if args.sampled_teacher_only:
         return build.build_sampled_text()
     if args.vocab_only:
-        from .draft.vocab import count_tokens
+        from .train.vocab import count_tokens
 
         return count_tokens()
     if args.lookup_only:
-        from .draft.lookup_fit import fit_lookup
+        from .train.lookup_fit import fit_lookup
 
         return fit_lookup()
     return build.build_all(args.from_gpu)
@@ -287,8 +291,8 @@ def prompt_ids(args, prof, tok):
         return torch.tensor(chat_prompt(tok, args.text))
     if args.text is not None:
         return torch.tensor(tok(args.text, add_special_tokens=False)["input_ids"])
-    return load_prompts(args.dataset, tok, 1, prof.L_max(args.dataset), "dev", prof.protocol.seed,
-                        prof.protocol.data_source)[0].ids
+    return load_prompts(args.dataset, tok, 1, prof.L_max(args.dataset), split="dev", seed=prof.protocol.seed,
+                        source=prof.protocol.data_source)[0].ids
 
 
 def setup(prof) -> None:
@@ -297,7 +301,8 @@ def setup(prof) -> None:
     _, _, tok = prof.load_pair()
     for ws in prof.workloads:
         n = count(ws, prof.protocol.n_prompts, prof.protocol.n_questions)
-        ps = load_prompts(ws, tok, n, prof.L_max(ws), "test", prof.protocol.seed, prof.protocol.data_source)
+        ps = load_prompts(ws, tok, n, prof.L_max(ws), split="test", seed=prof.protocol.seed,
+                          source=prof.protocol.data_source)
         print(f"{ws}: {len(ps)} test prompts ok")
     print(f"models ok: target {prof.models.target}, draft {prof.models.draft}")
 
@@ -310,12 +315,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         prof = get_profile(args.profile, **{**(QUICK if getattr(args, "quick", False) else {}), **overrides(args.set)})
         if args.cmd == "bench":
-            from .harness.experiments import run
             from .harness.store import ALLOW_DIRTY
+            from .train.reports import names, run
 
             if args.allow_dirty:
                 os.environ[ALLOW_DIRTY] = "1"
-
+            if args.experiment not in names():
+                args.refuse(f"argument --experiment: {args.experiment!r} is none of {', '.join(names())}")
             print(run(args.experiment, prof, rerun=args.rerun))
         elif args.cmd == "plan":
             from .reporting.plan import format_plan, plan

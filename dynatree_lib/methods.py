@@ -4,7 +4,7 @@
     generate(target, prompt, T, draft=d, method="dynatree")       a method by name, default settings
     generate(target, prompt, T, draft=d, method=DynaTreeConfig(tau_h=0.8))
 
-``target`` and ``draft`` are transformers models (run eagerly) or runners (``core.fastpath.StaticRunner``).
+``target`` and ``draft`` are transformers models (run eagerly) or runners (``core.engines.static.StaticRunner``).
 
 A method is its frozen config class plus one ``Method`` entry in ``REGISTRY`` (``register``): its name,
 label, colour, role, whether it gets a tuning budget, the paper's setting and how it decodes. Profiles,
@@ -20,10 +20,14 @@ import torch
 
 from .baselines.hf_generate import HFARConfig, HFAssistedConfig, generate_hf
 from .baselines.streaming import StreamingConfig, generate_streaming_spec
-from .core.decoding import Options, generate_ar, speculative_decode
-from .core.eagle_tree import Eagle3TreeConfig
-from .core.opt_tree import OptTreeConfig
-from .core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, Session, TalonConfig
+from .core.loop import Options, generate_ar, speculative_decode
+from .core.policies.eagle_tree import Eagle3TreeConfig
+from .core.policies.hw_talon import HardwareTalonConfig
+from .core.policies.opt_tree import OptTreeConfig
+from .core.policies.dynatree import DynaTreeConfig
+from .core.policies.static import FixedTreeConfig, LinearConfig
+from .core.policies.base import Session
+from .core.policies.talon import TalonConfig
 from .core.result import GenerationResult
 from .core.sampling import Sampling
 from .extensions.cost_aware import CostAwareConfig
@@ -50,10 +54,11 @@ class Method:
     override it). ``reported``: its key in ``data/paper_reported.json``'s Table 1, 3 and 5, if the paper reports it;
     ``reported_v1``: its key in the earlier paper version's Table 1 (``earlier_version_500_tokens``);
     ``reported_talon``: its row in TALON's Tables 1 and 3 (``data/talon_reported.json``), if TALON reports it.
-    ``decode(target, draft, prompt, T, cfg, opts)`` runs it (``opts``: ``core.decoding.Options``); ``drafts``:
-    whether it needs a draft (HF's AR does not); ``engine``: whose engine runs its forwards ("ours", or
-    "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that engine's AR as well as ours);
-    ``engine_ar``: this method is its engine's own AR, the row the engine's other rows are also divided by (a
+    ``decode(target, draft, prompt, T, cfg, opts)`` runs it (``opts``: ``core.loop.Options``); ``drafts``:
+    whether it needs a draft (HF's AR does not); ``impl``: whose implementation decodes it ("ours", or
+    "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that implementation's AR as well as
+    ours; "engine" names only how our runners compute, ``harness.models.Engine``); ``impl_ar``: this method is its
+    implementation's own AR, the row its other rows are also divided by (a
     method whose configs hold several modes, like llama.cpp's, tags that row ``own_ar`` instead);
     ``describe(cfg)``: a dict its records carry under ``engine_info``; ``unavailable()``: what this machine lacks to
     measure it (a message naming the missing tool and how to get it), None when nothing is missing. It decides
@@ -80,8 +85,8 @@ class Method:
     reported_v1: str | None = None
     reported_talon: str | None = None
     drafts: bool = True
-    engine: str = "ours"
-    engine_ar: bool = False
+    impl: str = "ours"
+    impl_ar: bool = False
     describe: Callable | None = None  # config -> what its records log about another engine (version, build, command)
     unavailable: Callable[[], str | None] = lambda: None
     exact: bool = True
@@ -133,9 +138,9 @@ for _m in (
            role="extension", family=DYNATREE, controls=True),
     Method(name=HFAssistedConfig.method, config=HFAssistedConfig, label="HF Assisted", color="#9467bd", role="seed",
            tuned=True, paper=lambda s, ds: HFAssistedConfig(s.linear_K[ds], s.hf_schedule, 0.0), decode=generate_hf,
-           engine="transformers", reported_v1="hf_assisted"),
+           impl="transformers", reported_v1="hf_assisted"),
     Method(name=HFARConfig.method, config=HFARConfig, label="HF AR", color="#bcbd22", role="seed",
-           paper=lambda s, ds: HFARConfig(), decode=generate_hf, drafts=False, engine="transformers", engine_ar=True),
+           paper=lambda s, ds: HFARConfig(), decode=generate_hf, drafts=False, impl="transformers", impl_ar=True),
     Method(name=StreamingConfig.method, config=StreamingConfig, label="StreamingLLM + Spec", color="#8c564b",
            role="seed", paper=lambda s, ds: StreamingConfig(s.linear_K[ds], s.streaming_cache, 4),
            decode=generate_streaming_spec, exact=False, tuning_from=LINEAR, reported_v1="streamingllm_spec_cache1024",
@@ -147,6 +152,8 @@ for _m in (
     Method(name=OPT_TREE, config=OptTreeConfig, label="OPT-Tree", color="#393b79", role="opt_in", tuned=True,
            paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True,
            for_heads=True),
+    Method(name=HardwareTalonConfig.method, config=HardwareTalonConfig, label="TALON, machine budget",
+           color="#ad494a", role="opt_in", paper=lambda s, ds: HardwareTalonConfig(), trees=True, for_heads=True),
 ):
     register(_m)
 
@@ -170,9 +177,9 @@ def inexact() -> tuple[str, ...]:
     return tuple(n for n, m in REGISTRY.items() if not m.exact)
 
 
-def engine_ars() -> tuple[str, ...]:
-    """The registered methods that are another engine's own AR."""
-    return tuple(n for n, m in REGISTRY.items() if m.engine_ar)
+def impl_ars() -> tuple[str, ...]:
+    """The registered methods that are another implementation's own AR."""
+    return tuple(n for n, m in REGISTRY.items() if m.impl_ar)
 
 
 def of_config(cfg) -> Method:

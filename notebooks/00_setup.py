@@ -26,7 +26,8 @@ import json
 
 from dynatree_lib.harness.costs import run_costs
 from dynatree_lib.harness.pair import run_pair
-from dynatree_lib.reporting.notebook import plots, results_path, show_fig, show_table, start, tables
+from dynatree_lib.harness.machine import kind_of_record
+from dynatree_lib.reporting.notebook import machines, on_machine, plots, results_path, show_fig, show_table, start, tables
 
 prof = start(profile, overrides)
 
@@ -58,8 +59,8 @@ if not render_only:
         torch.set_num_threads(prof.models.threads)
     target, draft, tok = load_pair(prof.models.target, prof.models.draft, prof.models.device, "float32",
                                    prof.models.context_override, draft_vocab=prof.models.draft_vocab)
-    p = load_prompts("wikitext2", tok, 1, prof.L_max("wikitext2"), "dev", prof.protocol.seed,
-                     prof.protocol.data_source)[0].ids.to(prof.models.device)
+    p = load_prompts("wikitext2", tok, 1, prof.L_max("wikitext2"), split="dev", seed=prof.protocol.seed,
+                     source=prof.protocol.data_source)[0].ids.to(prof.models.device)
     ar = generate(target, p, 32)
     hf = target.generate(p[None], max_new_tokens=32, do_sample=False, eos_token_id=None)[0, p.numel():].tolist()
     dt = generate(target, p, 32, draft=draft, method=prof.method("dynatree", "wikitext2"))
@@ -74,7 +75,7 @@ if not render_only:
 # human-written prompts. Where the profile sets `draft_vocab` (cpu: 8192), the draft drafts with a head over its
 # most frequent tokens only (FR-Spec; the target still verifies every token, so decoding stays exact): the
 # agreement rows are that head's, and the rows marked "full-vocabulary head" the same draft scoring all tokens.
-# Where it sets `draft_lookup` (cpu), the draft drafts with its context lookup (`dynatree_lib/core/lookup.py`:
+# Where it sets `draft_lookup` (cpu), the draft drafts with its context lookup (`dynatree_lib/core/drafts/lookup.py`:
 # the token that followed the longest earlier match of the text's suffix, mixed in with a weight fitted per match
 # length on non-test text): the agreement rows are the mixture's, the rows marked "network alone" the draft
 # without it.
@@ -152,3 +153,25 @@ show_table(tables.one_token_table(costs, earlier_costs, now="v4"), "table_one_to
 
 # %% tags=["nbval-ignore-output"]
 show_fig(plots.cost_curves(costs), "fig_forward_costs", prof)
+
+# %% [markdown]
+# ### On another machine kind
+# The same curves from each other machine kind's records committed beside the reference machine's
+# (`results/cpu@<kind>/costs.json`; the CPU and the kernels' instruction set are in each record's environment), and
+# there the target's matmuls alone on each of our instruction sets beside torch's oneDNN matmul (`matmuls`). A ratio
+# belongs to its machine: where verifying k tokens costs less of a one-token forward, wider trees pay. Last, c(k) of
+# every machine side by side.
+
+# %% tags=["nbval-ignore-output"]
+by_machine = {kind_of_record(costs["environment"]) or "reference": costs}
+for kind in machines(prof):
+    on_kind = on_machine(prof, kind)
+    if results_path("costs", on_kind).exists():
+        costs_k = by_machine[kind] = json.loads(results_path("costs", on_kind).read_text())
+        show_table(tables.forward_cost_table(costs_k), "table_forward_costs", on_kind)
+        show_fig(plots.cost_curves(costs_k), "fig_forward_costs", on_kind)
+    if results_path("matmuls", on_kind).exists():
+        show_table(tables.matmul_table(json.loads(results_path("matmuls", on_kind).read_text())), "table_matmuls",
+                   on_kind)
+if len(by_machine) > 1:
+    show_table(tables.verification_table(by_machine, prof.models.dtype), "table_verification_by_machine", prof)

@@ -16,10 +16,10 @@
 # card says how far). This notebook shows, from committed JSON:
 #
 # 1. the head's first drafted token beside v4's on the dev prompts (the pair reports of notebook 00's kind);
-# 2. what one head step costs against the target's one-token forward (`tools/head_cost.py`), which reduced
-#    vocabulary pays (`tools/head_vocab.py`), DynaTree's memory with the head against AR's and v4's
-#    (`tools/memory_head.py`, notebook 08's measure), and whether the head needs a context lookup fitted to its own
-#    probabilities rather than v4's (`tools/head_lookup.py`, cross-fitted on held-out teacher text);
+# 2. what one head step costs against the target's one-token forward (the `head_cost` experiment), which reduced
+#    vocabulary pays (the `head_vocab` experiment), DynaTree's memory with the head against AR's and v4's
+#    (the `memory_head` experiment, notebook 08's measure), and whether the head needs a context lookup fitted to its
+#    own probabilities rather than v4's (the `head_lookup` experiment, cross-fitted on held-out teacher text);
 # 3. every exact method of our loop drafting with the head, greedy and at T = 1, on the first test prompts of
 #    each workload, each replicate in its own process, methods interleaved prompt by prompt (`heads` experiment):
 #    τ is tokens per verification, δ draft forwards per verification (TALON's draft efficiency), speedups over AR
@@ -36,7 +36,9 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib.reporting.notebook import experiments, plots, results_path, show_fig, show_table, start, tables
+from dynatree_lib.train import reports
+from dynatree_lib.reporting.notebook import (experiments, machines, on_machine, plots, results_path, show_fig,
+                                             show_table, start, tables)
 
 prof = start(profile, overrides)
 print(f"head: {prof.extras.head}" if prof.extras.head else f"profile {prof.name!r} has no feature head")
@@ -45,9 +47,9 @@ print(f"head: {prof.extras.head}" if prof.extras.head else f"profile {prof.name!
 # ## The head's first drafted token, beside v4
 
 # %%
-pair_path, head_pair_path = results_path("pair", prof), results_path("pair_eagle3", prof)
-if prof.extras.head and head_pair_path.exists():
-    pair, head_pair = json.loads(pair_path.read_text()), json.loads(head_pair_path.read_text())
+if prof.extras.head:
+    pair = json.loads(reports.run("pair", prof, render_only=render_only).read_text())
+    head_pair = json.loads(reports.run("pair_eagle3", prof, rerun=rerun, render_only=render_only).read_text())
     show_table(tables.draft_versions_table(head_pair, {"v4": pair}, "head", overlap=True), "table_head_pair", prof)
 
 # %% [markdown]
@@ -55,9 +57,9 @@ if prof.extras.head and head_pair_path.exists():
 
 # %%
 def logged(name):
-    """A tool's committed JSON of this profile (None where the profile has no head or the tool never ran)."""
-    path = results_path(name, prof)
-    return json.loads(path.read_text()) if prof.extras.head and path.exists() else None
+    """An experiment's JSON of this profile, measured where missing (or ``rerun``): None without a head."""
+    return json.loads(reports.run(name, prof, rerun=rerun, render_only=render_only).read_text()) \
+        if prof.extras.head else None
 
 
 if (cost := logged("head_cost")) is not None:
@@ -84,6 +86,20 @@ if df is not None and not df.empty:
     for t in sorted(set(df.temperature)):
         show_fig(plots.speedup_panels(df[df.temperature == t], title=f"Drafting with the EAGLE-3 head, T = {t:g}: "
                                       "speedup over AR on the same prompts"), f"fig_heads_T{t:g}", prof)
+
+# %% [markdown]
+# ## On another machine kind
+# The head's step and every method on the head, from the records of each other machine kind committed beside the
+# reference machine's (`results/cpu@<kind>/`); each file name carries its machine kind.
+
+# %% tags=["nbval-ignore-output"]
+for kind in machines(prof):
+    on_kind = on_machine(prof, kind)
+    if prof.extras.head and results_path("head_cost", on_kind).exists():
+        show_table(tables.head_cost_table(json.loads(results_path("head_cost", on_kind).read_text())),
+                   "table_head_cost", on_kind)
+    if prof.extras.head and results_path("heads", on_kind).exists():
+        show_table(tables.heads_table(tables.load(results_path("heads", on_kind), on_kind)), "table_heads", on_kind)
 
 # %% [markdown]
 # What to look for: whether the head's agreement beats v4's (the first table; the card holds the issue's targets),

@@ -45,7 +45,8 @@ rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) a
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
-from dynatree_lib.reporting.notebook import experiments, plots, show_fig, show_table, start, tables
+from dynatree_lib.reporting.notebook import (experiments, machines, on_machine, plots, results_path, show_fig,
+                                             show_table, start, tables)
 
 prof = start(profile, overrides)
 print(f"head: {prof.extras.head}" if prof.extras.head else
@@ -90,7 +91,7 @@ if df is not None and not df.empty:
 
 # %% tags=["nbval-ignore-output"]
 if df is not None and not df.empty:
-    show_fig(plots.delta_tau(df[df.engine == "ours"]), "fig_talon_delta_tau", prof)
+    show_fig(plots.delta_tau(df[df.impl == "ours"]), "fig_talon_delta_tau", prof)
 
 # %% [markdown]
 # ## A peer: llama.cpp's EAGLE-3 mode with our head
@@ -112,6 +113,24 @@ if df is not None and not df.empty:
 # %% tags=["nbval-ignore-output"]
 if df is not None and not df.empty:
     show_table(tables.talon_reported_vs_reproduced(df), "table_talon_reported_vs_reproduced", prof)
+
+# %% [markdown]
+# ## On another machine kind
+# The same tables from the records of each other machine kind committed beside the reference machine's
+# (`results/cpu@<kind>/`, `harness.machine`): there a verification of many tokens may cost far less of a one-token
+# forward (`table_forward_costs@<kind>`, notebook 00), which moves the budgets tuning picks. Each file name carries
+# its machine kind.
+
+# %% tags=["nbval-ignore-output"]
+for kind in machines(prof):
+    on_kind = on_machine(prof, kind)
+    for name, show in (("talon_tuning", lambda d: show_table(tables.tuning_table(d), "table_talon_tuning", on_kind)),
+                       ("talon", lambda d: [show_table(tables.talon_budget_table(d), "table_talon_budget", on_kind),
+                                            *(show_table(tables.talon_table(d[d.temperature == t]), f"table_talon_T{t}",
+                                                         on_kind) for t in (0, 1))])):
+        if results_path(name, on_kind).exists():
+            print(f"{kind}: {name}")
+            show(tables.load(results_path(name, on_kind), on_kind))
 
 # %% [markdown]
 # What to look for, against TALON's claims: (1) every greedy row equals AR (all of these methods are exact);

@@ -1,7 +1,7 @@
 """Tiny models built from configs: no downloads, fp32 on CPU, seconds to build.
 
 GPT-NeoX (Pythia's architecture) on the eager transformers path, and Llama (SmolLM2's architecture) on
-both the eager path and the fast path (``fastpath.StaticRunner``)."""
+both the eager path and the fast path (``static.StaticRunner``)."""
 import importlib.util
 import shutil
 import subprocess
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.runners import Runner
+from dynatree_lib.core.engines.static import StaticRunner
+from dynatree_lib.core.engines.runner import Draft
 from dynatree_lib.core.tree import Tree
 from dynatree_lib.harness.tiny import perturb, tiny_gpt_neox, tiny_llama
 
@@ -42,21 +42,22 @@ NO_KERNEL = "needs a CPU with AVX512-BF16 and a C++ toolchain (g++, ninja) to bu
 
 
 def why_no_amx() -> str | None:
-    from dynatree_lib.core import kernels
+    from dynatree_lib.core.engines import kernels
 
     why = kernels.why_no_amx() if kernels.available() else "the bf16 kernels are not available"
     return None if why is None else f"needs AMX tiles ({why}; grep -o -m1 amx_bf16 /proc/cpuinfo)"
 
 
 ISAS = [pytest.param("avx512-bf16", id="avx512"),
-        pytest.param("amx-bf16", id="amx", marks=pytest.mark.skipif(why_no_amx() is not None, reason=why_no_amx() or ""))]
+        pytest.param("amx-bf16", id="amx", marks=pytest.mark.skipif(why_no_amx() is not None,
+                     reason=why_no_amx() or ""))]
 
 
 @pytest.fixture(scope="module", params=ISAS)
 def isa(request):
     """Each instruction set the bf16 kernels run on here (AMX skips, with its reason, where the CPU lacks it):
     runners built while it is active multiply with it (``kernels.using_isa``)."""
-    from dynatree_lib.core import kernels
+    from dynatree_lib.core.engines import kernels
 
     if not kernels.available():
         pytest.skip(NO_KERNEL)
@@ -155,7 +156,7 @@ def add_level(tree: Tree, parent, token, logp) -> tuple[Tree, torch.Tensor]:
 
 def tiny_mlp_head_folder(folder: Path, kind: str) -> Path:
     """A saved random Medusa or Hydra head (``kind``, three levels) on ``tiny-llama:target``."""
-    from dynatree_lib.core.mlp_heads import save_heads
+    from dynatree_lib.core.drafts.heads.mlp import save_heads
     from dynatree_lib.harness.models import load_model
     from dynatree_lib.harness.tiny import tiny_mlp_heads
 
@@ -168,7 +169,7 @@ def tiny_head_folder(folder: Path) -> Path:
     tiny profiles the heads and talon experiments run on."""
     import json
 
-    from dynatree_lib.core.eagle3 import save_head
+    from dynatree_lib.core.drafts.heads.eagle3 import save_head
     from dynatree_lib.harness.models import load_model
     from dynatree_lib.harness.tiny import tiny_eagle3
 
@@ -178,9 +179,9 @@ def tiny_head_folder(folder: Path) -> Path:
     return folder
 
 
-class FannedRunner(Runner):
+class FannedRunner(Draft):
     """Several draft runners of one head fed every call the loop makes, the first one's results returned (a test's
-    ``forward`` compares the others' with them); ``runners`` in order, the first one leading."""
+    ``forward`` compares the others' with them); ``runner`` in order, the first one leading."""
 
     def __init__(self, head, *runners):
         self.runners = runners

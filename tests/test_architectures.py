@@ -6,7 +6,7 @@ import torch
 import transformers as tf
 
 from dynatree_lib import StreamingConfig, generate
-from dynatree_lib.core.decoding import KV_MODES
+from dynatree_lib.core.loop import KV_MODES
 from dynatree_lib.harness.tiny import perturb
 
 from .conftest import prompts, reference
@@ -31,7 +31,8 @@ ARCHS = {
     "gpt2": lambda: tf.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=POS, initializer_range=0.3,
                                   eos_token_id=0, bos_token_id=0),
     "opt": lambda: tf.OPTConfig(hidden_size=32, ffn_dim=64, num_attention_heads=4, max_position_embeddings=POS,
-                                word_embed_proj_dim=32, init_std=0.3, **{k: v for k, v in COMMON.items() if k != "initializer_range"}),
+                                word_embed_proj_dim=32, init_std=0.3, **{k: v for k,
+                                                                         v in COMMON.items() if k != "initializer_range"}),
     "gpt_neox": lambda: tf.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
                                          max_position_embeddings=POS, **COMMON),
     "gpt_neox_serial": lambda: tf.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,

@@ -26,18 +26,20 @@ def runs():
     """Two prompts of one dataset: AR, their fixed tree (diverges on p1), ours (equal), their linear."""
     out = []
     for pid in ("w:p0", "w:p1"):
-        out.append(ad.make_run("ours", "ar", "w", {}, False, pid, AR, AR, []))
-    out.append(ad.make_run("authors", "fixed_tree", "w", FIXED, False, "w:p0", AR, AR,
-                           [it(10, 3, 2, 3, "a"), it(4, 3, 2, 3, "b")], sequential_fallbacks=0,
+        out.append(ad.make_run("ours", "ar", "w", {}, history=False, prompt_id=pid, tokens=AR, ar_tokens=AR,
+                   iterations=[]))
+    out.append(ad.make_run("authors", "fixed_tree", "w", FIXED, history=False, prompt_id="w:p0", tokens=AR, ar_tokens=AR,
+                           iterations=[it(10, 3, 2, 3, "a"), it(4, 3, 2, 3, "b")], sequential_fallbacks=0,
                            authors_reported_acceptance=6 / 20))
-    out.append(ad.make_run("authors", "fixed_tree", "w", FIXED, False, "w:p1", [5, 6, 0, 8, 9, 10], AR,
-                           [it(12, 4, 1, 2, "c"), it(3, 2, 1, 2, "x"), it(1, 1, 1, 2, "y")], sequential_fallbacks=1))
-    out.append(ad.make_run("ours", "fixed_tree", "w", FIXED, False, "w:p0", AR, AR,
-                           [it(10, 3, 2, 3, "a"), it(2, 2, 2, 3, "b2")]))
-    out.append(ad.make_run("ours", "fixed_tree", "w", FIXED, False, "w:p1", AR, AR,
-                           [it(12, 4, 1, 2, "c"), it(5, 2, 1, 2, "z"), it(1, 1, 1, 2, "w")]))
-    out.append(ad.make_run("authors", "linear", "w", {"K": 4}, False, "w:p0", AR, AR,
-                           [it(4, 4, 4, 5), it(4, 4, 0, 1)]))
+    out.append(ad.make_run("authors", "fixed_tree", "w", FIXED, history=False, prompt_id="w:p1", tokens=[5, 6, 0, 8, 9, 10], ar_tokens=AR,
+                           iterations=[it(12, 4, 1, 2, "c"), it(3, 2, 1, 2, "x"), it(1, 1, 1, 2,
+                                       "y")], sequential_fallbacks=1))
+    out.append(ad.make_run("ours", "fixed_tree", "w", FIXED, history=False, prompt_id="w:p0", tokens=AR, ar_tokens=AR,
+                           iterations=[it(10, 3, 2, 3, "a"), it(2, 2, 2, 3, "b2")]))
+    out.append(ad.make_run("ours", "fixed_tree", "w", FIXED, history=False, prompt_id="w:p1", tokens=AR, ar_tokens=AR,
+                           iterations=[it(12, 4, 1, 2, "c"), it(5, 2, 1, 2, "z"), it(1, 1, 1, 2, "w")]))
+    out.append(ad.make_run("authors", "linear", "w", {"K": 4}, history=False, prompt_id="w:p0", tokens=AR, ar_tokens=AR,
+                           iterations=[it(4, 4, 4, 5), it(4, 4, 0, 1)]))
     return out
 
 

@@ -3,7 +3,8 @@ parents, the per-prompt history controller), their character-cut prompts, and th
 import dataclasses
 
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, generate
-from dynatree_lib.core.policies import AuthorsHistory, Session
+from dynatree_lib.core.policies.dynatree import AuthorsHistory
+from dynatree_lib.core.policies.base import Session
 from dynatree_lib.harness import experiments
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.prompts import authors_prompts
@@ -51,7 +52,7 @@ def test_history_is_kept_across_a_runs_generations(target, draft):
     session = Session()
     for p in prompts(6, seed=4):
         generate(target, p, 16, draft=draft, method=cfg, session=session)
-    state = session.history(cfg)
+    state = session.states[cfg]
     assert len(state.window) == 6 and state.D0 == 5  # two adjustments after the fifth and sixth prompts
     fresh = cfg.policy()
     assert fresh.D0 == 3  # without a session nothing carries over
@@ -79,7 +80,7 @@ def test_authors_dryrun_main_runs_and_equals_ar(tmp_path):
     assert set(df.label) >= {"AR", "Linear Spec", "Fixed Tree", "DynaTree", "TALON"} and (df.dtype == "float32").all()
     exact = df[df.method != "streaming_spec"]
     assert (exact.equals_ar == exact.n).all(), exact[["label", "dataset", "equals_ar", "n"]]
-    ours = df.method.map(lambda m: experiments.registry.REGISTRY[m].engine == "ours")
+    ours = df.method.map(lambda m: experiments.registry.REGISTRY[m].impl == "ours")
     slow = max(1, round(2 * prof.protocol.slow_share))  # other engines' methods run on a share of the prompts
     assert (df.n[ours] == 2).all() and (df.n[~ours] == slow).all() and df.rows.map(lambda rs: all(r["prompt_id"].endswith(("@head",)) or "valid-block" in r["prompt_id"] for r in rs)).all()
     assert (df["T"] == 12).all()

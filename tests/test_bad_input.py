@@ -7,7 +7,7 @@ import torch
 from dynatree_lib import FixedTreeConfig, LinearConfig, generate
 from dynatree_lib.harness.models import load_pair
 from dynatree_lib.harness.tiny import tiny_gpt_neox
-from dynatree_lib.core.runners import check_pair
+from dynatree_lib.core.engines.runner import check_pair
 
 from .conftest import MAX_POS
 
@@ -40,7 +40,8 @@ def test_bad_T(target, T):
 def test_numpy_integers_are_integers(target, draft):
     ref = generate(target, torch.tensor([1, 2]), 5).tokens
     assert generate(target, torch.tensor([1, 2]), np.int64(5)).tokens == ref
-    assert generate(target, torch.tensor([1, 2]), np.int64(5), draft=draft, method=LinearConfig(np.int64(3))).tokens == ref
+    assert generate(target, torch.tensor([1, 2]), np.int64(5), draft=draft,
+                    method=LinearConfig(np.int64(3))).tokens == ref
 
 
 def test_prompt_types(target, draft):

@@ -6,9 +6,10 @@ import torch
 
 from dynatree_lib import HFARConfig, HFAssistedConfig, LinearConfig, StreamingConfig, generate
 from dynatree_lib.baselines.hf_generate import _SubsetHead, generate_hf
-from dynatree_lib.core.decoding import Window
-from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.runners import HFRunner, rerotate, rotary_inv_freq
+from dynatree_lib.core.loop import Window
+from dynatree_lib.core.engines.static import StaticRunner
+from dynatree_lib.core.engines.hf import HFRunner
+from dynatree_lib.core.engines.runner import rerotate, rotary_inv_freq
 
 from .conftest import MAX_POS, prompts
 

@@ -234,11 +234,11 @@ def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
     experiments.run("main", small, root=root)
     df = tables.load(path, prof)
     assert len(df) == len(experiments.main_cells(prof, root))
-    ours = (df.tag_role == "timed") & (df.dataset != "spec_bench") & (df.engine == "ours")
+    ours = (df.tag_role == "timed") & (df.dataset != "spec_bench") & (df.impl == "ours")
     assert set(df[ours].n) == {2}
     assert "skipped" in capsys.readouterr().out
     df1 = tables.load(path, small)
-    assert set(df1[(df1.tag_role == "timed") & (df1.dataset != "spec_bench") & (df1.engine == "ours")].n) == {1}
+    assert set(df1[(df1.tag_role == "timed") & (df1.dataset != "spec_bench") & (df1.impl == "ours")].n) == {1}
     table = tables.table1(df)  # rendered from the current run: its prompt counts, not the small run's
     assert set(table.index) == set(df[df.tag_role == "timed"].label)
     agree = table[(workloads.label("wikitext2"), "= AR")]

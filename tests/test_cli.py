@@ -136,4 +136,4 @@ def test_draft_help_lists_the_committed_drafts(capsys):
     for ref in ("embedded:draft", "eagle3:weights/smollm2-eagle3", "medusa:weights/smollm2-medusa",
                 "hydra:weights/smollm2-hydra"):
         assert ref in text
-    assert "talon, eagle3_tree, opt_tree were designed for a feature head" in text
+    assert "talon, eagle3_tree, opt_tree, talon_hw were designed for a feature head" in text

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
-from dynatree_lib.core import kernels
-from dynatree_lib.core.eagle3 import load_head, read_config
+from dynatree_lib.core.engines import kernels
+from dynatree_lib.core.drafts.heads.eagle3 import load_head, read_config
 from dynatree_lib.harness.models import input_embedding, load_pair
 from dynatree_lib.harness.paths import REPO
 
-from .conftest import NO_KERNEL, load_tool
+from .conftest import NO_KERNEL
 from .test_eagle3_fused import Twin
 
 HEAD = REPO / "weights" / "smollm2-eagle3"
@@ -29,10 +29,10 @@ def test_the_committed_head_is_small_and_documented():
 
 
 def test_the_committed_checkpoint_resumes_the_published_heads_training():
-    """``checkpoints/eagle3/v8k.pt`` (``draft.head_checkpoints.committed_checkpoint``): the default spec's training,
+    """``checkpoints/eagle3/v8k.pt`` (``train.head_checkpoints.committed_checkpoint``): the default spec's training,
     a log row per step, at least as far on as the published head, its weights the head's shape."""
-    from dynatree_lib.draft.eagle3 import HeadSpec
-    from dynatree_lib.draft.head_checkpoints import committed_checkpoint, spec_record
+    from dynatree_lib.train.eagle3 import HeadSpec
+    from dynatree_lib.train.head_checkpoints import committed_checkpoint, spec_record
 
     spec = HeadSpec()
     st = torch.load(committed_checkpoint(spec))
@@ -51,7 +51,8 @@ def fp32_pair():
     return target, head, tok
 
 
-@pytest.mark.parametrize("method", [LinearConfig(4), DynaTreeConfig(D0=3, D_max=5, n_max=16)], ids=["linear", "dynatree"])
+@pytest.mark.parametrize("method", [LinearConfig(4), DynaTreeConfig(D0=3, D_max=5, n_max=16)], ids=["linear",
+                         "dynatree"])
 def test_the_committed_head_drafts_exactly_on_the_cpu_target(fp32_pair, method):
     target, head, tok = fp32_pair
     ids = torch.tensor(tok("The history of the printing press").input_ids)
@@ -86,7 +87,7 @@ def test_the_head_card_quotes_the_committed_json(tmp_path):
     ``./run_all.sh`` runs): the committed card is what they give now."""
     import shutil
 
-    from dynatree_lib.draft.head_card import refresh
+    from dynatree_lib.train.head_card import refresh
 
     folder = tmp_path / "head"
     shutil.copytree(HEAD, folder)
@@ -98,24 +99,24 @@ def test_the_head_card_quotes_no_pair_report_of_other_weights(tmp_path):
     old head's numbers."""
     import shutil
 
-    from dynatree_lib.draft.head_card import card
+    from dynatree_lib.train.head_card import card
 
     folder = tmp_path / "head"
     shutil.copytree(HEAD, folder)
     with open(folder / "model.safetensors", "ab") as f:
         f.write(b"\0")
     text = card(folder)
-    assert "Not measured for these weights yet" in text and "tools/head_records.sh" in text
+    assert "Not measured for these weights yet" in text and "bench --experiment head_records" in text
     assert "## Held-out evaluation, beside v4" not in text and "## Issue 56's targets" not in text
 
 
 def test_the_vocabulary_report_reads_the_committed_heads_shape():
-    """``tools/head_vocab.py``'s weight count for the committed head's vocabulary is the committed head's own
+    """The ``head_vocab`` experiment's weight count for the committed head's vocabulary is the committed head's own
     (a head of another shape makes the report stale, loudly)."""
 
-    from dynatree_lib.core.eagle3 import read_config
+    from dynatree_lib.core.drafts.heads.eagle3 import read_config
+    from dynatree_lib.train import reports as tool
 
-    tool = load_tool("head_vocab")
     report = json.loads((REPO / "results" / "cpu" / "head_vocab.json").read_text())
     cfg, _ = read_config(HEAD)
     row = next(r for r in report["sizes"] if r["draft_vocab"] == cfg.draft_vocab)
@@ -140,9 +141,9 @@ def test_the_profiles_head_reference_resolves_from_any_directory(tmp_path, monke
 
 
 def test_the_tree_depth_record_is_dev_only_exact_and_at_eagles_defaults():
-    """``results/cpu/head_tree_depth.json`` (``tools/head_tree_depth.py``): Spec-Bench dev questions only, every
+    """``results/cpu/head_tree_depth.json`` (the ``head_tree_depth`` experiment): Spec-Bench dev questions only, every
     output equal to AR's, EAGLE-3's tree at SafeAILab/EAGLE's defaults, the committed head's weights."""
-    from dynatree_lib.core.eagle_tree import Eagle3TreeConfig
+    from dynatree_lib.core.policies.eagle_tree import Eagle3TreeConfig
     from dynatree_lib.harness.prompts import candidates
 
     rec = json.loads((REPO / "results" / "cpu" / "head_tree_depth.json").read_text())

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from dynatree_lib import generate
-from dynatree_lib.draft.mlp_card import card
-from dynatree_lib.draft.publish import published_folder
+from dynatree_lib.train.mlp_card import card
+from dynatree_lib.train.publish import published_folder
 from dynatree_lib.harness.models import load_pair
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.talon_experiment import MEDUSA_TREE

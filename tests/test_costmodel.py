@@ -8,7 +8,7 @@ import pytest
 from dynatree_lib.harness import costs as costmodel
 from dynatree_lib.harness.costs import COLD, chain_speedup, forward_costs, predict_iteration, predict_ms_per_token
 from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.engines.hf import HFRunner
 
 FLAT = {"target": {"1": 10.0, "2": 10.0, "64": 10.0}, "draft": {"1": 1.0, "64": 1.0}, COLD: {"1": 1.0, "64": 1.0},
         "loop": {"level": 0.0, "commit": 0.0}}

@@ -8,7 +8,7 @@ from dynatree_lib.harness import environment as env_mod
 from dynatree_lib.harness import store as store_mod
 from dynatree_lib.harness.store import ALLOW_DIRTY, ResultStore, write_report
 
-DIRTY = {"git_commit": "abc1234", "git_dirty": True, "git_dirty_files": ["tools/head_cost.py"]}
+DIRTY = {"git_commit": "abc1234", "git_dirty": True, "git_dirty_files": ["tools/forward_bench.py"]}
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def results(tmp_path, monkeypatch):
 def test_a_dirty_record_is_refused_in_results_and_names_what_was_dirty(results):
     store = ResultStore(results / "main.json")
     with pytest.raises(ValueError, match=r"main.json: refusing to write a record measured on a dirty tree "
-                                         r"\(changed since abc1234: tools/head_cost.py\).*--allow-dirty"):
+                                         r"\(changed since abc1234: tools/forward_bench.py\).*--allow-dirty"):
         store.add({"key": "k", "environment": DIRTY})
     with pytest.raises(ValueError, match="dirty tree"):
         write_report(results / "costs.json", {"environment": DIRTY})
@@ -90,4 +90,5 @@ def test_a_machine_kinds_records_live_in_their_own_folder():
     assert kind_of("amd", ["avx512f", "avx512_bf16"]) == "amd-avx512bf16"
     assert kind_of("intel", ["avx512_bf16", "amx_tile", "amx_bf16"]) == "intel-amx"
     cpu = describe()
-    assert set(cpu) == {"vendor", "model", "kind", "isa_flags", "cores", "l3_kib"} and cpu["kind"].startswith(cpu["vendor"])
+    assert set(cpu) == {"vendor", "model", "kind", "isa_flags", "cores",
+                        "l3_kib"} and cpu["kind"].startswith(cpu["vendor"])

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from dynatree_lib.draft.train import distill_loss
+from dynatree_lib.train.train import distill_loss
 from dynatree_lib.harness.paths import DRAFT_DIR, REPO
 from dynatree_lib.harness.models import load_pair
 from dynatree_lib.harness.tiny import tiny_llama
-from dynatree_lib.core.runners import check_pair
+from dynatree_lib.core.engines.runner import check_pair
 
 
 TRAINING = json.loads((DRAFT_DIR / "training.json").read_text())
@@ -35,7 +35,7 @@ def test_committed_draft_is_small_and_documented():
 def test_model_card_quotes_the_committed_json(tmp_path):
     """The card is written from training.json, pair.json and costs.json alone (``card.refresh``, which
     ``./run_all.sh`` runs): the committed card is what they give now."""
-    from dynatree_lib.draft.card import refresh
+    from dynatree_lib.train.card import refresh
 
     assert refresh(tmp_path / "README.md").read_text() == (DRAFT_DIR / "README.md").read_text()
 
@@ -43,7 +43,7 @@ def test_model_card_quotes_the_committed_json(tmp_path):
 def test_draft_trained_on_answers_to_the_committed_instructions_only():
     """The instructions whose answers the draft was distilled on are ``data/instructions``'s (disjoint from every
     evaluation text: ``test_instructions.py``), less those of the held-out shards its temperature was fitted on."""
-    from dynatree_lib.draft import instructions
+    from dynatree_lib.train import instructions
 
     used = set(TRAINING["instruction_ids"])
     known = {r["id"] for r in instructions.load()}
@@ -139,7 +139,7 @@ def test_distill_loss_is_cross_entropy_with_a_rest_bucket():
 def test_head_loss_puts_the_mass_outside_the_head_in_the_rest():
     """Over a head of tokens (3, 1, 4) of a 6-token vocabulary, the teacher's top-3 (1, 0, 3): token 0 is outside
     the head, so its mass joins the rest, which the draft can only spread over the head's other token, 4."""
-    from dynatree_lib.draft.train import Head
+    from dynatree_lib.train.train import Head
 
     head = Head(torch.tensor([3, 1, 4]), 6)
     logits = torch.tensor([[0.3, -0.2, 1.0]])  # rows: token 3, 1, 4
@@ -167,7 +167,7 @@ def test_temperature_baked_into_the_final_norm_divides_the_logits():
 def test_raw_wikitext_shards_leave_the_earlier_shards_as_built():
     from dataclasses import replace
 
-    from dynatree_lib.draft.teacher import ContinuationSpec, continuation_shard
+    from dynatree_lib.train.teacher import ContinuationSpec, continuation_shard
 
     m = tiny_llama(seed=0, vocab_size=64, hidden_size=32, layers=1, max_positions=64).eval()
     g = torch.Generator().manual_seed(0)
@@ -184,7 +184,7 @@ def test_raw_wikitext_shards_leave_the_earlier_shards_as_built():
 def test_training_refuses_a_folder_built_with_another_spec(tmp_path):
     from dataclasses import asdict
 
-    from dynatree_lib.draft.train import DraftSpec, train_draft
+    from dynatree_lib.train.train import DraftSpec, train_draft
 
     torch.save({"spec": asdict(DraftSpec())}, tmp_path / "final.pt")
     assert train_draft(DraftSpec(), teacher=tmp_path, out=tmp_path) == tmp_path / "final.pt"
@@ -195,8 +195,8 @@ def test_training_refuses_a_folder_built_with_another_spec(tmp_path):
 def test_a_resumed_distillation_equals_an_uninterrupted_one(tmp_path, monkeypatch):
     """Training on a tiny teacher: the loss falls, and a run resumed from its checkpoint ends with the weights of
     the run that was never interrupted (steps draw their examples from the step number alone)."""
-    from dynatree_lib.draft import train
-    from dynatree_lib.draft.teacher import ContinuationSpec, continuation_shard
+    from dynatree_lib.train import train
+    from dynatree_lib.train.teacher import ContinuationSpec, continuation_shard
 
     V = 64
     target = tiny_llama(seed=0, vocab_size=V, hidden_size=32, layers=1, max_positions=64).eval()
@@ -225,8 +225,8 @@ def test_a_resumed_distillation_equals_an_uninterrupted_one(tmp_path, monkeypatc
 
 
 def test_temperature_fit_reports_each_kind_of_held_out_shard():
-    from dynatree_lib.draft.calibrate import fit_temperature
-    from dynatree_lib.draft.train import DraftSpec, Head
+    from dynatree_lib.train.calibrate import fit_temperature
+    from dynatree_lib.train.train import DraftSpec, Head
 
     V, k = 32, 4
     model = tiny_llama(seed=1, vocab_size=V, hidden_size=16, layers=1, max_positions=64).eval()

@@ -3,9 +3,12 @@ import math
 import pytest
 import torch
 
-from dynatree_lib.core.drafting import DraftState, draft_tree
-from dynatree_lib.core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
-from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.drafter import DraftState, draft_tree
+from dynatree_lib.core.policies.base import Outcome
+from dynatree_lib.core.policies.dynatree import DynaTreeConfig
+from dynatree_lib.core.policies.static import FixedTreeConfig, LinearConfig
+from dynatree_lib.core.policies.talon import TalonConfig
+from dynatree_lib.core.engines.hf import HFRunner
 from dynatree_lib.core.tree import Tree
 
 from .conftest import add_level, prompts
@@ -105,23 +108,25 @@ def test_depth_gating_rule():
     depth = [0, 1, 1, 2, 2, 3, 4]
     p = [1.0, 0.05, 0.3, 0.4, 0.6, 0.9, 0.99]
     # d<Dmax & p>=rho_stop & (d<D0 | p>rho_deep)
-    assert [pol.expandable(d, math.log(x)) for d, x in zip(depth, p)] == [True, False, True, False, True, True, False]
+    assert [pol.grows(d, math.log(x)) for d, x in zip(depth, p)] == [True, False, True, False, True, True, False]
     off = DynaTreeConfig(D0=2, D_max=4, dynamic_depth=False).policy()
-    assert [off.expandable(d, math.log(x)) for d, x in zip(depth, p)] == [True, True, True, False, False, False, False]
+    assert [off.grows(d, math.log(x)) for d, x in zip(depth, p)] == [True, True, True, False, False, False, False]
+    assert pol.expand([1, 2, 3, 4], depth, [math.log(x) for x in p]) == [2, 4]  # a level at once: the same rule
 
 
 def test_history_adaptation_direction_and_clipping():
     pol = DynaTreeConfig(D0=5, D_max=8, tau_h=0.9, tau_l=0.4, W=2, a_star=0.5, eta_D=1.0, eta_h=0.1).policy()
-    pol.observe(accepted=4, tree_depth=4)  # a=1.0 > a*: deeper, lower tau_h
+    pol.observe(Outcome(accepted=4, tree_depth=4))  # a=1.0 > a*: deeper, lower tau_h
     assert pol.D0 == pytest.approx(5.5) and pol.tau_h == pytest.approx(0.85)
     for _ in range(50):
-        pol.observe(4, 4)
-    assert pol.D0 == pytest.approx(7.0) and pol.tau_h == pytest.approx(0.4, abs=1e-5)  # clipped to [1, D_max-1], [tau_l, 1)
+        pol.observe(Outcome(4, 4))
+    # clipped to [1, D_max-1], [tau_l, 1)
+    assert pol.D0 == pytest.approx(7.0) and pol.tau_h == pytest.approx(0.4, abs=1e-5)
     for _ in range(50):
-        pol.observe(0, 4)
+        pol.observe(Outcome(0, 4))
     assert pol.D0 == pytest.approx(1.0) and pol.tau_h < 1.0
     frozen = DynaTreeConfig(history=False).policy()
-    frozen.observe(4, 4)
+    frozen.observe(Outcome(4, 4))
     assert frozen.D0 == 5 and frozen.tau_h == 0.9
 
 

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
-from dynatree_lib.core.eagle3 import default_aux_layers, load_head, read_config, save_head
-from dynatree_lib.core.eagle3_runner import Eagle3Runner, waves
-from dynatree_lib.core.lookup import LookupConfig, LookupRunner
-from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.drafts.heads.eagle3 import default_aux_layers, load_head, read_config, save_head
+from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
+from dynatree_lib.core.drafts.heads.base import waves
+from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner
+from dynatree_lib.core.engines.hf import HFRunner
 from dynatree_lib.harness.tiny import tiny_eagle3
 
 from .conftest import prompts
@@ -176,7 +177,7 @@ def test_a_head_file_that_does_not_fit_is_refused(llama_target, head, tmp_path):
     with pytest.raises(FileNotFoundError, match="not an EAGLE-3 head folder"):
         read_config(tmp_path / "nothing")
     with pytest.raises(ValueError, match=r"needs \[96, 64\]"):
-        from dynatree_lib.core.eagle3 import Eagle3Head
+        from dynatree_lib.core.drafts.heads.eagle3 import Eagle3Head
 
         Eagle3Head(head.cfg, torch.zeros(10, 64))
 

@@ -1,5 +1,5 @@
-"""The EAGLE-3 head on the fused bf16 engine (``core.eagle3_fused``): its logits are the eager head's up to bf16
-rounding, at every row of every forward a decoding asks of it (catch-up, tree levels, waves), and with it on the
+"""The EAGLE-3 head on the fused bf16 engine (``core.drafts.heads.eagle3_fused``): its logits are the eager head's up
+to bf16 rounding, at every row of every forward a decoding asks of it (catch-up, tree levels, waves), and with it on the
 fused target every decoder's greedy bf16 tokens are bf16 AR's.
 
 The tolerance. bf16 keeps 8 significant bits (unit roundoff 2^-9); a head step rounds a dozen intermediate tensors
@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
-from dynatree_lib.core import kernels
-from dynatree_lib.core.eagle3_fused import FusedEagle3Runner, head_runner
-from dynatree_lib.core.eagle3_runner import Eagle3Runner
-from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.lookup import LookupConfig, LookupRunner
+from dynatree_lib.core.engines import kernels
+from dynatree_lib.core.drafts.heads.eagle3_fused import FusedEagle3Runner, head_runner
+from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
+from dynatree_lib.core.engines.static import StaticRunner
+from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner
 from dynatree_lib.harness.tiny import tiny_eagle3, tiny_llama
 
 from .conftest import NO_KERNEL, FannedRunner, SameBits, prompts
@@ -76,7 +76,7 @@ class Twin(FannedRunner):
 def kernel_calls(runner: FusedEagle3Runner) -> list[int]:
     """The rows of each kernel call ``runner`` makes from now on (its ``_step`` wrapped)."""
     calls, step = [], runner._step
-    runner._step = lambda *a: calls.append(a[0].numel()) or step(*a)
+    runner._step = lambda *a, **kw: calls.append(a[0].numel()) or step(*a, **kw)
     return calls
 
 
@@ -197,11 +197,12 @@ def test_the_step_refuses_inputs_it_cannot_read(pair):
     one = torch.tensor([1])
     mask = torch.zeros(1, 2, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="input row 999 outside the inputs"):
-        kernels.eagle3_step(one, one, one, mask, r.out, torch.tensor([999]), r.net)
+        kernels.eagle3_step(one, one, one, mask, inputs=r.out, input_rows=torch.tensor([999]), net=r.net)
     with pytest.raises(RuntimeError, match="inputs must be 384 wide"):
-        kernels.eagle3_step(one, one, one, mask, r.out, torch.tensor([0]), r.net, fc=r.net.fc)
+        kernels.eagle3_step(one, one, one, mask, inputs=r.out, input_rows=torch.tensor([0]), net=r.net, fc=r.net.fc)
     with pytest.raises(RuntimeError, match="fc must be packed"):
-        kernels.eagle3_step(one, one, one, mask, r.target, torch.tensor([0]), r.net, fc=r.net.wo[0])
+        kernels.eagle3_step(one, one, one, mask, inputs=r.target, input_rows=torch.tensor([0]), net=r.net,
+                            fc=r.net.wo[0])
 
 
 def test_a_step_over_no_feature_rows_is_a_step_over_zero_rows(pair):
@@ -220,7 +221,7 @@ def test_a_step_over_no_feature_rows_is_a_step_over_zero_rows(pair):
 def test_the_fused_runner_holds_the_heads_weights_once(pair):
     """Packed, its weights are the head's one copy: the plain ones are released (any use names the weight and the
     runner), the input norms read the packed row; ``keep_head`` keeps the head whole beside it."""
-    from dynatree_lib.core.ownership import ReleasedWeight, ReleasedWeightError
+    from dynatree_lib.core.engines.ownership import ReleasedWeight, ReleasedWeightError
 
     _, head = pair
     taken, kept = own(head), own(head)

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
-from dynatree_lib.core.eagle3 import first_drafts, save_head
-from dynatree_lib.core.eagle3_runner import Eagle3Runner
-from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.drafts.heads.eagle3 import first_drafts, save_head
+from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
+from dynatree_lib.core.engines.static import StaticRunner
+from dynatree_lib.core.engines.hf import HFRunner
 from dynatree_lib.core.sampling import full_logrow
 from dynatree_lib.harness.costs import forward_costs, hand_features, loop_costs, one_token_ratio
 from dynatree_lib.harness.pair import sequence_flags, teacher_forced, teacher_forced_head

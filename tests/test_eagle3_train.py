@@ -1,4 +1,4 @@
-"""Training the EAGLE-3 head (``draft.eagle3``): the unrolled training-time steps compute what the drafter computes
+"""Training the EAGLE-3 head (``train.eagle3``): the unrolled training-time steps compute what the drafter computes
 (row t at step i is the node i levels below committed token t + 1, on true tokens); a run is seeded and resumes to
 the same weights; the export drafts exactly; the held-out shards stay out of the training text."""
 import re
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, generate
-from dynatree_lib.core.eagle3_runner import Eagle3Runner
-from dynatree_lib.core.eagle3 import load_head
-from dynatree_lib.draft import eagle3 as E
+from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
+from dynatree_lib.core.drafts.heads.eagle3 import load_head
+from dynatree_lib.train import eagle3 as E
 
 from .conftest import prompts
 from .test_eagle3 import from_scratch, target_features
@@ -71,7 +71,7 @@ def test_a_machine_without_checkpoints_resumes_from_the_committed_copy(llama_tar
 def test_a_bf16_spec_trains_in_fp32_where_the_cpu_lacks_bf16(llama_target, tmp_path, monkeypatch, bf16_cpu):
     import copy
 
-    from dynatree_lib.core import kernels
+    from dynatree_lib.core.engines import kernels
 
     monkeypatch.setattr(kernels, "cpu_has_avx512_bf16", lambda: bf16_cpu)
     target = copy.deepcopy(llama_target).to(torch.bfloat16)
@@ -93,7 +93,8 @@ def test_the_exported_head_drafts_exactly(llama_target, tmp_path):
 
 def test_the_draft_vocabulary_is_the_most_frequent_loss_tokens():
     seqs = [E.Sequence((1, 2, 3, 3, 3, 4, 4), 2), E.Sequence((9, 9, 9, 5), 0)]
-    assert E.frequent_tokens(seqs, 3, 10).tolist() == [3, 4, 9]  # twice each (ties by id); 1, 2 and a 3 precede the loss
+    # twice each (ties by id); 1, 2 and a 3 precede the loss
+    assert E.frequent_tokens(seqs, 3, 10).tolist() == [3, 4, 9]
 
 
 def test_windows_keep_loss_tokens_and_draws_are_seeded_by_the_step():
@@ -107,7 +108,7 @@ def test_windows_keep_loss_tokens_and_draws_are_seeded_by_the_step():
 
 
 def test_held_out_shards_stay_out_of_the_training_text():
-    from dynatree_lib.draft.train import DraftSpec, is_heldout
+    from dynatree_lib.train.train import DraftSpec, is_heldout
 
     spec = E.HeadSpec()
     held = {f.name for f in E.TEXT.glob("*.json.gz") if is_heldout(f.name, DraftSpec())}
@@ -120,7 +121,7 @@ def test_held_out_shards_stay_out_of_the_training_text():
 def test_the_temperature_fit_finds_the_temperature_that_calibrates():
     """Logits twice too sharp (their halves are the law the agreement is drawn from) fit T = 2; calibrated ones fit
     T = 1; a fitter that multiplied instead of dividing would pick the grid's other end."""
-    from dynatree_lib.draft.calibrate import fit_on_rows
+    from dynatree_lib.train.calibrate import fit_on_rows
 
     g = torch.Generator().manual_seed(0)
     z = 1.5 * torch.randn(40000, 8, generator=g)
@@ -132,9 +133,10 @@ def test_the_temperature_fit_finds_the_temperature_that_calibrates():
 
 
 def test_held_out_rows_are_the_pair_reports_first_drafts(llama_target, eagle3_head):
-    """``heldout_rows`` row by row: the first drafted token after each loss prefix (``core.eagle3.first_drafts``,
+    """``heldout_rows`` row by row: the first drafted token after each loss prefix
+    (``core.drafts.heads.eagle3.first_drafts``,
     what the pair report and the drafter compute) and whether it is the target's greedy token."""
-    from dynatree_lib.core.eagle3 import first_drafts
+    from dynatree_lib.core.drafts.heads.eagle3 import first_drafts
 
     x = prompts(1, seed=3, lo=20, hi=21)[0]
     held = [("instruction", E.Sequence(tuple(x.tolist()), 4))]

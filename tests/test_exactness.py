@@ -5,9 +5,10 @@ import torch
 
 from dynatree_lib import (CostAwareConfig, DynaTreeConfig, Eagle3TreeConfig, FixedTreeConfig, LinearConfig,
                           OptTreeConfig, StreamingConfig, TalonConfig, generate)
-from dynatree_lib.core.decoding import KV_MODES
+from dynatree_lib.core.loop import KV_MODES
+from dynatree_lib.core.policies.hw_talon import HardwareTalonConfig
 
-from dynatree_lib.core.fastpath import StaticRunner
+from dynatree_lib.core.engines.static import StaticRunner
 
 from .conftest import MAX_POS, prompts, reference
 
@@ -24,6 +25,7 @@ METHODS = {
     "talon": TalonConfig(),
     "talon_small": TalonConfig(mu=0.2, N=8, K=3),
     "talon_budget1": TalonConfig(N=1, K=1),
+    "talon_hw": HardwareTalonConfig(verify_ms=((1, 1.0), (8, 1.1), (16, 1.5))),
     "streaming_fits": StreamingConfig(K=4, cache_size=128, n_sink=4),  # exact while the text fits the window
     "dynatree_cost": CostAwareConfig(),
     "dynatree_cost_steep": CostAwareConfig(DynaTreeConfig(B_max=4, n_max=40), ((1, 1.0), (2, 3.0)), 0.5, 2.0),
@@ -104,7 +106,7 @@ def test_fast_path_speculative_equals_ar(fast_pair, fast_ar, name, kv_mode):
                                   "opt_tree", "opt_tree_deep", "opt_tree_budget1"])
 def test_eagle3_head_speculative_equals_ar(llama_target, eagle3_head, fast_ar, name, engine, kv_mode):
     """An EAGLE-3 head drafting from the target's own features (from the eager forward or the fast path's)."""
-    from dynatree_lib.core.eagle3_runner import Eagle3Runner
+    from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
 
     tgt = llama_target if engine == "eager" else StaticRunner(llama_target)
     drf = Eagle3Runner(eagle3_head)
@@ -120,7 +122,7 @@ def test_eagle3_head_speculative_equals_ar(llama_target, eagle3_head, fast_ar, n
 def test_mlp_heads_speculative_equals_ar(llama_target, fast_ar, kind, name, engine, kv_mode):
     """Medusa and Hydra heads drafting from the target's last hidden state (eager or the fast path's), their
     trees cut at their three levels."""
-    from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
+    from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
     from dynatree_lib.harness.tiny import tiny_mlp_heads
 
     tgt = llama_target if engine == "eager" else StaticRunner(llama_target)
@@ -171,7 +173,8 @@ def test_generation_reaches_context_limit(target, draft, fast_pair, name, kv_mod
     T = 20
     p = prompts(1, seed=4, lo=MAX_POS - T, hi=MAX_POS - T + 1)[0]
     assert p.numel() + T == MAX_POS
-    assert generate(target, p, T, draft=draft, method=METHODS[name], kv_mode=kv_mode).tokens == generate(target, p, T).tokens
+    assert generate(target, p, T, draft=draft, method=METHODS[name], kv_mode=kv_mode).tokens == generate(target, p,
+                                                                                                         T).tokens
     tgt, drf = fast_pair
     assert generate(tgt, p, T, draft=drf, method=METHODS[name], kv_mode=kv_mode).tokens == generate(tgt, p, T).tokens
 
@@ -224,7 +227,7 @@ def test_low_precision_decoders_depart_from_ar_only_at_near_ties():
     the trees are verified in other batch shapes than AR's steps, so equality is reported by the harness, not
     asserted; what must hold is that a decoder departs from AR only where two tokens nearly tie, and that the
     agreeing draft gets tokens accepted."""
-    from dynatree_lib.core.fastpath import StaticRunner
+    from dynatree_lib.core.engines.static import StaticRunner
     from dynatree_lib.harness.tiny import perturb, tiny_llama
 
     m = tiny_llama(layers=2, vocab_size=96).to(torch.bfloat16)

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
-from dynatree_lib.core import kernels
-from dynatree_lib.core.fastpath import StaticRunner, gqa_attention, linear
+from dynatree_lib.core.engines import kernels
+from dynatree_lib.core.engines.static import StaticRunner, gqa_attention, linear
 from dynatree_lib.harness.tiny import perturb, tiny_llama
-from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.engines.hf import HFRunner
 
 from .conftest import NO_KERNEL, prompts
 
@@ -105,7 +105,8 @@ def test_compiled_graphs_serve_every_tree_size(kernel):
 def test_commit_copies_only_what_moves(llama_target, keep):
     """A commit leaves slots already in place alone (none at all when only the root is kept) and gives the
     same cache as moving every kept slot: on both runners."""
-    from dynatree_lib.core.runners import HFRunner, first_moved
+    from dynatree_lib.core.engines.hf import HFRunner
+    from dynatree_lib.core.engines.runner import first_moved
 
     keep = torch.tensor(keep)
     assert first_moved(keep) == next((i for i, k in enumerate(keep.tolist()) if k != i), len(keep))
@@ -125,7 +126,7 @@ def test_commit_copies_only_what_moves(llama_target, keep):
 
 def test_a_runner_shares_the_tensors_it_reads_as_the_model_holds_them(llama_target):
     """The embedding (and an unpacked whole head) is one tensor for the runner and the model (the model's parameter
-    is a view of the runner's: ``core.ownership``), not a second copy in memory."""
+    is a view of the runner's: ``core.engines.ownership``), not a second copy in memory."""
     r = StaticRunner(llama_target)
     assert r.net.embed.data_ptr() == llama_target.get_input_embeddings().weight.data_ptr()
     assert r.net.head.data_ptr() == llama_target.lm_head.weight.data_ptr()

@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
-from dynatree_lib.core import kernels
-from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.runners import HFRunner, Runner
+from dynatree_lib.core.engines import kernels
+from dynatree_lib.core.engines.static import StaticRunner
+from dynatree_lib.core.engines.hf import HFRunner
+from dynatree_lib.core.engines.runner import Draft, Runner, Target
 from dynatree_lib.harness.tiny import tiny_llama
 
 from .conftest import prompts
@@ -115,12 +116,13 @@ def test_one_call_forward_keeps_the_final_normed_state():
     for r in (fused, layered):
         r.keep_features((3, 0))
     x = torch.randint(1, 96, (25,), generator=torch.Generator().manual_seed(4))
-    for tokens, pos, vis, start, last in [(x[:20], torch.arange(20), None, None, True), (x[20:], 20 + DEPTH, TREE, 20, False)]:
+    for tokens, pos, vis, start, last in [(x[:20], torch.arange(20), None, None, True), (x[20:], 20 + DEPTH, TREE, 20,
+                                          False)]:
         assert torch.equal(fused.forward(tokens, pos, vis, start, last), layered.forward(tokens, pos, vis, start, last))
         assert torch.equal(fused.features, layered.features) and fused.features.shape == (tokens.numel(), 2 * 128)
 
 
-class Recorder(Runner):
+class Recorder(Target, Draft):
     """A draft that reads features and records what the loop hands it (its drafting is the inner runner's)."""
 
     reads_features = LAYERS
@@ -164,7 +166,7 @@ def test_the_loop_hands_the_draft_each_committed_position_once_in_order(llama_ta
 
 def test_a_draft_on_features_refuses_a_target_that_cannot_keep_them(llama_target, llama_draft):
     class Opaque(HFRunner):
-        keep_features = Runner.keep_features
+        keep_features = Target.keep_features
 
     with pytest.raises(ValueError, match="cannot return them"):
         generate(Opaque(llama_target), torch.tensor([1, 2, 3]), 4, draft=Recorder(HFRunner(llama_draft)),

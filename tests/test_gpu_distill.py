@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from dynatree_lib.draft.train import distill_loss
+from dynatree_lib.train.train import distill_loss
 from dynatree_lib.harness.paths import REPO
 from dynatree_lib.harness.tiny import tiny_llama
 from dynatree_lib.harness.weights import smollm2_folder, smollm2_gguf
@@ -48,7 +48,7 @@ def test_its_loss_is_the_librarys():
     lp, ids = torch.log_softmax(torch.randn(7, 60) * 2, -1).topk(5, -1)
     lp[0, 1] = float("-inf")  # a token outside the head
     assert torch.equal(g.distill_loss(logits, lp, ids.clamp(max=39)), distill_loss(logits, lp, ids.clamp(max=39)))
-    assert g.distill_loss.__code__.co_filename == str(REPO / "dynatree_lib" / "draft" / "loss.py")
+    assert g.distill_loss.__code__.co_filename == str(REPO / "dynatree_lib" / "train" / "loss.py")
 
 
 def test_loss_rows_are_the_answer_or_the_continuation_and_prompt_tail():
@@ -64,7 +64,7 @@ def test_loss_rows_are_the_answer_or_the_continuation_and_prompt_tail():
 def test_bad_inputs_name_the_file(tmp_path):
     import pytest
 
-    from dynatree_lib.draft.early_exit import load_distilled
+    from dynatree_lib.train.early_exit import load_distilled
     from dynatree_lib.harness.weights import assembled_draft_folder
 
     with pytest.raises(FileNotFoundError, match="result.json is missing"):

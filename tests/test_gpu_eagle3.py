@@ -6,10 +6,10 @@ import argparse
 import pytest
 import torch
 
-from dynatree_lib.core.eagle3 import load_head, read_config
-from dynatree_lib.draft import eagle3 as E
-from dynatree_lib.draft import head_card
-from dynatree_lib.draft.head_checkpoints import spec_record
+from dynatree_lib.core.drafts.heads.eagle3 import load_head, read_config
+from dynatree_lib.train import eagle3 as E
+from dynatree_lib.train import head_card
+from dynatree_lib.train.head_checkpoints import spec_record
 
 from .conftest import load_tool, prompts
 from .test_eagle3_train import SPEC, tiny_text
@@ -70,7 +70,7 @@ def test_finish_exports_the_head_with_both_logs(tool, llama_target, tmp_path, mo
     cpu = {"log": [{"step": 0, "seconds": 5.0}, {"step": 1, "seconds": 9.0}]}
     torch.save(cpu, tmp_path / "committed.pt")
     monkeypatch.setattr(E, "HeadSpec", lambda: SPEC)
-    monkeypatch.setattr("dynatree_lib.draft.head_checkpoints.committed_checkpoint",
+    monkeypatch.setattr("dynatree_lib.train.head_checkpoints.committed_checkpoint",
                         lambda spec: tmp_path / "committed.pt")
     (tmp_path / "out").chmod(0o555)  # what comes back from the device is read-only
     try:

@@ -1,7 +1,7 @@
 """The draft's training instructions never come from an evaluation set: none shares a 13-word sequence with a
 Spec-Bench question (any turn), the WikiText-2 test split or the PG-19 test books, and none is an evaluation prompt
 of the instruction workload."""
-from dynatree_lib.draft import instructions
+from dynatree_lib.train import instructions
 from dynatree_lib.harness.data import spec_bench_questions
 
 

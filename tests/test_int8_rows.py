@@ -1,5 +1,6 @@
-"""Weights on int8 rows (``core.int8_rows``): snapping puts a weight there for good, ``split`` (the reference, in torch)
-finds its exact int8 form and ``kernels.int8_rows`` finds the same, and the fused engine, which holds such a head in
+"""Weights on int8 rows (``core.engines.int8_rows``): snapping puts a weight there for good, ``split`` (the reference,
+in torch) finds its exact int8 form and ``kernels.int8_rows`` finds the same, and the fused engine, which holds such a
+head in
 int8 (half the bytes), computes bit for bit what it computes from the same head held in bf16: every logit, output row
 and cache entry of every call of a decoding."""
 import copy
@@ -8,10 +9,10 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
-from dynatree_lib.core import int8_rows, kernels
-from dynatree_lib.core.eagle3_fused import FusedEagle3Runner
-from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.ownership import reachable_storages
+from dynatree_lib.core.engines import int8_rows, kernels
+from dynatree_lib.core.drafts.heads.eagle3_fused import FusedEagle3Runner
+from dynatree_lib.core.engines.static import StaticRunner
+from dynatree_lib.core.engines.ownership import reachable_storages
 from dynatree_lib.harness.tiny import tiny_eagle3, tiny_llama
 
 from .conftest import NO_KERNEL, SameBits, prompts
@@ -113,7 +114,7 @@ def test_the_int8_head_holds_half_the_bytes_and_the_kernel_checks_its_scales():
     net = copy.copy(int8.net)
     net.scales = int8.net.scales[:-1]
     with pytest.raises(RuntimeError, match="scales must be fp32"):
-        kernels.eagle3_step(one, one, one, mask, int8.out, torch.tensor([0]), net)
+        kernels.eagle3_step(one, one, one, mask, inputs=int8.out, input_rows=torch.tensor([0]), net=net)
     net.scales = None
     with pytest.raises(RuntimeError, match="int8 rows where scales are given"):
-        kernels.eagle3_step(one, one, one, mask, int8.out, torch.tensor([0]), net)
+        kernels.eagle3_step(one, one, one, mask, inputs=int8.out, input_rows=torch.tensor([0]), net=net)

@@ -8,11 +8,11 @@ import time
 import pytest
 import torch
 
-from dynatree_lib.core import kernels
-from dynatree_lib.core.decoding import KV_MODES
-from dynatree_lib.core.fastpath import StaticRunner
+from dynatree_lib.core.engines import kernels
+from dynatree_lib.core.loop import KV_MODES
+from dynatree_lib.core.engines.static import StaticRunner
 from dynatree_lib.harness.tiny import tiny_llama
-from dynatree_lib.core.runners import additive_mask
+from dynatree_lib.core.engines.runner import additive_mask
 
 from .conftest import NO_KERNEL
 
@@ -194,7 +194,7 @@ def test_one_call_argmax_is_greedy_of_the_logits(isa):
     """``StaticRunner.argmax`` on the one-call forward (the kernel's own argmax, no logits) returns
     ``greedy(forward(..))`` for a prompt, one token, a tree and last-only rows; with heads whose rows tie (equal
     rows within one thread's columns and across the threads', and an all-zero head) it keeps the first index."""
-    from dynatree_lib.core.runners import greedy
+    from dynatree_lib.core.engines.runner import greedy
 
     visible = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     x = torch.randint(1, 96, (30,), generator=torch.Generator().manual_seed(1))
@@ -236,7 +236,7 @@ def test_one_call_forward_falls_back_where_it_cannot_run():
     unpacked = types.SimpleNamespace(**{**vars(r.net), **r.net._parameters, **r.net._buffers,
                                         "wo": torch.zeros(3, 128, 128, dtype=torch.bfloat16)})
     mask = torch.zeros(1, 1, dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="must be packed by dynatree_lib.core.kernels.pack"):
+    with pytest.raises(RuntimeError, match="must be packed by dynatree_lib.core.engines.kernels.pack"):
         kernels.forward(torch.tensor([5]), torch.tensor([0]), torch.tensor([0]), mask, unpacked)
 
 
@@ -250,7 +250,8 @@ def test_bf16_one_call_forward_speculative_decoding_reproduces_bf16_ar(kv_mode, 
     (tgt, drf), (layered, _) = _fused_pair()
     assert tgt.isa == drf.isa == layered.isa == isa
     configs = [LinearConfig(K=4), FixedTreeConfig(D=4, B=2, tau=0.0, n_max=12), FixedTreeConfig(D=5, B=3, n_max=1),
-               DynaTreeConfig(n_max=10, D_max=4, D0=3, B_max=3), DynaTreeConfig(n_max=1), TalonConfig(mu=0.01, N=10, K=3),
+               DynaTreeConfig(n_max=10, D_max=4, D0=3, B_max=3), DynaTreeConfig(n_max=1), TalonConfig(mu=0.01, N=10,
+                                                                                                      K=3),
                StreamingConfig(K=4, cache_size=128, n_sink=4), CostAwareConfig()]
     g = torch.Generator().manual_seed(11)
     cases = [(torch.randint(1, 96, (n,), generator=g), T) for n, T in ((1, 25), (9, 1), (30, 40), (150, 10))]

@@ -110,7 +110,9 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
     from dynatree_lib import generate
     from dynatree_lib.harness import peers
 
-    peers.register()  # explicitly: importing the library registers no peer
+    from dynatree_lib import methods as registry
+
+    assert peers.METHOD in registry.REGISTRY  # registered where it is declared, as the library is imported
     srv = RecordedServer("server-draft-chain-3")
     monkeypatch.setattr(peers, "server", lambda cfg: srv)
     cfg = peers.LlamaCppConfig("draft-chain", n_draft=3)

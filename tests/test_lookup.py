@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
-from dynatree_lib.core.decoding import KV_MODES, speculative_decode
-from dynatree_lib.core.drafting import DraftState, draft_tree
-from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.lookup import LookupConfig, LookupRunner, NGramIndex, mix, mix_rows
+from dynatree_lib.core.loop import KV_MODES, speculative_decode
+from dynatree_lib.core.drafter import DraftState, draft_tree
+from dynatree_lib.core.engines.static import StaticRunner
+from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner, NGramIndex, mix, mix_rows
 from dynatree_lib.harness.paths import DRAFT_DIR
 from dynatree_lib.harness.weights import lookup_config
-from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.engines.hf import HFRunner
 from dynatree_lib.core.tree import copy_outcomes
-from dynatree_lib.draft.lookup_fit import LOOKUP_WEIGHTS, fit_weights, matched
+from dynatree_lib.train.lookup_fit import LOOKUP_WEIGHTS, fit_weights, matched
 
 from .conftest import VOCAB, prompts
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
-from dynatree_lib.core.head_kinds import HEAD_KINDS
-from dynatree_lib.core.lookup import LookupConfig, LookupRunner
-from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
-from dynatree_lib.core.mlp_heads import KINDS, MLPHeads, load_heads, read_config, save_heads
-from dynatree_lib.core.runners import HFRunner
+from dynatree_lib.core.drafts.heads.kinds import HEAD_KINDS
+from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner
+from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
+from dynatree_lib.core.drafts.heads.mlp import KINDS, MLPHeads, load_heads, read_config, save_heads
+from dynatree_lib.core.engines.hf import HFRunner
 from dynatree_lib.harness.tiny import tiny_mlp_heads
 
 from .conftest import prompts

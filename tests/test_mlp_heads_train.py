@@ -1,4 +1,4 @@
-"""Training Medusa and Hydra heads with the EAGLE-3 head's pipeline (``draft.mlp_heads``): the teacher-forced heads
+"""Training Medusa and Hydra heads with the EAGLE-3 head's pipeline (``train.mlp_heads``): the teacher-forced heads
 compute what the drafter computes (head k at row t is the node k levels below committed token t + 1, on true
 tokens); they start as the target's own next-token law; a run is seeded and resumes to the same weights; the export
 drafts exactly; every kind of head has a training spec."""
@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from dynatree_lib import DynaTreeConfig, generate
-from dynatree_lib.core.head_kinds import HEAD_KINDS
-from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
-from dynatree_lib.core.mlp_heads import KINDS, load_heads
-from dynatree_lib.draft import mlp_heads as M
-from dynatree_lib.draft.eagle3 import train_head  # the pipeline's loop, shared by every kind of head
-from dynatree_lib.draft.mlp_card import card
-from dynatree_lib.draft.publish import publish
+from dynatree_lib.core.drafts.heads.kinds import HEAD_KINDS
+from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
+from dynatree_lib.core.drafts.heads.mlp import KINDS, load_heads
+from dynatree_lib.train import mlp_heads as M
+from dynatree_lib.train.eagle3 import train_head  # the pipeline's loop, shared by every kind of head
+from dynatree_lib.train.mlp_card import card
+from dynatree_lib.train.publish import publish
 from dynatree_lib.harness.tiny import tiny_mlp_heads
 
 from .conftest import prompts

@@ -1,11 +1,9 @@
 """One name for each thing: methods and workloads are named as literals only where they are declared, a record's key
 holds its method and variant and never a label, no library module selects a row by its label, Cell and Method are
-keyword-only, the committed records are keyed as the current cells key them, and their migration
-(``tools/migrate_record_keys.py``) is exact and idempotent."""
+keyword-only, and the committed records are keyed as the current cells key them."""
 import ast
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,13 +16,9 @@ from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.workloads import POOLED, WORKLOADS
 from dynatree_lib.reporting import tables
 
-from .conftest import load_tool
-
 LIB = REPO / "dynatree_lib"
 MAX_MODULES = 4  # where a name is declared, configured (profiles), sourced (data, splits) and claimed (scorecard)
 RENDERED = ("cpu", "smoke")  # profiles whose committed results render (paper-dryrun's costs.json predates them)
-
-migrate = load_tool("migrate_record_keys")
 
 
 def literals(path: Path) -> set[str]:
@@ -55,7 +49,8 @@ def selects_by_label(tree: ast.AST) -> list[int]:
     """Lines that compare a label, or index, group or deduplicate rows by the ``label`` column."""
     def is_label(node) -> bool:
         return (isinstance(node, ast.Attribute) and node.attr == "label"
-                or isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "label")
+                or isinstance(node, ast.Subscript) and isinstance(node.slice,
+                                                                  ast.Constant) and node.slice.value == "label")
 
     lines = []
     for node in ast.walk(tree):
@@ -99,7 +94,7 @@ def test_the_record_key_holds_no_label(monkeypatch):
 
 def test_cell_and_method_are_keyword_only():
     with pytest.raises(TypeError):
-        Cell("wikitext2", "ar", "main", None, 8, 8, "bfloat16")
+        Cell("wikitext2", "ar", "main", None, T=8, L_max=8, dtype="bfloat16")
     with pytest.raises(TypeError):
         registry.Method("x", None, "X", "#000000", "paper")
     assert Cell.__dataclass_params__.frozen and registry.Method.__dataclass_params__.frozen
@@ -132,7 +127,8 @@ def committed_json(folder: Path, pattern: str = "*.json") -> list[Path]:
     return sorted(p for p in folder.glob(pattern) if not p.name.endswith(".bak.json"))
 
 
-@pytest.mark.parametrize("path", committed_json(REPO / "results", "*/*.json"), ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", committed_json(REPO / "results", "*/*.json"),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_committed_record_shows_the_label_it_was_written_with(path):
     """The registry's label of each record (method, variant, configuration, tags) is the one it was measured
     under, archived runs included: tables read labels from the registry, never from the record."""
@@ -140,26 +136,6 @@ def test_every_committed_record_shows_the_label_it_was_written_with(path):
     peers.register()
     for r in data.get("records", []):
         assert variants.label(r["method"], r["variant"], r["config"], r.get("tags", {})) == r["label"], r["key"]
-
-
-def test_the_migration_rekeys_old_records_exactly_and_only_once(tmp_path):
-    """The smoke profile's files written with the old keys (a label in the hash, no variant) migrate to exactly the
-    committed files, and migrating them again changes nothing."""
-    prof = get_profile("smoke")
-    peers.register()
-    back = {new: old for old, (new, _) in migrate.current_keys(prof, REPO / "results").items()}
-    committed = {p.name: p.read_text() for p in committed_json(REPO / "results" / "smoke")}
-    shutil.copytree(REPO / "results" / "smoke", tmp_path / "smoke", ignore=shutil.ignore_patterns("*.bak.json"))
-    for p in (tmp_path / "smoke").glob("*.json"):
-        data = json.loads(p.read_text())
-        if "records" in data:
-            data["records"] = [{**{k: v for k, v in r.items() if k != "variant"}, "key": back[r["key"]]}
-                               for r in data["records"]]
-            p.write_text(json.dumps(data, indent=1, default=float))
-    migrate.main(tmp_path)
-    assert {p.name: p.read_text() for p in (tmp_path / "smoke").glob("*.json")} == committed
-    migrate.main(tmp_path)
-    assert {p.name: p.read_text() for p in (tmp_path / "smoke").glob("*.json")} == committed
 
 
 @pytest.mark.parametrize("profile", RENDERED)

@@ -4,8 +4,6 @@ the same text on every machine."""
 import json
 import subprocess
 
-import pytest
-
 from dynatree_lib.harness.paths import ABSOLUTE, portable, portable_strings, portable_text
 
 from .conftest import REPO, needs_git_checkout

@@ -1,5 +1,5 @@
-"""One copy of every weight (``core.ownership``): a pair served as the cpu profile serves it (a tied target on the
-fast path; a draft borrowing the target's embedding with a head over a token subset, or an EAGLE-3 head) holds each
+"""One copy of every weight (``core.engines.ownership``): a pair served as the cpu profile serves it (a tied target on
+the fast path; a draft borrowing the target's embedding with a head over a token subset, or an EAGLE-3 head) holds each
 weight once: the storages reachable from the runners, their models and the head add up to the pair's parameter
 bytes, plus the caches named here and the draft's subset head. A transformers model that gave its weights away
 computes from the runner's (views) or refuses loudly (released), never silently."""
@@ -12,12 +12,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from dynatree_lib import generate
 from dynatree_lib.baselines.hf_generate import HFARConfig
-from dynatree_lib.core import kernels
-from dynatree_lib.core.eagle3 import save_head
-from dynatree_lib.core.eagle3_fused import FusedEagle3Runner
-from dynatree_lib.core.eagle3_runner import Eagle3Runner
-from dynatree_lib.core.fastpath import StaticRunner
-from dynatree_lib.core.ownership import ReleasedWeight, ReleasedWeightError, reachable_storages
+from dynatree_lib.core.engines import kernels
+from dynatree_lib.core.drafts.heads.eagle3 import save_head
+from dynatree_lib.core.drafts.heads.eagle3_fused import FusedEagle3Runner
+from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
+from dynatree_lib.core.engines.static import StaticRunner
+from dynatree_lib.core.engines.ownership import ReleasedWeight, ReleasedWeightError, reachable_storages
 from dynatree_lib.harness.environment import weight_bytes
 from dynatree_lib.harness.measure import divergence_gap
 from dynatree_lib.harness.memory import tensors_mb

@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from dynatree_lib import Eagle3TreeConfig, OptTreeConfig
-from dynatree_lib.core.drafting import DraftState, draft_tree
-from dynatree_lib.core.policies import DraftPolicy
-from dynatree_lib.core.runners import Runner
+from dynatree_lib.core.drafter import DraftState, draft_tree
+from dynatree_lib.core.policies.base import DraftPolicy
+from dynatree_lib.core.engines.runner import Draft
 from dynatree_lib.core.tree import Tree
 
 ROOT = 0
 
 
-class MarkovDraft(Runner):
+class MarkovDraft(Draft):
     """A draft whose law after a token depends on that token alone: row x of ``logp`` [V, V] (hand-made)."""
 
     def __init__(self, logp: torch.Tensor):
@@ -196,8 +196,10 @@ def test_most_probable_is_closed_under_ancestors():
     assert tree.most_probable(5) is tree
 
 
-def test_the_level_hook_defaults_to_every_node():
-    assert DraftPolicy().to_expand([0.0, -1.0, -2.0], [1, 2]) == [1, 2]
+def test_the_level_hooks_default_to_drafting_every_level():
+    from dynatree_lib.core.policies.base import DRAFT, Level
+
+    assert DraftPolicy().next_level(Level([0.0, -1.0], [1], 1, lambda: None)) == DRAFT
 
 
 @pytest.mark.parametrize("make,msg", [

@@ -2,7 +2,7 @@
 under ``weights/`` with a sha256 (a record's ``weights``, a tool's ``drafts``, a pair report's ``models``, llama.cpp's
 ``head``), the sha256 is the file's now. A record key names a draft by its reference, not its bytes, so a head
 published again (``build-draft --head ... --publish``) leaves the old records looking complete: this test is what
-says they are stale (``tools/head_records.sh`` measures the EAGLE-3 head's again). Earlier versions kept for
+says they are stale (``bench --experiment head_records`` measures the EAGLE-3 head's again). Earlier versions kept for
 comparison (``<name>_v<N>.json``) are exempt."""
 import json
 import re
@@ -38,7 +38,7 @@ def test_each_record_names_the_committed_weights(path):
     stale = {(file, sha[:12]) for where, file, sha in named_weights(json.loads(path.read_text()))
              if sha != sha256_file(REPO / file)}
     assert not stale, (f"{path.relative_to(REPO)} was measured with other weights than the committed "
-                       f"{sorted(stale)}: measure it again (tools/head_records.sh for the EAGLE-3 head)")
+                       f"{sorted(stale)}: measure it again (bench --experiment head_records for the EAGLE-3 head)")
 
 
 def test_the_check_finds_weights_where_records_keep_them():

@@ -10,13 +10,13 @@ import torch
 from matplotlib.colors import to_hex
 
 from dynatree_lib import Method, generate, register
-from dynatree_lib.core.policies import StaticPolicy
+from dynatree_lib.core.policies.static import StaticPolicy
 from dynatree_lib.harness import experiments
 from dynatree_lib.harness.metrics import aggregate
 from dynatree_lib.harness.profiles import get_profile
 from dynatree_lib.harness.store import config_dict
 from dynatree_lib.harness.workloads import WORKLOADS
-from dynatree_lib.methods import REGISTRY, engine_ars, method_names, unregister
+from dynatree_lib.methods import REGISTRY, impl_ars, method_names, unregister
 from dynatree_lib.reporting import plots, tables
 
 TOY = "Toy chain"
@@ -105,17 +105,17 @@ def test_registering_twice_or_a_mismatched_name_is_refused(toy):
         Method("fourth", None, "Fourth", "#000000", "extension")  # keyword-only
 
 
-def test_another_engines_rows_are_also_shown_over_that_engines_own_ar():
-    """``speedup_own`` divides by the method the registry declares as the engine's AR (HF's), or by the row
+def test_another_implementations_rows_are_also_shown_over_its_own_ar():
+    """``speedup_own`` divides by the method the registry declares as the implementation's AR (HF's), or by the row
     tagged ``own_ar`` (llama.cpp's modes share one method), never by a row of our engine."""
     import pandas as pd
 
-    assert engine_ars() == ("hf_ar",)
+    assert impl_ars() == ("hf_ar",)
     key = {"dataset": "wikitext2", "T": 8, "L_max": None, "dtype": "bfloat16", "temperature": 0.0, "replicate": 0}
     rows = [("ar", "ours", False, 100.0), ("hf_ar", "transformers", False, 20.0),
             ("hf_assisted", "transformers", False, 30.0), ("llamacpp", "llama.cpp", True, 50.0),
             ("llamacpp", "llama.cpp", False, 75.0)]
-    df = pd.DataFrame([{**key, "method": m, "engine": e, "tag_own_ar": o, "tps_by_prompt": {"p0": t, "p1": t}}
+    df = pd.DataFrame([{**key, "method": m, "impl": e, "tag_own_ar": o, "tps_by_prompt": {"p0": t, "p1": t}}
                        for m, e, o, t in rows])
     out = tables.add_speedup(df)
     assert out.speedup.tolist() == pytest.approx([1.0, 0.2, 0.3, 0.5, 0.75])

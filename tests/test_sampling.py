@@ -356,7 +356,8 @@ def test_target_probs_filters_as_transformers_does():
 
 
 @pytest.mark.parametrize("bad,match", [(dict(temperature=-0.1), "temperature must be"), (dict(top_p=0.0), "top_p"),
-                                       (dict(top_p=1.5), "top_p"), (dict(top_k=0), "top_k"), (dict(top_k=2.5), "top_k")])
+                                       (dict(top_p=1.5), "top_p"), (dict(top_k=0), "top_k"), (dict(top_k=2.5),
+                                                                                              "top_k")])
 def test_bad_sampling_settings_are_refused(bad, match, target):
     with pytest.raises(ValueError, match=match):
         generate(target, torch.arange(1, 5), 4, **bad)
@@ -399,6 +400,7 @@ def bigram_config(name: str):
     from dynatree_lib import (DynaTreeConfig, Eagle3TreeConfig, FixedTreeConfig, LinearConfig, OptTreeConfig,
                               StreamingConfig, TalonConfig)
     from dynatree_lib.baselines.hf_generate import HFARConfig, HFAssistedConfig
+    from dynatree_lib.core.policies.hw_talon import HardwareTalonConfig
     from dynatree_lib.extensions.cost_aware import CostAwareConfig
 
     dyna = DynaTreeConfig(D0=3, D_max=4, n_max=12)
@@ -406,7 +408,8 @@ def bigram_config(name: str):
             "dynatree_cost": CostAwareConfig(dyna), "talon": TalonConfig(0.1, 8, 3),
             "streaming_spec": StreamingConfig(3, 32, 2), "hf_ar": HFARConfig(),
             "hf_assisted": HFAssistedConfig(3), "eagle3_tree": Eagle3TreeConfig(3, 3, 10),
-            "opt_tree": OptTreeConfig(8, 0.0, 4)}[name]
+            "opt_tree": OptTreeConfig(8, 0.0, 4),
+            "talon_hw": HardwareTalonConfig(((1, 1.0), (16, 1.2)), mu=0.1, K=3)}[name]
 
 
 @torch.no_grad()
@@ -437,7 +440,7 @@ def sample(pair, name: str, s: Sampling, draft=None):
 
 def test_every_registered_method_is_covered():
     assert set(METHODS) == {"ar", "linear", "fixed_tree", "dynatree", "dynatree_cost", "talon", "streaming_spec",
-                            "hf_ar", "hf_assisted", "eagle3_tree", "opt_tree"}
+                            "hf_ar", "hf_assisted", "eagle3_tree", "opt_tree", "talon_hw"}
     assert {m for m, method in REGISTRY.items() if method.role == "peer"} <= {"llamacpp"}
 
 
@@ -466,8 +469,8 @@ def test_every_method_samples_the_target_law(bigram_pair, one_thread, name, sett
 def test_drawn_trees_of_a_subset_head_with_a_lookup_sample_the_target_law(bigram_pair, one_thread, name):
     """The cpu draft's shape: a head over a subset of the vocabulary (its laws mapped back, -inf elsewhere),
     mixed with a context lookup (copied levels: chosen children)."""
-    from dynatree_lib.core.lookup import LookupConfig, LookupRunner
-    from dynatree_lib.core.runners import HFRunner
+    from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner
+    from dynatree_lib.core.engines.hf import HFRunner
 
     drf = LookupRunner(HFRunner(bigram_pair[1], torch.tensor([0, 1, 2, 3, 5, 7])), LookupConfig((0.5, 0.9)))
     _, stat, df = sample(bigram_pair, name, SETTINGS["t1"], draft=drf)
@@ -478,7 +481,7 @@ def test_drawn_trees_of_a_subset_head_with_a_lookup_sample_the_target_law(bigram
 def test_an_eagle3_head_samples_the_target_law(bigram_pair, one_thread, name):
     """A head on the target's own features over a subset of the vocabulary (its laws mapped back, -inf elsewhere):
     drawn trees, chains and chosen children keep the target's law."""
-    from dynatree_lib.core.eagle3_runner import Eagle3Runner
+    from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
     from dynatree_lib.harness.tiny import tiny_eagle3
 
     drf = Eagle3Runner(tiny_eagle3(bigram_pair[0], draft_vocab=6, seed=1, init_range=0.5))
@@ -491,7 +494,7 @@ def test_an_eagle3_head_samples_the_target_law(bigram_pair, one_thread, name):
 def test_medusa_and_hydra_heads_sample_the_target_law(bigram_pair, one_thread, kind, name):
     """Heads on the target's last hidden state, one per level (trees cut at three levels), over a subset of the
     vocabulary: drawn trees keep the target's law."""
-    from dynatree_lib.core.mlp_head_runner import MLPHeadRunner
+    from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
     from dynatree_lib.harness.tiny import tiny_mlp_heads
 
     drf = MLPHeadRunner(tiny_mlp_heads(bigram_pair[0], kind, heads=3, draft_vocab=6, seed=1, init_range=0.5))
@@ -501,11 +504,11 @@ def test_medusa_and_hydra_heads_sample_the_target_law(bigram_pair, one_thread, k
 
 
 @pytest.mark.parametrize("rule,method,where,mutant", [
-    ("drawn children: the residual", "dynatree", "dynatree_lib.core.decoding.verify_sampled", no_residual),
+    ("drawn children: the residual", "dynatree", "dynatree_lib.core.loop.verify_sampled", no_residual),
     ("drawn children: q without the rejected", "dynatree", "dynatree_lib.core.sampling.sibling_rejection",
      with_replacement),
-    ("chosen children: the draw decides", "dynatree_cost", "dynatree_lib.core.decoding.verify_sampled", first_child),
-    ("chosen children of a reranked tree", "eagle3_tree", "dynatree_lib.core.decoding.verify_sampled", first_child),
+    ("chosen children: the draw decides", "dynatree_cost", "dynatree_lib.core.loop.verify_sampled", first_child),
+    ("chosen children of a reranked tree", "eagle3_tree", "dynatree_lib.core.loop.verify_sampled", first_child),
 ], ids=["no-residual", "with-replacement", "first-child", "first-child-eagle3-tree"])
 def test_the_end_to_end_tests_catch_each_rule_broken(bigram_pair, one_thread, monkeypatch, rule, method, where,
                                                       mutant):
@@ -550,13 +553,16 @@ def method_config(name: str):
     from dynatree_lib import (DynaTreeConfig, Eagle3TreeConfig, FixedTreeConfig, LinearConfig, OptTreeConfig,
                               StreamingConfig, TalonConfig)
     from dynatree_lib.baselines.hf_generate import HFARConfig, HFAssistedConfig
+    from dynatree_lib.core.policies.hw_talon import HardwareTalonConfig
     from dynatree_lib.extensions.cost_aware import CostAwareConfig
 
     return {"ar": None, "linear": LinearConfig(2), "fixed_tree": FixedTreeConfig(2, 2, 0.0, 8),
-            "dynatree": DynaTreeConfig(D0=2, D_max=3, n_max=8), "dynatree_cost": CostAwareConfig(DynaTreeConfig(D0=2, D_max=3, n_max=8)),
+            "dynatree": DynaTreeConfig(D0=2, D_max=3, n_max=8), "dynatree_cost": CostAwareConfig(DynaTreeConfig(D0=2,
+                                                                                                 D_max=3, n_max=8)),
             "talon": TalonConfig(0.1, 6, 2), "streaming_spec": StreamingConfig(2, 24, 2), "hf_ar": HFARConfig(),
             "hf_assisted": HFAssistedConfig(2), "eagle3_tree": Eagle3TreeConfig(2, 2, 6),
-            "opt_tree": OptTreeConfig(6, 0.0, 3)}[name]
+            "opt_tree": OptTreeConfig(6, 0.0, 3),
+            "talon_hw": HardwareTalonConfig(((1, 1.0), (8, 1.1)), mu=0.1, K=2)}[name]
 
 
 @pytest.mark.parametrize("name", ["linear", "fixed_tree", "streaming_spec"])
@@ -585,8 +591,8 @@ def test_tree_policies_draw_their_children_and_the_extension_chooses_them(tiny_p
     """When sampling, a tree policy gives each node as many children as it would rank (the count comes from the
     draft's law, not from the draws), drawn without replacement; the cost-aware extension, EAGLE-3's tree and
     OPT-Tree, which cut trees by their nodes' probabilities, keep their top-k children."""
-    from dynatree_lib.core.drafting import DraftState, draft_tree
-    from dynatree_lib.core.runners import as_runner
+    from dynatree_lib.core.drafter import DraftState, draft_tree
+    from dynatree_lib.core.engines.hf import as_runner
 
     target, draft = tiny_pair
     s, g = Sampling(1.0), torch.Generator().manual_seed(5)
@@ -598,7 +604,7 @@ def test_tree_policies_draw_their_children_and_the_extension_chooses_them(tiny_p
             policy.sampled = policy.sampled and sampled
             runner = as_runner(draft)
             runner.reset()
-            trees.append(draft_tree(runner, DraftState(), PROMPT, policy, 3, s, g)[0])
+            trees.append(draft_tree(runner, DraftState(), PROMPT, policy, max_depth=3, sampling=s, generator=g)[0])
         tree, top = trees
         assert (tree.q_row is not None and bool((tree.q_row >= 0).any())) == drawn, name
         assert (tree.parents == 0).sum() == (top.parents == 0).sum(), name

@@ -11,9 +11,15 @@ TESTS = Path(__file__).resolve().parent
 ALLOWED = {"core": set(), "baselines": {"core"}, "extensions": {"core"},
            "methods": {"core", "baselines", "extensions"},
            "harness": {"core", "baselines", "extensions", "methods"},
-           "draft": {"core", "baselines", "extensions", "methods", "harness"},
+           "train": {"core", "baselines", "extensions", "methods", "harness"},
            "reporting": {"core", "baselines", "extensions", "methods", "harness"},
-           "cli": {"core", "baselines", "extensions", "methods", "harness", "draft", "reporting"}}
+           "cli": {"core", "baselines", "extensions", "methods", "harness", "train", "reporting"}}
+# inside core, the rooms (docs/architecture.md): policies import only the shared leaves, engines nothing else of
+# core, drafts only engines (and the leaves); the loop and the drafter may import all
+LEAVES = {"tree", "sampling", "result", "validate"}
+CORE_ALLOWED = {"policies": LEAVES, "engines": set(), "drafts": {"engines"} | LEAVES,
+                "tree": set(), "validate": set(), "sampling": {"tree", "validate"}, "result": {"tree"},
+                "loop": None, "drafter": None}
 
 
 def module_name(f: Path) -> str:
@@ -62,6 +68,24 @@ def test_layers_import_one_way():
     assert not bad, bad
 
 
+def test_the_rooms_of_core_import_as_the_architecture_says():
+    bad = []
+    for me, deps in imports().items():
+        parts = me.split(".")
+        if parts[0] != "core" or len(parts) < 2 or parts[1] == "__init__":
+            continue
+        room, allowed = parts[1], CORE_ALLOWED[parts[1]]
+        for dep, _ in deps:
+            theirs = dep.split(".")
+            if theirs[0] != "core" or len(theirs) < 2 or theirs[1] == room or allowed is None:
+                continue
+            if theirs[1] not in allowed:
+                bad.append(f"{me} imports {dep}")
+    assert not bad, bad
+    assert set(CORE_ALLOWED) == {p.stem for p in (LIB / "core").iterdir()
+                                 if p.stem not in ("__init__", "__pycache__") and (p.suffix == ".py" or p.is_dir())}
+
+
 def test_no_private_cross_module_import():
     bad = [(m, d, n) for m, deps in imports().items() for d, n in deps if n.startswith("_") and d != m]
     assert not bad, bad
@@ -89,8 +113,8 @@ def test_no_import_cycle():
 def test_hooks_and_wrapped_models_are_declared_not_discovered():
     """Policy hooks and runner capabilities are methods of ``DraftPolicy`` / ``Runner`` with defaults; nothing
     looks them up with ``getattr`` (transformers configs, whose fields vary by architecture, are the exception)."""
-    names = ("more", "trim", "to_expand", "lookup_skip", "copies_trusted", "observe_copies", "lookup", "has_lookup",
-             "vocab", "model", "inner")
+    names = ("next_level", "expand", "trim", "observe", "finish", "sampled", "lookup", "has_lookup", "vocab", "model",
+             "inner")
     pattern = re.compile(r"getattr\([^,]+,\s*[\"'](" + "|".join(names) + r")[\"']")
     bad = [f"{module_name(f)}: {m.group(0)}" for f in LIB.rglob("*.py") for m in pattern.finditer(f.read_text())]
     assert not bad, bad
@@ -98,7 +122,7 @@ def test_hooks_and_wrapped_models_are_declared_not_discovered():
 
 def test_short_core_functions():
     """The drafter and the loop read at once."""
-    for path, fn in (("core/drafting.py", "draft_tree"), ("core/decoding.py", "speculative_decode")):
+    for path, fn in (("core/drafter.py", "draft_tree"), ("core/loop.py", "speculative_decode")):
         node = next(n for n in ast.walk(ast.parse((LIB / path).read_text()))
                     if isinstance(n, ast.FunctionDef) and n.name == fn)
         assert node.end_lineno - node.lineno < 60, (fn, node.end_lineno - node.lineno)

@@ -253,7 +253,7 @@ def test_llamacpps_rows_go_to_their_own_table_over_both_ars(measured):
     fake = []
     for mode, scale in zip(peers.EAGLE3_PEERS, (2.0, 3.0)):  # llama.cpp's AR twice as fast as ours, its EAGLE-3 3x
         f = ar.copy()
-        f["method"], f["variant"], f["engine"] = peers.METHOD, mode.variant, "llama.cpp"
+        f["method"], f["variant"], f["impl"] = peers.METHOD, mode.variant, "llama.cpp"
         f["tag_own_ar"] = mode is peers.EAGLE3_PEERS[0]
         f["row"], f["label"] = row_id(peers.METHOD, mode.variant), mode.label
         f["tps_by_prompt"] = [{k: v * scale for k, v in t.items()} for t in f.tps_by_prompt]

@@ -12,7 +12,7 @@ import shutil
 import pytest
 import torch
 
-from dynatree_lib.draft import instructions
+from dynatree_lib.train import instructions
 from dynatree_lib.harness import data, splits
 from dynatree_lib.harness.data import REPO_DATA, chat_prompt, training_text, wikitext_valid_articles
 from dynatree_lib.harness.profiles import PROFILES

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dynatree_lib.draft import instructions, teacher
-from dynatree_lib.draft.teacher import (SAMPLED_TEXT, TEXT, ContinuationSpec, InstructionSpec, SampledAnswerSpec,
+from dynatree_lib.train import instructions, teacher
+from dynatree_lib.train.teacher import (SAMPLED_TEXT, TEXT, ContinuationSpec, InstructionSpec, SampledAnswerSpec,
                                         answer_batch, build_sampled_teacher, build_shards, continuation_shard,
                                         instruction_groups, load_text, sampled_files, sampled_name, sampled_seed,
                                         sampled_shard, save_text, soft_targets, teacher_files, text_path)
@@ -126,7 +126,8 @@ def test_sampling_at_temperature_1_draws_from_the_recorded_distribution(model, m
     """transformers samples from exactly the distribution the recorder keeps (the model's own, k = the whole
     vocabulary): no top-k / top-p cut, no temperature."""
     drawn, real = [], torch.multinomial
-    monkeypatch.setattr(torch, "multinomial", lambda probs, *a, **kw: drawn.append(probs.clone()) or real(probs, *a, **kw))
+    monkeypatch.setattr(torch, "multinomial", lambda probs, *a, **kw: drawn.append(probs.clone()) or real(probs, *a,
+                        **kw))
     rows = answer_batch(model, [[3, 4, 5], [6, 7]], 4, eos=1, pad=0, k=V, temperature=1.0, seed=0)
     for b, row in enumerate(rows):
         for t in range(len(row["answer"])):

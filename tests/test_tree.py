@@ -1,6 +1,6 @@
 import torch
 
-from dynatree_lib.core.runners import additive_mask
+from dynatree_lib.core.engines.runner import additive_mask
 from dynatree_lib.core.tree import Tree, select_path
 
 from .conftest import add_level
@@ -94,4 +94,5 @@ def test_build_equals_growing_level_by_level():
     assert (u.size, u.is_chain, u.levels) == (t.size, t.is_chain, t.levels)
     n = 130
     chain = Tree.build(list(range(n)), list(range(-1, n - 1)), [0.0] * n, [0.0] * n)
-    assert chain.is_chain and chain.levels == n - 1 and torch.equal(chain.anc, torch.ones(n, n, dtype=torch.bool).tril())
+    assert chain.is_chain and chain.levels == n - 1 and torch.equal(chain.anc, torch.ones(n, n,
+                                                                    dtype=torch.bool).tril())

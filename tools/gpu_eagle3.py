@@ -8,7 +8,7 @@ for v4, the GPU writes its own teacher text and trains on it, starting from the 
 1. for the first ``--gen-share`` of ``--seconds``: answers to every instruction that is not held out, sampled at
    T = 1 (no top-k / top-p cut), one round of seeds after another;
 2. then training: the head from the committed checkpoint (``checkpoints/eagle3/v8k.pt``, fp32), the library's own
-   step (``draft.eagle3``: teacher pass, training-time test, soft targets) on windows drawn from the committed
+   step (``train.eagle3``: teacher pass, training-time test, soft targets) on windows drawn from the committed
    teacher text and the sampled answers, ``--seqs-per-step`` windows a step, bf16 autocast, linear warm-up then
    cosine to the time left; the held-out shards' first-token agreement before and after.
 
@@ -34,7 +34,8 @@ kept in ``.keep/`` there are lost; G stands for SmolLM2-135M-Instruct.Q4_1.gguf)
              start and the two calls before it included, so keep time for one more try)
     here:    python tools/device_payload.py restore
              python tools/gpu_eagle3.py finish <the folder the files came back to>
-             python -m dynatree_lib build-draft --head eagle3 --publish && bash tools/head_records.sh
+             python -m dynatree_lib build-draft --head eagle3 --publish && python -m dynatree_lib bench --experiment
+             head_records
 
 ``run`` needs torch, transformers, llama.cpp's ``gguf`` package (pure Python, carried as a wheel) and this tree's
 ``dynatree_lib`` (it travels with the tree; its training imports torch and tqdm alone). On a CPU the same command
@@ -58,7 +59,7 @@ sys.path[:0] = [str(TOOLS), str(TOOLS.parent)]
 
 import device_payload  # noqa: E402
 import gpu_distill  # noqa: E402
-from dynatree_lib.draft import eagle3 as E  # noqa: E402
+from dynatree_lib.train import eagle3 as E  # noqa: E402
 
 PIECE_MIB = 15
 HEAD_FILE = "head.pt"
@@ -69,9 +70,9 @@ HEAD_FILE = "head.pt"
 def prepare(out: Path, checkpoint: Path | None = None) -> Path:
     """The bundle: every instruction that is not held out through the chat template, the target's config, and the
     committed head (fp32 weights, their log length) with the spec it was trained under."""
-    from dynatree_lib.draft import instructions
-    from dynatree_lib.draft.head_checkpoints import committed_checkpoint
-    from dynatree_lib.draft.teacher import InstructionSpec, SampledAnswerSpec, load_target
+    from dynatree_lib.train import instructions
+    from dynatree_lib.train.head_checkpoints import committed_checkpoint
+    from dynatree_lib.train.teacher import InstructionSpec, SampledAnswerSpec, load_target
     from dynatree_lib.harness.data import chat_prompt
     from dynatree_lib.harness.weights import smollm2_folder
 
@@ -98,8 +99,8 @@ def prepare(out: Path, checkpoint: Path | None = None) -> Path:
 def heldout_instruction_ids() -> set[str]:
     """Instructions of every held-out shard, v3's (``gpu_distill``) and the sampled answers' (``train.is_heldout``):
     the GPU samples none of them, so the held-out check stays unseen."""
-    from dynatree_lib.draft.teacher import SAMPLED_TEXT
-    from dynatree_lib.draft.train import DraftSpec, is_heldout
+    from dynatree_lib.train.teacher import SAMPLED_TEXT
+    from dynatree_lib.train.train import DraftSpec, is_heldout
 
     held = gpu_distill.heldout_instruction_ids()
     for f in sorted(SAMPLED_TEXT.glob("sampled-*.json.gz")):
@@ -120,7 +121,7 @@ def sampled_jobs(bundle: dict, rounds: int | None = None):
 
 def agreement(head, target, spec, held: list[tuple[str, E.Sequence]], dev) -> dict:
     """First-token agreement with the target's greedy token on the held-out shards' loss rows, per kind of text and
-    in all (``draft.eagle3.heldout_rows``: the rows the head's temperature is fitted on, as the pair report counts)."""
+    in all (``train.eagle3.heldout_rows``: the rows the head's temperature is fitted on, as the pair report counts)."""
     hits: dict[str, list[int]] = {}
     for _, agree, kind in E.heldout_rows(head, target, spec, held, device=dev):
         h = hits.setdefault(kind, [0, 0])
@@ -159,7 +160,8 @@ def run(args, target=None, committed: list[E.Sequence] | None = None,
     head = head_from(bundle, target, spec).to(dev)
     before = agreement(head, target, spec, held, dev)
     log(f"train on {len(committed)} committed and {len(sampled)} sampled sequences; held-out agreement {before}")
-    history = train_loop(head, target, train, draws, t0 + args.seconds - args.reserve, dev, args.lr, log, args.steps)
+    history = train_loop(head, target, train, draws, deadline=t0 + args.seconds - args.reserve, dev=dev, lr=args.lr,
+                         log=log, steps=args.steps)
     after = agreement(head, target, spec, held, dev)
     result = {"gpu_steps": len(history), "cpu_steps": bundle["cpu_steps"], "spec": asdict(draws),
               "heldout_agreement": {"before": before, "after": after}, "heldout_sequences": len(held),
@@ -243,9 +245,9 @@ def finish(folder: Path, target=None, out: Path | None = None) -> Path:
     training record with the GPU run's record added (``gpu``: the model card describes it)."""
     import tempfile
 
-    from dynatree_lib.core.eagle3 import read_config
-    from dynatree_lib.draft.head_checkpoints import committed_checkpoint, spec_record
-    from dynatree_lib.draft.train import load_bf16_target, save_atomically
+    from dynatree_lib.core.drafts.heads.eagle3 import read_config
+    from dynatree_lib.train.head_checkpoints import committed_checkpoint, spec_record
+    from dynatree_lib.train.train import load_bf16_target, save_atomically
 
     with tempfile.TemporaryDirectory() as tmp:
         state = torch.load(device_payload.join(folder / HEAD_FILE, Path(tmp) / HEAD_FILE))

@@ -1,4 +1,5 @@
-"""Read speed of the bf16 linear kernel (``dynatree_lib.core.kernels.linear``) on the cpu profile's weight shapes.
+"""Read speed of the bf16 linear kernel (``dynatree_lib.core.engines.kernels.linear``) on the cpu profile's weight
+shapes.
 
     python tools/kernel_bench.py            # GB/s per row count, weights in cache and streamed from memory
 
@@ -16,7 +17,7 @@ import time
 import torch
 
 from dynatree_lib.harness.environment import BandwidthProbe
-from dynatree_lib.core import kernels
+from dynatree_lib.core.engines import kernels
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate+up": (3072, 576), "down": (576, 1536)}  # SmolLM2-135M
 ROWS = (1, 2, 4, 8, 16)

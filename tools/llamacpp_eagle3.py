@@ -6,8 +6,8 @@ llama.cpp's own greedy AR, token for token (issue 56: a format is only proven by
     python tools/llamacpp_eagle3.py run [--head DIR] [--n-new 128] [--n-draft 3] [--questions 2] [--L-max 128]
                                         [--no-ours] [--no-cli] [--json results/cpu/llamacpp_eagle3.json]
 
-Conversion (``dynatree_lib/harness/eagle3_gguf.py``, which says what llama.cpp's converter and runtime read, from its source): our
-export converts as it is; the GGUF goes beside the build's other conversions, ``<DEST>/eagle3-<sha12 of
+Conversion (``dynatree_lib/harness/eagle3_gguf.py``, which says what llama.cpp's converter and runtime read, from its
+source): our export converts as it is; the GGUF goes beside the build's other conversions, ``<DEST>/eagle3-<sha12 of
 model.safetensors>-<outtype>.gguf``, and is compared tensor by tensor with the folder.
 
 ``run`` decodes a few *dev* prompts (never test ones: each id is checked against ``data/splits.json``): the first
@@ -216,7 +216,7 @@ def cli_runs(prompts, tok, head_gguf, n_new, n_draft, bin_dir) -> tuple[dict, di
             out[(name, pid)] = R.run(mode, text, n_new, target=target, bin_dir=bin_dir, expect_ids=p["ids"],
                                      strict=True, ignore_eos=p["ignore_eos"], **kw)
             argvs[(name, pid)] = out[(name, pid)]["argv"]
-        argv = cli_command(bin_dir, target, head_gguf, text, n_new, n_draft, p["ignore_eos"])
+        argv = cli_command(bin_dir, target, head_gguf, text, n_new=n_new, n_draft=n_draft, ignore_eos=p["ignore_eos"])
         r = subprocess.run(argv, capture_output=True, timeout=900)
         err = r.stderr.decode(errors="replace")
         if r.returncode != 0:
@@ -264,7 +264,7 @@ def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int
     tok = AutoTokenizer.from_pretrained(smollm2_folder())
     prompts = dev_prompts(tok, questions, L_max)
     cl, cl_argv = cli_runs(prompts, tok, gguf, n_new, n_draft, bin_dir) if cli else ({}, {})
-    srv, srv_argv = server_runs(prompts, gguf, n_new, n_draft, bin_dir, tok, cl)
+    srv, srv_argv = server_runs(prompts, gguf, n_new, n_draft, bin_dir=bin_dir, tok=tok, cli=cl)
     mine = ours_runs(prompts, head, n_new, n_draft) if ours else {}
     q4 = H.target_gguf("q4_1")
     paths = {str(H.root_of(Path(bin_dir))): "$LLAMACPP", str(q4): "$Q4_1", str(smollm2_folder()): "$TARGET_HF",
@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         print(H.shell(cmd), file=sys.stderr)
         print(out)
         return 0
-    rec = record(Path(a.head), a.n_new, a.n_draft, a.questions, a.L_max, a.outtype, not a.no_ours, not a.no_cli)
+    rec = record(Path(a.head), a.n_new, a.n_draft, a.questions, L_max=a.L_max, outtype=a.outtype, ours=not a.no_ours,
+                 cli=not a.no_cli)
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(rec, indent=1) + "\n")
     for r in rec["prompts"]:

@@ -76,7 +76,7 @@ def command(mode: str, bin_dir: Path | str, target: Path | str, prompt: str, n_n
         raise ValueError(f"n_new must be >= 1, got {n_new}")
     n_predict = n_new - 1 if m.self_timed else n_new  # the examples stop once they have more than -n tokens
     argv = [str(Path(bin_dir) / m.binary)] + common_args(target, prompt, n_predict, threads, ctx, ignore_eos)
-    argv += mode_args(mode, n_draft, draft, threads, branches, p_split, ngram_n)
+    argv += mode_args(mode, n_draft, draft, threads, branches=branches, p_split=p_split, ngram_n=ngram_n)
     if verbosity is not None:
         argv += ["-lv", str(verbosity)]
     return argv + [str(a) for a in extra]
@@ -325,7 +325,8 @@ def run(mode: str, prompt: str, n_new: int, *, target: str | Path = "bf16", draf
     if r.returncode != 0:
         raise RuntimeError(f"{exe.name} exited with {r.returncode}:\n{stderr[-3000:]}")
     row = parse_run(mode, stdout, stderr, prompt, n_new)
-    row.update(run_fields(mode, argv, info, tgt, dft, n_new, ignore_eos, threads, n_draft))
+    row.update(run_fields(mode, argv, info, tgt, draft=dft, n_new=n_new, ignore_eos=ignore_eos, threads=threads,
+               n_draft=n_draft))
     if mode == "draft-tree":
         row.update({"branches": branches, "p_split": p_split})
     if check is not None:

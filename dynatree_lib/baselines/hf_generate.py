@@ -7,9 +7,9 @@ from typing import ClassVar
 
 import torch
 
-from ..core.decoding import Options, check_inputs, clock
+from ..core.loop import Options, check_inputs, clock
 from ..core.result import GenerationResult, Totals
-from ..core.runners import as_runner
+from ..core.engines.hf import as_runner
 from ..core.validate import check_field_types, require
 
 
@@ -28,7 +28,8 @@ class HFAssistedConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         require(self.num_assistant_tokens >= 1, "num_assistant_tokens must be >= 1")
-        require(self.schedule in ("constant", "heuristic"), f"schedule must be 'constant' or 'heuristic', got {self.schedule!r}")
+        require(self.schedule in ("constant", "heuristic"),
+                f"schedule must be 'constant' or 'heuristic', got {self.schedule!r}")
         require(0.0 <= self.confidence_threshold < 1.0, "confidence_threshold must be in [0, 1)")
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..core.decoding import Options, Window, speculative_decode
-from ..core.policies import LinearConfig
+from ..core.loop import Options, Window, speculative_decode
+from ..core.policies.static import LinearConfig
 from ..core.result import GenerationResult
 from ..core.validate import check_field_types, require
 
@@ -27,7 +27,8 @@ class StreamingConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         require(self.K >= 1, f"K must be >= 1, got {self.K}")
-        require(0 <= self.n_sink < self.cache_size, f"need 0 <= n_sink < cache_size, got {self.n_sink}, {self.cache_size}")
+        require(0 <= self.n_sink < self.cache_size,
+                f"need 0 <= n_sink < cache_size, got {self.n_sink}, {self.cache_size}")
         require(self.cache_size > self.n_sink + self.K + 1, "cache_size must exceed n_sink + K + 1")
 
 
@@ -35,5 +36,5 @@ def generate_streaming_spec(target, draft, prompt, T: int, cfg: StreamingConfig 
                             opts: Options = Options()) -> GenerationResult:
     """Linear speculative decoding over StreamingLLM caches: the speculative loop with a ``Window``. Sampled, it
     keeps the law of a target that sees only the window, not the full target's."""
-    return speculative_decode(target, draft, prompt, T, LinearConfig(cfg.K).policy(), opts,
-                              Window(cfg.cache_size, cfg.n_sink, cfg.K + 1))
+    return speculative_decode(target, draft, prompt, T, policy=LinearConfig(cfg.K).policy(), opts=opts,
+                              window=Window(cfg.cache_size, cfg.n_sink, cfg.K + 1))

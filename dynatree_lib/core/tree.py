@@ -51,8 +51,9 @@ class Tree:
         chain = all(parents[i] == i - 1 for i in range(1, n))
         t = lambda xs, dt: torch.tensor(xs, dtype=dt, device=device)
         return Tree(t(tokens, torch.long), t(parents, torch.long), t(depth, torch.long), t(logp, torch.float32),
-                    t(cum_logp, torch.float32), bit_matrix(masks, n, device), n, chain, max(depth), root_conf, copies, q,
-                    None if q_row is None else t(q_row, torch.long))
+                    cum_logp=t(cum_logp, torch.float32), anc=bit_matrix(masks, n,
+                                                                        device), size=n, is_chain=chain, levels=max(depth), root_conf=root_conf, copies=copies, q=q,
+                    q_row=None if q_row is None else t(q_row, torch.long))
 
     @property
     def n_drafted(self) -> int:
@@ -75,8 +76,8 @@ class Tree:
         if self.copies:
             at = {u: i for i, u in enumerate(keep.tolist())}
             copies = tuple((at[u], c) for u, c in self.copies if u in at)
-        return Tree(self.tokens[keep], parents, depth, self.logp[keep], self.cum_logp[keep], self.anc[keep][:, keep],
-                    keep.numel(), self.is_chain or levels == keep.numel() - 1, levels, self.root_conf, copies)
+        return Tree(self.tokens[keep], parents, depth, self.logp[keep], cum_logp=self.cum_logp[keep], anc=self.anc[keep][:, keep],
+                    size=keep.numel(), is_chain=self.is_chain or levels == keep.numel() - 1, levels=levels, root_conf=self.root_conf, copies=copies)
 
     def most_probable(self, n: int) -> "Tree":
         """The root and the ``n`` drafted nodes of highest path probability (ties: the node drafted first), a

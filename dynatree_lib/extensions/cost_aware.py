@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import torch
 
-from ..core.policies import DynaTreeConfig, DynaTreePolicy, Session
+from ..core.policies.dynatree import DynaTreeConfig, DynaTreePolicy
+from ..core.policies.base import COPY, DRAFT, STOP, Level, Outcome, Session
 from ..core.tree import Tree
 from ..core.validate import check_field_types, is_int, is_real, require
 
@@ -38,7 +39,7 @@ class CostAwareConfig:
     (one level of lookahead: a run of later levels could only pay where probability does not fall with depth).
     ``lookup_skip``: with a draft that has a context lookup, a level whose every frontier node's copy token
     carries at least this mixture weight is drafted without a draft forward (one copy child per node; see
-    ``drafting.draft_tree``): the forward would cost a drafting level for at most ``1 - weight`` of each
+    ``drafter.draft_tree``): the forward would cost a drafting level for at most ``1 - weight`` of each
     node's next-token mass. At the root this leaves the committed tokens unfed until a level needs the draft
     (or the next tree), so a tree may cost no draft forward at all. 1.0 never skips (weights are below 1);
     the default, 0.9, skips only on the longest matches of a lookup fitted as the cpu draft's is.
@@ -95,10 +96,28 @@ class CostAwarePolicy(DynaTreePolicy):
         # library may take longer for 2 tokens than for 8), and ``more`` must not stop short of a cheaper, larger tree
         self.verify_floor = self.verify.flip(0).cummin(0).values.flip(0).tolist()
         self.draft_ms, self.fixed_ms, self.level_stop = cfg.draft_ms, cfg.fixed_ms, cfg.level_stop
-        self.lookup_skip = cfg.lookup_skip if cfg.lookup_skip < 1.0 else None  # DraftPolicy's hook
+        self.lookup_skip = cfg.lookup_skip if cfg.lookup_skip < 1.0 else None  # None: every level is drafted
         # no record where nothing is skipped (lookup_skip 1.0) or the weight alone decides (skip_window 0)
         self.copy_decay = 1.0 - 1.0 / cfg.skip_window if cfg.skip_window and self.lookup_skip is not None else None
         self.copies_met = self.copies_taken = 0.0  # decayed counts of strong copies verified / taken
+
+    def next_level(self, level: Level) -> str:
+        """From the lookup (``COPY``) where every frontier node has a copy of weight >= ``lookup_skip`` and the
+        copies are trusted (``copies_trusted``); else drafted while ``more`` says one more level pays (the root
+        always is). Every strong copy goes into ``level.strong``, taken or not, so ``observe`` learns how often the
+        target took them."""
+        if self.lookup_skip is not None and (copies := level.copies()) is not None:
+            strong = [(u, c[0]) for u, c in zip(level.frontier, copies) if c is not None and c[1] >= self.lookup_skip]
+            level.strong.extend(strong)
+            if len(strong) == len(level.frontier) and self.copies_trusted():
+                return COPY
+        if len(level.cum_logp) > 1 and not self.more(level.cum_logp, level.frontier, level.draft_forwards):
+            return STOP
+        return DRAFT
+
+    def observe(self, outcome: Outcome) -> None:
+        super().observe(outcome)
+        self.observe_copies(outcome.copies_met, outcome.copies_taken)
 
     def copies_trusted(self) -> bool:
         """Whether a level may be skipped now (``CostAwareConfig.skip_window``): the recent strong copies were

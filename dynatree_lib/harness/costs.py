@@ -27,10 +27,11 @@ from pathlib import Path
 import torch
 
 from .. import methods as registry
-from ..core.decoding import GreedyVerifier
-from ..core.drafting import DraftState, draft_tree
-from ..core.runners import Runner, as_runner, greedy
-from ..core.lookup import LookupRunner
+from ..core.loop import GreedyVerifier
+from ..core.drafter import DraftState, draft_tree
+from ..core.engines.runner import Draft, greedy
+from ..core.engines.hf import as_runner
+from ..core.drafts.lookup import LookupRunner
 from ..core.tree import select_path
 from .environment import BandwidthProbe, bound, environment
 from .store import needs_run, results_path, write_report
@@ -80,7 +81,7 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
 
 def hand_features(draft, target, ids) -> None:
     """Give a draft on the target's hidden states (just reset) the target's features of ``ids``, from a target
-    forward over them, as the decoding loop hands them over (``core.decoding.FeatureLink``); the target's cache
+    forward over them, as the decoding loop hands them over (``core.loop.FeatureLink``); the target's cache
     holds ``ids`` afterwards."""
     if target is None:
         raise ValueError(f"the draft {type(draft).__name__} reads the target's hidden states: time it with its "
@@ -122,7 +123,7 @@ def _warm_median_ms(seconds: list[float]) -> float:
     return 1e3 * t[len(t) // 2]
 
 
-class _Replay(Runner):
+class _Replay(Draft):
     """A draft stand-in answering every forward at once with rows of logits recorded from the real draft
     (the ``Runner`` calls the drafter makes): drafting's own work, timed without its forwards."""
 
@@ -215,7 +216,8 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     for dtype, t, d in _runners(profile, "both"):  # the draft's model keeps its weights: its full-vocabulary runner
         curves[dtype] = {"target": forward_costs(t, context, argmax=True), "draft": forward_costs(d, context, target=t),
                          COLD: forward_costs(d, context, ks=(1, 2, 4, 8), between=t),
-                         "loop": loop_costs(t, d, profile.method(registry.DYNATREE, profile.workloads[0]).policy(), context),
+                         "loop": loop_costs(t, d, profile.method(registry.DYNATREE, profile.workloads[0]).policy(),
+                                            context),
                          "bound": bound(t.model, probe), "engine": t.engine, "draft_vocab": profile.models.draft_vocab}
         if profile.models.draft_vocab is not None and not d.reads_features:  # a head scores its own vocabulary only
             full = as_runner(on_engine(d.model, profile.models.engine, profile.max_len))

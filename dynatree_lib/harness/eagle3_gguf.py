@@ -1,5 +1,6 @@
-"""An EAGLE-3 head folder (vLLM speculators format, ``core/eagle3.py``) to a llama.cpp GGUF with llama.cpp's own
-converter, and the converted file checked tensor by tensor against the folder: what llama.cpp's EAGLE-3 mode drafts
+"""An EAGLE-3 head folder (vLLM speculators format, ``core/drafts/heads/eagle3.py``) to a llama.cpp GGUF with
+llama.cpp's own converter, and the converted file checked tensor by tensor against the folder: what llama.cpp's EAGLE-3
+mode drafts
 with (``llamacpp.LlamaServer("draft-eagle3")``, the talon experiment's peer row; ``tools/llamacpp_eagle3.py``'s
 exactness record; ``python tools/llamacpp_eagle3.py convert`` converts only).
 
@@ -15,8 +16,9 @@ ggml-org/llama.cpp@0c1e57098) does with the folder, read from that source:
   ``output``; stores ``d2t`` as absolute target ids (I64) and drops ``t2d``. No embedding: at run time the head reads
   the target's ``token_embd`` (``src/models/eagle3.cpp``).
 - At run time the target's features are the *inputs* of the layers named by ``target_layers`` (``t_layer_inp``),
-  as ours (``core/eagle3.py``: the hidden state entering layer i), and the pair at position P is (feature of token
-  P, token P + 1) with RoPE at P, as ours (``common/speculative.cpp``, ``common_speculative_impl_draft_eagle3``).
+  as ours (``core/drafts/heads/eagle3.py``: the hidden state entering layer i), and the pair at position P is (feature
+  of token P, token P + 1) with RoPE at P, as ours (``common/speculative.cpp``,
+  ``common_speculative_impl_draft_eagle3``).
 
 So our export converts as it is (nothing to add: ``check_head`` lists what the converter reads and ``verify_gguf``
 compares every converted tensor with the folder's). The GGUF goes beside the build's other conversions:
@@ -173,7 +175,8 @@ def verify_gguf(gguf: Path | str, head: Path | str, src: Path | None = None) -> 
     for name, gname in TENSORS.items():
         t, w = theirs[gname], ours[name]
         if t.tensor_type.name == "BF16" and w.dtype == torch.bfloat16:
-            a, b = np.frombuffer(t.data.tobytes(), np.uint16).reshape(w.shape), w.view(torch.int16).numpy().view(np.uint16)
+            a, b = np.frombuffer(t.data.tobytes(),
+                                 np.uint16).reshape(w.shape), w.view(torch.int16).numpy().view(np.uint16)
         else:
             a, b = np.asarray(t.data, np.float32).reshape(w.shape), w.float().numpy()
         if name.endswith("q_proj.weight"):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from ..core import kernels
-from ..core.ownership import ReleasedWeight
+from ..core.engines import kernels
+from ..core.engines.ownership import ReleasedWeight
 from . import machine
 from .paths import REPO
 
@@ -90,7 +90,7 @@ class BandwidthProbe:
 
 def weight_bytes(model) -> int:
     """Bytes of a model's parameters as stored (tied weights counted once; a weight its runner took over, as the
-    model held it: ``core.ownership``)."""
+    model held it: ``core.engines.ownership``)."""
     seen, total = set(), 0
     for p in model.parameters():
         key = id(p) if isinstance(p, ReleasedWeight) else p.data_ptr()

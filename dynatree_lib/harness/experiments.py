@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from .. import methods as registry
-from ..core.policies import FixedTreeConfig
+from ..core.policies.static import FixedTreeConfig
 from ..core.sampling import Sampling
 from . import peers, variants as v
 from .costs import run_costs
@@ -35,7 +35,7 @@ from .store import ResultStore, config_dict, record_key, results_path
 from .tuning import cost_aware, cost_candidates, tuned, tuned_families
 from .talon_experiment import (TALON, TALON_TUNING, head_profile, talon_T, talon_cells, talon_methods,  # noqa: F401
                                talon_profile, talon_tuning_cells)
-from .workloads import count
+from .workloads import WIKITEXT2, count
 
 GREEDY = Sampling()
 
@@ -134,7 +134,7 @@ def main_cells(p: Profile, root=None) -> list[Cell]:
         for r in range(p.protocol.replicates if role == "timed" else 1):
             tags = {"role": role, "replicate": r}
             for ws in p.workloads:
-                row = [_cell(p, ws, m, p.protocol.T, None, tags, dtype, root) for m in main_methods()]
+                row = [_cell(p, ws, m, p.protocol.T, L=None, tags=tags, dtype=dtype, root=root) for m in main_methods()]
                 row += _paper_settings(p, ws, dtype, tags)
                 row += extension_cells(p, ws, dtype, tags, root)
                 cells += row + (controls(row) if p.models.draft_lookup else [])
@@ -244,7 +244,7 @@ def head_methods() -> tuple[str, ...]:
     (its cut is built from the forward costs measured with the profile's own draft), and the opt-in ones (measured
     only where an experiment names them)."""
     return tuple(n for n, m in registry.REGISTRY.items()
-                 if m.drafts and m.engine == "ours" and m.exact and m.role not in ("extension", "opt_in"))
+                 if m.drafts and m.impl == "ours" and m.exact and m.role not in ("extension", "opt_in"))
 
 
 def head_cells(p: Profile, root=None) -> list[Cell]:
@@ -272,7 +272,6 @@ def peers_cells(p: Profile, root=None) -> list[Cell]:
     not the cells."""
     if not p.extras.peers_n_prompts:
         return []
-    peers.register()
     cells, T = [], p.protocol.T
     for r in range(p.protocol.replicates):
         tags = {"role": "peer", **({"replicate": r} if r else {})}  # no replicate tag reads as replicate 0
@@ -291,6 +290,51 @@ EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_
                "peers": peers_cells, "heads": head_cells, TALON: talon_cells,
                TALON_TUNING: talon_tuning_cells}
 IN_PROCESS = ("main", "peers", "heads", TALON)  # experiments whose replicates each run in a fresh process
+MEMORY_HEAD_WORKLOAD, MEMORY_HEAD_REPEATS = WIKITEXT2, 3
+
+
+def run_memory_head(profile: Profile, rerun: bool = False, root: Path | None = None,
+                    render_only: bool = False) -> Path:
+    """Issue 56's memory target: AR and DynaTree on v4, DynaTree on the head, as notebook 08 measures memory (each cell
+    in ``MEMORY_HEAD_REPEATS`` fresh processes, one row each) on the first WikiText-2 test prompt."""
+    from .head_reports import with_head
+    from .memory import run_memory
+
+    path = results_path("memory_head", profile, root)
+    if rerun and not render_only and (old := ResultStore(path).archive()):
+        print(f"rerun: previous results kept at {old}")
+    store, todo = ResultStore(path), []
+    for p, methods in ((profile, (registry.AR, registry.DYNATREE)), (with_head(profile), (registry.DYNATREE,))):
+        cells = [(c, cell_key("memory", p, c)) for c in memory_cells(p)
+                 if c.dataset == MEMORY_HEAD_WORKLOAD and c.method in methods]
+        todo.append((p, [(c, k) for c, k in cells if store.get(k) is None]))
+    if any(cells for _, cells in todo) and render_only:
+        raise FileNotFoundError(f"render-only: cells of 'memory_head' are missing from {path}; run without --render")
+    for p, cells in todo:
+        if cells:
+            check_machine(p)
+            run_memory(p, cells, path, MEMORY_HEAD_REPEATS)
+    return path
+
+
+def run_pair_eagle3(profile: Profile, rerun: bool = False, root: Path | None = None,
+                    render_only: bool = False) -> Path:
+    """Notebook 00's pair report of the profile's feature head (``pair_eagle3.json``)."""
+    from .head_reports import with_head
+    from .pair import run_pair
+
+    return run_pair(with_head(profile), rerun=rerun, root=root, render_only=render_only, name="pair_eagle3")
+
+
+def reports() -> dict:
+    """The experiments that make one document each (not a table of cells), by name: each is
+    ``fn(profile, rerun=False, root=None, render_only=False) -> Path``."""
+    from .head_reports import run_head_cost, run_head_tree_depth
+    from .matmul_costs import run_matmuls
+    from .pair import run_pair
+
+    return {"costs": run_costs, "pair": run_pair, "pair_eagle3": run_pair_eagle3, "head_cost": run_head_cost,
+            "head_tree_depth": run_head_tree_depth, "memory_head": run_memory_head, "matmuls": run_matmuls}
 
 
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:
@@ -312,7 +356,7 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return count(ws, p.protocol.n_exact, 1)
     n = count(ws, p.protocol.n_prompts, p.protocol.n_questions)
     if name in ("main", "sampling"):
-        slow = registry.REGISTRY[cell.method].engine != "ours" or name == "sampling"
+        slow = registry.REGISTRY[cell.method].impl != "ours" or name == "sampling"
         return max(1, round(n * p.protocol.slow_share)) if slow else n
     return p.sweeps.n_prompts  # ablation and sweeps (WikiText-2)
 
@@ -371,8 +415,10 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     cells is not archived by ``rerun``: its committed records stay and render."""
     from . import runner
 
+    if name in reports():
+        return reports()[name](profile, rerun=rerun, root=root, render_only=render_only)
     if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}")
+        raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS) + sorted(reports())}")
     path = results_path(name, profile, root)
     if rerun and not render_only and (lacking := unmeasurable(EXPERIMENTS[name](profile, root))):
         print(f"rerun of {name!r} skipped, its records kept: this machine cannot measure {sorted(lacking)}")

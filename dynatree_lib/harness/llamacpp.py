@@ -9,10 +9,10 @@ the weights beside it. This module imports without llama.cpp present and says wh
 (``LlamaCppMissing``). The command-line examples (``llama-completion``, ``llama-speculative``, ...), their log parsers
 and a smoke run of every mode are a tool: ``tools/llamacpp_run.py``.
 
-``LlamaServer`` (``llama-server``, modes ``SERVER_MODES``; greedy, ``--temp 0 --top-k 1``, unless a request samples;
-2 threads) takes the prompt as our token ids, exactly (a continuation prompt cut at ``L_max`` tokens can end inside a merge, so no text
-would give llama.cpp our ids), returns the new token ids, stops at exactly ``n_new`` tokens (or at EOS) and times
-prefill and decode itself (``timings.prompt_ms``, ``predicted_ms``).
+``LlamaServer`` (``llama-server``, modes ``SERVER_MODES``; greedy, ``--temp 0 --top-k 1``, unless a request samples; 2
+threads) takes the prompt as our token ids, exactly (a continuation prompt cut at ``L_max`` tokens can end inside a
+merge, so no text would give llama.cpp our ids), returns the new token ids, stops at exactly ``n_new`` tokens (or at
+EOS) and times prefill and decode itself (``timings.prompt_ms``, ``predicted_ms``).
 """
 from __future__ import annotations
 
@@ -394,8 +394,8 @@ class LlamaServer:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             resp = json.loads(r.read())
         row = parse_completion(resp, self.mode)
-        row.update(run_fields(self.mode, self.argv, self.info, self.target, self.draft, n_new, ignore_eos,
-                              self.threads, self.n_draft))
+        row.update(run_fields(self.mode, self.argv, self.info, self.target, draft=self.draft, n_new=n_new, ignore_eos=ignore_eos,
+                              threads=self.threads, n_draft=self.n_draft))
         if not isinstance(prompt, str) and row.get("prompt_tokens") not in (None, len(prompt)):
             row["prompt_tokens_warning"] = f"the server processed {row['prompt_tokens']} of {len(prompt)} prompt tokens"
         if keep_response:

@@ -1,6 +1,6 @@
 """The machine a record is measured on, and where its records live.
 
-A ratio belongs to its machine: the same code runs 1.6x faster on one CPU kind than on another because verification
+A ratio belongs to its machine: the same code gains more on one CPU kind than on another because verification
 costs differ (``costs.json``). So every record names its CPU (``describe``: vendor, model, the ISA flags our kernels
 choose by, cores, L3), and a profile's records of one machine kind live in one folder: ``results/<profile>/`` holds
 the profile's reference machine's (the committed cpu records: an AMD EPYC VM), ``results/<profile>@<kind>/`` another

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.lookup import LookupRunner
-from ..core.policies import Session
-from ..core.runners import as_runner
+from ..core.drafts.lookup import LookupRunner
+from ..core.policies.base import Session
+from ..core.engines.hf import as_runner
 from ..core.sampling import Sampling
 from ..methods import REGISTRY, generate
 from .environment import BandwidthProbe, environment
@@ -94,8 +94,8 @@ def agreement(ref: list[int] | None, tokens: list[int]) -> dict:
 @torch.no_grad()
 def divergence_gap(target, prompt_ids: torch.Tensor, ref: list[int], at: int) -> float:
     """The target's top-1 minus top-2 logit where a generation first left AR's path, recomputed by the target's
-    runner (which holds its weights: ``core.ownership``) in one forward from an empty cache over the prompt and AR's
-    tokens before it. A gap of ~1e-5 in fp32 is a numerical near-tie (reduction order differs between a k-token
+    runner (which holds its weights: ``core.engines.ownership``) in one forward from an empty cache over the prompt and
+    AR's tokens before it. A gap of ~1e-5 in fp32 is a numerical near-tie (reduction order differs between a k-token
     verification and a 1-token step); a decoder bug shows up as a divergence with a wide gap."""
     runner = as_runner(target)
     dev = next(runner.model.parameters()).device
@@ -112,7 +112,8 @@ def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int | 
     """One measured generation -> one row: metrics, agreement with AR's tokens (greedy cells), and for AR rows
     their tokens (``output_ids``: later or resumed cells compare with them), how much of their output copies
     earlier text (``loop_share``, ``periodic_tail``) and the memory bandwidth ``probe``d right after them."""
-    res = run_cell(cell, target, draft, prompt, kv_mode, eos, seed, record_trees, session)
+    res = run_cell(cell, target, draft, prompt, kv_mode=kv_mode, eos=eos, seed=seed, record_trees=record_trees,
+                   session=session)
     greedy = cell.sampling.greedy
     ref = res.tokens if cell.config is None else ar_tokens
     row = {"prompt_id": prompt.id, "prompt_len": int(prompt.ids.numel()), **prompt_metrics(res),

@@ -1,7 +1,7 @@
 """Memory of one generation, measured so that the order of cells cannot matter: each cell runs in a fresh Python
 process. The process first prepares the prompt (tokenizer, data, the models' code) and notes what that runtime
 holds, then loads only the models the method uses (AR and HF's AR no draft; transformers' own loop its models
-alone, ours the runners, which hold the only copy of every weight: ``core.ownership``), runs one warm-up
+alone, ours the runners, which hold the only copy of every weight: ``core.engines.ownership``), runs one warm-up
 generation, returns freed memory to the system and measures the next generation:
 
 - ``footprint_mb``: the generation's peak above that runtime (weights, caches and the generation's own tensors):
@@ -9,7 +9,7 @@ generation, returns freed memory to the system and measures the next generation:
 - ``above_start_mb``: the generation's peak above what the process held right before it (its own tensors);
 - ``peak_mem_mb``, ``start_mem_mb``, ``runtime_mb``: the absolute figures behind them;
 - ``target_tensors_mb``, ``draft_tensors_mb``: what the loaded models hold in tensors, before any generation
-  (``core.ownership.reachable_storages``): the target runner's weights, caches and tables, and what the draft
+  (``core.engines.ownership.reachable_storages``): the target runner's weights, caches and tables, and what the draft
   holds beyond them (its own weights and caches; an embedding it borrows counts once, as the target's): the
   part of a footprint that is the models' and their caches', the rest being the generation's own tensors and
   the allocator's.
@@ -108,9 +108,10 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     target, draft, _ = profile.load_pair(cell.dtype, with_draft=drafts, models_for=models_for([cell.method]))
     held = tensors_mb(target, draft)
     seed = prompt_seed(profile.protocol.seed, prompt.id, 0)
-    run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)  # warm: allocators, kernels
+    # warm: allocators, kernels
+    run_cell(cell, target, draft, prompt, kv_mode=profile.protocol.kv_mode, eos=eos, seed=seed)
     start = reset_peak(device)
-    res = run_cell(cell, target, draft, prompt, profile.protocol.kv_mode, eos, seed)
+    res = run_cell(cell, target, draft, prompt, kv_mode=profile.protocol.kv_mode, eos=eos, seed=seed)
     peak = read_peak(device)
     return {"prompt_id": prompt.id, "tokens": len(res.tokens), "models": ["target", "draft"] if drafts else ["target"],
             "runtime_mb": runtime, "start_mem_mb": start, "peak_mem_mb": peak, "footprint_mb": peak - runtime,
@@ -119,7 +120,7 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
 
 def tensors_mb(target, draft) -> dict:
     """MB of the storages the target holds, and of those the draft holds beyond the target's (module docstring)."""
-    from ..core.ownership import reachable_storages
+    from ..core.engines.ownership import reachable_storages
 
     held = reachable_storages(target)
     own = {k: v for k, v in reachable_storages(draft).items() if k not in held} if draft is not None else {}
@@ -155,7 +156,7 @@ def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
     store = ResultStore(path)
     for c, k in tqdm(todo, desc=f"{profile.name}/memory", unit="cell"):
         rows = [measure_in_process(profile, c) for _ in range(repeats)]
-        rec = make_record(c, k, profile, [], rows, {}, 0)
+        rec = make_record(c, k, profile, [], rows=rows, extra={}, replicate=0)
         rec |= {"prompt_ids": [rows[0]["prompt_id"]], "aggregate": aggregate(rows),
                 "environment": environment(profile.models.device),
                 "weights": record_weights(profile, c.draft)}

@@ -1,7 +1,7 @@
 """Model loading: the same ``from_pretrained`` code for hub ids, local folders, ``embedded:*`` and the tiny
 fixtures, as eager transformers models or fast-path runners; a draft may also be a head on the target's features
-(``eagle3:<folder>``, ``medusa:<folder>``, ``hydra:<folder>``: ``core.head_kinds``), which borrows the target's
-embedding. On the static engines the runners hold the only copy of every weight (``core.ownership``)."""
+(``eagle3:<folder>``, ``medusa:<folder>``, ``hydra:<folder>``: ``core.drafts.heads.kinds``), which borrows the target's
+embedding. On the static engines the runners hold the only copy of every weight (``core.engines.ownership``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..core.eagle3_fused import Rope
-from ..core.fastpath import StaticRunner
-from ..core.head_kinds import HEAD_KINDS
-from ..core.lookup import LookupRunner
-from ..core.runners import HFRunner, as_runner, check_pair, context_limit
+from ..core.drafts.heads.eagle3_fused import Rope
+from ..core.engines.static import StaticRunner
+from ..core.drafts.heads.kinds import HEAD_KINDS
+from ..core.drafts.lookup import LookupRunner
+from ..core.engines.hf import HFRunner, as_runner
+from ..core.engines.runner import check_pair, context_limit
 from . import tiny
 from .weights import frequent_tokens, head_folder, head_kind, is_head, lookup_config, resolve
 
@@ -21,7 +22,7 @@ from .weights import frequent_tokens, head_folder, head_kind, is_head, lookup_co
 
 @dataclass(frozen=True)
 class Engine:
-    """How the models run: ``eager`` (transformers) or our static-cache Llama (``core.fastpath``), plain
+    """How the models run: ``eager`` (transformers) or our static-cache Llama (``core.engines.static``), plain
     (``static``), compiled (``static+compile``), or as one C++ call per forward where the bf16 kernels run and
     the compiled graph elsewhere (``static+fused``)."""
 
@@ -108,8 +109,8 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     target alone (the draft is None), for a run that measures what a method without a draft holds.
 
     ``engine`` (an ``Engine`` or its name): "eager" returns the transformers models; the static engines return
-    fast-path runners (``core.fastpath.StaticRunner`` with a ``max_len``-slot cache) over them, for Llama models.
-    The runners hold the only copy of every weight (``core.ownership``): their transformers models (``.model``)
+    fast-path runners (``core.engines.static.StaticRunner`` with a ``max_len``-slot cache) over them, for Llama models.
+    The runners hold the only copy of every weight (``core.engines.ownership``): their transformers models (``.model``)
     keep views or released weights, and a draft (or an EAGLE-3 head) that borrows the target's embedding reads
     the target runner's tensor. ``keep_models=True`` leaves the models their own weights beside the runners' (two
     copies), for a process that also runs transformers' own loop on them (HF's AR and assisted generation).
@@ -117,7 +118,7 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     rotary-position models run past it on purpose (the paper's PG-19 setting); it is logged by the caller.
     ``draft_vocab``: the draft scores only its ``draft_vocab`` most frequent tokens (``frequent_tokens``);
     the draft is then a runner (an ``HFRunner`` on the eager engine) whose ``vocab`` says which.
-    ``draft_lookup``: the draft runner mixes in its context lookup (``core.lookup.LookupRunner``, weights from
+    ``draft_lookup``: the draft runner mixes in its context lookup (``core.drafts.lookup.LookupRunner``, weights from
     ``lookup.json`` beside the draft's, ``lookup_config``).
     """
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -141,10 +142,12 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
 
 
 def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool, fused: bool = False):
-    """The head of ``<kind>:<folder>`` as its kind's draft runner (``core.head_kinds``) over ``target``'s embedding
-    (the same tensor: a runner's, plain or packed, or a transformers model's), in the target's dtype; ``draft_vocab``
+    """The head of ``<kind>:<folder>`` as its kind's draft runner (``core.drafts.heads.kinds``) over ``target``'s
+    embedding (the same tensor: a runner's, plain or packed, or a transformers model's), in the target's dtype;
+    ``draft_vocab``
     must be None or the head's own size; ``draft_lookup`` mixes in the ``lookup.json`` of its folder. ``fused`` (the
-    target's engine is): a kind that has a one-call step takes it where the kernels do (``core.eagle3_fused``; bf16),
+    target's engine is): a kind that has a one-call step takes it where the kernels do
+    (``core.drafts.heads.eagle3_fused``; bf16),
     else it runs eagerly."""
     folder, kind = head_folder(ref), HEAD_KINDS[head_kind(ref)]
     head = kind.load(folder, input_embedding(target))

@@ -14,23 +14,22 @@ continuations of the experiment prompts (the text a speculative decoder actually
   teacher-forced agreements t..t+j-1 all hold (while the draft agrees, it reads the target's tokens), so
   P(depth j accepted) is a run-length statistic of the agreement sequence.
 
-A draft on the target's features (an EAGLE-3 head, ``eagle3:<folder>``) is teacher-forced the way it was trained:
-the target runs once over the text, keeping the hidden states the head reads, and the head's row after each
-prefix is the token it would draft first there (``core.eagle3.first_drafts``: what ``Eagle3Runner`` drafts). Its
-log-probabilities cover its draft vocabulary, read through ``vocab`` as a head over a token subset is (a token
-outside it has q = 0), so every measure keeps its one definition.
+A draft on the target's features (an EAGLE-3 head, ``eagle3:<folder>``) is teacher-forced the way it was trained: the
+target runs once over the text, keeping the hidden states the head reads, and the head's row after each prefix is the
+token it would draft first there (``core.drafts.heads.eagle3.first_drafts``: what ``Eagle3Runner`` drafts). Its
+log-probabilities cover its draft vocabulary, read through ``vocab`` as a head over a token subset is (a token outside
+it has q = 0), so every measure keeps its one definition.
 """
 from __future__ import annotations
 
-import json
 import math
 
 import torch
 from torch import Tensor
 
-from ..core.eagle3 import Eagle3Head, first_drafts, fused_features
-from ..core.eagle3_runner import Eagle3Runner
-from ..core.runners import Runner
+from ..core.drafts.heads.eagle3 import Eagle3Head, first_drafts, fused_features
+from ..core.drafts.heads.eagle3_runner import Eagle3Runner
+from ..core.engines.runner import Runner
 from .workloads import POOLED, count, eos, workload
 
 
@@ -137,7 +136,7 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     answers to Spec-Bench's questions, per category) and on the prompts themselves (``*_human``). With a
     ``draft_vocab`` profile the agreement is the draft's as drafting uses it (its head over the frequent tokens),
     and ``agreement_full_vocab`` the same draft scoring every token; with ``draft_lookup`` the draft's distribution
-    carries its context lookup (``core.lookup.mix``) and ``agreement_no_lookup`` is the network alone; bits/byte
+    carries its context lookup (``core.drafts.lookup.mix``) and ``agreement_no_lookup`` is the network alone; bits/byte
     always score the network alone, over every token. ``sampled``: the same agreement report on the target's
     output sampled at temperature 1 (where a sampled verification drafts; its overlap is what acceptance reads).
     ``draft``: another draft than the profile's (a folder with
@@ -212,7 +211,8 @@ def target_outputs(profile, target, tok, T: int, report: dict, sample: bool = Fa
     seqs = []
     for ws in profile.workloads:
         n = count(ws, profile.extras.pair_n_prompts, profile.extras.pair_n_questions) or profile.protocol.n_prompts
-        for p in load_prompts(ws, tok, n, profile.L_max(ws), "dev", profile.protocol.seed, profile.protocol.data_source):
+        for p in load_prompts(ws, tok, n, profile.L_max(ws), split="dev", seed=profile.protocol.seed,
+                              source=profile.protocol.data_source):
             ids = p.ids[-profile.protocol.max_prompt:] if profile.protocol.max_prompt else p.ids
             out = generate(target, ids, T, eos_token_id=eos(ws, tok), temperature=1.0 if sample else 0.0,
                            generator=gen).tokens
@@ -297,7 +297,7 @@ def sequence_flags(target, draft, x: Tensor, lo: int, heads: dict) -> dict[str, 
     next token after ``x[:t + 1]``), teacher-forced: the draft's top-1 probability, whether its argmax is the
     target's, and the overlap of the two laws. One draft forward per vocabulary (the rows with and without the
     lookup share it); an EAGLE-3 head's rows come from the target's forward."""
-    from ..core.lookup import mix
+    from ..core.drafts.lookup import mix
 
     head = draft_head(draft)
     if head is not None:

@@ -17,7 +17,7 @@ import torch
 
 from .. import methods as registry
 from . import variants
-from ..core.decoding import Options
+from ..core.loop import Options
 from ..core.result import GenerationResult, Totals
 from ..core.validate import check_field_types, require
 from . import llamacpp
@@ -118,13 +118,15 @@ def result_of(row: dict, eos: int | None) -> GenerationResult:
                             target_forwards=counted.iterations + 1, engine=row["version"], counted=counted)
 
 
-def generate_llamacpp(target, draft, prompt, T: int, cfg: LlamaCppConfig, opts: Options = Options()) -> GenerationResult:
+def generate_llamacpp(target, draft, prompt, T: int, cfg: LlamaCppConfig,
+                      opts: Options = Options()) -> GenerationResult:
     """``T`` new tokens (or up to ``opts.eos_token_id``) of ``prompt`` from llama.cpp: greedy, or drawn at the
     temperature alone (no top-k or top-p: TALON's T = 1), seeded by the cell's generator (llama.cpp draws with its own
     generator, so a sampled output is not ours token for token). ``target`` and ``draft`` are ours and unused:
     llama.cpp runs its own GGUF conversions of the same weights."""
     s = opts.sampling
-    require(s.top_k is None and s.top_p is None, "the llama.cpp peer samples at a temperature alone (no top-k or top-p)")
+    require(s.top_k is None and s.top_p is None,
+            "the llama.cpp peer samples at a temperature alone (no top-k or top-p)")
     seed = 0 if s.greedy else int(torch.randint(2**31, (1,), generator=opts.rng(torch.device("cpu"))))
     row = server(cfg).complete(prompt.tolist(), int(T), ignore_eos=opts.eos_token_id is None,
                                temperature=s.temperature, seed=seed)
@@ -141,12 +143,15 @@ def describe(cfg: LlamaCppConfig) -> dict:
 
 
 def register() -> None:
-    """Register llama.cpp as a method and its modes as variants (once; the peers experiment calls this, and so
-    must anything that reads its records without it)."""
+    """Register llama.cpp as a method and its modes as variants, once: this module does, where they are declared
+    (``unregister`` and this again restore them in a test that changes the registry)."""
     if METHOD in registry.REGISTRY:
         return
     registry.register(registry.Method(name=METHOD, config=LlamaCppConfig, label="llama.cpp", color="#17becf",
-                                      role="peer", decode=generate_llamacpp, drafts=False, engine="llama.cpp",
+                                      role="peer", decode=generate_llamacpp, drafts=False, impl="llama.cpp",
                                       describe=describe, unavailable=unavailable))
     for peer in PEERS + EAGLE3_PEERS[1:]:
         variants.register(variants.Variant(name=peer.variant, label=variants.fixed(peer.label)))
+
+
+register()  # llama.cpp is a method of the registry as soon as it is declared here

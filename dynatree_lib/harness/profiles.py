@@ -20,9 +20,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..baselines.hf_generate import HFAssistedConfig
-from ..core.eagle_tree import Eagle3TreeConfig
-from ..core.opt_tree import OptTreeConfig
-from ..core.policies import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig
+from ..core.policies.eagle_tree import Eagle3TreeConfig
+from ..core.policies.opt_tree import OptTreeConfig
+from ..core.policies.dynatree import DynaTreeConfig
+from ..core.policies.static import FixedTreeConfig, LinearConfig
+from ..core.policies.talon import TalonConfig
 from .. import methods as registry
 from .models import Engine, load_pair
 from .workloads import HUMANEVAL, ULTRACHAT_EVAL
@@ -34,7 +36,7 @@ class Models:
     AR. ``context_override`` raises both models' declared context (rotary models run past it on purpose: the
     paper's PG-19 setting). ``draft_vocab``: the draft scores only its that many most frequent tokens (FR-Spec;
     the target verifies every token, so exactness is untouched). ``draft_lookup``: the draft mixes in its context
-    lookup (``core.lookup``). Both serve every method drafting with our loop; HF assisted drafts with
+    lookup (``core.drafts.lookup``). Both serve every method drafting with our loop; HF assisted drafts with
     transformers' own loop (full head, no lookup). ``machine``: the machine kind whose records these are
     (``harness.machine``): None for the profile's reference machine (``results/<profile>/``), else a kind such as
     ``intel-amx``, whose records live in ``results/<profile>@<kind>/`` beside the reference machine's."""
@@ -55,14 +57,14 @@ class Models:
                   models_for: str = "ours"):
         """Target, draft and tokenizer on this profile's device and engine, in ``dtype`` (default: the timed
         precision), with static caches of ``max_len`` slots; ``with_draft=False``: the draft is None. ``models_for``:
-        whose loop runs them (``Method.engine``): "ours" (runners holding the only copy of every weight, on a static
+        whose loop runs them (``Method.impl``): "ours" (runners holding the only copy of every weight, on a static
         engine), "transformers" (the transformers models alone: no runner) or "both" (runners beside models that
         keep their own weights: two copies, for a process that runs both loops)."""
         if models_for not in ("ours", "transformers", "both"):
             raise ValueError(f"models_for must be 'ours', 'transformers' or 'both', got {models_for!r}")
         engine = Engine() if models_for == "transformers" else self.engine
         return load_pair(self.target, self.draft if with_draft else None, self.device, dtype or self.dtype,
-                         self.context_override, engine, max_len, self.draft_vocab, self.draft_lookup,
+                         context_override=self.context_override, engine=engine, max_len=max_len, draft_vocab=self.draft_vocab, draft_lookup=self.draft_lookup,
                          keep_models=models_for == "both")
 
 
@@ -70,7 +72,7 @@ def models_for(methods) -> str:
     """Whose loop runs the models of ``methods`` (registered names), as ``Models.load_pair`` takes it: "ours",
     "transformers", or "both" where the methods mix the two (the main table); methods of another engine (llama.cpp)
     load nothing of ours."""
-    engines = {registry.REGISTRY[m].engine for m in methods} & {"ours", "transformers"}
+    engines = {registry.REGISTRY[m].impl for m in methods} & {"ours", "transformers"}
     return "both" if len(engines) == 2 else next(iter(engines), "ours")
 
 
@@ -264,8 +266,10 @@ def _cpu_tuning() -> dict:
         "fixed_tree": (FixedTreeConfig(8, 3, 0.1, 256), FixedTreeConfig(4, 2, 0.0, 16), FixedTreeConfig(5, 2, 0.05, 24),
                        FixedTreeConfig(6, 2, 0.02, 32), FixedTreeConfig(4, 3, 0.05, 24)),
         "dynatree": (DynaTreeConfig(), DynaTreeConfig(D0=4, D_max=8, tau_h=0.8, tau_l=0.3, rho_stop=0.02, rho_deep=0.3, n_max=24),
-                     DynaTreeConfig(D0=5, D_max=10, tau_h=0.7, tau_l=0.2, rho_stop=0.01, rho_deep=0.3, tau=0.0, n_max=24),
-                     DynaTreeConfig(D0=4, D_max=8, B_max=2, tau_h=0.8, tau_l=0.4, rho_stop=0.02, rho_deep=0.4, n_max=16),
+                     DynaTreeConfig(D0=5, D_max=10, tau_h=0.7, tau_l=0.2, rho_stop=0.01, rho_deep=0.3, tau=0.0,
+                                    n_max=24),
+                     DynaTreeConfig(D0=4, D_max=8, B_max=2, tau_h=0.8, tau_l=0.4, rho_stop=0.02, rho_deep=0.4,
+                                    n_max=16),
                      DynaTreeConfig(D0=6, D_max=10, tau_h=0.6, tau_l=0.2, rho_stop=0.02, rho_deep=0.2, n_max=32)),
         "talon": (TalonConfig(0.03, 60, 10), TalonConfig(0.05, 16, 3), TalonConfig(0.1, 24, 4),
                   TalonConfig(0.05, 32, 5), TalonConfig(0.2, 12, 2)),
@@ -282,7 +286,8 @@ def _cpu_tuning() -> dict:
 def _tiny_tuning() -> dict:
     return {"linear": (LinearConfig(3), LinearConfig(4)),
             "fixed_tree": (FixedTreeConfig(4, 2, 0.05, 32), FixedTreeConfig(3, 2, 0.0, 16)),
-            "dynatree": (DynaTreeConfig(D_max=6, n_max=32), DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16)),
+            "dynatree": (DynaTreeConfig(D_max=6, n_max=32), DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2,
+                         n_max=16)),
             "talon": (TalonConfig(0.1, 16, 4), TalonConfig(0.2, 8, 2)),
             "eagle3_tree": (Eagle3TreeConfig(3, 3, 17), Eagle3TreeConfig(2, 2, 9)),
             "opt_tree": (OptTreeConfig(16, 0.1, 6), OptTreeConfig(8, 0.0, 6)),
@@ -318,7 +323,8 @@ PROFILES: dict[str, Profile] = {
         Protocol(L_max={"wikitext2": 80, "pg19": 100}, T=150, n_prompts=2, n_exact=2, warmup=1),
         PaperSettings(streaming_cache=102),
         sweeps=Sweeps(T_list=(10, 20, 30, 50, 100, 150), L_max_list=(10, 20, 40, 80), n_prompts=1,
-                      fixed_grid={"D": (3, 8), "B": (2, 4), "tau": (0.01, 0.1)}, threshold_pairs=((0.95, 0.5), (0.6, 0.1)),
+                      fixed_grid={"D": (3, 8), "B": (2, 4), "tau": (0.01, 0.1)}, threshold_pairs=((0.95, 0.5), (0.6,
+                                                                                                  0.1)),
                       breadth_list=((1, 1, 2), (2, 3, 4)), depth_list=((3, 6), (8, 12))),
         extras=Extras(trees_n_prompts=1, trees_per_prompt=8)),
     # cpu: T=256 (the paper decodes 1500): at T=128 a 200-token prompt's prefill is a large share of AR's wall
@@ -339,12 +345,12 @@ PROFILES: dict[str, Profile] = {
                       dynatree={"wikitext2": DynaTreeConfig(D_max=8), "pg19": DynaTreeConfig(D_max=9),
                                 "spec_bench": DynaTreeConfig(D_max=8), HUMANEVAL: DynaTreeConfig(D_max=8),
                                 ULTRACHAT_EVAL: DynaTreeConfig(D_max=8)}),
-        Tuning(_cpu_tuning(), n=3, n_questions=1),
-        Sweeps(T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), n_prompts=2,
+        tuning=Tuning(_cpu_tuning(), n=3, n_questions=1),
+        sweeps=Sweeps(T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), n_prompts=2,
                fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
                threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
-        Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
+        extras=Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
                peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3", talon_T_cap=256,
                talon_tuning_T=128,
                talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
@@ -359,11 +365,11 @@ PROFILES: dict[str, Profile] = {
                       dynatree={w: DynaTreeConfig(D_max=6, n_max=32)
                                 for w in ("wikitext2", "pg19", "spec_bench", HUMANEVAL, ULTRACHAT_EVAL)},
                       talon=TalonConfig(mu=0.1, N=16, K=4), streaming_cache=32),
-        Tuning(_tiny_tuning(), n=1, n_questions=1, T=16),
-        Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,
+        tuning=Tuning(_tiny_tuning(), n=1, n_questions=1, T=16),
+        sweeps=Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,
                fixed_grid={"D": (2, 4), "B": (2,), "tau": (0.05, 0.1)}, threshold_pairs=((0.9, 0.4), (0.7, 0.2)),
                breadth_list=((1, 2, 3),), depth_list=((3, 6),)),
-        Extras(trees_n_prompts=1, trees_per_prompt=6, pair_n_questions=1)),
+        extras=Extras(trees_n_prompts=1, trees_per_prompt=6, pair_n_questions=1)),
 }
 
 

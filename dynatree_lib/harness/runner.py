@@ -5,8 +5,8 @@ import zlib
 
 import torch
 
-from ..core.policies import Session
-from ..core.runners import as_runner
+from ..core.policies.base import Session
+from ..core.engines.hf import as_runner
 from ..methods import AR
 from . import measure
 from .environment import BandwidthProbe, bound
@@ -44,7 +44,7 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     rows = {k: store.partial(k) for _, k in todo}
     prompts = Prompts(p, tok)
     refs = ar_references(store, todo, rows, dtype)
-    sessions = {k: Session() for _, k in todo}  # a cell's state across its generations (a policy adapting across prompts)
+    sessions = {k: Session() for _, k in todo}  # a cell's state across its generations (a policy across prompts)
     bar = tqdm(total=sum(counts[k] * prompts.per_cell(c) for c, k in todo), initial=sum(map(len, rows.values())),
                desc=f"{p.name}/{name} {dtype}", unit="gen")
     # Interleaved: round i measures prompt i for every cell (AR first), so slow drifts of machine speed hit all
@@ -57,11 +57,12 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
             bar.set_postfix_str(f"{c.dataset} {c.label[:40]} T={c.T}")
             eos = workload_eos(c.dataset, tok)
             if not rows[k]:
-                measure.warm_up(c, target, drafts[c.draft], ps, p.protocol.warmup, p.protocol.kv_mode, eos, sessions[k])
+                measure.warm_up(c, target, drafts[c.draft], ps, warmup=p.protocol.warmup, kv_mode=p.protocol.kv_mode,
+                                eos=eos, session=sessions[k])
             ref = refs.setdefault(ref_key(c), {})
             seed = prompt_seed(p.protocol.seed, ps[i].id, c.tags.get("replicate", 0))
-            row = measure.measure(c, target, drafts[c.draft], ps[i], p.protocol.kv_mode, eos, ref.get(ps[i].id), probe, seed,
-                                  c.tags.get("record_trees", 0), sessions[k])
+            row = measure.measure(c, target, drafts[c.draft], ps[i], kv_mode=p.protocol.kv_mode, eos=eos, ar_tokens=ref.get(ps[i].id), probe=probe, seed=seed,
+                                  record_trees=c.tags.get("record_trees", 0), session=sessions[k])
             if c.config is None and c.sampling.greedy:
                 ref[ps[i].id] = row["output_ids"]
             rows[k].append(row)
@@ -69,7 +70,8 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
             bar.update(1)
     for c, k in todo:
         extra = {"weights": weights[c.draft], "bound": bound_}
-        store.add(measure.make_record(c, k, p, prompts.of(c, counts[k]), rows[k], extra, c.tags.get("replicate", 0)))
+        store.add(measure.make_record(c, k, p, prompts.of(c, counts[k]), rows=rows[k], extra=extra,
+                  replicate=c.tags.get("replicate", 0)))
     bar.close()
 
 
@@ -114,8 +116,8 @@ class Prompts:
             if self.p.protocol.prompt_style == "authors":
                 ps = authors_prompts(c.dataset, self.tok, n, c.L_max, self.p.protocol.data_source)
             else:
-                ps = load_prompts(c.dataset, self.tok, n, c.L_max, c.split, self.p.prompt_seed(c.split),
-                                  self.p.protocol.data_source)
+                ps = load_prompts(c.dataset, self.tok, n, c.L_max, split=c.split, seed=self.p.prompt_seed(c.split),
+                                  source=self.p.protocol.data_source)
             cap = self.p.protocol.max_prompt
             for q in ps:
                 if cap and q.ids.numel() > cap:

@@ -8,7 +8,7 @@ import dataclasses
 from typing import NamedTuple
 
 from .. import methods as registry
-from ..core.eagle_tree import Eagle3TreeConfig
+from ..core.policies.eagle_tree import Eagle3TreeConfig
 from ..core.sampling import Sampling
 from ..core.validate import is_int
 from ..extensions.cost_aware import CostAwareConfig
@@ -163,7 +163,6 @@ def peer_cells(p: Profile, ws: str, s: Sampling, tags: dict) -> list[Cell]:
     ``extras.talon_peers``; a machine without llama.cpp measures none of them (``Method.unavailable``)."""
     if not p.extras.talon_peers:
         return []
-    peers.register()
     return [Cell(dataset=ws, method=peers.METHOD, variant=mode.variant, config=mode.config, T=talon_T(p, ws),
                  L_max=p.L_max(ws), dtype=p.models.dtype, tags=tags | {"own_ar": mode is peers.EAGLE3_PEERS[0]},
                  sampling=s)

@@ -74,9 +74,10 @@ def tiny_llama(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, layer
 
 
 def tiny_eagle3(target, draft_vocab: int | None = None, seed: int = 0, init_range: float = 0.3):
-    """A random EAGLE-3 head (``core.eagle3``) on a tiny Llama ``target``'s features and embedding: the target's
+    """A random EAGLE-3 head (``core.drafts.heads.eagle3``) on a tiny Llama ``target``'s features and embedding: the
+    target's
     layer shape, EAGLE-3's layers, a draft vocabulary of ``draft_vocab`` random token ids (default: all)."""
-    from ..core.eagle3 import Eagle3Config, Eagle3Head
+    from ..core.drafts.heads.eagle3 import Eagle3Config, Eagle3Head
 
     V = target.config.vocab_size
     cfg = Eagle3Config.for_target(target.config, draft_vocab or V)
@@ -84,18 +85,19 @@ def tiny_eagle3(target, draft_vocab: int | None = None, seed: int = 0, init_rang
     head = Eagle3Head(cfg, target.get_input_embeddings().weight)
     with torch.no_grad():
         for p in head.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * init_range if p.dim() > 1 else 1 + 0.1 * torch.randn(p.shape, generator=g))
+            p.copy_(torch.randn(p.shape, generator=g) * init_range if p.dim() > 1 else 1 + 0.1 * torch.randn(p.shape,
+                    generator=g))
     head.set_vocab(torch.randperm(V, generator=g)[:cfg.draft_vocab])
     return head.to(target.dtype).eval()
 
 
 def tiny_mlp_heads(target, kind: str, heads: int = 3, draft_vocab: int | None = None, seed: int = 0,
                    init_range: float = 0.05, layers: int = 1):
-    """Random Medusa or Hydra heads (``core.mlp_heads``, ``kind``) on a tiny ``target``'s last hidden state and
+    """Random Medusa or Hydra heads (``core.drafts.heads.mlp``, ``kind``) on a tiny ``target``'s last hidden state and
     embedding: ``heads`` levels, a draft vocabulary of ``draft_vocab`` random token ids (default: all). Their output
     layers are the target's rows at those ids plus noise (Medusa's initialisation, so that the heads' drafts are
     sometimes accepted), every other weight is noise of scale ``init_range``."""
-    from ..core.mlp_heads import MLPHeadConfig, MLPHeads
+    from ..core.drafts.heads.mlp import MLPHeadConfig, MLPHeads
 
     V = target.config.vocab_size
     cfg = MLPHeadConfig.for_target(target.config, kind, heads, draft_vocab or V, layers)

@@ -128,13 +128,13 @@ def cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float,
 def head_cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, float, float]:
     """``cost_curve`` for the profile's feature head (``extras.head``): the target's verification curve and the loop's
     terms as measured (costs.json), each drafting level, the catch-up after the target's forward included, priced by
-    the head's measured step (``tools/head_cost.py``'s head_cost.json: its median share of the target's one-token
+    the head's measured step (the ``head_cost`` experiment's head_cost.json: its median share of the target's one-token
     forward)."""
     curves = measured_curves(p, dtype, root)
     path = results_path("head_cost", p, root)
     if not path.exists():
         raise NotTuned(f"{path} is missing: the extension on the head prices its drafting levels by the head's "
-                       "measured step (`python tools/head_cost.py` measures it)")
+                       "measured step (`bench --experiment head_cost` measures it)")
     share = json.loads(path.read_text())["drafts"]["head"]["median"]
     verify, loop = verify_curve(curves), curves["loop"]
     level = share * dict(verify)[1] + loop["level"]

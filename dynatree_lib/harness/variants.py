@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import methods as registry
-from ..core.head_kinds import HEAD_KINDS
+from ..core.drafts.heads.kinds import HEAD_KINDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +64,7 @@ FIXED_GRID, SWEEP_THRESHOLDS, SWEEP_BREADTH, SWEEP_DEPTH = "fixed_grid", "sweep_
 for _v in (
     Variant(name=MAIN, label=lambda m, c, t: m),
     Variant(name=PAPER_SETTINGS, label=lambda m, c, t: f"{m} (paper settings)", rank=0.5),
-    Variant(name=NETWORK_ALONE, label=lambda m, c, t: f"{m} · network alone", rank=0.25),  # the draft without its lookup
+    Variant(name=NETWORK_ALONE, label=lambda m, c, t: f"{m} · network alone", rank=0.25),  # the draft, no lookup
     Variant(name=CANDIDATE, label=lambda m, c, t: f"{own(m, t)} #{t['candidate']}: {short(c)}"),
     # a tree over a Medusa or Hydra head of the cell's own (``Cell.draft``; its kind in the tags), TALON's rows
     Variant(name=OWN_HEADS, label=lambda m, c, t: own(m, t), rank=0.75),

@@ -7,13 +7,12 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import torch
 
-from ..core.head_kinds import HEAD_KINDS
-from ..core.lookup import LookupConfig
+from ..core.drafts.heads.kinds import HEAD_KINDS
+from ..core.drafts.lookup import LookupConfig
 from .paths import DRAFT_DIR, REPO, cache_dir
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -158,7 +157,7 @@ def companion_dir(ref: str) -> Path:
 
 def head_kind(ref: str) -> str | None:
     """The kind of draft head on the target's features that ``ref`` names (``<kind>:<folder>``, a kind of
-    ``core.head_kinds.HEAD_KINDS``: ``eagle3:<folder>``, ``medusa:<folder>``, ``hydra:<folder>``), else None."""
+    ``core.drafts.heads.kinds.HEAD_KINDS``: ``eagle3:<folder>``, ``medusa:<folder>``, ``hydra:<folder>``), else None."""
     kind, sep, _ = ref.partition(":")
     return kind if sep and kind in HEAD_KINDS else None
 

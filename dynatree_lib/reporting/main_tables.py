@@ -20,7 +20,7 @@ def paired_vs_best(df: pd.DataFrame, methods: tuple[str, ...] | None = None) -> 
     methods = methods or registry.family(registry.DYNATREE)
     rows = []
     timed = role(df)
-    timed = timed[timed.lookup & (timed.engine == "ours")]
+    timed = timed[timed.lookup & (timed.impl == "ours")]
     for ds in present(timed.dataset):
         for rep, sub in timed[timed.dataset == ds].groupby("replicate"):
             others = sub[~sub.method.isin((registry.AR, *registry.family(registry.DYNATREE)))]
@@ -205,14 +205,14 @@ def controls_table(df) -> pd.DataFrame:
 
 def draft_change_table(now: pd.DataFrame, before: pd.DataFrame, names: tuple[str, str]) -> pd.DataFrame:
     """What a new draft changed in the main run: each drafting method of ours in both runs (``before``: the
-    earlier draft's records, ``now``: the current one's; ``names`` their versions), with the network alone and
-    with its lookup, per workload: speedup over AR in each replicate, tokens per verification and drafting time
-    per iteration (replicate 1).
-    Each speedup is paired with AR inside its own run; the two runs are different sessions, so the table compares
+    earlier draft's records, ``now``: the current one's; ``names`` their versions), with the network alone and with its
+    lookup, per workload: speedup over AR in each replicate, tokens per verification and drafting time per iteration
+    (replicate 1). Each speedup is paired with AR inside its own run; the two runs are different sessions, so the table
+    compares
     paired ratios, it is not a paired test of one draft against the other."""
     def drafting(df):
         t = role(df)
-        return order(t[(t.engine == "ours") & (t.method != registry.AR)])
+        return order(t[(t.impl == "ours") & (t.method != registry.AR)])
 
     runs = {name: {(r.dataset, r.row, r.replicate): r for _, r in drafting(df).iterrows()}
             for name, df in zip(names, (before, now))}
@@ -271,7 +271,7 @@ def hf_table(df) -> pd.DataFrame:
     """transformers' own engine: HF assisted generation over HF's AR (the algorithm) and over ours (algorithm and
     engine together), and HF's AR over ours (the engine alone), per workload (replicate 1)."""
     sub = replicate(role(df))
-    on_hf = [n for n, m in registry.REGISTRY.items() if m.engine == "transformers"]
+    on_hf = [n for n, m in registry.REGISTRY.items() if m.impl == "transformers"]
     rows = []
     for ds in present(sub.dataset):
         w = sub[sub.dataset == ds]
@@ -300,7 +300,7 @@ def best_pairs(df) -> list[dict]:
     out = []
     for ds in present(df.dataset):
         for rep, w in df[df.dataset == ds].groupby("replicate"):
-            ours, peers = w[(w.engine == "ours") & (w.method != registry.AR)], w[w.engine == "llama.cpp"]
+            ours, peers = w[(w.impl == "ours") & (w.method != registry.AR)], w[w.impl == "llama.cpp"]
             if ours.empty or peers.empty:
                 continue
             a, b = ours.loc[ours.tps.idxmax()], peers.loc[peers.tps.idxmax()]

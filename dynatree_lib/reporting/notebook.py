@@ -3,17 +3,19 @@ here in one line) and showing a table or figure while saving it under ``figures/
 PNG + PDF). Everything shown is computed from logged JSON by ``tables`` and ``plots``."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ..harness import experiments
-from ..harness.paths import FIGURES
+from ..harness.paths import FIGURES, RESULTS
 from ..harness.profiles import Profile, get_profile
 from ..harness.store import results_path
 from . import plots, tables
 from .plots import save as save_fig
 from .tables import save as save_table
 
-__all__ = ["experiments", "plots", "tables", "results_path", "start", "show_table", "show_fig", "figures_dir"]
+__all__ = ["experiments", "plots", "tables", "results_path", "start", "show_table", "show_fig", "figures_dir",
+           "machines", "on_machine"]
 
 
 def start(profile: str, overrides: dict | None = None) -> Profile:
@@ -25,15 +27,30 @@ def figures_dir(profile) -> Path:
     return FIGURES / profile.name
 
 
+def machines(profile) -> tuple[str, ...]:
+    """The other machine kinds whose records of this profile are committed (``results/<profile>@<kind>/``), sorted."""
+    return tuple(sorted(p.name.split("@", 1)[1] for p in RESULTS.glob(f"{profile.name}@*") if p.is_dir()))
+
+
+def on_machine(profile: Profile, kind: str) -> Profile:
+    """``profile`` reading (and measuring) the records of machine kind ``kind`` (``Models.machine``)."""
+    return dataclasses.replace(profile, models=dataclasses.replace(profile.models, machine=kind))
+
+
+def named(name: str, profile) -> str:
+    """A table's or figure's file name: another machine kind's carry its kind (``table_heads@intel-amx``)."""
+    return name if profile.models.machine is None else f"{name}@{profile.models.machine}"
+
+
 def show_table(t, name: str, profile) -> None:
     from IPython.display import Markdown, display
 
-    display(Markdown(save_table(t, name, figures_dir(profile))))
+    display(Markdown(save_table(t, named(name, profile), figures_dir(profile))))
 
 
 def show_fig(fig, name: str, profile) -> None:
     import matplotlib.pyplot as plt
     from IPython.display import Image, display
 
-    display(Image(filename=str(save_fig(fig, name, figures_dir(profile)))))
+    display(Image(filename=str(save_fig(fig, named(name, profile), figures_dir(profile)))))
     plt.close(fig)

@@ -174,13 +174,14 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
     rows, ar_scale = [], {}  # (dataset, precision, replicate) -> AR's measured / predicted
     for _, r in order(df).iterrows():
         prec = r["dtype"]  # not r.dtype: that is the Series' own dtype
-        if prec not in costs["curves"] or r.engine != "ours":
+        if prec not in costs["curves"] or r.impl != "ours":
             continue
         c = costs["curves"][prec]
         stats = (r.draft_nodes_per_iter, r.depth_per_iter, r.draft_forwards_per_iter, r.L_bar)
         pred = predict_ms_per_token(c, r.method, *stats)
         row = {"Dataset": workload_label(r.dataset), "Method": r.label, "precision": prec,
-               "replicate": int(r.get("replicate", 0)) + 1, "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}
+               "replicate": int(r.get("replicate",
+                                0)) + 1, "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}
         if r.method != registry.AR:
             d, v, cm = predict_iteration(c, *stats)
             row |= {"draft/iter pred.": d, "draft/iter meas.": 1e3 * r.draft_s / r.iterations,
@@ -214,7 +215,7 @@ def ceiling_table(costs: dict, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(
 
 
 def head_cost_table(cost: dict) -> pd.DataFrame:
-    """``tools/head_cost.py``'s paired rounds: each draft's one step over the target's one-token forward."""
+    """the ``head_cost`` experiment's paired rounds: each draft's one step over the target's one-token forward."""
     rows = {name: {"draft": d["ref"], "engine": d.get("engine", cost["engine"]), "median": f"{d['median']:.3f}",
                    "quartiles": "–".join(f"{q:.3f}" for q in d["quartiles"]), "rounds": d["rounds"]}
             for name, d in cost["drafts"].items()}
@@ -224,7 +225,8 @@ def head_cost_table(cost: dict) -> pd.DataFrame:
 
 
 def head_vocab_table(vocab: dict) -> pd.DataFrame:
-    """``tools/head_vocab.py``: per reduced-vocabulary size, the held-out coverage (a ceiling on agreement) and the
+    """the ``head_vocab`` experiment: per reduced-vocabulary size, the held-out coverage (a ceiling on agreement) and
+    the
     weights one head step reads against the target's one-token forward."""
     rows = {f"{r['draft_vocab']:,}": {**{f"coverage: {k}": f"{v:.3f}" for k, v in r["coverage"].items()},
                                      "weights read (M)": f"{r['head_params'] / 1e6:.1f}",
@@ -235,8 +237,9 @@ def head_vocab_table(vocab: dict) -> pd.DataFrame:
 
 
 def head_memory_table(memory: dict) -> pd.DataFrame:
-    """``tools/memory_head.py``: each cell's footprint (notebook 08's measure, the mean of its fresh processes, each
-    process's value beside it), its excess over AR's, and the tensors the loaded target and draft hold (the draft's:
+    """the ``memory_head`` experiment: each cell's footprint (notebook 08's measure, the mean of its fresh processes,
+    each process's value beside it), its excess over AR's, and the tensors the loaded target and draft hold (the
+    draft's:
     beyond the target's; records measured before these were logged show none)."""
     records = memory["records"]
     mean = lambda r: r["aggregate"]["footprint_mb"]["mean"]  # noqa: E731
@@ -258,7 +261,7 @@ def held_columns(record: dict) -> dict:
 
 
 def head_lookup_table(report: dict) -> pd.DataFrame:
-    """``tools/head_lookup.py``: on each held-out half, the head's first drafted token alone, with the committed
+    """the ``head_lookup`` experiment: on each held-out half, the head's first drafted token alone, with the committed
     lookup and with one fitted on the other half: agreement with the target's greedy token and the mean
     log-likelihood of that token."""
     rows = {}
@@ -272,10 +275,40 @@ def head_lookup_table(report: dict) -> pd.DataFrame:
 
 
 def head_lookup_weights_table(report: dict) -> pd.DataFrame:
-    """``tools/head_lookup.py``: the committed lookup's weight for each match length n beside those fitted on each
+    """the ``head_lookup`` experiment: the committed lookup's weight for each match length n beside those fitted on each
     held-out half."""
     rows = {"committed": report["committed_weights"]} | {f"fitted on half {h}": f["weights"]
                                                          for h, f in sorted(report["fitted"].items())}
     t = pd.DataFrame({k: {f"n={i + 1}": f"{w:.2f}" for i, w in enumerate(ws)} for k, ws in rows.items()}).T
     t.index.name = "w[n]"
+    return t
+
+
+def verification_table(costs_by_machine: dict[str, dict], dtype: str = "bfloat16") -> pd.DataFrame:
+    """Per machine kind (its ``costs.json``): the target's forward of k tokens over its one-token forward, c(k), in
+    ``dtype``, beside the one-token ms and the kernels' instruction set that timed it. What a verification of k
+    nodes costs on each machine: the price a tree pays, which the method does not decide."""
+    rows = {}
+    for kind, costs in costs_by_machine.items():
+        c, env = costs["curves"][dtype], costs["environment"]
+        one = c["target"]["1"]
+        rows[kind] = {"CPU": env.get("machine", {}).get("model", env.get("device_name")),
+                      "kernels": env.get("kernels") or "avx512-bf16", "1 token (ms)": f"{one:.2f}",
+                      **{f"c({k})": f"{v / one:.2f}" for k, v in c["target"].items() if k != "1"}}
+    t = pd.DataFrame(rows).T
+    t.index.name = "machine"
+    return t
+
+
+def matmul_table(doc: dict) -> pd.DataFrame:
+    """The ``matmuls`` report: per path (each of our kernels' instruction sets, torch's oneDNN matmul) and rows k,
+    the median ms of one pass over the target's matmul weights, and over the same path's one-row pass."""
+    med = doc["median_ms"]
+    rows = {}
+    for path, per in med.items():
+        one = per["1"]
+        rows[path] = {**{f"k={k} ms": f"{v:.1f}" for k, v in per.items()},
+                      **{f"k={k} / k=1": f"{v / one:.2f}" for k, v in per.items() if k != "1"}}
+    t = pd.DataFrame(rows).T
+    t.index.name = "matmuls"
     return t

@@ -78,7 +78,7 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
                "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
                "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
                "temperature": r.get("temperature", 0.0), "lookup": r.get("lookup", True),
-               "replicate": tags.get("replicate", 0), "engine": m.engine if m else "ours",
+               "replicate": tags.get("replicate", 0), "impl": m.impl if m else "ours",
                "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
                "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r), "rows": r["rows"],
                "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"] if "tps" in row},
@@ -154,13 +154,13 @@ def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
         return df
     keys = list(df[AR_KEY].itertuples(index=False, name=None))
     ar = {k: t for k, t, m in zip(keys, df.tps_by_prompt, df.method) if m == registry.AR}
-    own_ar = df.method.isin(registry.engine_ars()) | df.get("tag_own_ar", pd.Series(False, index=df.index)).fillna(False).astype(bool)
-    own = {(e, k): t for k, t, e, o in zip(keys, df.tps_by_prompt, df.engine, own_ar) if o}
+    own_ar = df.method.isin(registry.impl_ars()) | df.get("tag_own_ar", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    own = {(e, k): t for k, t, e, o in zip(keys, df.tps_by_prompt, df.impl, own_ar) if o}
     df["speedup"] = [paired_ratio(t, ar[k]) if k in ar else float("nan") for t, k in zip(df.tps_by_prompt, keys)]
     ci = [ratio_ci(t, ar[k]) if k in ar else (float("nan"),) * 2 for t, k in zip(df.tps_by_prompt, keys)]
     df["speedup_lo"], df["speedup_hi"] = [c[0] for c in ci], [c[1] for c in ci]
     df["speedup_own"] = [paired_ratio(t, own[(e, k)]) if e != "ours" and (e, k) in own else float("nan")
-                         for t, k, e in zip(df.tps_by_prompt, keys, df.engine)]
+                         for t, k, e in zip(df.tps_by_prompt, keys, df.impl)]
     return df
 
 

@@ -16,7 +16,8 @@ from .main_tables import (ar_loops, best_pairs, best_vs_peer, controls_table, dr
                           table1, table1_exact, table2, table3, table4, table5, tuning_table)
 from .pair_tables import (agreement_table, ar_vs_bound, ceiling_table, cost_model_table, draft_versions_table,
                           forward_cost_table, head_cost_table, head_lookup_table, head_lookup_weights_table,
-                          head_memory_table, head_vocab_table, one_token_table, overlap_table, pair_table)
+                          head_memory_table, head_vocab_table, matmul_table, one_token_table, overlap_table, pair_table,
+                          verification_table)
 from .records import (AR_KEY, BOOTSTRAP, add_speedup, bound_ms, bound_ratios, load, order, paired, paired_ratio,
                       ratio_ci, records, replicate, reported, role, row_id, say_other_drafts, shown)
 from .talon_tables import (talon_budget_table, talon_peer_table, talon_reported, talon_reported_vs_reproduced,
@@ -28,7 +29,7 @@ __all__ = ["TIE_GAP", "CATEGORY_LABELS", "dash", "pm", "present", "save", "scope
            "reported_vs_reproduced_v1", "sampling_table", "spec_bench_table", "table1", "table1_exact", "table2",
            "table3", "table4", "table5", "tuning_table", "agreement_table", "ar_vs_bound", "ceiling_table",
            "cost_model_table", "draft_versions_table", "forward_cost_table", "head_cost_table", "head_lookup_table",
-           "head_lookup_weights_table", "head_memory_table", "head_vocab_table", "one_token_table", "overlap_table",
-           "pair_table", "AR_KEY", "BOOTSTRAP", "add_speedup", "bound_ms", "bound_ratios", "load", "order", "paired",
+           "head_lookup_weights_table", "head_memory_table", "head_vocab_table", "matmul_table", "one_token_table",
+           "overlap_table", "pair_table", "verification_table", "AR_KEY", "BOOTSTRAP", "add_speedup", "bound_ms", "bound_ratios", "load", "order", "paired",
            "paired_ratio", "ratio_ci", "records", "replicate", "reported", "role", "row_id", "say_other_drafts",
            "shown", "talon_budget_table", "talon_peer_table", "talon_reported", "talon_reported_vs_reproduced", "talon_table"]

@@ -35,7 +35,7 @@ def talon_table(df: pd.DataFrame) -> pd.DataFrame:
     temperature on the same prompts with its 95% interval in each replicate, and at T = 0 the prompts whose output
     equals AR's; "–" where a column does not apply (AR's δ and speedup). ``heads_table``'s conventions, TALON's
     name for τ; our engine's rows only (llama.cpp's: ``talon_peer_table``)."""
-    df = df[df.engine == "ours"] if not df.empty else df
+    df = df[df.impl == "ours"] if not df.empty else df
     if df.empty:
         return pd.DataFrame()
     t = heads_table(df)
@@ -47,7 +47,7 @@ def talon_budget_table(df: pd.DataFrame) -> pd.DataFrame:
     """The setting each drafting row of our engine runs with on each workload (its fastest tuning candidate on the
     head where the profile tunes), and greedy, replicate 1, the nodes it drafts and verifies per iteration: the
     budget each is tuned to, beside TALON's N = 60 (which every row of TALON's Table 1 shares)."""
-    rows = df[(df.engine == "ours") & (df.method != registry.AR) & (df.temperature == 0) & (df.replicate == 0)] \
+    rows = df[(df.impl == "ours") & (df.method != registry.AR) & (df.temperature == 0) & (df.replicate == 0)] \
         if not df.empty else df
     if rows.empty:
         return pd.DataFrame()
@@ -67,15 +67,15 @@ def talon_peer_table(df: pd.DataFrame) -> pd.DataFrame:
     per temperature and workload, tokens/s and MAT in replicate 1 (greedy, the prompts whose output equals our AR's:
     llama.cpp's BF16 kernels can part from ours at near-ties), and each row's speedup over its own engine's AR and
     over ours on the same prompts, in each replicate. Empty where no llama.cpp record was measured."""
-    rows = df[(df.engine == "llama.cpp") | df.method.isin((registry.AR, registry.LINEAR))] if not df.empty else df
-    if rows.empty or not (rows.engine == "llama.cpp").any():
+    rows = df[(df.impl == "llama.cpp") | df.method.isin((registry.AR, registry.LINEAR))] if not df.empty else df
+    if rows.empty or not (rows.impl == "llama.cpp").any():
         return pd.DataFrame()
     out: dict = {}
     for t in sorted(set(rows.temperature)):
         for ds in present(rows.dataset):
             for _, r in order(rows[(rows.temperature == t) & (rows.dataset == ds)]).iterrows():
                 col = lambda name: (f"T = {t:g}", workload_label(ds), name)  # noqa: E731
-                cells, theirs = out.setdefault(r.row, {}), r.engine == "llama.cpp"
+                cells, theirs = out.setdefault(r.row, {}), r.impl == "llama.cpp"
                 own = r.speedup_own if theirs else r.speedup
                 if r.replicate == 0:
                     cells[col("tok/s")] = f"{r.tps:.1f}"
