@@ -61,4 +61,5 @@ if [ "$PROFILE" = cpu ]; then
   "$PY" -m dynatree_lib.reporting.scorecard cpu >/dev/null && echo "[run_all] README scorecard updated"
   "$PY" -m dynatree_lib.train.card >/dev/null && echo "[run_all] draft model card updated"
   "$PY" -m dynatree_lib.train.head_card >/dev/null && echo "[run_all] EAGLE-3 head card updated"
+  "$PY" -m dynatree_lib.train.publish >/dev/null && echo "[run_all] Medusa and Hydra cards updated"
 fi

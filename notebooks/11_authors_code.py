@@ -16,24 +16,29 @@
 # history, rebuild commit) without their bugs. This notebook shows two things from files alone:
 # 1. their logged statistics behind Table 1 (`data/authors_reported.json`: reported figures with provenance, never
 #    our measurements);
-# 2. the differential test (`tools/authors_diff.py`, run against a clone of their repository): their fixed tree and
+# 2. the differential test (experiment `authors_code`, run against a clone of their repository): their fixed tree and
 #    DynaTree, as published and with each of their two bugs patched, against greedy AR and against our authors'
 #    mode, on the same prompts, the `cpu` pair in fp32, T = 64.
 
 # %% tags=["parameters"]
 profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
 overrides = {}       # profile field overrides (unused: this notebook only reads files)
-rerun = False        # unused: the differential test runs with tools/authors_diff.py (it needs their code)
-render_only = False  # unused
+rerun = False        # True: measure the differential test again (needs $DYNATREE_AUTHORS: a clone of theirs)
+render_only = False  # True: only render from the logged JSON
 
 # %%
 import json
 
+from dynatree_lib.harness.authors_code import PAIRS
 from dynatree_lib.harness.paths import REPO
 from dynatree_lib.reporting import fidelity
 from dynatree_lib.reporting.notebook import results_path, show_table, start
+from dynatree_lib.train import reports
 
 prof = start(profile, overrides)
+if rerun and not render_only:
+    for name in ("authors_code", "authors_code_history"):
+        reports.run(name, prof, rerun=True)
 
 # %% [markdown]
 # ## The authors' logged Table 1 runs (Pythia-2.8B/70M, fp16, one A100, T = 1500)
@@ -57,9 +62,11 @@ if diff_path.exists():
     print("prompts:", ", ".join(diff["prompts"]), f"| T = {diff['T']} | their commit {diff['source']['commit'][:7]}")
     show_table(fidelity.authors_code(diff), "table_authors_code", prof)
     print("tree decoders equal to greedy AR (equal / generations):", fidelity.authors_code_exactness(diff))
+elif profile in PAIRS:
+    print(f"{diff_path.relative_to(REPO)} is absent: DYNATREE_AUTHORS=<clone of cny123222/DynaTree> "
+          f"python -m dynatree_lib bench --experiment authors_code --profile {profile}")
 else:
-    print(f"{diff_path.relative_to(REPO)} is absent: run tools/authors_diff.py --authors <clone of cny123222/DynaTree> "
-          f"--pair {'tiny' if profile == 'smoke' else 'cpu'} (see its docstring)")
+    print(f"the differential test runs on the profiles {', '.join(PAIRS)}, not {profile}")
 
 # %% [markdown]
 # With five throw-away generations first, so that both history controllers (theirs per prompt, our authors' mode)

@@ -254,7 +254,7 @@ def test_resume_skips_finished_and_appends_missing(smoke_main, monkeypatch):
     path.write_text(json.dumps(data))
     calls = []
     real = measure.measure
-    monkeypatch.setattr(measure, "measure", lambda c, *a, **k: calls.append(c.label) or real(c, *a, **k))
+    monkeypatch.setattr(measure, "measure", lambda run, *a, **k: calls.append(run.cell.label) or real(run, *a, **k))
     experiments.run("main", prof, root=root, replicate=dropped["replicate"])  # in this process
     assert calls == [dropped["label"]] * len(dropped["rows"])  # its prompts, nothing else
     after = json.loads(path.read_text())
@@ -271,11 +271,11 @@ def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, mo
     real = measure.measure
     calls = []
 
-    def flaky(c, *a, **k):
+    def flaky(run, *a, **k):
         if len(calls) == n_cells + 1:
             raise KeyboardInterrupt
-        calls.append(c.method)
-        return real(c, *a, **k)
+        calls.append(run.cell.method)
+        return real(run, *a, **k)
 
     monkeypatch.setattr(measure, "measure", flaky)
     with pytest.raises(KeyboardInterrupt):
@@ -283,7 +283,7 @@ def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, mo
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
     # round 0: every cell's first prompt; round 1: AR's second prompt
     assert data["records"] == [] and sum(map(len, data["partial"].values())) == n_cells + 1
-    monkeypatch.setattr(measure, "measure", lambda c, *a, **k: calls.append(c.method) or real(c, *a, **k))
+    monkeypatch.setattr(measure, "measure", lambda run, *a, **k: calls.append(run.cell.method) or real(run, *a, **k))
     experiments.run("ablation", prof, root=tmp_path)
     assert len(calls) == 2 * n_cells                      # the missing rows only
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())

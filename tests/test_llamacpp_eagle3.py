@@ -1,6 +1,6 @@
-"""Our EAGLE-3 head in llama.cpp (``tools/llamacpp_eagle3.py``, issue 56 item 5): the committed record
+"""Our EAGLE-3 head in llama.cpp (experiment ``llamacpp_eagle3``, issue 56 item 5): the committed record
 ``results/cpu/llamacpp_eagle3.json`` is checked on every run (its structure, its dev prompts, and that it names the
-committed head's sha256, so a new head makes it stale loudly); the tool's pre-flight checks and command lines without
+committed head's sha256, so a new head makes it stale loudly); the experiment's pre-flight checks and command lines without
 llama.cpp; and, where ``tools/build_llamacpp.sh`` has built llama.cpp, the conversion and one short greedy
 comparison (skipped otherwise, with the reason)."""
 import hashlib
@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from dynatree_lib.harness import eagle3_gguf as G
 from dynatree_lib.harness import llamacpp as H
+from dynatree_lib.harness import llamacpp_eagle3 as E
 from dynatree_lib.harness.paths import REPO
-
-from .conftest import load_tool
-
-E = load_tool("llamacpp_eagle3")
+from dynatree_lib.harness.profiles import get_profile
 
 HEAD = REPO / "weights" / "smollm2-eagle3"
 RESULT = REPO / "results" / "cpu" / "llamacpp_eagle3.json"
-RERUN = "rerun `python tools/llamacpp_eagle3.py run` (after `bash tools/build_llamacpp.sh`)"
+RERUN = "rerun `python -m dynatree_lib bench --experiment llamacpp_eagle3 --rerun` (after `bash tools/build_llamacpp.sh`)"
+# the committed record was made before this was an experiment, by the tool it was then
+MADE_BY_THE_TOOL = "python tools/llamacpp_eagle3.py run"
 TIMING_KEYS = {"tps", "wall_s", "prefill_s", "decode_s", "timings", "ms_per_token", "encoded_s", "decoded_s"}
 
 
@@ -66,7 +67,7 @@ def test_the_record_says_what_ran_and_where(rec):
     cfg = json.loads((HEAD / "config.json").read_text())
     assert meta["general.architecture"] == "eagle3"
     assert meta["eagle3.target_layers"] == cfg["eagle_aux_hidden_state_layer_ids"]
-    assert set(conv["checks"]["tensors_equal"]) == set(E.TENSORS.values())
+    assert set(conv["checks"]["tensors_equal"]) == set(G.TENSORS.values())
     cmds = rec["commands"]
     assert cmds["server_ar"].startswith("$LLAMACPP/build/bin/llama-server -m $Q4_1 ") and "-md" not in cmds["server_ar"]
     n = rec["settings"]["n_draft"]
@@ -82,7 +83,7 @@ def test_the_record_says_what_ran_and_where(rec):
             assert line.startswith("$LLAMACPP/build/bin/llama-speculative-simple ") and "--spec-type draft-eagle3" in line
     env = rec["environment"]
     assert env["device"] == "cpu" and "git_commit" in env and "date" in env
-    assert rec["notes"] == list(E.NOTES) and rec["tool"] == "python tools/llamacpp_eagle3.py run"
+    assert rec["notes"] == list(E.NOTES) and rec.get("experiment", rec.get("tool")) in ("llamacpp_eagle3", MADE_BY_THE_TOOL)
     assert not TIMING_KEYS & set(keys_of(rec)), "the record holds no timing"
 
 
@@ -122,25 +123,25 @@ def test_check_head_names_what_the_converter_reads(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    assert E.check_head(HEAD)["draft_vocab_size"] == 8192
+    assert G.check_head(HEAD)["draft_vocab_size"] == 8192
     head = tmp_path / "head"
     head.mkdir()
     with pytest.raises(FileNotFoundError, match="config.json is missing"):
-        E.check_head(head)
+        G.check_head(head)
     cfg = json.loads((HEAD / "config.json").read_text())
     del cfg["eagle_aux_hidden_state_layer_ids"]
     (head / "config.json").write_text(json.dumps(cfg))
-    save_file({k: torch.zeros(1) for k in E.TENSORS}, str(head / "model.safetensors"))
+    save_file({k: torch.zeros(1) for k in G.TENSORS}, str(head / "model.safetensors"))
     with pytest.raises(ValueError, match="eagle_aux_hidden_state_layer_ids"):
-        E.check_head(head)
+        G.check_head(head)
     shutil.copy(HEAD / "config.json", head / "config.json")
     with pytest.raises(ValueError, match="lacks tensors .*: d2t"):
-        E.check_head(head)
+        G.check_head(head)
     cfg = json.loads((HEAD / "config.json").read_text())
     cfg["transformer_layer_config"]["num_hidden_layers"] = 2
     (head / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="one decoder layer"):
-        E.check_head(head)
+        G.check_head(head)
 
 
 def test_command_lines_and_comparisons():
@@ -181,12 +182,14 @@ def test_where_an_examples_text_leaves_ars_tokens():
     assert not E.continues(ref, {"text": " a"}, 2)
 
 
-def test_absent_llamacpp_is_named(tmp_path, monkeypatch, capsys):
+def test_absent_llamacpp_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("DYNATREE_LLAMACPP", str(tmp_path / "nowhere"))
     monkeypatch.setenv("DYNATREE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(H.LlamaCppMissing, match="convert_hf_to_gguf.py is missing.*build_llamacpp.sh"):
-        E.source_dir()
-    assert E.main(["convert"]) == 1 and "build_llamacpp.sh" in capsys.readouterr().err
+        G.source_dir()
+    with pytest.raises(FileNotFoundError, match="llamacpp_eagle3 needs a llama.cpp build.*build_llamacpp.sh"):
+        E.run_llamacpp_eagle3(get_profile("cpu"), root=tmp_path / "results")
+    assert not (tmp_path / "results").exists()
 
 
 # ---- with llama.cpp -----------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Notebook sources are readable text (jupytext percent .py) paired with the .ipynb papermill runs; the
 nbval copies stay in sync with the sources; the README, RESULTS.md and FINDINGS.md name only produced files."""
+import json
 import re
 from pathlib import Path
 
@@ -114,3 +115,15 @@ def test_executed_notebooks_name_no_path_of_the_machine_that_rendered_them(nb):
     names files relative to the repository."""
     text = nb.read_text()
     assert str(REPO) not in text and "/tmp/" not in text, f"{nb} prints an absolute path"
+
+
+def test_a_render_gives_papermills_parameters_cell_one_id():
+    """Papermill gives the cell it injects a new random id at every run; ``strip`` fixes it, so an unchanged render
+    changes no committed file."""
+    from dynatree_lib.reporting.executed import INJECTED, strip
+
+    cell = lambda cid: {"id": cid, "cell_type": "code", "metadata": {"tags": [INJECTED]}, "outputs": [], "source": ""}
+    runs = [strip({"metadata": {}, "cells": [cell(cid)]}) for cid in ("5bad3215", "a5a11e9e")]
+    assert runs[0] == runs[1] and runs[0]["cells"][0]["id"] == INJECTED
+    assert all(c["id"] == INJECTED for p in EXECUTED_PROFILES for c in json.loads(
+        (REPO / "executed" / p / "02_latency.ipynb").read_text())["cells"] if INJECTED in c["metadata"].get("tags", []))

@@ -221,3 +221,47 @@ def test_every_tool_imports():
 
     for f in sorted((Path(__file__).resolve().parents[1] / "tools").glob("*.py")):
         assert load_tool(f.stem).__doc__, f"tools/{f.name} has no docstring"
+
+
+# ---- every record is made by an experiment ----------------------------------------------------------------------
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+RECORD_NAME = re.compile(r'(?:results_path|reports\.run|experiments\.run)\("([a-z0-9_]+)"')
+
+
+def test_every_record_has_an_experiment_that_makes_it_or_says_it_is_archived():
+    """A committed record, and a record a notebook reads, is made by ``bench --experiment NAME`` (an experiment, a
+    report or a list), or it is an archive of weights no longer committed, and says so in its file."""
+    import json
+
+    from dynatree_lib.train.reports import names
+
+    made = set(names())
+    archived = {p.stem for p in RESULTS.glob("*/*.json") if "archived" in json.loads(p.read_text())}
+    committed = {p.stem for p in RESULTS.glob("*/*.json") if not p.name.endswith(".bak.json")}
+    read = {m for f in NOTEBOOKS.glob("*.py") for m in RECORD_NAME.findall(f.read_text())}
+    assert not (committed | read) - made - archived
+    assert not archived & made, "an archived record's name is an experiment's: it would be made again"
+
+
+def test_no_tool_writes_a_record():
+    """tools/ holds developer utilities: none names the result store or writes under results/."""
+    writes = re.compile(r"results_path|ResultStore|write_report|[\"']results[\"']\s*/|results/(?:cpu|\$|\{)")
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    offenders = [f.name for f in sorted(tools.glob("*.py")) if writes.search(f.read_text())]
+    assert not offenders, offenders
+
+
+REPO = LIB.parent
+LIB_PATH = re.compile(r"dynatree_lib/[A-Za-z0-9_/.]+\.(?:py|cpp|md|json)")
+PROSE = ("*.md", "docs/*.md", "data/**/*.md", "figures/**/*.md", "weights/*/README.md",
+         "notebooks/*.py", "dynatree_lib/**/*.py", "tools/*", "tests/*.py")
+
+
+def test_every_library_path_named_in_the_repository_exists():
+    """A file moved between rooms leaves no stale path in the docs, the weights' cards or a docstring."""
+    stale = {f"{source.relative_to(REPO)}: {path}"
+             for pattern in PROSE for source in REPO.glob(pattern) if source.is_file()
+             for path in LIB_PATH.findall(source.read_text(errors="ignore")) if not (REPO / path).exists()}
+    assert not stale, sorted(stale)

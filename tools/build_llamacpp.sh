@@ -47,8 +47,8 @@
 #     draft borrows the target's embedding), so a newer draft gets a new file and the old one stays.
 #  5. DEST/models.json records, per role, the GGUF path and its source path and sha256.
 # An EAGLE-3 head (a speculators folder such as weights/smollm2-eagle3) is converted beside these by
-# `python tools/llamacpp_eagle3.py convert` (this source's convert_hf_to_gguf.py with --target-model-dir:
-# DEST/eagle3-<sha12>-bf16.gguf) and run with --spec-type draft-eagle3 by `python tools/llamacpp_eagle3.py run`.
+# the experiment llamacpp_eagle3 (this source's convert_hf_to_gguf.py with --target-model-dir:
+# DEST/eagle3-<sha12>-bf16.gguf), which then runs it with --spec-type draft-eagle3.
 set -euo pipefail
 
 VERSION="${LLAMACPP_PY_VERSION:-0.3.36}"

@@ -1,8 +1,7 @@
 """An EAGLE-3 head folder (vLLM speculators format, ``core/drafts/heads/eagle3.py``) to a llama.cpp GGUF with
 llama.cpp's own converter, and the converted file checked tensor by tensor against the folder: what llama.cpp's EAGLE-3
-mode drafts
-with (``llamacpp.LlamaServer("draft-eagle3")``, the talon experiment's peer row; ``tools/llamacpp_eagle3.py``'s
-exactness record; ``python tools/llamacpp_eagle3.py convert`` converts only).
+mode drafts with (``llamacpp.LlamaServer("draft-eagle3")``, the talon experiment's peer row; the ``llamacpp_eagle3``
+experiment's exactness record).
 
 What llama.cpp (the source ``tools/build_llamacpp.sh`` builds: llama-cpp-python 0.3.36's vendored
 ggml-org/llama.cpp@0c1e57098) does with the folder, read from that source:

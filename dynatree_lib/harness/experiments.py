@@ -329,12 +329,16 @@ def run_pair_eagle3(profile: Profile, rerun: bool = False, root: Path | None = N
 def reports() -> dict:
     """The experiments that make one document each (not a table of cells), by name: each is
     ``fn(profile, rerun=False, root=None, render_only=False) -> Path``."""
+    from .authors_code import run_authors_code, run_authors_code_history
     from .head_reports import run_head_cost, run_head_tree_depth
+    from .llamacpp_eagle3 import run_llamacpp_eagle3
     from .matmul_costs import run_matmuls
     from .pair import run_pair
 
     return {"costs": run_costs, "pair": run_pair, "pair_eagle3": run_pair_eagle3, "head_cost": run_head_cost,
-            "head_tree_depth": run_head_tree_depth, "memory_head": run_memory_head, "matmuls": run_matmuls}
+            "head_tree_depth": run_head_tree_depth, "memory_head": run_memory_head, "matmuls": run_matmuls,
+            "authors_code": run_authors_code, "authors_code_history": run_authors_code_history,
+            "llamacpp_eagle3": run_llamacpp_eagle3}
 
 
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:

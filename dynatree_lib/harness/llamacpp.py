@@ -6,8 +6,8 @@ run by llama.cpp's own ``llama-server``.
 llama.cpp is not a dependency: ``tools/build_llamacpp.sh`` builds it (CPU only, native ISA) from the source vendored in
 the ``llama-cpp-python`` sdist on PyPI, into ``$DYNATREE_CACHE/llama.cpp/<version>`` (see ``how_to_get``), and converts
 the weights beside it. This module imports without llama.cpp present and says what to run when something is missing
-(``LlamaCppMissing``). The command-line examples (``llama-completion``, ``llama-speculative``, ...), their log parsers
-and a smoke run of every mode are a tool: ``tools/llamacpp_run.py``.
+(``LlamaCppMissing``). The command-line examples (``llama-completion``, ``llama-speculative``, ...) and their log
+parsers are ``llamacpp_cli``; a smoke run of every mode is a tool: ``tools/llamacpp_run.py``.
 
 ``LlamaServer`` (``llama-server``, modes ``SERVER_MODES``; greedy, ``--temp 0 --top-k 1``, unless a request samples; 2
 threads) takes the prompt as our token ids, exactly (a continuation prompt cut at ``L_max`` tokens can end inside a

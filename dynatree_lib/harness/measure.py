@@ -64,22 +64,30 @@ def drafter(cell: Cell, draft):
     return draft.inner if not cell.lookup and isinstance(draft, LookupRunner) else draft
 
 
-def run_cell(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int | None, seed: int,
-             record_trees: int = 0, session: Session | None = None):
-    """One generation of ``cell`` on ``prompt``; a sampled cell's draws come from a generator seeded by ``seed``;
-    ``session``: the cell's state across its generations (warm-ups included)."""
-    s = cell.sampling
-    gen = None if s.greedy else torch.Generator(next(as_runner(target).model.parameters()).device).manual_seed(seed)
-    return generate(target, prompt.ids, cell.T, draft=drafter(cell, draft), method=cell.config, kv_mode=kv_mode,
-                    eos_token_id=eos, record_trees=record_trees, temperature=s.temperature, top_k=s.top_k,
-                    top_p=s.top_p, generator=gen, session=session)
+@dataclass
+class CellRun:
+    """What every generation of one cell shares: the cell, the models, the KV mode, the workload's EOS and the
+    cell's state across its generations (``session``, warm-ups included)."""
+    cell: Cell
+    target: object
+    draft: object
+    kv_mode: str
+    eos: int | None
+    session: Session | None = None
 
+    def generate(self, prompt: Prompt, seed: int, record_trees: int = 0):
+        """One generation on ``prompt``; a sampled cell's draws come from a generator seeded by ``seed``."""
+        s, cell = self.cell.sampling, self.cell
+        dev = next(as_runner(self.target).model.parameters()).device
+        gen = None if s.greedy else torch.Generator(dev).manual_seed(seed)
+        return generate(self.target, prompt.ids, cell.T, draft=drafter(cell, self.draft), method=cell.config,
+                        kv_mode=self.kv_mode, eos_token_id=self.eos, record_trees=record_trees,
+                        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, generator=gen, session=self.session)
 
-def warm_up(cell: Cell, target, draft, prompts: list[Prompt], warmup: int, kv_mode: str, eos: int | None,
-            session: Session | None = None) -> None:
-    """``warmup`` discarded runs of the cell (on the first prompts)."""
-    for i in range(warmup):
-        run_cell(cell, target, draft, prompts[i % len(prompts)], kv_mode, eos, seed=i, session=session)
+    def warm_up(self, prompts: list[Prompt], n: int) -> None:
+        """``n`` discarded generations (on the first prompts, cycled)."""
+        for i in range(n):
+            self.generate(prompts[i % len(prompts)], seed=i)
 
 
 def agreement(ref: list[int] | None, tokens: list[int]) -> dict:
@@ -107,13 +115,13 @@ def divergence_gap(target, prompt_ids: torch.Tensor, ref: list[int], at: int) ->
     return float(top2[0] - top2[1])
 
 
-def measure(cell: Cell, target, draft, prompt: Prompt, kv_mode: str, eos: int | None, ar_tokens: list[int] | None,
-            probe: BandwidthProbe | None, seed: int, record_trees: int = 0, session: Session | None = None) -> dict:
+def measure(run: CellRun, prompt: Prompt, ar_tokens: list[int] | None, probe: BandwidthProbe | None, seed: int,
+            record_trees: int = 0) -> dict:
     """One measured generation -> one row: metrics, agreement with AR's tokens (greedy cells), and for AR rows
     their tokens (``output_ids``: later or resumed cells compare with them), how much of their output copies
     earlier text (``loop_share``, ``periodic_tail``) and the memory bandwidth ``probe``d right after them."""
-    res = run_cell(cell, target, draft, prompt, kv_mode=kv_mode, eos=eos, seed=seed, record_trees=record_trees,
-                   session=session)
+    cell, target = run.cell, run.target
+    res = run.generate(prompt, seed=seed, record_trees=record_trees)
     greedy = cell.sampling.greedy
     ref = res.tokens if cell.config is None else ar_tokens
     row = {"prompt_id": prompt.id, "prompt_len": int(prompt.ids.numel()), **prompt_metrics(res),

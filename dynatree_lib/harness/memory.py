@@ -88,7 +88,7 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     """In this process: prepare the prompt (tokenizer, data, imports), note what that runtime holds, load the models
     the method uses, warm up once and measure one generation (fields: module docstring)."""
     from ..methods import REGISTRY
-    from .measure import run_cell
+    from .measure import CellRun
     from .models import import_model_code, load_tokenizer
     from .profiles import models_for
     from .runner import Prompts, prompt_seed
@@ -109,9 +109,10 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     held = tensors_mb(target, draft)
     seed = prompt_seed(profile.protocol.seed, prompt.id, 0)
     # warm: allocators, kernels
-    run_cell(cell, target, draft, prompt, kv_mode=profile.protocol.kv_mode, eos=eos, seed=seed)
+    run = CellRun(cell, target, draft, kv_mode=profile.protocol.kv_mode, eos=eos)
+    run.generate(prompt, seed=seed)
     start = reset_peak(device)
-    res = run_cell(cell, target, draft, prompt, kv_mode=profile.protocol.kv_mode, eos=eos, seed=seed)
+    res = run.generate(prompt, seed=seed)
     peak = read_peak(device)
     return {"prompt_id": prompt.id, "tokens": len(res.tokens), "models": ["target", "draft"] if drafts else ["target"],
             "runtime_mb": runtime, "start_mem_mb": start, "peak_mem_mb": peak, "footprint_mb": peak - runtime,

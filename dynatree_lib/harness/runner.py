@@ -44,7 +44,8 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     rows = {k: store.partial(k) for _, k in todo}
     prompts = Prompts(p, tok)
     refs = ar_references(store, todo, rows, dtype)
-    sessions = {k: Session() for _, k in todo}  # a cell's state across its generations (a policy across prompts)
+    runs = {k: measure.CellRun(c, target, drafts[c.draft], kv_mode=p.protocol.kv_mode,
+                               eos=workload_eos(c.dataset, tok), session=Session()) for c, k in todo}
     bar = tqdm(total=sum(counts[k] * prompts.per_cell(c) for c, k in todo), initial=sum(map(len, rows.values())),
                desc=f"{p.name}/{name} {dtype}", unit="gen")
     # Interleaved: round i measures prompt i for every cell (AR first), so slow drifts of machine speed hit all
@@ -55,14 +56,12 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
             if len(rows[k]) > i or i >= len(ps):
                 continue
             bar.set_postfix_str(f"{c.dataset} {c.label[:40]} T={c.T}")
-            eos = workload_eos(c.dataset, tok)
             if not rows[k]:
-                measure.warm_up(c, target, drafts[c.draft], ps, warmup=p.protocol.warmup, kv_mode=p.protocol.kv_mode,
-                                eos=eos, session=sessions[k])
+                runs[k].warm_up(ps, p.protocol.warmup)
             ref = refs.setdefault(ref_key(c), {})
             seed = prompt_seed(p.protocol.seed, ps[i].id, c.tags.get("replicate", 0))
-            row = measure.measure(c, target, drafts[c.draft], ps[i], kv_mode=p.protocol.kv_mode, eos=eos, ar_tokens=ref.get(ps[i].id), probe=probe, seed=seed,
-                                  record_trees=c.tags.get("record_trees", 0), session=sessions[k])
+            row = measure.measure(runs[k], ps[i], ar_tokens=ref.get(ps[i].id), probe=probe, seed=seed,
+                                  record_trees=c.tags.get("record_trees", 0))
             if c.config is None and c.sampling.greedy:
                 ref[ps[i].id] = row["output_ids"]
             rows[k].append(row)

@@ -13,17 +13,21 @@ from pathlib import Path
 
 RUN_TIMES = ("start_time", "end_time", "duration")  # papermill's, per notebook and per cell
 MACHINE_TAG = "machine-output"  # a cell whose output describes the machine and checkout that ran it
+INJECTED = "injected-parameters"  # papermill's tag for the cell it adds
 
 
 def strip(nb: dict) -> dict:
     """``nb`` without execution timestamps and durations, and without stderr (a library's warnings name the
     interpreter's site-packages, a progress bar its timing: neither is a result, and both differ by machine). The
-    other outputs and everything else are kept; an error is an output of its own, not stderr."""
+    other outputs and everything else are kept; an error is an output of its own, not stderr. Papermill's injected
+    parameters cell, new at every run, gets a fixed id: an unchanged render changes no file."""
     for meta in [nb["metadata"].get("papermill", {})] + [c["metadata"].get("papermill", {}) for c in nb["cells"]]:
         for key in RUN_TIMES:
             meta.pop(key, None)
     for cell in nb["cells"]:
         cell["metadata"].pop("execution", None)
+        if INJECTED in cell["metadata"].get("tags", []):
+            cell["id"] = INJECTED
         if "outputs" in cell:
             cell["outputs"] = [o for o in cell["outputs"] if not is_stderr(o)]
     return nb

@@ -1,6 +1,6 @@
 """Tables of notebook 11 (fidelity to the authors' code): their logged statistics (``data/authors_reported.json``,
 reported figures, never ours) and the differential test against their implementation
-(``tools/authors_diff.py`` -> ``results/<profile>/authors_code*.json``)."""
+(experiments ``authors_code`` and ``authors_code_history`` -> ``results/<profile>/authors_code*.json``)."""
 from __future__ import annotations
 
 import json

@@ -145,7 +145,7 @@ def sampling_row(path: Path, profile) -> list[dict]:
 
 
 def authors_code_row(path: Path) -> list[dict]:
-    """The differential test (``tools/authors_diff.py``): the authors' tree decoders and ours against greedy AR."""
+    """The differential test (experiment ``authors_code``): the authors' tree decoders and ours against greedy AR."""
     if not path.exists():
         return []
     import json

@@ -2,15 +2,13 @@
 converter, run it with ``--spec-type draft-eagle3`` on the Q4_1 target and check that its greedy output is
 llama.cpp's own greedy AR, token for token (issue 56: a format is only proven by a consumer that is not ours).
 
-    python tools/llamacpp_eagle3.py convert [--head DIR] [--outtype bf16|f32] [--force]
-    python tools/llamacpp_eagle3.py run [--head DIR] [--n-new 128] [--n-draft 3] [--questions 2] [--L-max 128]
-                                        [--no-ours] [--no-cli] [--json results/cpu/llamacpp_eagle3.json]
+    python -m dynatree_lib bench --experiment llamacpp_eagle3   # needs a llama.cpp build (tools/build_llamacpp.sh)
 
 Conversion (``dynatree_lib/harness/eagle3_gguf.py``, which says what llama.cpp's converter and runtime read, from its
 source): our export converts as it is; the GGUF goes beside the build's other conversions, ``<DEST>/eagle3-<sha12 of
 model.safetensors>-<outtype>.gguf``, and is compared tensor by tensor with the folder.
 
-``run`` decodes a few *dev* prompts (never test ones: each id is checked against ``data/splits.json``): the first
+The experiment decodes a few *dev* prompts (never test ones: each id is checked against ``data/splits.json``): the first
 ``--questions`` Spec-Bench dev questions through the chat template (to EOS, at most ``--n-new`` tokens) and one
 WikiText-2 dev continuation of ``--L-max`` tokens (``--n-new`` tokens, EOS ignored), each by
 
@@ -42,16 +40,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tools"))
+from . import llamacpp as H
+from . import llamacpp_cli as R
+from .eagle3_gguf import HEAD, convert, verify_gguf
+from .paths import REPO
 
-import llamacpp_run as R  # noqa: E402
-from dynatree_lib.harness import llamacpp as H  # noqa: E402
-from dynatree_lib.harness.eagle3_gguf import (  # noqa: E402,F401
-    HEAD, TENSORS, check_head, convert, gguf_path, source_dir, verify_gguf)
-
-RESULT = REPO / "results" / "cpu" / "llamacpp_eagle3.json"
 SPEC_TYPE = "draft-eagle3"
 NOTES = (  # what the record's comparisons mean (written into it)
     "server: llama-server's AR and EAGLE-3 runs take the prompt as token ids, evaluate it in one batch and return "
@@ -101,7 +94,7 @@ def portable(argv: list[str], paths: dict[str, str]) -> str:
 def dev_prompts(tok, questions: int = 2, L_max: int = 128) -> list[dict]:
     """The first ``questions`` Spec-Bench dev questions (one per category, through the chat template, to EOS) and
     one WikiText-2 dev continuation of ``L_max`` tokens (EOS ignored); every id checked to be a dev prompt."""
-    from dynatree_lib.harness.prompts import candidates, load_prompts
+    from .prompts import candidates, load_prompts
 
     out = [{"id": p.id, "workload": "spec_bench", "ids": p.ids.tolist(), "ignore_eos": False, "category": p.category}
            for p in load_prompts("spec_bench", tok, n=1, split="dev")[:questions]]
@@ -236,8 +229,9 @@ def ours_runs(prompts, head: Path, n_new: int, n_draft: int) -> dict:
     """Our engine's greedy chain of ``n_draft`` with the same head (fp32, the dequantized target, no lookup)."""
     import torch
 
-    from dynatree_lib import LinearConfig, generate
-    from dynatree_lib.harness.models import load_pair
+    from ..core.policies.static import LinearConfig
+    from ..methods import generate
+    from .models import load_pair
 
     target, draft, tok = load_pair("embedded:target", f"eagle3:{head}", dtype="float32")
     out = {}
@@ -253,8 +247,8 @@ def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int
     """Convert, run every comparison and return the record (see the module docstring)."""
     from transformers import AutoTokenizer
 
-    from dynatree_lib.harness.environment import environment
-    from dynatree_lib.harness.weights import sha256_file, smollm2_folder
+    from .environment import environment
+    from .weights import sha256_file, smollm2_folder
 
     bin_dir = bin_dir or H.find_llamacpp()
     for b in ("llama-server", "llama-completion", "llama-speculative-simple", "llama-tokenize"):
@@ -304,7 +298,7 @@ def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int
     return {
         "what": "our EAGLE-3 head (speculators format) converted by llama.cpp's own converter and run by llama.cpp "
                 "with --spec-type draft-eagle3: its greedy output against llama.cpp's greedy AR (issue 56, item 5)",
-        "tool": "python tools/llamacpp_eagle3.py run", "notes": list(NOTES),
+        "experiment": "llamacpp_eagle3", "notes": list(NOTES),
         "llama_cpp": {"version": H.version_string(info), "llama_cpp_python": info.get("llama_cpp_python"),
                       "commit": info.get("llama_cpp_commit"), "cmake_flags": info.get("cmake_flags"),
                       "compiler": info.get("compiler"), "march_native": info.get("march_native"),
@@ -335,41 +329,18 @@ def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+def run_llamacpp_eagle3(profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
+    """The record (``record``'s defaults) for the cpu profile's committed head; refused by name without a build."""
+    from .store import needs_run, results_path, write_report
 
-    ap = argparse.ArgumentParser(prog="python tools/llamacpp_eagle3.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("convert", "run"))
-    ap.add_argument("--head", default=str(HEAD), help="an EAGLE-3 head folder (speculators format)")
-    ap.add_argument("--outtype", default="bf16", choices=("bf16", "f32"))
-    ap.add_argument("--force", action="store_true", help="convert again even when the GGUF exists")
-    ap.add_argument("--n-new", type=int, default=128)
-    ap.add_argument("--n-draft", type=int, default=3)
-    ap.add_argument("--questions", type=int, default=2)
-    ap.add_argument("--L-max", type=int, default=128)
-    ap.add_argument("--no-ours", action="store_true", help="skip our own engine's chain with the head")
-    ap.add_argument("--no-cli", action="store_true", help="skip the command-line examples (server only)")
-    ap.add_argument("--json", default=str(RESULT), help="where run writes its record")
-    a = ap.parse_args(argv)
+    path = results_path("llamacpp_eagle3", profile, root)
+    if not needs_run(path, rerun, render_only):
+        return path
+    if profile.name != "cpu":
+        raise ValueError(f"llamacpp_eagle3 runs on the cpu profile (its Q4_1 target), not {profile.name!r}")
     if H.find_llamacpp() is None:
-        print(H.how_to_get(), file=sys.stderr)
-        return 1
-    if a.what == "convert":
-        out, cmd = convert(a.head, a.outtype, force=a.force)
-        print(H.shell(cmd), file=sys.stderr)
-        print(out)
-        return 0
-    rec = record(Path(a.head), a.n_new, a.n_draft, a.questions, L_max=a.L_max, outtype=a.outtype, ours=not a.no_ours,
-                 cli=not a.no_cli)
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps(rec, indent=1) + "\n")
-    for r in rec["prompts"]:
-        print(f"{r['id']:28s} server equal={r['server']['equal']} first_div={r['server']['first_divergence']} "
-              f"accept={r['server'].get('accept_rate')} cli={r.get('cli', {}).get('equal_own_ar')} "
-              f"ours_accept={r.get('ours', {}).get('accept_rate')}")
-    print(json.dumps(rec["summary"]))
-    return 0 if rec["summary"]["all_equal_server"] else 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        raise FileNotFoundError(f"llamacpp_eagle3 needs a llama.cpp build: {H.how_to_get()}")
+    rec = record()
+    write_report(path, rec)
+    print(f"{path}: " + " ".join(f"{k}={v}" for k, v in rec["summary"].items()))
+    return path
