@@ -6,7 +6,8 @@ import pytest
 
 from dynatree_lib.harness import environment as env_mod
 from dynatree_lib.harness import store as store_mod
-from dynatree_lib.harness.store import ALLOW_DIRTY, ResultStore, write_report
+from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.store import ALLOW_DIRTY, ResultStore, results_path, write_report
 
 DIRTY = {"git_commit": "abc1234", "git_dirty": True, "git_dirty_files": ["tools/forward_bench.py"]}
 
@@ -92,3 +93,16 @@ def test_a_machine_kinds_records_live_in_their_own_folder():
     cpu = describe()
     assert set(cpu) == {"vendor", "model", "kind", "isa_flags", "cores",
                         "l3_kib"} and cpu["kind"].startswith(cpu["vendor"])
+
+
+def test_another_machine_kind_tunes_only_where_its_tuning_was_begun(tmp_path):
+    """On the reference machine an experiment runs its tuning first; another kind adopts the reference's settings
+    until its own tuning file exists (begun with ``bench --experiment talon_tuning --set machine=...``)."""
+    from dynatree_lib.harness.experiments import tunes_here
+
+    ref, amx = get_profile("cpu"), get_profile("cpu", machine="intel-amx")
+    assert tunes_here("talon_tuning", ref, tmp_path) and not tunes_here("talon_tuning", amx, tmp_path)
+    own = results_path("talon_tuning", amx, tmp_path)
+    own.parent.mkdir(parents=True)
+    own.write_text("{}")
+    assert tunes_here("talon_tuning", amx, tmp_path)

@@ -396,6 +396,13 @@ def measures(name: str, profile: Profile, root: Path | None = None) -> bool:
     return bool(EXPERIMENTS[name](profile, root))
 
 
+def tunes_here(tuning: str, profile: Profile, root: Path | None = None) -> bool:
+    """Whether an experiment runs its tuning first: always on the reference machine; on another machine kind only
+    where that kind's tuning was begun (``bench --experiment <tuning> --set machine=...``), else it adopts the
+    reference's settings and says so (``tuning.machine_tuning``)."""
+    return profile.models.machine is None or results_path(tuning, profile, root).exists()
+
+
 def unmeasurable(cells: list[Cell]) -> dict[str, str]:
     """{method: what this machine lacks to measure it} for the cells' methods that cannot run here."""
     methods = dict.fromkeys(c.method for c in cells)
@@ -433,10 +440,10 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
         # costs, measured again with the tuning they feed (the other experiments reuse the tuning's)
         run_costs(profile, rerun=rerun and name == "tuning", root=root, render_only=render_only)
     if profile.tuning.candidates is not None and name not in ("tuning", TALON, TALON_TUNING) and \
-            (profile.models.machine is None or results_path("tuning", profile, root).exists()):
-        run("tuning", profile, root=root, render_only=render_only)  # another machine kind may adopt the reference's
-    if name == TALON and measures(TALON_TUNING, profile, root):  # its rows' settings come from their own tuning
-        run(TALON_TUNING, profile, root=root, render_only=render_only)
+            tunes_here("tuning", profile, root):
+        run("tuning", profile, root=root, render_only=render_only)
+    if name == TALON and measures(TALON_TUNING, profile, root) and tunes_here(TALON_TUNING, profile, root):
+        run(TALON_TUNING, profile, root=root, render_only=render_only)  # its rows' settings: their own tuning
     todo = missing(name, profile, root, replicate)
     if todo and render_only:
         raise FileNotFoundError(f"render-only: {len(todo)} cell(s) of '{name}' are missing from {path}; "
