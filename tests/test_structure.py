@@ -265,3 +265,12 @@ def test_every_library_path_named_in_the_repository_exists():
              for pattern in PROSE for source in REPO.glob(pattern) if source.is_file()
              for path in LIB_PATH.findall(source.read_text(errors="ignore")) if not (REPO / path).exists()}
     assert not stale, sorted(stale)
+
+
+def test_no_call_of_ours_passes_more_than_six_positional_arguments():
+    """Past a few arguments a call names them; a C++ op (``torch.ops``), which takes its schema's order, is exempt."""
+    crowded = [f"{path.relative_to(LIB)}:{call.lineno} {ast.unparse(call.func)}"
+               for path in LIB.rglob("*.py") for call in ast.walk(ast.parse(path.read_text()))
+               if isinstance(call, ast.Call) and not ast.unparse(call.func).startswith("torch.ops.")
+               and sum(not isinstance(a, ast.Starred) for a in call.args) > 6]
+    assert not crowded, crowded

@@ -141,7 +141,8 @@ def load_prompts(tok, n: int, T: int, max_positions: int | None) -> list[dict]:
     return out
 
 
-def authors_generator(cls, kind: str, target, draft, tok, dataset: str, history: bool):
+def authors_generator(cls, kind: str, *, target, draft, tok, dataset: str, history: bool):
+    """Their generator class ``cls`` for decoder ``kind`` on the pair, at the workload's settings; with those settings."""
     common = dict(target_model=target, draft_model=draft, tokenizer=tok, device="cpu", use_compile=False)
     if kind == "linear":
         return cls(K=WORKLOADS[dataset]["K"], **common), {"K": WORKLOADS[dataset]["K"], "max_len": 2048}
@@ -309,7 +310,8 @@ def run_authors(job: Job, impl: str, method: str, history: bool, dataset: str) -
     T, prompts, tok = job.run.T, job.of(dataset), IdsTokenizer()
     mod = job.variants[impl]
     cls = {"linear": mod.linear, "fixed_tree": mod.fixed, "dynatree": mod.dynatree}[method]
-    gen, settings = authors_generator(cls, method, job.target, job.draft, tok, dataset, history)
+    gen, settings = authors_generator(cls, method, target=job.target, draft=job.draft, tok=tok,
+                                     dataset=dataset, history=history)
     probe = instrument(gen, method, strict=job.run.strict)
     warm = warmup_prompts(prompts, job.run.history_warmup if history else 0)
     for p in warm:  # discarded generations that feed the history before the measured ones
