@@ -85,16 +85,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .. import methods as registry
 from .authors_checkout import REPO_NAME, IdsTokenizer, NotAuthorsCheckout, check_checkout, compat_shims, \
     file_digests, import_core, read_commit, scratch_copy
 from .authors_records import headline, instrument, make_run, our_tree_digest, summarize, write_json
+from .workloads import PG19, WIKITEXT2
 
 IMPLS = ("authors", "authors+cache_fix", "authors+position_fix", "authors+both_fixes", "ours")
 FIXES = {"authors": (), "authors+cache_fix": ("cache",), "authors+position_fix": ("position",),
          "authors+both_fixes": ("cache", "position")}
 WORKLOADS = {  # their Table 1 settings per dataset: prompt characters, linear K, DynaTree's D_max
-    "wikitext2": {"chars": 800, "K": 8, "D_max": 8},
-    "pg19": {"chars": 1000, "K": 5, "D_max": 9},
+    WIKITEXT2: {"chars": 800, "K": 8, "D_max": 8},
+    PG19: {"chars": 1000, "K": 5, "D_max": 9},
 }
 FIXED = {"tree_depth": 8, "branch_factor": 3, "probability_threshold": 0.1, "max_tree_nodes": 256}
 DYNATREE = {"tree_depth": 5, "branch_factor": 2, "probability_threshold": 0.05, "max_tree_nodes": 256,
@@ -142,11 +144,11 @@ def load_prompts(tok, n: int, T: int, max_positions: int | None) -> list[dict]:
 
 
 def authors_generator(cls, kind: str, *, target, draft, tok, dataset: str, history: bool):
-    """Their generator class ``cls`` for decoder ``kind`` on the pair, at the workload's settings; with those settings."""
+    """Their generator class ``cls`` for decoder ``kind`` on the pair at the workload's settings, and those settings."""
     common = dict(target_model=target, draft_model=draft, tokenizer=tok, device="cpu", use_compile=False)
-    if kind == "linear":
+    if kind == registry.LINEAR:
         return cls(K=WORKLOADS[dataset]["K"], **common), {"K": WORKLOADS[dataset]["K"], "max_len": 2048}
-    if kind == "fixed_tree":
+    if kind == registry.FIXED_TREE:
         settings = dict(FIXED, levels=FIXED["tree_depth"] + 1)
         return cls(**FIXED, **common), settings
     kw = dict(DYNATREE, max_depth=WORKLOADS[dataset]["D_max"], enable_auto_adjust=history)
@@ -161,11 +163,11 @@ def our_configs(dataset: str) -> dict:
     dyn = dict(D0=5, D_max=WORKLOADS[dataset]["D_max"], B_min=1, B_mid=2, B_max=3, tau_h=0.9, tau_l=0.4,
                rho_stop=0.1, rho_deep=0.5, tau=0.05, n_max=256, W=10, a_star=0.7, root_siblings=False,
                tau_on_parent=True, history_scope="prompt")
-    return {("linear", False): LinearConfig(K=WORKLOADS[dataset]["K"]),
-            ("fixed_tree", False): FixedTreeConfig(D=9, B=3, tau=0.1, n_max=256, root_siblings=False,
+    return {(registry.LINEAR, False): LinearConfig(K=WORKLOADS[dataset]["K"]),
+            (registry.FIXED_TREE, False): FixedTreeConfig(D=9, B=3, tau=0.1, n_max=256, root_siblings=False,
                                                    tau_on_parent=True),
-            ("dynatree", False): DynaTreeConfig(**dyn, history=False),
-            ("dynatree", True): DynaTreeConfig(**dyn, history=True)}
+            (registry.DYNATREE, False): DynaTreeConfig(**dyn, history=False),
+            (registry.DYNATREE, True): DynaTreeConfig(**dyn, history=True)}
 
 
 def plan(impls: list[str]) -> list[tuple[str, str, bool]]:
@@ -173,13 +175,13 @@ def plan(impls: list[str]) -> list[tuple[str, str, bool]]:
     out = []
     for impl in impls:
         if impl == "authors":
-            out += [(impl, "linear", False), (impl, "fixed_tree", False), (impl, "dynatree", True),
-                    (impl, "dynatree", False)]
+            out += [(impl, registry.LINEAR, False), (impl, registry.FIXED_TREE, False),
+                    (impl, registry.DYNATREE, True), (impl, registry.DYNATREE, False)]
         elif impl == "ours":
-            out += [(impl, "linear", False), (impl, "fixed_tree", False), (impl, "dynatree", False),
-                    (impl, "dynatree", True)]
+            out += [(impl, registry.LINEAR, False), (impl, registry.FIXED_TREE, False),
+                    (impl, registry.DYNATREE, False), (impl, registry.DYNATREE, True)]
         else:
-            out += [(impl, "fixed_tree", False), (impl, "dynatree", True)]
+            out += [(impl, registry.FIXED_TREE, False), (impl, registry.DYNATREE, True)]
     return out
 
 
@@ -273,9 +275,10 @@ def run_all(run: AuthorsRun, root: Path) -> dict:
     for p in job.prompts:  # greedy AR: the reference
         t0 = time.perf_counter()
         job.ar[p["id"]] = list(generate(target, p["ids"], run.T).tokens)
-        runs.append(make_run("ours", "ar", p["dataset"], {}, history=False, prompt_id=p["id"], tokens=job.ar[p["id"]],
-                             ar_tokens=job.ar[p["id"]], iterations=[], prompt_tokens=int(p["ids"].numel()),
-                             truncated=p["truncated"], seconds=round(time.perf_counter() - t0, 2)))
+        runs.append(make_run("ours", registry.AR, p["dataset"], {}, history=False, prompt_id=p["id"],
+                             tokens=job.ar[p["id"]], ar_tokens=job.ar[p["id"]], iterations=[],
+                             prompt_tokens=int(p["ids"].numel()), truncated=p["truncated"],
+                             seconds=round(time.perf_counter() - t0, 2)))
         job.log(f"[ar] {p['id']}: {p['ids'].numel()} prompt tokens, {time.perf_counter() - t0:.1f}s")
     impls = [i for i in IMPLS if i in run.impls]
     scratch = Path(tempfile.mkdtemp(prefix="authors_code_"))
@@ -309,7 +312,7 @@ def run_authors(job: Job, impl: str, method: str, history: bool, dataset: str) -
     """One of their decoders (``impl``: their code or a patched copy) on the workload's prompts, in order."""
     T, prompts, tok = job.run.T, job.of(dataset), IdsTokenizer()
     mod = job.variants[impl]
-    cls = {"linear": mod.linear, "fixed_tree": mod.fixed, "dynatree": mod.dynatree}[method]
+    cls = {registry.LINEAR: mod.linear, registry.FIXED_TREE: mod.fixed, registry.DYNATREE: mod.dynatree}[method]
     gen, settings = authors_generator(cls, method, target=job.target, draft=job.draft, tok=tok,
                                      dataset=dataset, history=history)
     probe = instrument(gen, method, strict=job.run.strict)
@@ -332,7 +335,7 @@ def run_authors(job: Job, impl: str, method: str, history: bool, dataset: str) -
                  "authors_reported_acceptance": gen.get_stats().get("acceptance_rate"), "seconds": round(secs, 2)}
         if probe["fallback_errors"]:
             extra["fallback_errors"] = list(probe["fallback_errors"])
-        if method == "dynatree":
+        if method == registry.DYNATREE:
             extra["history_state"] = {"window": [round(x, 4) for x in getattr(gen, "acceptance_history", [])],
                                       "D0": gen.current_base_depth, "tau_h": gen.current_high_conf_threshold,
                                       "rho_deep": gen.current_deep_expand_threshold}
@@ -365,13 +368,13 @@ def run_ours(job: Job, impl: str, method: str, history: bool, dataset: str) -> l
         lg = res.log
         its = [{"nodes": n, "depth": d, "accepted": a, "committed": c}
                for n, d, a, c in zip(lg.nodes, lg.depth, lg.accepted, lg.committed)]
-        if method != "linear":
+        if method != registry.LINEAR:
             for it, tree in zip(its, res.trees):
                 it["tree"] = our_tree_digest(tree)
         settings = dict(asdict(cfg), kv_mode="rebuild")
         if warm:
             settings["history_warmup"] = [q["id"] for q in warm]
-        if method == "fixed_tree":
+        if method == registry.FIXED_TREE:
             settings["levels"] = cfg.D
         r = make_run(impl, method, dataset, settings, history=history, prompt_id=p["id"], tokens=list(res.tokens),
                      ar_tokens=job.ar[p["id"]], iterations=its, seconds=round(secs, 2))

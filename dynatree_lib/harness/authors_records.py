@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from .. import methods as registry
+
 # ----------------------------------------------------------------------------------------------------------------
 # Records: per-iteration logs of their generators and ours
 # ----------------------------------------------------------------------------------------------------------------
@@ -40,7 +42,7 @@ def our_tree_digest(rec: dict) -> str:
 def instrument(gen, kind: str, strict: bool = False) -> dict:
     """Wrap ``gen``'s methods on the instance to log every round (they return what they returned)."""
     log = {"iterations": [], "sequential_fallbacks": 0, "fallback_errors": [], "_draft": None, "_tree": None}
-    if kind == "linear":
+    if kind == registry.LINEAR:
         draft_k, update = gen._draft_k_tokens, gen._update_cache_and_logits
 
         def draft_k_tokens():
@@ -100,11 +102,11 @@ def tokens_sha(tokens: list[int]) -> str:
 
 def authors_denominator(method: str, settings: dict) -> int:
     """Their acceptance statistic's per-round denominator (``docs/fidelity.md``, bug 5)."""
-    if method == "linear":
+    if method == registry.LINEAR:
         return int(settings["K"])
-    if method == "fixed_tree":
+    if method == registry.FIXED_TREE:
         return int(settings["levels"]) + 1  # their tree_depth + 2, with levels = tree_depth + 1
-    if method == "dynatree":
+    if method == registry.DYNATREE:
         return int(settings["D0"]) + 2
     raise ValueError(f"no authors' acceptance for method {method!r}")
 
@@ -124,7 +126,7 @@ def make_run(impl: str, method: str, dataset: str, settings: dict, history: bool
         rec["mean_committed"] = sum(it["committed"] for it in its) / len(its)
         depth = sum(it["depth"] for it in its)
         rec["acceptance"] = sum(it["accepted"] for it in its) / depth if depth else None
-        if method != "ar":
+        if method != registry.AR:
             rec["acceptance_authors_def"] = (sum(it["committed"] for it in its)
                                              / (len(its) * authors_denominator(method, settings)))
     rec.update(extra)
@@ -170,7 +172,7 @@ def summarize(runs: list[dict]) -> dict:
     ours = {(r["dataset"], r["method"], r["history"], r["prompt_id"]): r for r in runs if r["impl"] == "ours"}
     vs_ours = []
     for r in runs:
-        if not r["impl"].startswith("authors") or r["method"] not in ("fixed_tree", "dynatree"):
+        if not r["impl"].startswith("authors") or r["method"] not in (registry.FIXED_TREE, registry.DYNATREE):
             continue
         o = ours.get((r["dataset"], r["method"], r["history"], r["prompt_id"]))
         if o is None:
@@ -178,7 +180,7 @@ def summarize(runs: list[dict]) -> dict:
         vs_ours.append(dict({"dataset": r["dataset"], "impl": r["impl"], "method": r["method"],
                              "history": r["history"], "prompt_id": r["prompt_id"],
                              "same_tokens": r["tokens_sha"] == o["tokens_sha"]}, **compare_trees(r, o)))
-    linear = [r for r in runs if r["impl"] == "authors" and r["method"] == "linear"]
+    linear = [r for r in runs if r["impl"] == "authors" and r["method"] == registry.LINEAR]
     fixed = [r for r in runs if r["impl"] == "authors+both_fixes"]
     checks = {"authors_linear_equals_ar": f"{sum(bool(r['equals_ar']) for r in linear)}/{len(linear)}",
               "authors_both_fixes_equals_ar": f"{sum(bool(r['equals_ar']) for r in fixed)}/{len(fixed)}",
@@ -218,7 +220,7 @@ def headline(summary: dict) -> list[str]:
     """One line per group: what a reader wants first."""
     lines = []
     for g in summary["groups"]:
-        if g["method"] == "ar":
+        if g["method"] == registry.AR:
             continue
         hist = " history" if g["history"] else ""
         div = ", ".join(f"{k.split(':', 1)[1]}@{v}" for k, v in g["first_divergence"].items() if v is not None)

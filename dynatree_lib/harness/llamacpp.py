@@ -181,6 +181,7 @@ def draft_file(mode: str, draft: Path | str | None, bin_dir: Path | None) -> Pat
 
 # ---- modes and command lines --------------------------------------------------------------------------------------
 
+AR_MODE = "ar"  # llama.cpp's plain greedy decoding (a mode here, not our method of that name)
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 

@@ -44,6 +44,7 @@ from . import llamacpp as H
 from . import llamacpp_cli as R
 from .eagle3_gguf import HEAD, convert, verify_gguf
 from .paths import REPO
+from .workloads import SPEC_BENCH, WIKITEXT2
 
 SPEC_TYPE = "draft-eagle3"
 NOTES = (  # what the record's comparisons mean (written into it)
@@ -96,10 +97,10 @@ def dev_prompts(tok, questions: int = 2, L_max: int = 128) -> list[dict]:
     one WikiText-2 dev continuation of ``L_max`` tokens (EOS ignored); every id checked to be a dev prompt."""
     from .prompts import candidates, load_prompts
 
-    out = [{"id": p.id, "workload": "spec_bench", "ids": p.ids.tolist(), "ignore_eos": False, "category": p.category}
-           for p in load_prompts("spec_bench", tok, n=1, split="dev")[:questions]]
-    p = load_prompts("wikitext2", tok, n=1, L_max=L_max, split="dev")[0]
-    out.append({"id": p.id, "workload": "wikitext2", "ids": p.ids.tolist(), "ignore_eos": True, "category": None})
+    out = [{"id": p.id, "workload": SPEC_BENCH, "ids": p.ids.tolist(), "ignore_eos": False, "category": p.category}
+           for p in load_prompts(SPEC_BENCH, tok, n=1, split="dev")[:questions]]
+    p = load_prompts(WIKITEXT2, tok, n=1, L_max=L_max, split="dev")[0]
+    out.append({"id": p.id, "workload": WIKITEXT2, "ids": p.ids.tolist(), "ignore_eos": True, "category": None})
     for q in out:
         if q["id"] not in candidates(q["workload"], "dev"):
             raise AssertionError(f"{q['id']} is not a dev prompt")
@@ -130,20 +131,21 @@ def server_runs(prompts, head_gguf, n_new, n_draft, bin_dir, tok=None, cli: dict
     ids. Where the EAGLE-3 output (the server's, or the command-line example's in ``cli``) leaves AR's, the AR
     server also probes the position (``probe``) under ``("probe", source, id)``."""
     out, argvs = {}, {}
-    for name, extra in ((SPEC_TYPE, tuple(spec_args(head_gguf, n_draft))), ("ar", ())):
-        with H.LlamaServer("ar", target="q4_1", bin_dir=bin_dir, extra=extra) as srv:
+    for name, extra in ((SPEC_TYPE, tuple(spec_args(head_gguf, n_draft))), (H.AR_MODE, ())):
+        with H.LlamaServer(H.AR_MODE, target="q4_1", bin_dir=bin_dir, extra=extra) as srv:
             argvs[name] = srv.argv
             for p in prompts:
                 row = srv.complete(p["ids"], n_new, ignore_eos=p["ignore_eos"])
                 if row.get("prompt_tokens_warning"):
                     raise RuntimeError(row["prompt_tokens_warning"])
                 out[(name, p["id"])] = row
-            if name != "ar":
+            if name != H.AR_MODE:
                 continue
             for p in prompts:
-                ar = out[("ar", p["id"])]["token_ids"]
+                ar = out[(H.AR_MODE, p["id"])]["token_ids"]
                 first = {"server": compare(ar, out[(SPEC_TYPE, p["id"])]["token_ids"])["first_divergence"]}
-                if cli and tok is not None and not continues(cli[("ar", p["id"])], cli[(SPEC_TYPE, p["id"])], n_new):
+                if cli and tok is not None and not continues(cli[(H.AR_MODE, p["id"])], cli[(SPEC_TYPE, p["id"])],
+                                                             n_new):
                     first["cli"] = text_divergence(ar, cli[(SPEC_TYPE, p["id"])]["text"], tok)
                 for source, i in first.items():
                     if i is not None and i < len(ar):
@@ -205,7 +207,7 @@ def cli_runs(prompts, tok, head_gguf, n_new, n_draft, bin_dir) -> tuple[dict, di
     out, argvs = {}, {}
     for p in prompts:
         text, pid = R.prompt_text(p["ids"], tok), p["id"]
-        for name, mode, kw in (("ar", "ar", {}), ("no-draft", *NO_DRAFT)):
+        for name, mode, kw in ((H.AR_MODE, H.AR_MODE, {}), ("no-draft", *NO_DRAFT)):
             out[(name, pid)] = R.run(mode, text, n_new, target=target, bin_dir=bin_dir, expect_ids=p["ids"],
                                      strict=True, ignore_eos=p["ignore_eos"], **kw)
             argvs[(name, pid)] = out[(name, pid)]["argv"]
@@ -265,7 +267,7 @@ def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int
              str(REPO) + "/": "", sys.executable: "python"}
     rows = []
     for p in prompts:
-        a, s = srv[("ar", p["id"])], srv[(SPEC_TYPE, p["id"])]
+        a, s = srv[(H.AR_MODE, p["id"])], srv[(SPEC_TYPE, p["id"])]
         row = {"id": p["id"], "workload": p["workload"], "category": p["category"], "split": "dev",
                "prompt_tokens": len(p["ids"]), "ignore_eos": p["ignore_eos"],
                "server": {**compare(a["token_ids"], s["token_ids"]), "stop_ar": a["stop_type"],
@@ -274,7 +276,7 @@ def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int
         if ("probe", "server", p["id"]) in srv:
             row["server"]["probe"] = srv[("probe", "server", p["id"])]
         if cli:
-            ca, cn, cs = (cl[(k, p["id"])] for k in ("ar", "no-draft", SPEC_TYPE))
+            ca, cn, cs = (cl[(k, p["id"])] for k in (H.AR_MODE, "no-draft", SPEC_TYPE))
             stats = cs["spec"].get("stats", {}).get(SPEC_TYPE, {})
             div = lambda run: None if continues(ca, run, n_new) else text_divergence(a["token_ids"], run["text"], tok)
             row["cli"] = {"tokens_match": ca["tokens_match"], "tokens_ar": ca["tokens"], "tokens_own_ar": cn["tokens"],
@@ -312,7 +314,7 @@ def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int
         "conversion": {"command": portable(conv_argv, paths), "checks": verify_gguf(gguf, head)},
         "settings": {"n_new": n_new, "n_draft": n_draft, "greedy": "temperature 0, top-k 1, seed 0",
                      "threads": H.THREADS, "ctx": H.CTX, "questions": questions, "L_max": L_max},
-        "commands": {"server_ar": portable(srv_argv["ar"], paths), "server_eagle3": portable(srv_argv[SPEC_TYPE], paths),
+        "commands": {"server_ar": portable(srv_argv[H.AR_MODE], paths), "server_eagle3": portable(srv_argv[SPEC_TYPE], paths),
                      "server_request": {k: v for k, v in H.completion_request([], n_new).items() if k != "prompt"},
                      **({"cli": {f"{m} {pid}": portable(v, paths) for (m, pid), v in cl_argv.items()}} if cli else {}),
                      **({"ours": f"generate(target, ids, {n_new}, draft=head, method=LinearConfig({n_draft})) "

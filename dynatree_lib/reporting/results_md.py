@@ -19,12 +19,12 @@ NOTEBOOKS = REPO / "notebooks"
 
 def sections() -> list[tuple[str, str, list[str]]]:
     """(title, notebook, the tables and figures it saves, in order) for every numbered notebook: read from its
-    source, so every saved table and figure is in RESULTS.md."""
+    source, so every saved table and figure is in RESULTS.md (another machine kind's are saved with ``on_kind``)."""
     out = []
     for src in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py")):
         text = src.read_text()
         title = re.search(r"^# # (.+)$", text, re.M)
-        names = list(dict.fromkeys(re.findall(r"[\"'](\w+)[\"'],\s*prof\)", text)))
+        names = list(dict.fromkeys(re.findall(r"[\"'](\w+)[\"'],\s*(?:prof|on_kind)\)", text)))
         out.append((title.group(1) if title else src.stem, src.stem, names))
     return out
 
@@ -51,6 +51,11 @@ def _environment(profile: str) -> str:
             f"target `{r['target']}`, draft `{r['draft']}`, engine `{engine}`, timed in {r['dtype']}.{also}\n")
 
 
+def machine_kinds_of(figs: Path, name: str) -> list[str]:
+    """The saved copies of table or figure ``name`` for other machine kinds (``name@<kind>``), sorted."""
+    return sorted({p.stem for p in figs.glob(f"{name}@*") if p.suffix in (".md", ".png")})
+
+
 def build(profile: str) -> Path:
     """Write the profile's results page; returns its path."""
     figs = REPO / "figures" / profile
@@ -62,7 +67,7 @@ def build(profile: str) -> Path:
              "Do not edit by hand.", "", _environment(profile)]
     for title, nb, names in sections():
         lines += [f"## {title}", "", f"Notebook: [`{nb}`]({rel(REPO / 'executed' / profile / (nb + '.ipynb'))})", ""]
-        for name in names:
+        for name in (n for base in names for n in (base, *machine_kinds_of(figs, base))):
             if (figs / f"{name}.md").exists():
                 lines += [f"**{name}**", "", (figs / f"{name}.md").read_text().strip(), ""]
             elif (figs / f"{name}.png").exists():
