@@ -18,19 +18,10 @@ import time
 import torch
 
 from dynatree_lib.harness import environment, models
+from dynatree_lib.harness.matmul_costs import timed
 from dynatree_lib.harness.profiles import get_profile
 
 ENGINES = ("static+fused", "static+compile")
-
-
-def best_ms(f, n: int = 10) -> float:
-    f()
-    best = float("inf")
-    for _ in range(n):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
 
 
 def main() -> None:
@@ -57,7 +48,7 @@ def main() -> None:
     while time.time() < end:
         bw = probe.read_gbs()
         bound = nbytes / bw / 1e6
-        ms = {e: best_ms(lambda: step(r)) for e, r in runners.items()}
+        ms = {e: timed(lambda: step(r), reps=10) for e, r in runners.items()}
         rounds.append((bw, {e: m / bound for e, m in ms.items()}))
         print(f"probe {bw:5.1f} GB/s  bound {bound:5.2f} ms  "
               + "  ".join(f"{e} {m:5.2f} ms ({m / bound:.2f}x)" for e, m in ms.items()), flush=True)
