@@ -79,6 +79,9 @@ def test_a_file_holds_one_machine_kinds_records(results):
     write_report(results / "costs.json", {"environment": amd})
     with pytest.raises(ValueError, match="--set machine=intel-amx"):
         write_report(results / "costs.json", {"environment": intel})
+    write_report(results / "costs.json", {"environment": intel}, replace=True)  # a rerun replaces the file
+    assert json.loads((results / "costs.json").read_text())["environment"] == intel
+    assert json.loads((results / "costs.bak.json").read_text())["environment"] == amd
 
 
 def test_a_machine_kinds_records_live_in_their_own_folder():

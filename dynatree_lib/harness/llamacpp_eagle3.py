@@ -343,6 +343,6 @@ def run_llamacpp_eagle3(profile, rerun: bool = False, root: Path | None = None, 
     if H.find_llamacpp() is None:
         raise FileNotFoundError(f"llamacpp_eagle3 needs a llama.cpp build: {H.how_to_get()}")
     rec = record()
-    write_report(path, rec)
+    write_report(path, rec, replace=rerun)
     print(f"{path}: " + " ".join(f"{k}={v}" for k, v in rec["summary"].items()))
     return path
