@@ -55,6 +55,7 @@ class GenerationResult:
     log: IterationLog | None = None
     counted: Totals | None = None  # a decoder without a log reports its counts here (HF assisted)
     trees: list[dict] = field(default_factory=list)  # recorded trees (``record_trees``)
+    extra: dict = field(default_factory=dict)  # per-prompt metrics only another engine reports (its row keeps them)
 
     @property
     def totals(self) -> Totals:

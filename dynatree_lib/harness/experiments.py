@@ -35,6 +35,8 @@ from .store import ResultStore, config_dict, record_key, results_path
 from .tuning import cost_aware, cost_candidates, tuned, tuned_families
 from .talon_experiment import (TALON, TALON_TUNING, head_profile, talon_T, talon_cells, talon_methods,  # noqa: F401
                                talon_profile, talon_tuning_cells)
+from .vllm_experiment import (VLLM, VLLM_THROUGHPUT, VLLM_TUNING, run_vllm_throughput, vllm_cells,  # noqa: F401
+                              vllm_profile, vllm_tuning_cells)
 from .workloads import WIKITEXT2, count
 
 GREEDY = Sampling()
@@ -233,7 +235,9 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
 
 def experiment_profile(name: str, p: Profile) -> Profile:
     """The profile an experiment measures with: the head's for ``heads``, ``talon`` and its tuning
-    (``talon_profile``) where ``p`` has one, else ``p`` itself."""
+    (``talon_profile``) and the vLLM rows where ``p`` has one, else ``p`` itself."""
+    if name in (VLLM, VLLM_TUNING):
+        return vllm_profile(p)
     if not p.extras.head or name not in ("heads", TALON, TALON_TUNING):
         return p
     return head_profile(p) if name == "heads" else talon_profile(p)
@@ -288,8 +292,8 @@ EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_
                "length_scaling": length_cells, "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
                "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells,
                "peers": peers_cells, "heads": head_cells, TALON: talon_cells,
-               TALON_TUNING: talon_tuning_cells}
-IN_PROCESS = ("main", "peers", "heads", TALON)  # experiments whose replicates each run in a fresh process
+               TALON_TUNING: talon_tuning_cells, VLLM: vllm_cells, VLLM_TUNING: vllm_tuning_cells}
+IN_PROCESS = ("main", "peers", "heads", TALON, VLLM)  # experiments whose replicates each run in a fresh process
 MEMORY_HEAD_WORKLOAD, MEMORY_HEAD_REPEATS = WIKITEXT2, 3
 
 
@@ -338,7 +342,7 @@ def reports() -> dict:
     return {"costs": run_costs, "pair": run_pair, "pair_eagle3": run_pair_eagle3, "head_cost": run_head_cost,
             "head_tree_depth": run_head_tree_depth, "memory_head": run_memory_head, "matmuls": run_matmuls,
             "authors_code": run_authors_code, "authors_code_history": run_authors_code_history,
-            "llamacpp_eagle3": run_llamacpp_eagle3}
+            "llamacpp_eagle3": run_llamacpp_eagle3, VLLM_THROUGHPUT: run_vllm_throughput}
 
 
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:
@@ -352,6 +356,10 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return 1
     if name == "peers":
         return count(ws, p.extras.peers_n_prompts, p.extras.peers_n_questions)
+    if name == VLLM:
+        return count(ws, p.extras.vllm_n_prompts, p.extras.vllm_n_questions)
+    if name == VLLM_TUNING:
+        return count(ws, p.tuning.n, p.tuning.n_questions)
     if name == "heads":
         return count(ws, p.extras.head_n_prompts, p.extras.head_n_questions)
     if name == TALON:
@@ -439,11 +447,13 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     if profile.extras.cost_aware and name in ("tuning", "main", "sampling"):  # the extension's cells come from the
         # costs, measured again with the tuning they feed (the other experiments reuse the tuning's)
         run_costs(profile, rerun=rerun and name == "tuning", root=root, render_only=render_only)
-    if profile.tuning.candidates is not None and name not in ("tuning", TALON, TALON_TUNING) and \
+    if profile.tuning.candidates is not None and name not in ("tuning", TALON, TALON_TUNING, VLLM, VLLM_TUNING) and \
             tunes_here("tuning", profile, root):
         run("tuning", profile, root=root, render_only=render_only)
     if name == TALON and measures(TALON_TUNING, profile, root) and tunes_here(TALON_TUNING, profile, root):
         run(TALON_TUNING, profile, root=root, render_only=render_only)  # its rows' settings: their own tuning
+    if name == VLLM and measures(VLLM_TUNING, profile, root) and tunes_here(VLLM_TUNING, profile, root):
+        run(VLLM_TUNING, profile, root=root, render_only=render_only)
     todo = missing(name, profile, root, replicate)
     if todo and render_only:
         raise FileNotFoundError(f"render-only: {len(todo)} cell(s) of '{name}' are missing from {path}; "

@@ -15,6 +15,11 @@ Per prompt (one generation of T new tokens):
   were committed (1/branching-ish for trees).
 - ``draft_forwards_per_iter``: draft-model forwards per verification (TALON's draft-efficiency axis).
 - ``draft_nodes_per_iter``: drafted nodes sent to verification per iteration.
+- ``drafted_at`` / ``accepted_at`` (lists, position j at index j - 1): verifications that drafted a token at depth
+  j / that accepted one there; accepted_at[j-1] / drafted_at[j-1] is the acceptance at position j (a chain's is
+  conditional on reaching j). vLLM's rows give its counters: accepted per position over all its drafts.
+- ``idle_cpu_s`` / ``idle_wall_s`` (vLLM rows): the CPU seconds its worker process tree spent, over the wall
+  seconds, between its previous request and this one (while the methods interleaved with it ran).
 - ``read_bandwidth_gbs`` (AR rows): memory read bandwidth probed right after the generation
   (``environment.BandwidthProbe``); AR's bandwidth bound is weight bytes over the mean of these probes.
 - ``footprint_mb`` (memory rows): one generation's peak memory above the bare runtime, with only the models the
@@ -70,7 +75,16 @@ def prompt_metrics(res: GenerationResult) -> dict:
         for phase in ("draft", "verify", "commit"):
             row[f"{phase}_s"] = sum(getattr(res.log, f"{phase}_s"))
         row["prefill_s"] = res.prefill_s
-    return row
+        row |= position_counts(res.log.depth, res.log.accepted)
+    return row | res.extra
+
+
+def position_counts(depth: list[int], accepted: list[int]) -> dict:
+    """Per draft position j (1-based, the list's index + 1): the verifications that drafted a token at depth j
+    (``drafted_at``) and those that accepted one there (``accepted_at``); their ratio is the acceptance at j."""
+    top = max(depth, default=0)
+    return {"drafted_at": [sum(d >= j for d in depth) for j in range(1, top + 1)],
+            "accepted_at": [sum(a >= j for a in accepted) for j in range(1, top + 1)]}
 
 
 LOOP_N = 12     # a position copies earlier text when the 12 tokens before it occurred earlier (the lookup's longest match)

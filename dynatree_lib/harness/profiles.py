@@ -164,7 +164,9 @@ class Extras:
     TALON's limit, capped at ``talon_T_cap`` new tokens where it is above 0; its tuning on the tuning prompts decodes at
     most ``talon_tuning_T``, where above 0), with TALON's Medusa and Hydra rows
     (``talon_heads``: draft references ``medusa:<folder>``, ``hydra:<folder>``) and llama.cpp's EAGLE-3 mode with
-    the head beside llama.cpp's AR (``talon_peers``) and our extension on the head (``talon_extension``))."""
+    the head beside llama.cpp's AR (``talon_peers``) and our extension on the head (``talon_extension``)); and
+    notebook 12's vLLM rows on the head (``vllm_n_prompts`` test prompts per continuation dataset, 0: none,
+    ``vllm_n_questions`` per Spec-Bench category; their tuning decodes ``vllm_tuning_T`` tokens)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -185,6 +187,9 @@ class Extras:
     talon_heads: tuple = ()
     talon_peers: bool = False
     talon_extension: bool = False
+    vllm_n_prompts: int = 0
+    vllm_n_questions: int = 1
+    vllm_tuning_T: int = 128
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -354,7 +359,7 @@ PROFILES: dict[str, Profile] = {
                peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3", talon_T_cap=256,
                talon_tuning_T=128,
                talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
-               talon_extension=True)),
+               talon_extension=True, vllm_n_prompts=4)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
