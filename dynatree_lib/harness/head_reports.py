@@ -44,14 +44,12 @@ def report(name: str, profile: Profile, measure, rerun: bool, root: Path | None,
     """``results/<profile>/<name>.json``: made by ``measure()`` where missing (or ``rerun``: the old one kept as
     ``*.bak.json``), through the store's checks (``write_report``)."""
     path = results_path(name, profile, root)
-    if path.exists() and rerun and not render_only:
-        path.rename(path.with_suffix(".bak.json"))
     if not needs_run(path, rerun, render_only):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
-    write_report(path, measure())
+    write_report(path, measure(), replace=rerun)
     print(path)
     return path
 

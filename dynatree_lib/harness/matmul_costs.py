@@ -54,8 +54,6 @@ def timed(fn, reps: int = 3) -> float:
 
 def run_matmuls(profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
     path = results_path("matmuls", profile, root)
-    if path.exists() and rerun and not render_only:
-        path.rename(path.with_suffix(".bak.json"))
     if not needs_run(path, rerun, render_only):
         return path
     if not kernels.available():
@@ -78,5 +76,5 @@ def run_matmuls(profile: Profile, rerun: bool = False, root: Path | None = None,
     doc = {"rows": list(ROWS), "rounds": ROUNDS, "weight_bytes": sum(w.nbytes for w in plain),
            "median_ms": medians, "ms": ms, "environment": environment("cpu")}
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_report(path, doc)
+    write_report(path, doc, replace=rerun)
     return path

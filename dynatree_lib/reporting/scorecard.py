@@ -181,6 +181,27 @@ def peers_row(path: Path, profile) -> list[dict]:
     return [row]
 
 
+def vllm_row(path: Path, profile) -> list[dict]:
+    """Not a paper claim: the serving path. vLLM with our EAGLE-3 head against vLLM's own AR, at batch 1 on the
+    same prompts (notebook 12), per replicate."""
+    if (df := current(path, profile)) is None:
+        return []
+    vllm = df[df.method == "vllm"]
+    per_ws = {}
+    for ws in workload_labels():
+        for rep, w in vllm[vllm.dataset == ws].groupby("replicate"):
+            own, head = w[w.tag_own_ar.fillna(False).astype(bool)], w[w.variant == "vllm_eagle3"]
+            if not own.empty and not head.empty:
+                ratio, lo, hi, _ = tables.paired(head.iloc[0].tps_by_prompt, own.iloc[0].tps_by_prompt)
+                per_ws.setdefault(ws, []).append((ratio, lo, hi))
+    if not per_ws:
+        return []
+    row = {"claim": "vLLM serving our EAGLE-3 head is faster than vLLM's AR, batch 1 (not in the paper)", "paper": "–"}
+    row |= {workload_labels()[ws]: _cell(rs) for ws, rs in per_ws.items()}
+    row["verdict"] = verdict(per_ws).replace("reproduces", "yes")
+    return [row]
+
+
 def talon_paper(table: str) -> str:
     """TALON's reported speedup of TALON over EAGLE-3 (range over its benchmarks) for its reference model."""
     rep = tables.talon_reported()
@@ -244,7 +265,8 @@ def scorecard(profile) -> pd.DataFrame:
                             paper_ratio(dt, registry.FIXED_TREE))]
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
     rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
-    rows += peers_row(root / "peers.json", profile) + talon_rows(root / "talon.json", profile)
+    rows += peers_row(root / "peers.json", profile) + vllm_row(root / "vllm.json", profile)
+    rows += talon_rows(root / "talon.json", profile)
     card = pd.DataFrame(rows).set_index("claim").fillna("–")
     return card.loc[:, (card != "–").any()]  # no column that no claim fills
 

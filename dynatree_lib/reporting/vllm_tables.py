@@ -1,0 +1,102 @@
+"""Notebook 12's vLLM tables (issue 79), from ``vllm.json`` and ``vllm_throughput.json`` alone."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pandas as pd
+
+from .. import methods as registry
+from ..harness.workloads import workload_label
+from .formatting import dash, pm
+from .main_tables import _agree, _per_dataset, _speedup_ci
+from .records import replicate
+
+POSITIONS = 3  # draft positions the table shows
+
+
+def with_vllm_equality(df: pd.DataFrame) -> pd.DataFrame:
+    """``equals_vllm_ar``: per record, the prompts whose tokens equal vLLM's own AR on the same prompt (workload,
+    replicate), by the rows' token hashes; None where that AR is missing."""
+    own = {(r.dataset, r.replicate): {x["prompt_id"]: x["tokens_sha"] for x in r.rows}
+           for r in df.itertuples() if r.method == "vllm" and getattr(r, "tag_own_ar", False)}
+
+    def count(r) -> str | None:
+        ref = own.get((r.dataset, r.replicate))
+        if ref is None or (r.method == "vllm" and getattr(r, "tag_own_ar", False)):
+            return None
+        same = [x["tokens_sha"] == ref[x["prompt_id"]] for x in r.rows if x["prompt_id"] in ref]
+        return f"{sum(same)}/{len(same)}"
+    return df.assign(equals_vllm_ar=[count(r) for r in df.itertuples()])
+
+
+def acceptance_at(rows: list[dict], positions: int = POSITIONS) -> list[float]:
+    """The share of verifications whose draft token at position j was accepted, j = 1..``positions``, over every
+    prompt (``metrics``' ``accepted_at`` / ``drafted_at``); NaN past what was drafted."""
+    out = []
+    for j in range(positions):
+        drafted = sum(r["drafted_at"][j] for r in rows if len(r.get("drafted_at", [])) > j)
+        accepted = sum(r["accepted_at"][j] for r in rows if len(r.get("accepted_at", [])) > j)
+        out.append(accepted / drafted if drafted else float("nan"))
+    return out
+
+
+def _positions(r) -> str:
+    rates = acceptance_at(r.rows)
+    return "–" if all(pd.isna(x) for x in rates) else " / ".join(dash(x, "{:.2f}") for x in rates)
+
+
+def vllm_table(df: pd.DataFrame, r: int = 0) -> pd.DataFrame:
+    """Every row of the vllm run per workload (replicate ``r``): throughput, speedup over our AR with its 95% paired
+    interval and over vLLM's AR, tokens per verification, acceptance at draft positions 1-3, and agreement with our
+    AR's and vLLM's AR's tokens (vLLM's BF16 arithmetic is its own: agreement is measured, not expected)."""
+    return _per_dataset(with_vllm_equality(replicate(df, r)), {
+        "tok/s": lambda r: pm(r.tps, r.tps_std), "over our AR [95% CI]": _speedup_ci,
+        "over vLLM AR": lambda r: dash(r.speedup_own, "{:.2f}×"), "L̄": lambda r: f"{r.L_bar:.2f}",
+        f"accepted at 1-{POSITIONS}": _positions, "= our AR": _agree,
+        "= vLLM AR": lambda r: r.equals_vllm_ar or "–"})
+
+
+def vllm_idle_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per replicate: the CPU seconds vLLM's paused workers spent while our engine ran, over the seconds it ran."""
+    rows = []
+    for rep, w in df[df.method == "vllm"].groupby("replicate"):
+        xs = [x for rows_ in w.rows for x in rows_ if "idle_cpu_s" in x]
+        rows.append({"replicate": int(rep) + 1, "requests": len(xs),
+                     "idle CPU s": f"{sum(x['idle_cpu_s'] for x in xs):.2f}",
+                     "idle wall s": f"{sum(x['idle_wall_s'] for x in xs):.0f}"})
+    return pd.DataFrame(rows).set_index("replicate") if rows else pd.DataFrame()
+
+
+def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
+    """Aggregate tokens/s (median over the repeats, with min-max) per mode and number of concurrent requests,
+    EAGLE-3's ratio over AR at each, and EAGLE-3's tokens per verification."""
+    doc = json.loads(Path(path).read_text())
+    rows = pd.DataFrame(doc["rows"])
+    out = {}
+    for c in doc["settings"]["concurrency"]:
+        at = rows[rows.concurrency == c]
+        med = {m: statistics.median(at[at["mode"] == m].tps) for m in ("ar", "eagle3")}
+        for m, name in (("ar", "vLLM AR"), ("eagle3", f"vLLM EAGLE-3, our head (k={doc['modes']['eagle3']['config']['k']})")):
+            tps = at[at["mode"] == m].tps
+            out.setdefault(name, {})[c] = f"{med[m]:.1f} ({tps.min():.1f}-{tps.max():.1f})"
+        out.setdefault("EAGLE-3 / AR", {})[c] = f"{med['eagle3'] / med['ar']:.2f}×"
+        spec = [s for s, m in zip(at.spec, at["mode"]) if m == "eagle3"]
+        drafts, acc = sum(s["drafts"] for s in spec), sum(s["accepted"] for s in spec)
+        out.setdefault("EAGLE-3 accepted per draft", {})[c] = dash(acc / drafts if drafts else float("nan"), "{:.2f}")
+    t = pd.DataFrame(out).T
+    t.columns = [f"{c} concurrent" for c in t.columns]
+    return t
+
+
+def vllm_tuning_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Tokens/s of every tuning candidate, our chain's K and vLLM's EAGLE-3 k side by side, per workload."""
+    out = {}
+    for r in df[df.method != registry.AR].itertuples():
+        k = r.config.get("K", r.config.get("k"))
+        who = "our chain on the head" if r.method == registry.LINEAR else "vLLM EAGLE-3"
+        out.setdefault(f"K = {k}", {})[(workload_label(r.dataset), who)] = pm(r.tps, r.tps_std)
+    t = pd.DataFrame(out).T.sort_index(key=lambda ix: ix.str.slice(4).astype(int))
+    t.columns = pd.MultiIndex.from_tuples(t.columns)
+    return t
