@@ -28,7 +28,8 @@ rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) a
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
-from dynatree_lib.reporting.notebook import experiments, plots, results_path, show_fig, show_table, start, tables
+from dynatree_lib.reporting.notebook import (experiments, machines, on_machine, plots, results_path, show_fig,
+                                            show_table, start, tables)
 
 prof = start(profile, overrides)
 if not prof.extras.peers_n_prompts:
@@ -84,6 +85,11 @@ if not render_only or tpath.exists():
     tpath = experiments.run("vllm_throughput", prof, rerun=rerun, render_only=render_only)
 if tpath.exists():
     show_table(tables.vllm_throughput_table(tpath), "table_vllm_throughput", prof)
+for kind in machines(prof):  # another machine kind's (results/cpu@<kind>/): the file name carries its kind
+    on_kind = on_machine(prof, kind)
+    if results_path("vllm_throughput", on_kind).exists():
+        show_table(tables.vllm_throughput_table(results_path("vllm_throughput", on_kind)), "table_vllm_throughput",
+                   on_kind)
 
 # %% [markdown]
 # What to look for: whether llama.cpp's own AR is ahead of ours at the same precision (the engine alone), whether

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import methods as registry
-from ..harness.workloads import workload_label
+from ..harness.workloads import label as workload_label
 from .formatting import dash, pm
 from .main_tables import _agree, _per_dataset, _speedup_ci
 from .records import replicate
@@ -51,11 +51,13 @@ def vllm_table(df: pd.DataFrame, r: int = 0) -> pd.DataFrame:
     """Every row of the vllm run per workload (replicate ``r``): throughput, speedup over our AR with its 95% paired
     interval and over vLLM's AR, tokens per verification, acceptance at draft positions 1-3, and agreement with our
     AR's and vLLM's AR's tokens (vLLM's BF16 arithmetic is its own: agreement is measured, not expected)."""
-    return _per_dataset(with_vllm_equality(replicate(df, r)), {
+    df = with_vllm_equality(replicate(df, r))
+    df = df.assign(label=[lab if m == "vllm" else f"Ours: {lab}" for m, lab in zip(df.method, df.label)])
+    return _per_dataset(df, {
         "tok/s": lambda r: pm(r.tps, r.tps_std), "over our AR [95% CI]": _speedup_ci,
         "over vLLM AR": lambda r: dash(r.speedup_own, "{:.2f}×"), "L̄": lambda r: f"{r.L_bar:.2f}",
         f"accepted at 1-{POSITIONS}": _positions, "= our AR": _agree,
-        "= vLLM AR": lambda r: r.equals_vllm_ar or "–"})
+        "= vLLM AR": lambda r: r.equals_vllm_ar if isinstance(r.equals_vllm_ar, str) else "–"})
 
 
 def vllm_idle_table(df: pd.DataFrame) -> pd.DataFrame:
