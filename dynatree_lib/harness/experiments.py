@@ -31,7 +31,7 @@ from . import peers, variants as v
 from .costs import run_costs
 from .measure import Cell
 from .profiles import Profile
-from .store import ResultStore, config_dict, record_key, results_path
+from .store import ResultStore, archive_for_rerun, config_dict, record_key, results_path
 from .tuning import cost_aware, cost_candidates, tuned, tuned_families
 from .talon_experiment import (TALON, TALON_TUNING, head_profile, talon_T, talon_cells, talon_methods,  # noqa: F401
                                talon_profile, talon_tuning_cells)
@@ -305,8 +305,7 @@ def run_memory_head(profile: Profile, rerun: bool = False, root: Path | None = N
     from .memory import run_memory
 
     path = results_path("memory_head", profile, root)
-    if rerun and not render_only and (old := ResultStore(path).archive()):
-        print(f"rerun: previous results kept at {old}")
+    archive_for_rerun(path, rerun, render_only)
     store, todo = ResultStore(path), []
     for p, methods in ((profile, (registry.AR, registry.DYNATREE)), (with_head(profile), (registry.DYNATREE,))):
         cells = [(c, cell_key("memory", p, c)) for c in memory_cells(p)
@@ -348,7 +347,7 @@ def reports() -> dict:
 def n_prompts(name: str, p: Profile, cell: Cell) -> int:
     """Prompts per cell: per continuation dataset, or per category of a workload with categories."""
     ws = cell.dataset
-    if name in ("tuning", TALON_TUNING):
+    if name in ("tuning", TALON_TUNING, VLLM_TUNING):
         return count(ws, p.tuning.n, p.tuning.n_questions)
     if name == "trees":
         return count(ws, p.extras.trees_n_prompts, 1)
@@ -358,8 +357,6 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return count(ws, p.extras.peers_n_prompts, p.extras.peers_n_questions)
     if name == VLLM:
         return count(ws, p.extras.vllm_n_prompts, p.extras.vllm_n_questions)
-    if name == VLLM_TUNING:
-        return count(ws, p.tuning.n, p.tuning.n_questions)
     if name == "heads":
         return count(ws, p.extras.head_n_prompts, p.extras.head_n_questions)
     if name == TALON:
@@ -442,8 +439,7 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     if rerun and not render_only and (lacking := unmeasurable(EXPERIMENTS[name](profile, root))):
         print(f"rerun of {name!r} skipped, its records kept: this machine cannot measure {sorted(lacking)}")
         rerun = False
-    if rerun and not render_only and (old := ResultStore(path).archive()):
-        print(f"rerun: previous results kept at {old}")
+    archive_for_rerun(path, rerun, render_only)
     if profile.extras.cost_aware and name in ("tuning", "main", "sampling"):  # the extension's cells come from the
         # costs, measured again with the tuning they feed (the other experiments reuse the tuning's)
         run_costs(profile, rerun=rerun and name == "tuning", root=root, render_only=render_only)

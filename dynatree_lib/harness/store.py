@@ -123,6 +123,12 @@ class ResultStore:
         return dest
 
 
+
+def archive_for_rerun(path: Path, rerun: bool, render_only: bool) -> None:
+    """An explicit rerun moves the previous file aside (``ResultStore.archive``) and says where it went."""
+    if rerun and not render_only and (old := ResultStore(path).archive()):
+        print(f"rerun: previous results kept at {old}")
+
 def needs_run(path: Path, rerun: bool, render_only: bool) -> bool:
     """Whether a cached-JSON measurement must run: not when ``path`` exists (unless ``rerun``); a missing
     file under ``render_only`` is an error."""

@@ -41,7 +41,7 @@ def chain_candidates(p: Profile) -> tuple:
 
 def eagle3_candidates(p: Profile) -> tuple:
     """vLLM's EAGLE-3 mode at each of our chain's candidate K."""
-    return tuple(P.VllmConfig("eagle3", k=c.K) for c in chain_candidates(p))
+    return tuple(P.VllmConfig(P.EAGLE3_MODE, k=c.K) for c in chain_candidates(p))
 
 
 def vllm_tuning_cells(p: Profile, root=None) -> list[Cell]:
@@ -66,7 +66,7 @@ def settings(p: Profile, ws: str, root=None) -> tuple:
     """Our chain's and vLLM's EAGLE-3 settings on ``ws``: the fastest of each one's ``vllm_tuning`` records, else
     (a profile that does not tune) a chain of 3, vLLM's documented example."""
     if p.tuning.candidates is None:
-        return LinearConfig(3), P.VllmConfig("eagle3", k=3)
+        return LinearConfig(3), P.VllmConfig(P.EAGLE3_MODE, k=3)
     head = p.extras.head
     return (fastest(p, registry.LINEAR, ws, chain_candidates(p), root, experiment=VLLM_TUNING, draft=head),
             fastest(p, P.METHOD, ws, eagle3_candidates(p), root, experiment=VLLM_TUNING, draft=head))
@@ -135,7 +135,7 @@ def throughput_record(p: Profile, root=None) -> dict:
     from .weights import record_weights
 
     prompts = throughput_prompts(p, max(CONCURRENCY))
-    modes = {"ar": P.AR_PEER.config, "eagle3": settings(p, SPEC_BENCH, root)[1]}
+    modes = {P.AR_MODE: P.AR_PEER.config, P.EAGLE3_MODE: settings(p, SPEC_BENCH, root)[1]}
     workers = {name: P.worker(cfg) for name, cfg in modes.items()}
     rows = []
     with tqdm(total=THROUGHPUT_REPEATS * len(CONCURRENCY) * len(modes), desc=VLLM_THROUGHPUT, unit="batch") as bar:

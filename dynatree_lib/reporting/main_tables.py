@@ -35,7 +35,7 @@ def paired_vs_best(df: pd.DataFrame, methods: tuple[str, ...] | None = None) -> 
     return pd.DataFrame(rows).set_index(["Workload", "Method", "replicate"]) if rows else pd.DataFrame()
 
 
-def _per_dataset(df: pd.DataFrame, cols: dict) -> pd.DataFrame:
+def per_dataset(df: pd.DataFrame, cols: dict) -> pd.DataFrame:
     """Methods as rows, (workload, column) pairs as columns; ``cols`` maps a header to a row formatter."""
     out = {}
     for ds in present(df.dataset):
@@ -58,7 +58,7 @@ def exactness_failures(df: pd.DataFrame) -> pd.DataFrame:
     return exact[(exact.equals_ar < exact.n) & ~(gap <= TIE_GAP)]
 
 
-def _agree(r) -> str:
+def agreement(r) -> str:
     """Prompts whose output equals AR's, and where the others first diverged (mean token index)."""
     if r.method == registry.AR:
         return "–"
@@ -69,7 +69,8 @@ def _agree(r) -> str:
     return s
 
 
-def _speedup_ci(r) -> str:
+def speedup_ci(r) -> str:
+    """A row's speedup over AR with its paired 95% interval ("–" for AR itself)."""
     if r.method == registry.AR or pd.isna(r.speedup):
         return "–"
     ci = "" if pd.isna(r.speedup_lo) else f" [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]"
@@ -96,27 +97,27 @@ def table1(df):
         first, name = sub[reps[0]], workload_label(ds)
         out[(name, "tok/s")] = {row: pm(x.tps, x.tps_std) for row, x in first.iterrows()}
         for r in reps:
-            out[(name, f"speedup r{r + 1} [95% CI]")] = {row: _speedup_ci(x) for row, x in sub[r].iterrows()}
+            out[(name, f"speedup r{r + 1} [95% CI]")] = {row: speedup_ci(x) for row, x in sub[r].iterrows()}
         if len(reps) > 1:
             out[(name, "replicates agree")] = {
                 row: "–" if x.method == registry.AR or row not in sub[reps[1]].index
                 else ("yes" if replicates_agree(x, sub[reps[1]].loc[row]) else "**no**") for row, x in first.iterrows()}
-        out[(name, "= AR")] = {row: _agree(x) for row, x in first.iterrows()}
+        out[(name, "= AR")] = {row: agreement(x) for row, x in first.iterrows()}
     return shown(pd.DataFrame(out), timed)
 
 
 def table1_exact(df):
     """The exactness run (fp32): every exact method must equal AR on every prompt."""
-    return _per_dataset(role(df, "exact"), {"= AR": _agree, "Speedup": lambda r: f"{r.speedup:.2f}×"})
+    return per_dataset(role(df, "exact"), {"= AR": agreement, "Speedup": lambda r: f"{r.speedup:.2f}×"})
 
 
 def table2(df):
-    return _per_dataset(replicate(role(df)), {"TTFT (ms)": lambda r: pm(r.ttft_ms, r.ttft_ms_std),
+    return per_dataset(replicate(role(df)), {"TTFT (ms)": lambda r: pm(r.ttft_ms, r.ttft_ms_std),
                                               "TPOT (ms)": lambda r: pm(r.tpot_ms, r.tpot_ms_std, "{:.2f}")})
 
 
 def table3(df):
-    return _per_dataset(replicate(role(df)), {
+    return per_dataset(replicate(role(df)), {
         "Accept.": lambda r: dash(r.accept_rate, "{:.1%}") if r.method != registry.AR else "–",
         "L̄": lambda r: f"{r.L_bar:.2f}", "ℓ̄": lambda r: dash(r.ell_bar, "{:.2f}") if r.method != registry.AR else "–",
         "#Iter.": lambda r: f"{r.iterations:.0f}"})
@@ -288,10 +289,10 @@ def peers_table(df, r: int = 0) -> pd.DataFrame:
     """Notebook 12: every method of the peers run per workload (replicate ``r``): throughput, speedup over our AR
     with its 95% paired interval, over llama.cpp's own BF16 AR, mean tokens per verification, and agreement with
     our AR's tokens (llama.cpp's arithmetic is its own: agreement is measured, not expected)."""
-    return _per_dataset(replicate(df, r), {
-        "tok/s": lambda r: pm(r.tps, r.tps_std), "over our AR [95% CI]": _speedup_ci,
+    return per_dataset(replicate(df, r), {
+        "tok/s": lambda r: pm(r.tps, r.tps_std), "over our AR [95% CI]": speedup_ci,
         "over llama.cpp AR": lambda r: dash(r.speedup_own, "{:.2f}×"), "L̄": lambda r: f"{r.L_bar:.2f}",
-        "= our AR": _agree})
+        "= our AR": agreement})
 
 
 def best_pairs(df) -> list[dict]:
@@ -325,7 +326,7 @@ def sampling_table(df) -> pd.DataFrame:
     for t, ds in [(t, ds) for t in sorted(set(df.temperature)) for ds in workload_labels()]:
         for _, r in order(df[(df.temperature == t) & (df.dataset == ds)]).iterrows():
             out.setdefault(r.row, {})[(f"T = {t:g}", workload_label(ds), "τ")] = f"{r.L_bar:.2f}"
-            out[r.row][(f"T = {t:g}", workload_label(ds), "speedup")] = "–" if r.method == registry.AR else _speedup_ci(r)
+            out[r.row][(f"T = {t:g}", workload_label(ds), "speedup")] = "–" if r.method == registry.AR else speedup_ci(r)
     t = shown(pd.DataFrame(out).T, df)
     t.columns = pd.MultiIndex.from_tuples(t.columns)
     return t
@@ -405,9 +406,9 @@ def heads_table(df) -> pd.DataFrame:
                 if r.replicate == 0:
                     cells[col("τ")] = f"{r.L_bar:.2f}"
                     cells[col("δ")] = "–" if ar else f"{r.draft_forwards_per_iter:.2f}"
-                cells[col(f"speedup r{r.replicate + 1}")] = "–" if ar else _speedup_ci(r)
+                cells[col(f"speedup r{r.replicate + 1}")] = "–" if ar else speedup_ci(r)
                 if t == 0 and r.replicate == 0:
-                    cells[col("= AR")] = _agree(r)
+                    cells[col("= AR")] = agreement(r)
     table = shown(pd.DataFrame(out).T, df).fillna("–")
     table.columns = pd.MultiIndex.from_tuples(table.columns)
     return table

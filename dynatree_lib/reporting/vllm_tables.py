@@ -8,9 +8,10 @@ from pathlib import Path
 import pandas as pd
 
 from .. import methods as registry
+from ..harness.vllm_peer import AR_MODE, EAGLE3_MODE
 from ..harness.workloads import label as workload_label
 from .formatting import dash, pm
-from .main_tables import _agree, _per_dataset, _speedup_ci
+from .main_tables import agreement, per_dataset, speedup_ci
 from .records import replicate
 
 POSITIONS = 3  # draft positions the table shows
@@ -53,10 +54,10 @@ def vllm_table(df: pd.DataFrame, r: int = 0) -> pd.DataFrame:
     AR's and vLLM's AR's tokens (vLLM's BF16 arithmetic is its own: agreement is measured, not expected)."""
     df = with_vllm_equality(replicate(df, r))
     df = df.assign(label=[lab if m == "vllm" else f"Ours: {lab}" for m, lab in zip(df.method, df.label)])
-    return _per_dataset(df, {
-        "tok/s": lambda r: pm(r.tps, r.tps_std), "over our AR [95% CI]": _speedup_ci,
+    return per_dataset(df, {
+        "tok/s": lambda r: pm(r.tps, r.tps_std), "over our AR [95% CI]": speedup_ci,
         "over vLLM AR": lambda r: dash(r.speedup_own, "{:.2f}×"), "L̄": lambda r: f"{r.L_bar:.2f}",
-        f"accepted at 1-{POSITIONS}": _positions, "= our AR": _agree,
+        f"accepted at 1-{POSITIONS}": _positions, "= our AR": agreement,
         "= vLLM AR": lambda r: r.equals_vllm_ar if isinstance(r.equals_vllm_ar, str) else "–"})
 
 
@@ -79,12 +80,13 @@ def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
     out = {}
     for c in doc["settings"]["concurrency"]:
         at = rows[rows.concurrency == c]
-        med = {m: statistics.median(at[at["mode"] == m].tps) for m in ("ar", "eagle3")}
-        for m, name in (("ar", "vLLM AR"), ("eagle3", f"vLLM EAGLE-3, our head (k={doc['modes']['eagle3']['config']['k']})")):
+        med = {m: statistics.median(at[at["mode"] == m].tps) for m in (AR_MODE, EAGLE3_MODE)}
+        k = doc["modes"][EAGLE3_MODE]["config"]["k"]
+        for m, name in ((AR_MODE, "vLLM AR"), (EAGLE3_MODE, f"vLLM EAGLE-3, our head (k={k})")):
             tps = at[at["mode"] == m].tps
             out.setdefault(name, {})[c] = f"{med[m]:.1f} ({tps.min():.1f}-{tps.max():.1f})"
-        out.setdefault("EAGLE-3 / AR", {})[c] = f"{med['eagle3'] / med['ar']:.2f}×"
-        spec = [s for s, m in zip(at.spec, at["mode"]) if m == "eagle3"]
+        out.setdefault("EAGLE-3 / AR", {})[c] = f"{med[EAGLE3_MODE] / med[AR_MODE]:.2f}×"
+        spec = [s for s, m in zip(at.spec, at["mode"]) if m == EAGLE3_MODE]
         drafts, acc = sum(s["drafts"] for s in spec), sum(s["accepted"] for s in spec)
         out.setdefault("EAGLE-3 accepted per draft", {})[c] = dash(acc / drafts if drafts else float("nan"), "{:.2f}")
     t = pd.DataFrame(out).T
