@@ -127,7 +127,9 @@ for kind in machines(prof):
     for name, show in (("talon_tuning", lambda d: show_table(tables.tuning_table(d), "table_talon_tuning", on_kind)),
                        ("talon", lambda d: [show_table(tables.talon_budget_table(d), "table_talon_budget", on_kind),
                                             *(show_table(tables.talon_table(d[d.temperature == t]), f"table_talon_T{t}",
-                                                         on_kind) for t in (0, 1))])):
+                                                         on_kind) for t in (0, 1)),
+                                            show_table(tables.talon_reported_vs_reproduced(d),
+                                                       "table_talon_reported_vs_reproduced", on_kind)])):
         if results_path(name, on_kind).exists():
             print(f"{kind}: {name}")
             show(tables.load(results_path(name, on_kind), on_kind))

@@ -58,7 +58,8 @@ CPU_ONLY = {"table_peers", "table_peers_r2", "table_peers_best", "fig_peers", "t
             "table_head_vocab", "table_head_memory", "table_head_lookup", "table_head_lookup_weights", "fig_heads_T0",
             "fig_heads_T1", "table_talon_T0", "table_talon_T1", "fig_talon_T0", "fig_talon_T1", "fig_talon_delta_tau",
             "table_talon_reported_vs_reproduced", "table_talon_peer", "table_talon_tuning", "table_talon_budget",
-            "table_verification_by_machine"}  # only where another machine kind's costs are committed
+            "table_verification_by_machine",  # only where another machine kind's costs are committed
+            "table_vllm", "table_vllm_r2", "table_vllm_idle", "table_vllm_tuning", "table_vllm_throughput"}  # the head
 
 
 @pytest.mark.parametrize("doc", ["README.md", "RESULTS.md", "FINDINGS.md"])
