@@ -95,7 +95,8 @@ def test_the_committed_vllm_records_render_without_vllm(monkeypatch, tmp_path):
 
 @pytest.mark.skipif(P.find_vllm() is None, reason="the vLLM environment is not built (bash tools/setup_vllm.sh)")
 def test_vllm_eagle3_with_our_head_equals_vllm_ar():
-    """Two Spec-Bench dev questions, greedy, 48 tokens: vLLM with our head emits its own AR's tokens."""
+    """Two Spec-Bench dev questions, greedy, 48 tokens, fp32: vLLM with our head emits its own AR's tokens. In bf16
+    its verification over k + 1 rows does not give the one-row bits, so near-ties part the two (FINDINGS)."""
     from dynatree_lib.harness.models import load_tokenizer
     from dynatree_lib.harness.prompts import load_prompts
     from dynatree_lib.harness.weights import smollm2_folder
@@ -104,7 +105,8 @@ def test_vllm_eagle3_with_our_head_equals_vllm_ar():
                                                     split="dev")[:2]]
     out = {}
     for cfg in (P.VllmConfig("ar"), P.VllmConfig("eagle3", k=3)):
-        with P.VllmWorker(smollm2_folder(), P.speculative_config(cfg), threads=min(2, os.cpu_count())) as w:
+        with P.VllmWorker(smollm2_folder(), P.speculative_config(cfg), threads=min(2, os.cpu_count()),
+                          dtype="float32") as w:
             out[cfg.mode] = w.generate(prompts, 48, ignore_eos=True)
     assert out["eagle3"]["outputs"] == out["ar"]["outputs"]
     assert out["eagle3"]["spec"]["drafts"] > 0 and out["ar"]["spec"]["drafts"] == 0

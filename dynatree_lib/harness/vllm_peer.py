@@ -153,11 +153,11 @@ class VllmWorker:
     process, started with a timeout, its log in ``self.log_path``, ended with its process group."""
 
     def __init__(self, model: Path, spec: dict | None, *, threads: int = 2, max_model_len: int = 2048,
-                 start_timeout: float = START_TIMEOUT_S, root: Path | None = None):
+                 dtype: str = "bfloat16", start_timeout: float = START_TIMEOUT_S, root: Path | None = None):
         self.root = root or find_vllm()
         self.info = info(self.root)
         self.argv = [str(self.root / "venv" / "bin" / "python"), str(WORKER), "--model", str(model),
-                     "--max-model-len", str(max_model_len)] + (["--speculative-config", json.dumps(spec)] if spec else [])
+                     "--max-model-len", str(max_model_len), "--dtype", dtype] + (["--speculative-config", json.dumps(spec)] if spec else [])
         self.env, self.spec, self.start_timeout = worker_env(self.root, threads), spec, start_timeout
         self.proc, self.log_path, self.ready, self.idle_mark = None, None, {}, None
 
