@@ -157,7 +157,8 @@ class VllmWorker:
         self.root = root or find_vllm()
         self.info = info(self.root)
         self.argv = [str(self.root / "venv" / "bin" / "python"), str(WORKER), "--model", str(model),
-                     "--max-model-len", str(max_model_len), "--dtype", dtype] + (["--speculative-config", json.dumps(spec)] if spec else [])
+                     "--max-model-len", str(max_model_len), "--dtype", dtype]
+        self.argv += ["--speculative-config", json.dumps(spec)] if spec else []
         self.env, self.spec, self.start_timeout = worker_env(self.root, threads), spec, start_timeout
         self.proc, self.log_path, self.ready, self.idle_mark = None, None, {}, None
 
