@@ -10,11 +10,12 @@
 #   --quick     a first look: 2 prompts per dataset, 1 per Spec-Bench category, 1 replicate, no sweeps (05-07)
 #   --plan      print generations, tokens and estimated hours per notebook; run nothing
 #   --allow-dirty  keep records measured on a tree with uncommitted changes (marked git_dirty; refused otherwise)
+#   --only=NN   run only the notebook numbered NN (e.g. --only=12 --render), with the same papermill call
 # Executed notebooks go to executed/<profile>/, JSON to results/<profile>/, figures and tables to
 # figures/<profile>/. Stops at the first failing notebook.
 set -euo pipefail
 cd "$(dirname "$0")"
-PROFILE=cpu RERUN=False RENDER=False QUICK=0 PLAN=0
+PROFILE=cpu RERUN=False RENDER=False QUICK=0 PLAN=0 ONLY=""
 for arg in "$@"; do
   case "$arg" in
     --render) RENDER=True ;;
@@ -22,7 +23,8 @@ for arg in "$@"; do
     --quick) QUICK=1 ;;
     --plan) PLAN=1 ;;
     --allow-dirty) export DYNATREE_ALLOW_DIRTY=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --only=[0-9][0-9]) ONLY=${arg#--only=} ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "unknown option $arg (see ./run_all.sh --help)" >&2; exit 2 ;;
     *) PROFILE=$arg ;;
   esac
@@ -40,12 +42,13 @@ OVERRIDES="{}"
 OUT=executed/$PROFILE
 mkdir -p "$OUT"
 # a full run renders every table and figure again: clear the old ones so none outlives the code that made it
-[ "$QUICK" = 0 ] && rm -f figures/"$PROFILE"/*.{md,tex,png,pdf}
+[ "$QUICK" = 0 ] && [ -z "$ONLY" ] && rm -f figures/"$PROFILE"/*.{md,tex,png,pdf}
 export PYTHONHASHSEED=0
 "$PY" -m jupytext --quiet --update --to ipynb notebooks/[0-9][0-9]_*.py  # the .py sources are the truth (--update keeps cell ids)
 start=$(date +%s)
 for nb in notebooks/[0-9][0-9]_*.ipynb; do
   name=$(basename "$nb")
+  if [ -n "$ONLY" ] && [[ "$name" != "$ONLY"_* ]]; then continue; fi
   if [ "$QUICK" = 1 ] && [[ "$name" =~ ^0[567]_ ]]; then echo "[run_all] --quick: skipping $name"; continue; fi
   echo "[run_all] $(date +%H:%M:%S) $name (profile $PROFILE)"
   if ! "$PY" -m papermill "$nb" "$OUT/$name" -p profile "$PROFILE" -p rerun "$RERUN" -p render_only "$RENDER" \
