@@ -26,8 +26,9 @@
 #   first (EAGLE-3's and OPT-Tree's authors' defaults, TALON's N = 60, μ = 0.03, K = 10, Medusa's 63 nodes), measured
 #   greedy on the tuning prompts of the same workloads, each to EOS or `extras.talon_tuning_T` new tokens (cpu: 128,
 #   half the test's cap, so that the 41 settings fit in an hour); the fastest runs at T = 0 and T = 1;
-# - a peer: llama.cpp's own EAGLE-3 speculative mode with the same head (converted by llama.cpp's converter) at its
-#   defaults (a chain of 3), beside llama.cpp's own AR, greedy and at T = 1;
+# - peers: llama.cpp's own EAGLE-3 speculative mode with the same head (converted by llama.cpp's converter) at its
+#   defaults (a chain of 3), beside llama.cpp's own AR, greedy and at T = 1; and vLLM's EAGLE-3 mode with the same
+#   head beside vLLM's AR, greedy on Spec-Bench (notebook 12's `vllm` run, on the same prompts);
 # - TALON's workloads: Spec-Bench's questions (its MT-Bench, GSM8K, QA and CNN/DM are Spec-Bench categories),
 #   HumanEval, and UltraChat's evaluation set for TALON's "Alpaca" (the work TALON cites for it; not the same
 #   questions), each answered to EOS or TALON's 1,024 new tokens, capped by `extras.talon_T_cap` (cpu: 256);
@@ -94,15 +95,19 @@ if df is not None and not df.empty:
     show_fig(plots.delta_tau(df[df.impl == "ours"]), "fig_talon_delta_tau", prof)
 
 # %% [markdown]
-# ## A peer: llama.cpp's EAGLE-3 mode with our head
+# ## Peers: llama.cpp's and vLLM's EAGLE-3 modes with our head
 # llama.cpp's `--spec-type draft-eagle3` drafting with the same head (its own conversion of it), over llama.cpp's own
 # AR and over ours, beside our AR and SD (a chain on the same head). Each engine's speedup over its own AR says what its
 # drafting buys; over our AR, which engine is faster. At T = 1 llama.cpp draws with its own generator, so its outputs
-# are samples of the same law, not our tokens.
+# are samples of the same law, not our tokens. vLLM's rows come from notebook 12's `vllm` run (greedy, Spec-Bench,
+# the same prompts and token cap), each compared with our AR as measured interleaved in that run; they run a single
+# request, where vLLM's scheduler costs most (its throughput at 4 and 16 requests: notebook 12).
 
 # %% tags=["nbval-ignore-output"]
+path_v = results_path("vllm", prof)
+peers = tables.load(path_v, prof) if path_v.exists() else None
 if df is not None and not df.empty:
-    show_table(tables.talon_peer_table(df), "table_talon_peer", prof)
+    show_table(tables.talon_peer_table(df, peers), "table_talon_peer", prof)
 
 # %% [markdown]
 # ## TALON's advantage over EAGLE-3: reported and ours

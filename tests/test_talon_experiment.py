@@ -267,3 +267,30 @@ def test_llamacpps_rows_go_to_their_own_table_over_both_ars(measured):
     assert t.loc[eagle, ("T = 0", "HumanEval", "over own AR r1")] == "1.50×"
     assert t.loc[eagle, ("T = 0", "HumanEval", "over our AR r1")] == "3.00×"
     assert tables.talon_peer_table(df).empty
+
+
+def test_vllms_rows_join_the_peer_table_over_our_ar_of_their_own_run(measured):
+    from dynatree_lib.harness import vllm_peer
+    from dynatree_lib.reporting.records import add_speedup, row_id
+
+    prof, path = measured
+    df = tables.load(path, prof)
+    vllm_peer.register()
+    ar = df[df.method == registry.AR]
+    ours_there = ar.assign(tps=ar.tps * 1.5, tps_by_prompt=[{k: v * 1.5 for k, v in t.items()} for t in ar.tps_by_prompt])
+    run = [ours_there]
+    for variant, label, scale in ((vllm_peer.AR_PEER.variant, "vLLM AR", 0.5),
+                                  (vllm_peer.EAGLE3_VARIANT, "vLLM EAGLE-3", 0.75), ("vllm_ngram", "vLLM n-gram", 9.0)):
+        f = ar.copy()
+        f["method"], f["variant"], f["impl"], f["label"] = vllm_peer.METHOD, variant, "vllm", label
+        f["tag_own_ar"], f["row"] = variant == vllm_peer.AR_PEER.variant, row_id(vllm_peer.METHOD, variant)
+        f["tps_by_prompt"] = [{k: v * scale for k, v in t.items()} for t in f.tps_by_prompt]
+        f["tps"] = f.tps * scale
+        run.append(f)
+    vllm = add_speedup(pd.concat(run).drop(columns=["speedup", "speedup_lo", "speedup_hi", "speedup_own"]))
+    t = tables.talon_peer_table(df, vllm)
+    assert set(t.index) == {"AR", "Linear Spec", "vLLM AR", "vLLM EAGLE-3"}  # no head-free mode, no second AR
+    assert t.loc["vLLM EAGLE-3", ("T = 0", "HumanEval", "over own AR r1")] == "1.50×"
+    assert t.loc["vLLM EAGLE-3", ("T = 0", "HumanEval", "over our AR r1")] == "0.50×"  # our AR of the vLLM run
+    mine = ar[(ar.replicate == 0) & (ar.dataset == "humaneval") & (ar.temperature == 0)]
+    assert t.loc["AR", ("T = 0", "HumanEval", "tok/s")] == f"{mine.tps.iloc[0]:.1f}"  # talon.json's AR, not the run's

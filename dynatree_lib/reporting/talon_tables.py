@@ -16,6 +16,7 @@ import pandas as pd
 from .. import methods as registry
 from ..harness.data import REPO_DATA
 from ..harness.variants import short
+from ..harness.vllm_peer import AR_PEER, EAGLE3_VARIANT
 from ..harness.workloads import TALON_BENCHMARKS, label as workload_label
 from .formatting import CATEGORY_LABELS, dash, present
 from .main_tables import heads_table
@@ -62,21 +63,25 @@ def talon_budget_table(df: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def talon_peer_table(df: pd.DataFrame) -> pd.DataFrame:
-    """llama.cpp's EAGLE-3 mode with our head beside llama.cpp's AR, and our AR and SD (a chain on the same head):
+def talon_peer_table(df: pd.DataFrame, peers: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Other engines' EAGLE-3 modes with our head beside their own AR, and our AR and SD (a chain on the same head):
     per temperature and workload, tokens/s and MAT in replicate 1 (greedy, the prompts whose output equals our AR's:
-    llama.cpp's BF16 kernels can part from ours at near-ties), and each row's speedup over its own engine's AR and
-    over ours on the same prompts, in each replicate. Empty where no llama.cpp record was measured."""
-    rows = df[(df.impl == "llama.cpp") | df.method.isin((registry.AR, registry.LINEAR))] if not df.empty else df
-    if rows.empty or not (rows.impl == "llama.cpp").any():
+    another engine's BF16 kernels can part from ours at near-ties), and each row's speedup over its own engine's AR and
+    over ours on the same prompts, in each replicate. ``df``'s peer rows are llama.cpp's; ``peers`` adds another
+    run's (vLLM's AR and EAGLE-3 rows from ``vllm.json``, on TALON's workloads), each row's "over our AR" taken from
+    our AR measured in its own run. Empty where no peer record was measured."""
+    frames = [df] if peers is None or peers.empty else [df, peer_rows(peers)]
+    rows = pd.concat([f for f in frames if not f.empty]) if any(not f.empty for f in frames) else df
+    rows = rows[(rows.impl != "ours") | rows.method.isin((registry.AR, registry.LINEAR))] if not rows.empty else rows
+    if rows.empty or (rows.impl == "ours").all():
         return pd.DataFrame()
     out: dict = {}
     for t in sorted(set(rows.temperature)):
         for ds in present(rows.dataset):
             for _, r in order(rows[(rows.temperature == t) & (rows.dataset == ds)]).iterrows():
                 col = lambda name: (f"T = {t:g}", workload_label(ds), name)  # noqa: E731
-                cells, theirs = out.setdefault(r.row, {}), r.impl == "llama.cpp"
-                own = r.speedup_own if theirs else r.speedup
+                cells = out.setdefault(r.row, {})
+                own = r.speedup if r.impl == "ours" else r.speedup_own
                 if r.replicate == 0:
                     cells[col("tok/s")] = f"{r.tps:.1f}"
                     cells[col(MAT)] = f"{r.L_bar:.2f}"
@@ -87,6 +92,13 @@ def talon_peer_table(df: pd.DataFrame) -> pd.DataFrame:
     table = shown(pd.DataFrame(out).T, rows).fillna("–")
     table.columns = pd.MultiIndex.from_tuples(table.columns)
     return table
+
+
+def peer_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a peer run that belong in TALON's peer table: the peer's own AR and its EAGLE-3 mode with our
+    head, on TALON's workloads (not its head-free modes, not our rows of that run)."""
+    keep = df.variant.isin((AR_PEER.variant, EAGLE3_VARIANT)) & df.dataset.isin({ds for ds, _ in TALON_BENCHMARKS.values()})
+    return df[(df.impl != "ours") & keep]
 
 
 def benchmark_rows(r, category: str | None) -> list[dict]:
