@@ -17,8 +17,8 @@ from .core.result import GenerationResult
 from .core.sampling import Sampling
 from .extensions.cost_aware import CostAwareConfig
 from .harness.peers import LlamaCppConfig  # llama.cpp (a peer engine, greedy only): registered where declared
-from .methods import REGISTRY, Method, generate, method_names, register
+from .methods import REGISTRY, Display, Method, Study, generate, method_names, register
 
-__all__ = ["generate", "GenerationResult", "Sampling", "REGISTRY", "Method", "register", "method_names", "DraftPolicy",
+__all__ = ["generate", "GenerationResult", "Sampling", "REGISTRY", "Method", "Display", "Study", "register", "method_names", "DraftPolicy",
            "LinearConfig", "FixedTreeConfig", "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "HFARConfig", "StreamingConfig",
            "CostAwareConfig", "LlamaCppConfig", "Eagle3TreeConfig", "OptTreeConfig"]

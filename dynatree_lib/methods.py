@@ -6,14 +6,15 @@
 
 ``target`` and ``draft`` are transformers models (run eagerly) or runners (``core.engines.static.StaticRunner``).
 
-A method is its frozen config class plus one ``Method`` entry in ``REGISTRY`` (``register``): its name,
-label, colour, role, whether it gets a tuning budget, the paper's setting and how it decodes. Profiles,
-experiments, tables, plots and the plan read the registry, so a new method needs nothing else.
+A method is its frozen config class plus one ``Method`` entry in ``REGISTRY`` (``register``): how it decodes
+(``Method``), how reports show it (``Display``) and what experiments do with it (``Study``: its role, the paper's
+setting, its tuning candidates). Profiles, experiments, tables, plots and the plan read the registry, so a new
+method needs nothing else.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -41,61 +42,64 @@ def tree_decoder(target, draft, prompt, T, cfg, opts: Options) -> GenerationResu
 
 
 @dataclass(frozen=True, kw_only=True)
-class Method:
-    """One decoding method as the library and its reports know it.
+class Display:
+    """How tables and plots show a method (display only: records, cells and code key on ``Method.name``)."""
 
-    ``role``: "paper" (the paper's Table 1 methods: every experiment runs them), "seed" (the other seed
-    systems: the main table and memory), "extension" (ours: the main table, never in a paper method's place),
-    "peer" (another engine on the same weights, ``harness.peers``: its own experiment only) or "opt_in" (decoded
-    by ``generate`` and covered by the exactness and sampling tests, with tuning candidates in the profiles that
-    tune, but measured only by an experiment that names it: the EAGLE-3 and OPT-Tree trees, which the committed
-    results predate, in the ``talon`` experiment).
-    ``paper(settings, dataset)``: the paper's setting from a profile's ``PaperSettings`` (the profile may
-    override it). ``reported``: its key in ``data/paper_reported.json``'s Table 1, 3 and 5, if the paper reports it;
-    ``reported_v1``: its key in the earlier paper version's Table 1 (``earlier_version_500_tokens``);
-    ``reported_talon``: its row in TALON's Tables 1 and 3 (``data/talon_reported.json``), if TALON reports it.
-    ``decode(target, draft, prompt, T, cfg, opts)`` runs it (``opts``: ``core.loop.Options``); ``drafts``:
-    whether it needs a draft (HF's AR does not); ``impl``: whose implementation decodes it ("ours", or
-    "transformers" for HF's own loop, "llama.cpp": its speedups are shown over that implementation's AR as well as
-    ours; "engine" names only how our runners compute, ``harness.models.Engine``); ``impl_ar``: this method is its
-    implementation's own AR, the row its other rows are also divided by (a
-    method whose configs hold several modes, like llama.cpp's, tags that row ``own_ar`` instead);
-    ``describe(cfg)``: a dict its records carry under ``engine_info``; ``unavailable()``: what this machine lacks to
-    measure it (a message naming the missing tool and how to get it), None when nothing is missing. It decides
-    what gets measured, never what gets rendered: committed records of a method render everywhere.
-
-    What tables and experiments ask of a method: ``exact``: greedy, it emits AR's tokens (sampled, it keeps the
-    target's law); StreamingLLM's window changes what the target sees, so it is not. ``family``: the method it is a
-    variant of in comparisons (the cost-aware extension is DynaTree's; None: its own). ``controls``: its main rows
-    are also run with the draft network alone (the draft's context lookup off). ``trees``: it drafts trees worth
-    drawing (notebook 09). ``tuning_from``: a method whose tuned setting it adopts (``adopt(own, theirs)``) where the
-    profile tunes and it has no candidates of its own (StreamingLLM drafts a chain: linear's K). ``for_heads``: its
-    paper drafts with a feature head (EAGLE-3's); on a draft model it drafts the same trees, on purpose: the
-    comparison of policies on one draft."""
-
-    name: str
-    config: type | None
     label: str
     color: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Study:
+    """What the experiments do with a method.
+
+    ``role``: "paper" (the paper's Table 1 methods: every experiment runs them), "seed" (the other seed systems:
+    the main table and memory), "extension" (ours, never in a paper method's place), "peer" (another engine on the
+    same weights: its own experiment only) or "opt_in" (decoded and tested everywhere, measured only by an
+    experiment that names it). ``paper(settings, workload)``: its setting from a profile's ``PaperSettings``.
+    ``candidates``: its tuning candidates per tuning scale ("cpu", "tiny": a profile's ``Tuning`` takes one scale's,
+    ``tuning_candidates``), the same number for every method; a method with none runs its paper setting, or adopts ``tuning_from``'s tuned setting through
+    ``adopt(own, theirs)``. ``family``: the method it is a variant of in comparisons. ``controls``: its main rows
+    are also run with the draft network alone. ``trees``: it drafts trees worth drawing (notebook 09).
+    ``reported``, ``reported_v1``, ``reported_talon``: its keys in the papers' transcribed tables."""
+
     role: str
-    tuned: bool = False
     paper: Callable | None = None
-    decode: Callable | None = tree_decoder
-    reported: str | None = None
-    reported_v1: str | None = None
-    reported_talon: str | None = None
-    drafts: bool = True
-    impl: str = "ours"
-    impl_ar: bool = False
-    describe: Callable | None = None  # config -> what its records log about another engine (version, build, command)
-    unavailable: Callable[[], str | None] = lambda: None
-    exact: bool = True
+    candidates: dict[str, tuple] = field(default_factory=dict)
+    tuning_from: str | None = None
+    adopt: Callable | None = None
     family: str | None = None
     controls: bool = False
     trees: bool = False
-    tuning_from: str | None = None
-    adopt: Callable | None = None  # (its own paper setting, tuning_from's tuned setting) -> its setting
-    for_heads: bool = False  # designed for a feature head (EAGLE-3's tree, OPT-Tree, TALON); runs on a draft model too
+    reported: str | None = None
+    reported_v1: str | None = None
+    reported_talon: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Method:
+    """One decoding method: its name and config class, how it decodes, and beside that how it is shown and studied.
+
+    ``decode(target, draft, prompt, T, cfg, opts)`` runs it; ``drafts``: it needs a draft (HF's AR does not);
+    ``impl``: whose implementation decodes it ("ours", "transformers", "llama.cpp", "vllm"), and ``impl_ar``: it is
+    that implementation's own AR, which its other rows are also divided by; ``exact``: greedy, it emits AR's
+    tokens and sampled it keeps the target's law (StreamingLLM's window does not); ``for_heads``: its paper drafts
+    with a feature head, and on a draft model it drafts the same trees on purpose. ``describe(cfg)``: what its
+    records log about another engine; ``unavailable()``: what this machine lacks to measure it (None: nothing),
+    which decides what is measured, never what is rendered."""
+
+    name: str
+    config: type | None
+    display: Display
+    study: Study
+    decode: Callable | None = tree_decoder
+    drafts: bool = True
+    impl: str = "ours"
+    impl_ar: bool = False
+    exact: bool = True
+    for_heads: bool = False
+    describe: Callable | None = None
+    unavailable: Callable[[], str | None] = lambda: None
 
 
 REGISTRY: dict[str, Method] = {}
@@ -109,12 +113,12 @@ def register(method: Method) -> Method:
     """Add a method (its position in the registry is its order in tables and plots)."""
     if method.name in REGISTRY or method.name == AR and method.config is not None:
         raise ValueError(f"method {method.name!r} is already registered")
-    if method.role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}, got {method.role!r}")
+    if method.study.role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {method.study.role!r}")
     if method.config is not None and getattr(method.config, "method", None) != method.name:
         raise ValueError(f"{method.config.__name__}.method must be {method.name!r} (the registry's name)")
-    if method.tuning_from is not None and method.adopt is None:
-        raise ValueError(f"method {method.name!r} names tuning_from={method.tuning_from!r} but no adopt function")
+    if method.study.tuning_from is not None and method.study.adopt is None:
+        raise ValueError(f"method {method.name!r} names tuning_from={method.study.tuning_from!r} but no adopt function")
     REGISTRY[method.name] = method
     return method
 
@@ -123,39 +127,91 @@ def unregister(name: str) -> None:
     REGISTRY.pop(name, None)
 
 
+def _tuning(cpu: tuple, tiny: tuple) -> dict[str, tuple]:
+    """Candidates per tuning scale: "cpu" (five: the paper's or its authors' setting first, then four around what
+    suits a small draft; the tree methods at the same node budgets, 12 to 60) and "tiny" (two, for tiny models)."""
+    return {"cpu": cpu, "tiny": tiny}
+
+
 for _m in (
-    Method(name=AR, config=None, label="AR", color="#7f7f7f", role="paper", decode=None, reported=AR, reported_v1=AR,
-           drafts=False),
-    Method(name=LINEAR, config=LinearConfig, label="Linear Spec", color="#1f77b4", role="paper", tuned=True,
-           paper=lambda s, ds: LinearConfig(s.linear_K[ds]), reported="linear_spec", reported_v1="linear_spec_K6",
-           reported_talon="SD", controls=True),
-    Method(name=FIXED_TREE, config=FixedTreeConfig, label="Fixed Tree", color="#ff7f0e", role="paper", tuned=True,
-           paper=lambda s, ds: s.fixed, reported=FIXED_TREE, controls=True, trees=True),
-    Method(name=DYNATREE, config=DynaTreeConfig, label="DynaTree", color="#2ca02c", role="paper", tuned=True,
-           paper=lambda s, ds: s.dynatree[ds], reported=DYNATREE, reported_v1="dynatree_v1", controls=True,
-           trees=True),
-    Method(name=DYNATREE_COST, config=CostAwareConfig, label="DynaTree + cost budget (ext.)", color="#98df8a",
-           role="extension", family=DYNATREE, controls=True),
-    Method(name=HFAssistedConfig.method, config=HFAssistedConfig, label="HF Assisted", color="#9467bd", role="seed",
-           tuned=True, paper=lambda s, ds: HFAssistedConfig(s.linear_K[ds], s.hf_schedule, 0.0), decode=generate_hf,
-           impl="transformers", reported_v1="hf_assisted"),
-    Method(name=HFARConfig.method, config=HFARConfig, label="HF AR", color="#bcbd22", role="seed",
-           paper=lambda s, ds: HFARConfig(), decode=generate_hf, drafts=False, impl="transformers", impl_ar=True),
-    Method(name=StreamingConfig.method, config=StreamingConfig, label="StreamingLLM + Spec", color="#8c564b",
-           role="seed", paper=lambda s, ds: StreamingConfig(s.linear_K[ds], s.streaming_cache, 4),
-           decode=generate_streaming_spec, exact=False, tuning_from=LINEAR, reported_v1="streamingllm_spec_cache1024",
-           adopt=lambda own, chain: dataclasses.replace(own, K=chain.K)),
-    Method(name=TALON, config=TalonConfig, label="TALON", color="#d62728", role="seed", tuned=True,
-           paper=lambda s, ds: s.talon, reported_talon="TALON", trees=True, for_heads=True),
-    Method(name=EAGLE3_TREE, config=Eagle3TreeConfig, label="EAGLE-3 tree", color="#e377c2", role="opt_in",
-           tuned=True, paper=lambda s, ds: Eagle3TreeConfig(), reported_talon="EAGLE-3", trees=True, for_heads=True),
-    Method(name=OPT_TREE, config=OptTreeConfig, label="OPT-Tree", color="#393b79", role="opt_in", tuned=True,
-           paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True,
-           for_heads=True),
-    Method(name=HardwareTalonConfig.method, config=HardwareTalonConfig, label="TALON, machine budget",
-           color="#ad494a", role="opt_in", paper=lambda s, ds: HardwareTalonConfig(), trees=True, for_heads=True),
+    Method(name=AR, config=None, display=Display(label="AR", color="#7f7f7f"), decode=None, drafts=False,
+           study=Study(role="paper", reported=AR, reported_v1=AR)),
+    Method(name=LINEAR, config=LinearConfig, display=Display(label="Linear Spec", color="#1f77b4"),
+           study=Study(role="paper", paper=lambda s, ds: LinearConfig(K=s.linear_K[ds]), controls=True,
+                       reported="linear_spec", reported_v1="linear_spec_K6", reported_talon="SD",
+                       candidates=_tuning(tuple(LinearConfig(K=k) for k in (8, 3, 4, 5, 6)),
+                                          tuple(LinearConfig(K=k) for k in (3, 4))))),
+    Method(name=FIXED_TREE, config=FixedTreeConfig, display=Display(label="Fixed Tree", color="#ff7f0e"),
+           study=Study(role="paper", paper=lambda s, ds: s.fixed, reported=FIXED_TREE, controls=True, trees=True,
+                       candidates=_tuning(
+                           (FixedTreeConfig(D=8, B=3, tau=0.1, n_max=256), FixedTreeConfig(D=4, B=2, tau=0.0, n_max=16),
+                            FixedTreeConfig(D=5, B=2, tau=0.05, n_max=24), FixedTreeConfig(D=6, B=2, tau=0.02, n_max=32),
+                            FixedTreeConfig(D=4, B=3, tau=0.05, n_max=24)),
+                           (FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32), FixedTreeConfig(D=3, B=2, tau=0.0, n_max=16))))),
+    Method(name=DYNATREE, config=DynaTreeConfig, display=Display(label="DynaTree", color="#2ca02c"),
+           study=Study(role="paper", paper=lambda s, ds: s.dynatree[ds], reported=DYNATREE, reported_v1="dynatree_v1",
+                       controls=True, trees=True, candidates=_tuning(
+                           (DynaTreeConfig(),
+                            DynaTreeConfig(D0=4, D_max=8, tau_h=0.8, tau_l=0.3, rho_stop=0.02, rho_deep=0.3, n_max=24),
+                            DynaTreeConfig(D0=5, D_max=10, tau_h=0.7, tau_l=0.2, rho_stop=0.01, rho_deep=0.3, tau=0.0,
+                                           n_max=24),
+                            DynaTreeConfig(D0=4, D_max=8, B_max=2, tau_h=0.8, tau_l=0.4, rho_stop=0.02, rho_deep=0.4,
+                                           n_max=16),
+                            DynaTreeConfig(D0=6, D_max=10, tau_h=0.6, tau_l=0.2, rho_stop=0.02, rho_deep=0.2, n_max=32)),
+                           (DynaTreeConfig(D_max=6, n_max=32),
+                            DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16))))),
+    Method(name=DYNATREE_COST, config=CostAwareConfig,
+           display=Display(label="DynaTree + cost budget (ext.)", color="#98df8a"),
+           study=Study(role="extension", family=DYNATREE, controls=True)),
+    Method(name=HFAssistedConfig.method, config=HFAssistedConfig, display=Display(label="HF Assisted", color="#9467bd"),
+           decode=generate_hf, impl="transformers",
+           study=Study(role="seed", reported_v1="hf_assisted",
+                       paper=lambda s, ds: HFAssistedConfig(num_assistant_tokens=s.linear_K[ds], schedule=s.hf_schedule),
+                       candidates=_tuning(
+                           (HFAssistedConfig(num_assistant_tokens=5, schedule="heuristic"),
+                            *(HFAssistedConfig(num_assistant_tokens=k) for k in (3, 4, 5, 6))),
+                           (HFAssistedConfig(num_assistant_tokens=3),
+                            HFAssistedConfig(num_assistant_tokens=4, schedule="heuristic"))))),
+    Method(name=HFARConfig.method, config=HFARConfig, display=Display(label="HF AR", color="#bcbd22"),
+           decode=generate_hf, drafts=False, impl="transformers", impl_ar=True,
+           study=Study(role="seed", paper=lambda s, ds: HFARConfig())),
+    Method(name=StreamingConfig.method, config=StreamingConfig,
+           display=Display(label="StreamingLLM + Spec", color="#8c564b"), decode=generate_streaming_spec, exact=False,
+           study=Study(role="seed", paper=lambda s, ds: StreamingConfig(s.linear_K[ds], s.streaming_cache, 4),
+                       tuning_from=LINEAR, adopt=lambda own, chain: dataclasses.replace(own, K=chain.K),
+                       reported_v1="streamingllm_spec_cache1024")),
+    Method(name=TALON, config=TalonConfig, display=Display(label="TALON", color="#d62728"), for_heads=True,
+           study=Study(role="seed", paper=lambda s, ds: s.talon, reported_talon="TALON", trees=True,
+                       candidates=_tuning(
+                           (TalonConfig(mu=0.03, N=60, K=10), TalonConfig(mu=0.05, N=16, K=3),
+                            TalonConfig(mu=0.1, N=24, K=4), TalonConfig(mu=0.05, N=32, K=5),
+                            TalonConfig(mu=0.2, N=12, K=2)),
+                           (TalonConfig(mu=0.1, N=16, K=4), TalonConfig(mu=0.2, N=8, K=2))))),
+    Method(name=EAGLE3_TREE, config=Eagle3TreeConfig, display=Display(label="EAGLE-3 tree", color="#e377c2"),
+           for_heads=True,
+           study=Study(role="opt_in", paper=lambda s, ds: Eagle3TreeConfig(), reported_talon="EAGLE-3", trees=True,
+                       candidates=_tuning(
+                           (Eagle3TreeConfig(), *(Eagle3TreeConfig(depth=d, top_k=k, total_tokens=n)
+                                                  for d, k, n in ((4, 4, 17), (5, 4, 25), (6, 6, 33), (3, 3, 13)))),
+                           (Eagle3TreeConfig(depth=3, top_k=3, total_tokens=17),
+                            Eagle3TreeConfig(depth=2, top_k=2, total_tokens=9))))),
+    Method(name=OPT_TREE, config=OptTreeConfig, display=Display(label="OPT-Tree", color="#393b79"), for_heads=True,
+           study=Study(role="opt_in", paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True,
+                       candidates=_tuning(
+                           (OptTreeConfig(), *(OptTreeConfig(n=n, delta=delta, D=d)
+                                               for n, delta, d in ((16, 0.1, 8), (24, 0.1, 10), (32, 0.05, 10),
+                                                                   (12, 0.0, 8)))),
+                           (OptTreeConfig(n=16, delta=0.1, D=6), OptTreeConfig(n=8, delta=0.0, D=6))))),
+    Method(name=HardwareTalonConfig.method, config=HardwareTalonConfig, for_heads=True,
+           display=Display(label="TALON, machine budget", color="#ad494a"),
+           study=Study(role="opt_in", paper=lambda s, ds: HardwareTalonConfig(), trees=True)),
 ):
     register(_m)
+
+
+def tuning_candidates(scale: str) -> dict[str, tuple]:
+    """{method: its candidates} at one tuning scale, for the registered methods that declare any."""
+    return {n: m.study.candidates[scale] for n, m in REGISTRY.items() if scale in m.study.candidates}
 
 
 def method_names() -> tuple[str, ...]:
@@ -164,12 +220,12 @@ def method_names() -> tuple[str, ...]:
 
 def names(role: str) -> tuple[str, ...]:
     """The registered methods of one role, in registry order."""
-    return tuple(n for n, m in REGISTRY.items() if m.role == role)
+    return tuple(n for n, m in REGISTRY.items() if m.study.role == role)
 
 
 def family(name: str) -> tuple[str, ...]:
-    """``name`` and the registered methods declared of its family (``Method.family``), in registry order."""
-    return tuple(n for n, m in REGISTRY.items() if n == name or m.family == name)
+    """``name`` and the registered methods declared of its family (``Study.family``), in registry order."""
+    return tuple(n for n, m in REGISTRY.items() if n == name or m.study.family == name)
 
 
 def inexact() -> tuple[str, ...]:

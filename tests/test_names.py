@@ -83,8 +83,9 @@ def test_the_record_key_holds_no_label(monkeypatch):
     cells = experiments.main_cells(prof)
     before = [experiments.cell_key("main", prof, c) for c in cells]
     assert all("label" not in experiments.key_parts("main", prof, c) for c in cells)
-    renamed = {**registry.REGISTRY, registry.DYNATREE: dataclasses.replace(registry.REGISTRY[registry.DYNATREE],
-                                                                          label="Renamed")}
+    dyna = registry.REGISTRY[registry.DYNATREE]
+    renamed = {**registry.REGISTRY, registry.DYNATREE: dataclasses.replace(
+        dyna, display=dataclasses.replace(dyna.display, label="Renamed"))}
     monkeypatch.setattr(registry, "REGISTRY", renamed)
     monkeypatch.setitem(variants.VARIANTS, variants.PAPER_SETTINGS,
                         variants.Variant(name=variants.PAPER_SETTINGS, label=variants.fixed("other"), rank=0.5))
@@ -96,7 +97,7 @@ def test_cell_and_method_are_keyword_only():
     with pytest.raises(TypeError):
         Cell("wikitext2", "ar", "main", None, T=8, L_max=8, dtype="bfloat16")
     with pytest.raises(TypeError):
-        registry.Method("x", None, "X", "#000000", "paper")
+        registry.Method("x", None, registry.Display(label="X", color="#000000"), registry.Study(role="paper"))
     assert Cell.__dataclass_params__.frozen and registry.Method.__dataclass_params__.frozen
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from matplotlib.colors import to_hex
 
-from dynatree_lib import Method, generate, register
+from dynatree_lib import Display, Method, Study, generate, register
 from dynatree_lib.core.policies.static import StaticPolicy
 from dynatree_lib.harness import experiments
 from dynatree_lib.harness.metrics import aggregate
@@ -34,8 +34,8 @@ class ToyConfig:
 
 @pytest.fixture
 def toy():
-    m = register(Method(name="toy", config=ToyConfig, label=TOY, color="#123456", role="extension",
-                        paper=lambda s, ds: ToyConfig()))
+    m = register(Method(name="toy", config=ToyConfig, display=Display(label=TOY, color="#123456"),
+                        study=Study(role="extension", paper=lambda s, ds: ToyConfig())))
     yield m
     unregister("toy")
 
@@ -98,11 +98,13 @@ def test_registering_twice_or_a_mismatched_name_is_refused(toy):
     with pytest.raises(ValueError, match="already registered"):
         register(toy)
     with pytest.raises(ValueError, match="ToyConfig.method must be 'other'"):
-        register(Method(name="other", config=ToyConfig, label="Other", color="#000000", role="extension"))
+        register(Method(name="other", config=ToyConfig, display=Display(label="Other", color="#000000"),
+                        study=Study(role="extension")))
     with pytest.raises(ValueError, match="role must be one of"):
-        register(Method(name="third", config=None, label="Third", color="#000000", role="sideline"))
+        register(Method(name="third", config=None, display=Display(label="Third", color="#000000"),
+                        study=Study(role="sideline")))
     with pytest.raises(TypeError):
-        Method("fourth", None, "Fourth", "#000000", "extension")  # keyword-only
+        Method("fourth", None, Display(label="Fourth", color="#000000"), Study(role="extension"))  # keyword-only
 
 
 def test_another_implementations_rows_are_also_shown_over_its_own_ar():
@@ -126,6 +128,6 @@ def test_another_implementations_rows_are_also_shown_over_its_own_ar():
 def test_what_tables_ask_of_a_method_is_declared():
     """Exactness, family, controls, tree drawing and adopted tuning are properties of the registered methods."""
     assert [n for n, m in REGISTRY.items() if not m.exact] == ["streaming_spec"]
-    assert REGISTRY["dynatree_cost"].family == "dynatree"
-    assert REGISTRY["streaming_spec"].tuning_from == "linear"
-    assert all(REGISTRY[n].trees for n in ("fixed_tree", "dynatree", "talon"))
+    assert REGISTRY["dynatree_cost"].study.family == "dynatree"
+    assert REGISTRY["streaming_spec"].study.tuning_from == "linear"
+    assert all(REGISTRY[n].study.trees for n in ("fixed_tree", "dynatree", "talon"))

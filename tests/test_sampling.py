@@ -367,7 +367,7 @@ def test_bad_sampling_settings_are_refused(bad, match, target):
 
 BIGRAM_V, N_TOKENS, START = 8, 2000, torch.tensor([1, 5])
 SETTINGS = {"t1": Sampling(1.0), "t0.7-top5-p0.9": Sampling(0.7, top_k=5, top_p=0.9)}
-METHODS = [m for m, method in REGISTRY.items() if method.role != "peer"]  # peers (llama.cpp) run greedy only
+METHODS = [m for m, method in REGISTRY.items() if method.study.role != "peer"]  # peers (llama.cpp) run greedy only
 DEEP = {"linear", "fixed_tree", "dynatree", "talon", "streaming_spec", "eagle3_tree", "opt_tree"}  # depth >= 3 here
 
 
@@ -442,7 +442,7 @@ def test_every_registered_method_is_covered():
     assert set(METHODS) == {"ar", "linear", "fixed_tree", "dynatree", "dynatree_cost", "talon", "streaming_spec",
                             "hf_ar", "hf_assisted", "eagle3_tree", "opt_tree", "talon_hw"}
     # peers decode greedily in their own processes: our sampler is not theirs to test
-    assert {m for m, method in REGISTRY.items() if method.role == "peer"} <= {"llamacpp", "vllm"}
+    assert {m for m, method in REGISTRY.items() if method.study.role == "peer"} <= {"llamacpp", "vllm"}
 
 
 def test_the_settings_filter_and_the_target_is_a_bigram(bigram_pair):

@@ -22,43 +22,23 @@ CPU_BF16_FIXED = 0.247
 
 @dataclass(frozen=True)
 class CostAwareConfig:
-    """A named extension, not the paper's method: DynaTree's tree cut, before verification, to the node
-    count that maximizes expected committed tokens per unit of time (as Sequoia and OPT-Tree size trees
-    for their hardware). With the draft's path probabilities p (calibrated: they estimate acceptance),
-    keeping the j most probable nodes (always a subtree: a node is at most as probable as its parent)
-    commits 1 + sum of their p in expectation and costs, drafted in f forwards,
-    ``fixed_ms + (f - 1) * draft_ms + fwd_target(j + 1)``: notebook 03's cost model of an iteration.
-    ``verify_ms``: the measured curve fwd_target(k) as (k, ms) pairs, k ascending (linear in between,
-    extrapolated past the last); ``draft_ms``: one further drafting level (draft forward and the drafter's
-    work); ``fixed_ms``: the rest of an iteration (first draft forward after the target's, its level,
-    the commit). Only ratios matter.
-    ``level_stop``: also stop drafting when one more level cannot pay for its draft forward. The next
-    level's nodes are at most as probable, together, as the frontier nodes they would hang under, so the
-    drafter stops when even that whole gain, bought for one draft level and the cheapest verification of
-    one node more or any number more, would not raise the best expected tokens per ms of the tree so far
-    (one level of lookahead: a run of later levels could only pay where probability does not fall with depth).
-    ``lookup_skip``: with a draft that has a context lookup, a level whose every frontier node's copy token
-    carries at least this mixture weight is drafted without a draft forward (one copy child per node; see
-    ``drafter.draft_tree``): the forward would cost a drafting level for at most ``1 - weight`` of each
-    node's next-token mass. At the root this leaves the committed tokens unfed until a level needs the draft
-    (or the next tree), so a tree may cost no draft forward at all. 1.0 never skips (weights are below 1);
-    the default, 0.9, skips only on the longest matches of a lookup fitted as the cpu draft's is.
-    ``skip_window``: skip only while the strong copies (weight >= ``lookup_skip``) that this generation's
-    verifications met lately were the target's next token at least ``lookup_skip`` of the time (decayed counts,
-    each iteration weighing ``1 - 1/skip_window`` of the one after it; one taken copy as the prior, so a
-    generation starts by trusting them). Why: the weights are fitted on other text, and on some text the
-    strongest copies are right far less often than their weight says, where each wrong copy is a level
-    without the draft's alternatives. 0: the weight alone decides."""
+    """Our extension, not the paper's method: DynaTree's tree cut before verification to the node count that
+    maximizes expected committed tokens per ms (as Sequoia and OPT-Tree size trees for their hardware).
+
+    Keeping the j most probable nodes (always a subtree) commits 1 + the sum of their path probabilities in
+    expectation and costs ``fixed_ms + (f - 1) * draft_ms + fwd_target(j + 1)`` for f draft forwards: notebook
+    03's cost model of an iteration. ``level_stop`` and ``lookup_skip`` save draft forwards the model says cannot
+    pay (docs/design.md, "The cost-aware extension")."""
 
     method: ClassVar[str] = "dynatree_cost"
 
-    base: DynaTreeConfig = DynaTreeConfig()
-    verify_ms: tuple = CPU_BF16_VERIFY
-    draft_ms: float = CPU_BF16_DRAFT
-    fixed_ms: float = CPU_BF16_FIXED
-    level_stop: bool = True
-    lookup_skip: float = 0.9
-    skip_window: int = 8
+    base: DynaTreeConfig = DynaTreeConfig()  # the tree it cuts
+    verify_ms: tuple = CPU_BF16_VERIFY  # fwd_target(k) as (k, ms) pairs, k ascending; linear between, extrapolated
+    draft_ms: float = CPU_BF16_DRAFT  # one further drafting level (draft forward and the drafter's work)
+    fixed_ms: float = CPU_BF16_FIXED  # the rest of an iteration (first draft forward and level, the commit)
+    level_stop: bool = True  # stop drafting when one more level cannot pay for its draft forward
+    lookup_skip: float = 0.9  # a level whose every copy token weighs at least this skips the draft forward (1.0: never)
+    skip_window: int = 8  # skip only while recent strong copies were right that often (decayed; 0: weight alone)
 
     def __post_init__(self) -> None:
         check_field_types(self)

@@ -45,7 +45,7 @@ GREEDY = Sampling()
 def main_methods() -> tuple[str, ...]:
     """The methods of the main and memory tables: the paper's, the other seed systems, and any extension with a
     default setting (the cost-aware extension is built from the measured costs instead)."""
-    ext = tuple(n for n in registry.names("extension") if registry.REGISTRY[n].paper is not None)
+    ext = tuple(n for n in registry.names("extension") if registry.REGISTRY[n].study.paper is not None)
     return registry.names("paper") + registry.names("seed") + ext
 
 
@@ -121,7 +121,7 @@ def controls(cells: list[Cell]) -> list[Cell]:
     """The same cells drafting with the network alone, for the methods that declare ``controls`` (their main rows
     only)."""
     return [dataclasses.replace(c, variant=v.NETWORK_ALONE, lookup=False, tags={**c.tags, "control": True})
-            for c in cells if registry.REGISTRY[c.method].controls and c.variant == v.MAIN]
+            for c in cells if registry.REGISTRY[c.method].study.controls and c.variant == v.MAIN]
 
 
 def main_cells(p: Profile, root=None) -> list[Cell]:
@@ -219,10 +219,10 @@ def dynatree_sweep_cells(p: Profile, root=None) -> list[Cell]:
 
 
 def trees_cells(p: Profile, root=None) -> list[Cell]:
-    """Notebook 09: AR and the methods that draft trees (``Method.trees``) of the paper and the seed systems, with
+    """Notebook 09: AR and the methods that draft trees (``Study.trees``) of the paper and the seed systems, with
     their trees recorded (``trees_per_prompt`` iterations each), on dev prompts (the drawings show them)."""
     methods = (registry.AR,) + tuple(m for m in registry.names("paper") + registry.names("seed")
-                                     if registry.REGISTRY[m].trees)
+                                     if registry.REGISTRY[m].study.trees)
     return [_cell(p, ws, m, p.protocol.T, None, {"record_trees": p.extras.trees_per_prompt}, root=root, split="dev")
             for ws in p.workloads for m in methods]
 
@@ -248,7 +248,7 @@ def head_methods() -> tuple[str, ...]:
     (its cut is built from the forward costs measured with the profile's own draft), and the opt-in ones (measured
     only where an experiment names them)."""
     return tuple(n for n, m in registry.REGISTRY.items()
-                 if m.drafts and m.impl == "ours" and m.exact and m.role not in ("extension", "opt_in"))
+                 if m.drafts and m.impl == "ours" and m.exact and m.study.role not in ("extension", "opt_in"))
 
 
 def head_cells(p: Profile, root=None) -> list[Cell]:

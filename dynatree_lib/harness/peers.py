@@ -147,9 +147,10 @@ def register() -> None:
     (``unregister`` and this again restore them in a test that changes the registry)."""
     if METHOD in registry.REGISTRY:
         return
-    registry.register(registry.Method(name=METHOD, config=LlamaCppConfig, label="llama.cpp", color="#17becf",
-                                      role="peer", decode=generate_llamacpp, drafts=False, impl="llama.cpp",
-                                      describe=describe, unavailable=unavailable))
+    registry.register(registry.Method(name=METHOD, config=LlamaCppConfig,
+                                      display=registry.Display(label="llama.cpp", color="#17becf"),
+                                      study=registry.Study(role="peer"), decode=generate_llamacpp, drafts=False,
+                                      impl="llama.cpp", describe=describe, unavailable=unavailable))
     for peer in PEERS + EAGLE3_PEERS[1:]:
         variants.register(variants.Variant(name=peer.variant, label=variants.fixed(peer.label)))
 

@@ -19,11 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..baselines.hf_generate import HFAssistedConfig
-from ..core.policies.eagle_tree import Eagle3TreeConfig
-from ..core.policies.opt_tree import OptTreeConfig
 from ..core.policies.dynatree import DynaTreeConfig
-from ..core.policies.static import FixedTreeConfig, LinearConfig
+from ..core.policies.static import FixedTreeConfig
 from ..core.policies.talon import TalonConfig
 from .. import methods as registry
 from .models import Engine, load_pair
@@ -105,7 +102,7 @@ class Protocol:
 
 @dataclass(frozen=True)
 class PaperSettings:
-    """The paper's method settings (Appendix A; ``methods.Method.paper`` reads them). HF assisted drafts
+    """The paper's method settings (Appendix A; ``methods.Study.paper`` reads them). HF assisted drafts
     ``linear_K`` tokens with ``hf_schedule``; StreamingLLM + spec keeps ``streaming_cache`` slots."""
 
     linear_K: dict = field(default_factory=lambda: {"wikitext2": 8, "pg19": 5})
@@ -119,7 +116,8 @@ class PaperSettings:
 
 @dataclass(frozen=True)
 class Tuning:
-    """Equal-budget tuning: ``candidates`` per method family (the same number each; None: no tuning), measured
+    """Equal-budget tuning: ``candidates`` per method family (the same number each, as each method declares them:
+    ``methods.tuning_candidates``; None: no tuning), measured
     on ``n`` tuning prompts per continuation dataset and ``n_questions`` per Spec-Bench category (the tuning
     split, never a test prompt) in an order seeded by ``seed``, decoding ``T`` tokens (None: the protocol's);
     greedy, and again at the first of the protocol's temperatures for the sampling experiment."""
@@ -209,7 +207,7 @@ class Profile:
         """A registered method configured with the paper's settings for ``dataset`` (None for AR)."""
         if name not in registry.REGISTRY:
             raise ValueError(f"unknown method {name!r}; choose one of {registry.method_names()}")
-        paper = registry.REGISTRY[name].paper
+        paper = registry.REGISTRY[name].study.paper
         try:
             return None if paper is None else paper(self.paper, dataset)
         except KeyError:
@@ -264,41 +262,6 @@ def _authors_settings(**over) -> PaperSettings:
         dynatree={"wikitext2": DynaTreeConfig(D_max=8, **dt), "pg19": DynaTreeConfig(D_max=9, **dt)}, **over)
 
 
-def _cpu_tuning() -> dict:
-    """Five candidates per family: the paper's setting first, then four around what suits a small draft."""
-    return {
-        "linear": (LinearConfig(8), LinearConfig(3), LinearConfig(4), LinearConfig(5), LinearConfig(6)),
-        "fixed_tree": (FixedTreeConfig(8, 3, 0.1, 256), FixedTreeConfig(4, 2, 0.0, 16), FixedTreeConfig(5, 2, 0.05, 24),
-                       FixedTreeConfig(6, 2, 0.02, 32), FixedTreeConfig(4, 3, 0.05, 24)),
-        "dynatree": (DynaTreeConfig(), DynaTreeConfig(D0=4, D_max=8, tau_h=0.8, tau_l=0.3, rho_stop=0.02, rho_deep=0.3, n_max=24),
-                     DynaTreeConfig(D0=5, D_max=10, tau_h=0.7, tau_l=0.2, rho_stop=0.01, rho_deep=0.3, tau=0.0,
-                                    n_max=24),
-                     DynaTreeConfig(D0=4, D_max=8, B_max=2, tau_h=0.8, tau_l=0.4, rho_stop=0.02, rho_deep=0.4,
-                                    n_max=16),
-                     DynaTreeConfig(D0=6, D_max=10, tau_h=0.6, tau_l=0.2, rho_stop=0.02, rho_deep=0.2, n_max=32)),
-        "talon": (TalonConfig(0.03, 60, 10), TalonConfig(0.05, 16, 3), TalonConfig(0.1, 24, 4),
-                  TalonConfig(0.05, 32, 5), TalonConfig(0.2, 12, 2)),
-        # opt-in (measured where an experiment names them): the same node budgets, 12 to 60 (EAGLE's counts the root)
-        "eagle3_tree": (Eagle3TreeConfig(), Eagle3TreeConfig(4, 4, 17), Eagle3TreeConfig(5, 4, 25),
-                        Eagle3TreeConfig(6, 6, 33), Eagle3TreeConfig(3, 3, 13)),
-        "opt_tree": (OptTreeConfig(), OptTreeConfig(16, 0.1, 8), OptTreeConfig(24, 0.1, 10),
-                     OptTreeConfig(32, 0.05, 10), OptTreeConfig(12, 0.0, 8)),
-        "hf_assisted": (HFAssistedConfig(5, "heuristic"), HFAssistedConfig(3), HFAssistedConfig(4),
-                        HFAssistedConfig(5), HFAssistedConfig(6)),
-    }
-
-
-def _tiny_tuning() -> dict:
-    return {"linear": (LinearConfig(3), LinearConfig(4)),
-            "fixed_tree": (FixedTreeConfig(4, 2, 0.05, 32), FixedTreeConfig(3, 2, 0.0, 16)),
-            "dynatree": (DynaTreeConfig(D_max=6, n_max=32), DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2,
-                         n_max=16)),
-            "talon": (TalonConfig(0.1, 16, 4), TalonConfig(0.2, 8, 2)),
-            "eagle3_tree": (Eagle3TreeConfig(3, 3, 17), Eagle3TreeConfig(2, 2, 9)),
-            "opt_tree": (OptTreeConfig(16, 0.1, 6), OptTreeConfig(8, 0.0, 6)),
-            "hf_assisted": (HFAssistedConfig(3), HFAssistedConfig(4, "heuristic"))}
-
-
 # The paper profile reads L_max (800 / 1000) as tokens, the paper's text giving no unit: its prompts are about four
 # times the authors' (who cut characters) and PG-19 runs past Pythia's 2048 positions (context_override). The
 # authors profile follows their code instead: character-cut prompts, their settings, the rebuild commit.
@@ -350,7 +313,7 @@ PROFILES: dict[str, Profile] = {
                       dynatree={"wikitext2": DynaTreeConfig(D_max=8), "pg19": DynaTreeConfig(D_max=9),
                                 "spec_bench": DynaTreeConfig(D_max=8), HUMANEVAL: DynaTreeConfig(D_max=8),
                                 ULTRACHAT_EVAL: DynaTreeConfig(D_max=8)}),
-        tuning=Tuning(_cpu_tuning(), n=3, n_questions=1),
+        tuning=Tuning(registry.tuning_candidates("cpu"), n=3, n_questions=1),
         sweeps=Sweeps(T_list=(32, 64, 128, 256), L_max_list=(50, 100, 200, 400), n_prompts=2,
                fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
                threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
@@ -370,7 +333,7 @@ PROFILES: dict[str, Profile] = {
                       dynatree={w: DynaTreeConfig(D_max=6, n_max=32)
                                 for w in ("wikitext2", "pg19", "spec_bench", HUMANEVAL, ULTRACHAT_EVAL)},
                       talon=TalonConfig(mu=0.1, N=16, K=4), streaming_cache=32),
-        tuning=Tuning(_tiny_tuning(), n=1, n_questions=1, T=16),
+        tuning=Tuning(registry.tuning_candidates("tiny"), n=1, n_questions=1, T=16),
         sweeps=Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,
                fixed_grid={"D": (2, 4), "B": (2,), "tau": (0.05, 0.1)}, threshold_pairs=((0.9, 0.4), (0.7, 0.2)),
                breadth_list=((1, 2, 3),), depth_list=((3, 6),)),

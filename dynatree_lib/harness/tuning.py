@@ -25,17 +25,17 @@ GREEDY = Sampling()
 
 
 def tuned_families() -> tuple[str, ...]:
-    return tuple(n for n, m in registry.REGISTRY.items() if m.tuned)
+    return tuple(n for n, m in registry.REGISTRY.items() if m.study.candidates)
 
 
 def tuned(p: Profile, family: str, workload: str, root: Path | None = None, sampling: Sampling = GREEDY):
     """The family's setting for ``workload``: the fastest tuning candidate (from the logged JSON), or the paper's
     setting where the profile does not tune the family; a method declaring ``tuning_from`` adopts that method's
-    tuned setting into its paper setting (``Method.adopt``) where the profile tunes."""
+    tuned setting into its paper setting (``Study.adopt``) where the profile tunes."""
     if p.tuning.candidates is None or family not in tuned_families():
-        m = registry.REGISTRY[family]
-        if m.tuning_from is not None and p.tuning.candidates is not None:
-            return m.adopt(p.method(family, workload), tuned(p, m.tuning_from, workload, root, sampling))
+        study = registry.REGISTRY[family].study
+        if study.tuning_from is not None and p.tuning.candidates is not None:
+            return study.adopt(p.method(family, workload), tuned(p, study.tuning_from, workload, root, sampling))
         return p.method(family, workload)
     return fastest(p, family, workload, p.tuning.candidates[family], root, sampling)
 

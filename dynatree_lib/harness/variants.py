@@ -3,7 +3,7 @@
 A cell is a method in a variant (``measure.Cell.variant``): its main setting, the paper's settings, the draft
 network alone, an ablation step, a sweep point, a tuning candidate, an extension's variant, a peer engine's mode. A
 record's key holds the method and the variant, never a label: the label is computed here, from the method's label
-(``methods.Method.label``), the cell's configuration as logged (``store.config_dict``) and its tags, each time a
+(``methods.Display.label``), the cell's configuration as logged (``store.config_dict``) and its tags, each time a
 table is rendered, so renaming a label changes what tables show and orphans no record.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ def variant(name: str) -> Variant:
 def label(method: str, name: str, config: dict, tags: dict) -> str:
     """What tables call a cell of ``method`` in variant ``name`` (``config`` as logged, the cell's ``tags``)."""
     m = registry.REGISTRY.get(method)
-    return variant(name).label(m.label if m else method, config, tags)
+    return variant(name).label(m.display.label if m else method, config, tags)
 
 
 def rank(method: str, name: str) -> float:

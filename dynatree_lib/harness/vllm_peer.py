@@ -329,9 +329,9 @@ def register() -> None:
     """Register vLLM as a method and its modes as variants, once, where they are declared."""
     if METHOD in registry.REGISTRY:
         return
-    registry.register(registry.Method(name=METHOD, config=VllmConfig, label="vLLM", color="#8c564b", role="peer",
-                                      decode=generate_vllm, drafts=False, impl="vllm", describe=describe,
-                                      unavailable=unavailable))
+    registry.register(registry.Method(name=METHOD, config=VllmConfig, display=registry.Display(label="vLLM", color="#8c564b"),
+                                      study=registry.Study(role="peer"), decode=generate_vllm, drafts=False,
+                                      impl="vllm", describe=describe, unavailable=unavailable))
     variants.register(variants.Variant(name=AR_PEER.variant, label=variants.fixed(AR_PEER.label)))
     variants.register(variants.Variant(name=EAGLE3_VARIANT, label=lambda method, config, tags: f"{EAGLE3_LABEL} (k={config['k']})"))
     for peer in LOOKUP_PEERS:

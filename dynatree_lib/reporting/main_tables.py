@@ -346,7 +346,7 @@ def reported_vs_reproduced_main(df: pd.DataFrame) -> pd.DataFrame:
             if ours.empty:
                 continue
             o = ours.iloc[0]
-            key = registry.REGISTRY[m].reported
+            key = registry.REGISTRY[m].study.reported
             p1 = rep["table1_throughput_tokens_per_s"][ds][key]
             p3 = rep["table3_verification_efficiency"][ds][key]
             rows.append({"Dataset": workload_label(ds), "Method": o.label,
@@ -359,19 +359,19 @@ def reported_vs_reproduced_main(df: pd.DataFrame) -> pd.DataFrame:
 
 def reported_vs_reproduced_v1(df: pd.DataFrame, dataset: str | None = None) -> pd.DataFrame:
     """The earlier paper version's Table 1 (one prompt, 500 tokens, with HF assisted generation and
-    StreamingLLM + spec) beside our speedups for the same methods (``Method.reported_v1``) on ``dataset`` (default:
+    StreamingLLM + spec) beside our speedups for the same methods (``Study.reported_v1``) on ``dataset`` (default:
     the first workload): over our AR, and for HF assisted also over HF's own AR (the paper's 1.36x is HF assisted
     over HF's AR on one engine)."""
     dataset = dataset or next(iter(workload_labels()))
     rep = reported()["earlier_version_500_tokens"]["table1"]
-    of_key = {m.reported_v1: n for n, m in registry.REGISTRY.items() if m.reported_v1}
+    of_key = {m.study.reported_v1: n for n, m in registry.REGISTRY.items() if m.study.reported_v1}
     rows = []
     df = replicate(role(df))
     for rk in [k for k in rep if k in of_key]:
         m = of_key[rk]
         ours = df[(df.dataset == dataset) & (df.row == row_id(m, MAIN))]
         o = None if ours.empty else ours.iloc[0]
-        rows.append({"Method": registry.REGISTRY[m].label, "Speedup (paper v1)": f"{rep[rk]['speedup']:.2f}×",
+        rows.append({"Method": registry.REGISTRY[m].display.label, "Speedup (paper v1)": f"{rep[rk]['speedup']:.2f}×",
                      "Speedup (ours, over our AR)": "–" if o is None else f"{o.speedup:.2f}×",
                      "Speedup (ours, over HF AR)": "–" if o is None else dash(o.speedup_own, "{:.2f}×"),
                      "Agreement with AR (ours)": "–" if o is None or pd.isna(o.get("ar_agreement"))

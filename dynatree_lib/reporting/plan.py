@@ -52,7 +52,7 @@ class Rates:
         paper = reported()["table1_throughput_tokens_per_s"]
         t1 = paper.get(workload, paper[list(paper)[-1]])  # a workload the paper lacks: its last one's (PG-19's)
         m = registry.REGISTRY.get(method)
-        tps = t1[m.reported if m and m.reported else "linear_spec"]["mean"]
+        tps = t1[m.study.reported if m and m.study.reported else "linear_spec"]["mean"]
         return tps / 4 if dtype == "float32" else tps
 
 

@@ -21,13 +21,13 @@ from .records import order  # noqa: E402
 def color(method: str) -> str:
     """A registered method's colour (unknown names: dark grey)."""
     m = registry.REGISTRY.get(method)
-    return m.color if m else "#333"
+    return m.display.color if m else "#333"
 
 
 def label(method: str) -> str:
     """A registered method's label (unknown names: the name)."""
     m = registry.REGISTRY.get(method)
-    return m.label if m else method
+    return m.display.label if m else method
 
 
 plt.rcParams.update({"figure.dpi": 110, "savefig.bbox": "tight", "axes.grid": True, "grid.alpha": 0.3})

@@ -110,11 +110,11 @@ def memory_row(path: Path, profile) -> list[dict]:
     mem = {m: main_rows(df, m).groupby("dataset").footprint_mb.mean()
            for m in (registry.AR, registry.LINEAR, registry.DYNATREE)}
     t5 = tables.reported()["table5_peak_memory_mb"]
-    paper = {m: t5[registry.REGISTRY[m].reported]["average"] for m in mem}
+    paper = {m: t5[registry.REGISTRY[m].study.reported]["average"] for m in mem}
     rows = []
     for base, within in ((registry.AR, 0.10), (registry.LINEAR, 0.02)):
         dt, other = mem[registry.DYNATREE], mem[base]
-        row = {"claim": f"DynaTree's memory is within {within:.0%} of {registry.REGISTRY[base].label}'s (footprint of "
+        row = {"claim": f"DynaTree's memory is within {within:.0%} of {registry.REGISTRY[base].display.label}'s (footprint of "
                         "one generation)", "paper": f"{paper[registry.DYNATREE] / paper[base] - 1:+.1%}"}
         row |= {name: f"{dt[ws] / other[ws] - 1:+.1%}" if ws in dt and ws in other else "–"
                 for ws, name in workload_labels().items()}
@@ -207,7 +207,7 @@ def talon_paper(table: str) -> str:
     rep = tables.talon_reported()
     model = rep["reference_model"]
     rows = rep[table][model]
-    talon, eagle = (rows[registry.REGISTRY[m].reported_talon] for m in (registry.TALON, registry.EAGLE3_TREE))
+    talon, eagle = (rows[registry.REGISTRY[m].study.reported_talon] for m in (registry.TALON, registry.EAGLE3_TREE))
     ratios = [talon[b]["speedup"] / eagle[b]["speedup"] for b in rep["benchmarks"]]
     return f"{min(ratios):.2f}-{max(ratios):.2f} ({model})"
 
@@ -248,7 +248,7 @@ def paper_ratio(a: str, b: str) -> str:
     """The paper's Table 1 throughput of method ``a`` over ``b`` on each workload it reports (WikiText-2 / PG-19;
     data/paper_reported.json)."""
     t1 = tables.reported()["table1_throughput_tokens_per_s"]
-    ka, kb = registry.REGISTRY[a].reported, registry.REGISTRY[b].reported
+    ka, kb = registry.REGISTRY[a].study.reported, registry.REGISTRY[b].study.reported
     return " / ".join(f"{t1[ds][ka]['mean'] / t1[ds][kb]['mean']:.2f}" for ds in t1)
 
 

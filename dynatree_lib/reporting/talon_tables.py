@@ -146,7 +146,7 @@ def talon_reported_vs_reproduced(df: pd.DataFrame, model: str | None = None) -> 
     model = model or rep["reference_model"]
     if model not in rep["table1_T0"]:
         raise ValueError(f"TALON reports no model {model!r}; choose one of {sorted(rep['table1_T0'])}")
-    keys = [registry.REGISTRY[m].reported_talon for m in (registry.TALON, registry.EAGLE3_TREE)]
+    keys = [registry.REGISTRY[m].study.reported_talon for m in (registry.TALON, registry.EAGLE3_TREE)]
     replicates = sorted(df.replicate.unique()) if not df.empty else [0]
     rows = []
     for t, table in ((0.0, rep["table1_T0"][model]), (1.0, rep["table3_T1"][model])):
