@@ -61,7 +61,9 @@ class Study:
     ``tuning_candidates``), the same number for every method; a method with none runs its paper setting, or adopts ``tuning_from``'s tuned setting through
     ``adopt(own, theirs)``. ``family``: the method it is a variant of in comparisons. ``controls``: its main rows
     are also run with the draft network alone. ``trees``: it drafts trees worth drawing (notebook 09).
-    ``reported``, ``reported_v1``, ``reported_talon``: its keys in the papers' transcribed tables."""
+    ``reported``, ``reported_v1``, ``reported_talon``: its keys in the papers' transcribed tables.
+    ``budget(published, n)``: its setting at a budget of ``n`` verified draft nodes, its own budget knob turned from
+    its published setting (the budget frontier, ``harness.frontier``); None: it has no such knob."""
 
     role: str
     paper: Callable | None = None
@@ -74,6 +76,7 @@ class Study:
     reported: str | None = None
     reported_v1: str | None = None
     reported_talon: str | None = None
+    budget: Callable | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,10 +142,12 @@ for _m in (
     Method(name=LINEAR, config=LinearConfig, display=Display(label="Linear Spec", color="#1f77b4"),
            study=Study(role="paper", paper=lambda s, ds: LinearConfig(K=s.linear_K[ds]), controls=True,
                        reported="linear_spec", reported_v1="linear_spec_K6", reported_talon="SD",
+                       budget=lambda c, n: dataclasses.replace(c, K=n),
                        candidates=_tuning(tuple(LinearConfig(K=k) for k in (8, 3, 4, 5, 6)),
                                           tuple(LinearConfig(K=k) for k in (3, 4))))),
     Method(name=FIXED_TREE, config=FixedTreeConfig, display=Display(label="Fixed Tree", color="#ff7f0e"),
            study=Study(role="paper", paper=lambda s, ds: s.fixed, reported=FIXED_TREE, controls=True, trees=True,
+                       budget=lambda c, n: dataclasses.replace(c, tau=0.0, n_max=n),  # its size, unpruned
                        candidates=_tuning(
                            (FixedTreeConfig(D=8, B=3, tau=0.1, n_max=256), FixedTreeConfig(D=4, B=2, tau=0.0, n_max=16),
                             FixedTreeConfig(D=5, B=2, tau=0.05, n_max=24), FixedTreeConfig(D=6, B=2, tau=0.02, n_max=32),
@@ -150,7 +155,7 @@ for _m in (
                            (FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32), FixedTreeConfig(D=3, B=2, tau=0.0, n_max=16))))),
     Method(name=DYNATREE, config=DynaTreeConfig, display=Display(label="DynaTree", color="#2ca02c"),
            study=Study(role="paper", paper=lambda s, ds: s.dynatree[ds], reported=DYNATREE, reported_v1="dynatree_v1",
-                       controls=True, trees=True, candidates=_tuning(
+                       controls=True, trees=True, budget=lambda c, n: dataclasses.replace(c, n_max=n), candidates=_tuning(
                            (DynaTreeConfig(),
                             DynaTreeConfig(D0=4, D_max=8, tau_h=0.8, tau_l=0.3, rho_stop=0.02, rho_deep=0.3, n_max=24),
                             DynaTreeConfig(D0=5, D_max=10, tau_h=0.7, tau_l=0.2, rho_stop=0.01, rho_deep=0.3, tau=0.0,
@@ -162,7 +167,8 @@ for _m in (
                             DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16))))),
     Method(name=DYNATREE_COST, config=CostAwareConfig,
            display=Display(label="DynaTree + cost budget (ext.)", color="#98df8a"),
-           study=Study(role="extension", family=DYNATREE, controls=True)),
+           study=Study(role="extension", family=DYNATREE, controls=True,
+                       budget=lambda c, n: dataclasses.replace(c, base=dataclasses.replace(c.base, n_max=n)))),
     Method(name=HFAssistedConfig.method, config=HFAssistedConfig, display=Display(label="HF Assisted", color="#9467bd"),
            decode=generate_hf, impl="transformers",
            study=Study(role="seed", reported_v1="hf_assisted",
@@ -182,6 +188,7 @@ for _m in (
                        reported_v1="streamingllm_spec_cache1024")),
     Method(name=TALON, config=TalonConfig, display=Display(label="TALON", color="#d62728"), for_heads=True,
            study=Study(role="seed", paper=lambda s, ds: s.talon, reported_talon="TALON", trees=True,
+                       budget=lambda c, n: dataclasses.replace(c, N=n),
                        candidates=_tuning(
                            (TalonConfig(mu=0.03, N=60, K=10), TalonConfig(mu=0.05, N=16, K=3),
                             TalonConfig(mu=0.1, N=24, K=4), TalonConfig(mu=0.05, N=32, K=5),
@@ -190,6 +197,7 @@ for _m in (
     Method(name=EAGLE3_TREE, config=Eagle3TreeConfig, display=Display(label="EAGLE-3 tree", color="#e377c2"),
            for_heads=True,
            study=Study(role="opt_in", paper=lambda s, ds: Eagle3TreeConfig(), reported_talon="EAGLE-3", trees=True,
+                       budget=lambda c, n: dataclasses.replace(c, total_tokens=n + 1),  # the root is one of them
                        candidates=_tuning(
                            (Eagle3TreeConfig(), *(Eagle3TreeConfig(depth=d, top_k=k, total_tokens=n)
                                                   for d, k, n in ((4, 4, 17), (5, 4, 25), (6, 6, 33), (3, 3, 13)))),
@@ -197,6 +205,7 @@ for _m in (
                             Eagle3TreeConfig(depth=2, top_k=2, total_tokens=9))))),
     Method(name=OPT_TREE, config=OptTreeConfig, display=Display(label="OPT-Tree", color="#393b79"), for_heads=True,
            study=Study(role="opt_in", paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True,
+                       budget=lambda c, n: dataclasses.replace(c, n=n),
                        candidates=_tuning(
                            (OptTreeConfig(), *(OptTreeConfig(n=n, delta=delta, D=d)
                                                for n, delta, d in ((16, 0.1, 8), (24, 0.1, 10), (32, 0.05, 10),

@@ -29,6 +29,7 @@ from ..core.policies.static import FixedTreeConfig
 from ..core.sampling import Sampling
 from . import peers, variants as v
 from .costs import run_costs
+from .frontier import FRONTIER, frontier_cells, frontier_profile
 from .measure import Cell
 from .profiles import Profile
 from .store import ResultStore, archive_for_rerun, config_dict, record_key, results_path
@@ -235,9 +236,12 @@ def memory_cells(p: Profile, root=None) -> list[Cell]:
 
 def experiment_profile(name: str, p: Profile) -> Profile:
     """The profile an experiment measures with: the head's for ``heads``, ``talon`` and its tuning
-    (``talon_profile``) and the vLLM rows where ``p`` has one, else ``p`` itself."""
+    (``talon_profile``), the frontier (``frontier_profile``) and the vLLM rows where ``p`` has one, else ``p``
+    itself."""
     if name in (VLLM, VLLM_TUNING):
         return vllm_profile(p)
+    if name == FRONTIER:
+        return frontier_profile(p)
     if not p.extras.head or name not in ("heads", TALON, TALON_TUNING):
         return p
     return head_profile(p) if name == "heads" else talon_profile(p)
@@ -292,7 +296,8 @@ EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_
                "length_scaling": length_cells, "prompt_length": prompt_length_cells, "fixed_sweep": fixed_sweep_cells,
                "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells,
                "peers": peers_cells, "heads": head_cells, TALON: talon_cells,
-               TALON_TUNING: talon_tuning_cells, VLLM: vllm_cells, VLLM_TUNING: vllm_tuning_cells}
+               TALON_TUNING: talon_tuning_cells, VLLM: vllm_cells, VLLM_TUNING: vllm_tuning_cells,
+               FRONTIER: frontier_cells}
 IN_PROCESS = ("main", "peers", "heads", TALON, VLLM)  # experiments whose replicates each run in a fresh process
 MEMORY_HEAD_WORKLOAD, MEMORY_HEAD_REPEATS = WIKITEXT2, 3
 
@@ -361,6 +366,8 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return count(ws, p.extras.head_n_prompts, p.extras.head_n_questions)
     if name == TALON:
         return count(ws, p.extras.talon_n_prompts, p.extras.talon_n_questions)
+    if name == FRONTIER:
+        return count(ws, p.extras.frontier_n_prompts, p.extras.frontier_n_questions)
     if cell.tags.get("role") == "exact":
         return count(ws, p.protocol.n_exact, 1)
     n = count(ws, p.protocol.n_prompts, p.protocol.n_questions)
@@ -443,7 +450,7 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     if profile.extras.cost_aware and name in ("tuning", "main", "sampling"):  # the extension's cells come from the
         # costs, measured again with the tuning they feed (the other experiments reuse the tuning's)
         run_costs(profile, rerun=rerun and name == "tuning", root=root, render_only=render_only)
-    if profile.tuning.candidates is not None and name not in ("tuning", TALON, TALON_TUNING, VLLM, VLLM_TUNING) and \
+    if profile.tuning.candidates is not None and name not in ("tuning", TALON, TALON_TUNING, VLLM, VLLM_TUNING, FRONTIER) and \
             tunes_here("tuning", profile, root):
         run("tuning", profile, root=root, render_only=render_only)
     if name == TALON and measures(TALON_TUNING, profile, root) and tunes_here(TALON_TUNING, profile, root):

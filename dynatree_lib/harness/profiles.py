@@ -164,7 +164,10 @@ class Extras:
     (``talon_heads``: draft references ``medusa:<folder>``, ``hydra:<folder>``) and llama.cpp's EAGLE-3 mode with
     the head beside llama.cpp's AR (``talon_peers``) and our extension on the head (``talon_extension``)); and
     notebook 12's vLLM rows on the head (``vllm_n_prompts`` test prompts per continuation dataset, 0: none,
-    ``vllm_n_questions`` per Spec-Bench category; their tuning decodes ``vllm_tuning_T`` tokens)."""
+    ``vllm_n_questions`` per Spec-Bench category; their tuning decodes ``vllm_tuning_T`` tokens); and notebook 15's
+    budget frontier on the head (``frontier_n_prompts`` test prompts per workload without categories, 0: none,
+    ``frontier_n_questions`` per Spec-Bench category, ``frontier_T`` new tokens at most, Medusa's and Hydra's heads
+    beside it: ``frontier_heads``)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -188,6 +191,10 @@ class Extras:
     vllm_n_prompts: int = 0
     vllm_n_questions: int = 1
     vllm_tuning_T: int = 128
+    frontier_n_prompts: int = 0
+    frontier_n_questions: int = 1
+    frontier_T: int = 128
+    frontier_heads: tuple = ()
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -322,7 +329,7 @@ PROFILES: dict[str, Profile] = {
                peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3", talon_T_cap=256,
                talon_tuning_T=128,
                talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
-               talon_extension=True, vllm_n_prompts=4)),
+               talon_extension=True, vllm_n_prompts=4, frontier_n_prompts=12, frontier_n_questions=2)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),

@@ -1,0 +1,75 @@
+"""Notebook 15's experiment (issue 77): the budget frontier, each tree and chain method's own numbers apart from the
+machine's. Every method that declares a budget knob (``Study.budget``) drafts with the profile's feature head at
+``BUDGETS`` verified draft nodes, its knob turned from its published setting, on ``FRONTIER_WORKLOADS``, greedy and
+at T = 1; the records give τ (tokens per verification), δ (draft forwards per verification) and the nodes verified.
+
+Greedy these are counts of AR's own tokens, so they hold on every machine whose engine computes the same bits (a
+near-tie may fall the other way on another kernel path: the records name theirs). Wall time is logged but is not what
+this experiment compares: the cost model (``harness.cost_model``) prices these counts on each machine's curves.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .. import methods as registry
+from ..core.sampling import Sampling
+from ..extensions.cost_aware import CostAwareConfig
+from . import variants as v
+from .measure import Cell
+from .profiles import Profile
+from .talon_experiment import MEDUSA_TREE, head_profile
+from .tuning import head_cost_curve
+from .weights import head_kind
+from .workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2
+
+FRONTIER = "frontier"
+BUDGETS = (4, 8, 16, 32, 60)  # verified draft nodes; 60 is TALON's published N and EAGLE-3's total_tokens
+FRONTIER_WORKLOADS = (SPEC_BENCH, HUMANEVAL, WIKITEXT2)  # two instruction sets and a continuation
+
+
+def frontier_methods() -> tuple[str, ...]:
+    """The methods of our loop that declare a budget knob (``Study.budget``)."""
+    return tuple(n for n, m in registry.REGISTRY.items() if m.study.budget is not None and m.impl == "ours")
+
+
+def frontier_profile(p: Profile) -> Profile:
+    """``p`` drafting with its head (``head_profile``) on the frontier's workloads, decoding ``extras.frontier_T``
+    tokens, with no warm-up generation (nothing here is timed against anything)."""
+    protocol = dataclasses.replace(p.protocol, workloads=FRONTIER_WORKLOADS, T=p.extras.frontier_T, warmup=0)
+    return dataclasses.replace(head_profile(p), protocol=protocol)
+
+
+def published(p: Profile, method: str, ws: str, curve: tuple | None):
+    """A frontier method's published setting on ``ws``: the profile's paper setting, the extension's built from the
+    machine's measured curve (``curve``: ``tuning.head_cost_curve``) over DynaTree's."""
+    if method == registry.DYNATREE_COST:
+        return CostAwareConfig(p.method(registry.DYNATREE, ws), *curve)
+    return p.method(method, ws)
+
+
+def frontier_cells(p: Profile, root=None) -> list[Cell]:
+    """AR and every ``frontier_methods`` method at each of ``BUDGETS`` on each ``FRONTIER_WORKLOADS`` workload, greedy
+    and at T = 1, the head drafting alone (as in TALON), with Medusa's and Hydra's heads (``extras.frontier_heads``)
+    drafting ``MEDUSA_TREE`` at the same budgets; ``extras.frontier_n_prompts`` test prompts per workload without
+    categories, ``frontier_n_questions`` per Spec-Bench category; none where the profile has no head or sets no
+    prompts."""
+    if not p.extras.head or not p.extras.frontier_n_prompts:
+        return []
+    methods = frontier_methods()
+    curve = head_cost_curve(p, p.models.dtype, root) if registry.DYNATREE_COST in methods else None
+    eagle = registry.REGISTRY[registry.EAGLE3_TREE].study.budget
+    cells = []
+    for ws in FRONTIER_WORKLOADS:
+        for s in map(Sampling, TALON_TEMPERATURES):
+            tags = {"role": FRONTIER, "temperature": s.temperature}
+            at = dict(dataset=ws, T=p.extras.frontier_T, L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s,
+                      lookup=False)
+            cells.append(Cell(method=registry.AR, config=None, tags=tags, **at))
+            for m in methods:
+                base, knob = published(p, m, ws, curve), registry.REGISTRY[m].study.budget
+                cells += [Cell(method=m, variant=v.BUDGET, config=knob(base, n), tags=tags | {"budget": n}, **at)
+                          for n in BUDGETS]
+            for ref in p.extras.frontier_heads:
+                cells += [Cell(method=registry.EAGLE3_TREE, variant=v.BUDGET, config=eagle(MEDUSA_TREE, n), draft=ref,
+                               tags=tags | {"budget": n, "heads": head_kind(ref)}, **at) for n in BUDGETS]
+    return cells
