@@ -288,6 +288,14 @@ def predict_iteration(curves: dict, nodes: float, depth: float, draft_forwards: 
     return draft, interp(curves["target"], nodes + 1), loop["commit"]
 
 
+def head_curves(curves: dict, head_share: float) -> dict:
+    """One precision's curves (costs.json) with the draft's forwards priced as a feature head's step: the draft
+    model's width curves, cold one included, scaled so that one step costs ``head_share`` of the target's one-token
+    forward (head_cost.json's median, timed in paired rounds). The target's curve and the loop's terms stay."""
+    scale = head_share * interp(curves["target"], 1) / interp(curves["draft"], 1)
+    return curves | {name: {k: ms * scale for k, ms in curves[name].items()} for name in ("draft", COLD)}
+
+
 def chain_speedup(curves: dict, alpha: float, K: int) -> float:
     """Predicted speedup over AR of a K-token draft chain whose tokens the target accepts independently
     with probability ``alpha``: (1 - alpha^(K+1)) / (1 - alpha) tokens per iteration (bonus included) for

@@ -13,12 +13,10 @@ import dataclasses
 
 from .. import methods as registry
 from ..core.sampling import Sampling
-from ..extensions.cost_aware import CostAwareConfig
 from . import variants as v
 from .measure import Cell
 from .profiles import Profile
 from .talon_experiment import MEDUSA_TREE, head_profile
-from .tuning import head_cost_curve
 from .weights import head_kind
 from .workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2
 
@@ -28,8 +26,10 @@ FRONTIER_WORKLOADS = (SPEC_BENCH, HUMANEVAL, WIKITEXT2)  # two instruction sets 
 
 
 def frontier_methods() -> tuple[str, ...]:
-    """The methods of our loop that declare a budget knob (``Study.budget``)."""
-    return tuple(n for n, m in registry.REGISTRY.items() if m.study.budget is not None and m.impl == "ours")
+    """The methods of our loop that declare a budget knob (``Study.budget``), the extension aside: its cut prices
+    each tree on the machine's measured curves, so its counts are the machine's, not the method's alone."""
+    return tuple(n for n, m in registry.REGISTRY.items()
+                 if m.study.budget is not None and m.impl == "ours" and m.study.role != "extension")
 
 
 def frontier_profile(p: Profile) -> Profile:
@@ -37,14 +37,6 @@ def frontier_profile(p: Profile) -> Profile:
     tokens, with no warm-up generation (nothing here is timed against anything)."""
     protocol = dataclasses.replace(p.protocol, workloads=FRONTIER_WORKLOADS, T=p.extras.frontier_T, warmup=0)
     return dataclasses.replace(head_profile(p), protocol=protocol)
-
-
-def published(p: Profile, method: str, ws: str, curve: tuple | None):
-    """A frontier method's published setting on ``ws``: the profile's paper setting, the extension's built from the
-    machine's measured curve (``curve``: ``tuning.head_cost_curve``) over DynaTree's."""
-    if method == registry.DYNATREE_COST:
-        return CostAwareConfig(p.method(registry.DYNATREE, ws), *curve)
-    return p.method(method, ws)
 
 
 def frontier_cells(p: Profile, root=None) -> list[Cell]:
@@ -55,8 +47,6 @@ def frontier_cells(p: Profile, root=None) -> list[Cell]:
     prompts."""
     if not p.extras.head or not p.extras.frontier_n_prompts:
         return []
-    methods = frontier_methods()
-    curve = head_cost_curve(p, p.models.dtype, root) if registry.DYNATREE_COST in methods else None
     eagle = registry.REGISTRY[registry.EAGLE3_TREE].study.budget
     cells = []
     for ws in FRONTIER_WORKLOADS:
@@ -65,10 +55,10 @@ def frontier_cells(p: Profile, root=None) -> list[Cell]:
             at = dict(dataset=ws, T=p.extras.frontier_T, L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s,
                       lookup=False)
             cells.append(Cell(method=registry.AR, config=None, tags=tags, **at))
-            for m in methods:
-                base, knob = published(p, m, ws, curve), registry.REGISTRY[m].study.budget
-                cells += [Cell(method=m, variant=v.BUDGET, config=knob(base, n), tags=tags | {"budget": n}, **at)
-                          for n in BUDGETS]
+            for m in frontier_methods():
+                knob = registry.REGISTRY[m].study.budget
+                cells += [Cell(method=m, variant=v.BUDGET, config=knob(p.method(m, ws), n), tags=tags | {"budget": n},
+                               **at) for n in BUDGETS]
             for ref in p.extras.frontier_heads:
                 cells += [Cell(method=registry.EAGLE3_TREE, variant=v.BUDGET, config=eagle(MEDUSA_TREE, n), draft=ref,
                                tags=tags | {"budget": n, "heads": head_kind(ref)}, **at) for n in BUDGETS]

@@ -193,7 +193,7 @@ class Extras:
     vllm_tuning_T: int = 128
     frontier_n_prompts: int = 0
     frontier_n_questions: int = 1
-    frontier_T: int = 128
+    frontier_T: int = 64
     frontier_heads: tuple = ()
 
 
