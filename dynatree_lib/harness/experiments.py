@@ -31,6 +31,7 @@ from . import peers, variants as v
 from .costs import run_costs
 from .frontier import FRONTIER, frontier_cells, frontier_profile
 from .measure import Cell
+from .runner import measurable, unmeasurable  # noqa: F401 (what this machine can measure)
 from .profiles import Profile
 from .store import ResultStore, archive_for_rerun, config_dict, record_key, results_path
 from .tuning import cost_aware, cost_candidates, tuned, tuned_families
@@ -413,21 +414,6 @@ def tunes_here(tuning: str, profile: Profile, root: Path | None = None) -> bool:
     where that kind's tuning was begun (``bench --experiment <tuning> --set machine=...``), else it adopts the
     reference's settings and says so (``tuning.machine_tuning``)."""
     return profile.models.machine is None or results_path(tuning, profile, root).exists()
-
-
-def unmeasurable(cells: list[Cell]) -> dict[str, str]:
-    """{method: what this machine lacks to measure it} for the cells' methods that cannot run here."""
-    methods = dict.fromkeys(c.method for c in cells)
-    return {m: why for m in methods if (why := registry.REGISTRY[m].unavailable()) is not None}
-
-
-def measurable(name: str, todo: list, profile: Profile) -> list:
-    """The missing (cell, key) pairs this machine can measure; says which it cannot, and why."""
-    lacking = unmeasurable([c for c, _ in todo])
-    for method, why in lacking.items():
-        n = sum(c.method == method for c, _ in todo)
-        print(f"{name}: {n} cell(s) of {method!r} not measured on this machine: {why}")
-    return [(c, k) for c, k in todo if c.method not in lacking]
 
 
 def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False,

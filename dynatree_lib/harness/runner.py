@@ -7,10 +7,11 @@ import torch
 
 from ..core.policies.base import Session
 from ..core.engines.hf import as_runner
+from .. import methods as registry
 from ..methods import AR
 from . import measure
 from .environment import BandwidthProbe, bound
-from .profiles import models_for
+from .profiles import Profile, models_for
 from .prompts import authors_prompts, load_prompts
 from .splits import CATEGORIES
 from .store import ResultStore
@@ -21,6 +22,21 @@ from .workloads import eos as workload_eos, workload
 def prompt_seed(profile_seed: int, prompt_id: str, replicate: int) -> int:
     """The seed of a sampled generation: the same for every method on a prompt in a replicate."""
     return zlib.crc32(f"{profile_seed}:{prompt_id}:{replicate}".encode())
+
+
+def unmeasurable(cells: list) -> dict[str, str]:
+    """{method: what this machine lacks to measure it} for the cells' methods that cannot run here."""
+    methods = dict.fromkeys(c.method for c in cells)
+    return {m: why for m in methods if (why := registry.REGISTRY[m].unavailable()) is not None}
+
+
+def measurable(name: str, todo: list, profile: Profile) -> list:
+    """The missing (cell, key) pairs this machine can measure; says which it cannot, and why."""
+    lacking = unmeasurable([c for c, _ in todo])
+    for method, why in lacking.items():
+        n = sum(c.method == method for c, _ in todo)
+        print(f"{name}: {n} cell(s) of {method!r} not measured on this machine: {why}")
+    return [(c, k) for c, k in todo if c.method not in lacking]
 
 
 def measure_cells(name: str, p, todo: list, path, counts: dict) -> None:

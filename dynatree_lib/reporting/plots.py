@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .. import methods as registry  # noqa: E402
+from ..core.drafts.heads.kinds import HEAD_KINDS  # noqa: E402
 from ..harness.variants import MAIN  # noqa: E402
 from ..harness.workloads import POOLED, label as workload_label  # noqa: E402
 from .formatting import present  # noqa: E402
@@ -22,6 +23,12 @@ def color(method: str) -> str:
     """A registered method's colour (unknown names: dark grey)."""
     m = registry.REGISTRY.get(method)
     return m.display.color if m else "#333"
+
+
+def row_color(method: str, heads=None) -> str:
+    """A row's colour: its head kind's where it drafts with a head of its own (``tag_heads``: Medusa, Hydra), else
+    its method's, so that rows sharing a policy over other heads do not share a colour."""
+    return HEAD_KINDS[heads].color if isinstance(heads, str) and heads in HEAD_KINDS else color(method)
 
 
 def label(method: str) -> str:
@@ -374,10 +381,11 @@ def delta_tau(df: pd.DataFrame):
         for j, ds in enumerate(dss):
             ax = axes[i, j]
             for _, r in df[(df.temperature == t) & (df.dataset == ds)].iterrows():
+                c = row_color(r.method, r.get("tag_heads"))
                 ax.scatter([x["draft_forwards_per_iter"] for x in r.rows], [x["L_bar"] for x in r.rows], s=9,
-                           alpha=0.35, color=color(r.method))
-                ax.scatter(r.draft_forwards_per_iter, r.L_bar, s=55, color=color(r.method), edgecolors="black",
-                           label=r.label, zorder=3)
+                           alpha=0.35, color=c)
+                ax.scatter(r.draft_forwards_per_iter, r.L_bar, s=55, color=c, edgecolors="black", label=r.label,
+                           zorder=3)
             ax.axline((0, 0), slope=1, color="gray", ls="--", lw=0.8, label="oracle τ = δ")
             ax.set_title(f"{workload_label(ds)}, T = {t:g}", fontsize=9)
             ax.set_xlabel("δ: draft forwards per verification", fontsize=8)
@@ -388,5 +396,41 @@ def delta_tau(df: pd.DataFrame):
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, -0.04))
+    fig.tight_layout()
+    return fig
+
+
+def frontier(points: pd.DataFrame, reported: dict | None = None):
+    """The budget frontier: τ (tokens per verification, y) against draft nodes verified per iteration (x, log
+    scale), one line per method through its budgets with 95% intervals over prompts, one panel per temperature (rows)
+    and workload (columns). ``reported``: {(workload, temperature): [(label, method, nodes, τ)]}, the papers'
+    numbers at their own setting (hollow stars; nodes None: a dotted line, the paper giving no tree size)."""
+    temps, dss = sorted(points.temperature.unique()), present(points.dataset)
+    fig, axes = plt.subplots(len(temps), len(dss), figsize=(3.8 * len(dss) + 1.0, 3.2 * len(temps) + 0.8),
+                             squeeze=False, sharex=True)
+    for i, t in enumerate(temps):
+        for j, ds in enumerate(dss):
+            ax = axes[i, j]
+            here = points[(points.temperature == t) & (points.dataset == ds)]
+            for row, g in here.groupby("row", sort=False):
+                g = g.sort_values("nodes")
+                ax.errorbar(g.nodes, g.tau, yerr=g.tau_half, marker="o", ms=4, lw=1.2, capsize=2,
+                            color=row_color(g.method.iloc[0], g.heads.iloc[0]), label=g.label.iloc[0])
+            for name, method, nodes, tau in (reported or {}).get((ds, t), []):
+                if nodes is None:
+                    ax.axhline(tau, color=color(method), ls=":", lw=1, label=name)
+                else:
+                    ax.scatter([nodes], [tau], marker="*", s=110, facecolors="none", edgecolors=color(method),
+                               linewidths=1.2, label=name, zorder=4)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{workload_label(ds)}, T = {t:g}", fontsize=9)
+            ax.set_xlabel("draft nodes verified per iteration", fontsize=8)
+        axes[i, 0].set_ylabel("τ: tokens per verification", fontsize=8)
+    handles = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 5), fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, -0.06))
     fig.tight_layout()
     return fig

@@ -18,11 +18,13 @@ class HeadKind:
     with the file and field named, a folder that is not of this kind); ``runner(head, max_len, fused, rope=None)``:
     the draft runner that drafts with it (``fused``: the target runs the fused bf16 engine, so a kind with a one-call
     step takes it, reading the target's RoPE tables ``rope`` where they are its own); ``label``: how a table or an
-    error names it."""
+    error names it; ``color``: how a figure draws a row drafted with a head of this kind beside the profile's own
+    head's (display only)."""
 
     load: Callable
     runner: Callable[..., Runner]
     label: str
+    color: str = "#333333"
 
 
 def eager(runner: type) -> Callable[..., Runner]:
@@ -31,7 +33,7 @@ def eager(runner: type) -> Callable[..., Runner]:
 
 
 HEAD_KINDS = {
-    "eagle3": HeadKind(eagle3.load_head, head_runner, "EAGLE-3"),
-    "medusa": HeadKind(partial(mlp.load_heads, kind="medusa"), eager(MLPHeadRunner), "Medusa"),
-    "hydra": HeadKind(partial(mlp.load_heads, kind="hydra"), eager(MLPHeadRunner), "Hydra"),
+    "eagle3": HeadKind(eagle3.load_head, head_runner, "EAGLE-3", "#e377c2"),
+    "medusa": HeadKind(partial(mlp.load_heads, kind="medusa"), eager(MLPHeadRunner), "Medusa", "#17becf"),
+    "hydra": HeadKind(partial(mlp.load_heads, kind="hydra"), eager(MLPHeadRunner), "Hydra", "#8c6d31"),
 }

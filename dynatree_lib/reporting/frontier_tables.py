@@ -1,0 +1,290 @@
+"""Notebook 15's tables (issue 77), from committed JSON only: the budget frontier in each method's own numbers (τ, δ
+and nodes per verification at each budget), the cost model checked against the heads' and TALON's rows of a
+machine, each method's best budget projected on every machine whose curves are committed, and each tree claim's two
+verdicts (in the method's own numbers; in wall time on a named machine).
+
+The rule, once: a count (τ at equal verified nodes, δ / τ) is the method's, the same on every machine whose engine
+computes the same bits; a wall-time ratio is the machine's, and its verdict is stated per machine kind.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pandas as pd
+
+from .. import methods as registry
+from ..harness.costs import interp, predict_ms_per_token
+from ..harness.frontier import BUDGETS
+from ..harness.machine import kind_of_record
+from ..harness.workloads import label as workload_label
+from .records import order, paired
+from .verdict import verdict
+
+EQUAL_NODES_CAP = 16  # own-numbers verdicts compare τ at the nodes both methods reach, at most this many
+TIE_BAND = 0.02       # an own-numbers ratio within 2% of 1 is a tie
+PUBLISHED_BUDGET = max(BUDGETS)  # TALON's N = 60 (EAGLE-3's 60 tokens): Figure 6's setting
+
+
+def recorded_kind(path: Path) -> str:
+    """The machine kind a results file's records were measured on (``machine.kind_of_record``)."""
+    doc = json.loads(Path(path).read_text())
+    envs = [r.get("environment", {}) for r in doc.get("records", [])] or [doc.get("environment", {})]
+    return ", ".join(sorted({k for e in envs if (k := kind_of_record(e))})) or "unnamed machine"
+
+
+def tau_interval(rows: list[dict]) -> tuple[float, float]:
+    """Mean τ over a record's prompts and the half-width of its 95% normal interval (0 with one prompt)."""
+    taus = [x["L_bar"] for x in rows]
+    half = 1.96 * statistics.stdev(taus) / math.sqrt(len(taus)) if len(taus) > 1 else 0.0
+    return statistics.fmean(taus), half
+
+
+def frontier_points(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per frontier record: workload, temperature, row (method and head kind), budget, τ with its interval,
+    δ and nodes per verification, and greedy, how many prompts equal AR's."""
+    rows = []
+    for _, r in order(df[df.method != registry.AR]).iterrows():
+        tau, half = tau_interval(r.rows)
+        rows.append({"dataset": r.dataset, "temperature": r.temperature, "row": r.row, "method": r.method,
+                     "heads": r.get("tag_heads") if isinstance(r.get("tag_heads"), str) else None,
+                     "label": r.label.split(" @ ")[0], "budget": int(r.tag_budget), "tau": tau, "tau_half": half,
+                     "delta": r.draft_forwards_per_iter, "nodes": r.draft_nodes_per_iter,
+                     "depth": r.depth_per_iter, "equals_ar": r.equals_ar, "n": r.n})
+    return pd.DataFrame(rows)
+
+
+def frontier_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per workload, temperature and method: at each budget, τ ± its 95% interval, the nodes it verified and δ."""
+    cell = lambda p: f"{p.tau:.2f} ±{p.tau_half:.2f} · {p.nodes:.1f} n · δ {p.delta:.1f}"
+    t = points.assign(Workload=points.dataset.map(workload_label), T=points.temperature.map(lambda x: f"{x:g}"),
+                      Method=points.label, cell=points.apply(cell, axis=1))
+    t = t.pivot_table(index=["Workload", "T", "Method"], columns="budget", values="cell", aggfunc="first", sort=False)
+    t.columns = [f"budget {b}: τ · nodes · δ" for b in t.columns]
+    return t
+
+
+def tau_at(points: pd.DataFrame, nodes: float) -> float:
+    """τ of one row's frontier at ``nodes`` verified nodes, linear between its measured points (nan outside them)."""
+    p = points.sort_values("nodes")
+    xs, ys = list(p.nodes), list(p.tau)
+    if not xs or nodes < xs[0] - 1e-9 or nodes > xs[-1] + 1e-9:
+        return float("nan")
+    return interp({x: y for x, y in zip(xs, ys)}, nodes) if len(xs) > 1 else ys[0]
+
+
+def equal_nodes(a: pd.DataFrame, b: pd.DataFrame) -> float:
+    """The nodes at which two frontiers are compared: the most both reach, at most ``EQUAL_NODES_CAP``, at least
+    the fewest both reach."""
+    return max(min(a.nodes.max(), b.nodes.max(), EQUAL_NODES_CAP), max(a.nodes.min(), b.nodes.min()))
+
+
+def head_cost_share(path: Path) -> float:
+    """The feature head's step over the target's one-token forward, as head_cost.json measured it (its median)."""
+    return json.loads(path.read_text())["drafts"]["head"]["median"]
+
+
+def predict_row(curves: dict, r) -> float:
+    """Predicted milliseconds per token of a logged row (its mean nodes, depth, draft forwards and τ)."""
+    return predict_ms_per_token(curves, r.method, r.draft_nodes_per_iter, r.depth_per_iter,
+                                r.draft_forwards_per_iter, r.L_bar)
+
+
+def fitted_terms(frontier: pd.DataFrame, curves: dict) -> dict[float, list[float]]:
+    """Per temperature, what the curves leave out of an iteration on this machine, as ms = a + b·nodes + c·δ, fitted
+    by least squares to the frontier's records (measured ms per iteration, prefill excluded, less the predicted):
+    the sampled verification and drafting (the loop's terms are timed greedy) and the per-iteration work the timers
+    do not hold. Fitted on the frontier, checked on the heads' and TALON's tables: other runs, other prompts."""
+    import numpy as np
+
+    out = {}
+    for t, g in frontier[frontier.method != registry.AR].groupby("temperature"):
+        x = np.array([[1.0, r.draft_nodes_per_iter, r.draft_forwards_per_iter] for r in g.itertuples()])
+        y = np.array([(r.ms_per_token - predict_row(curves, r)) * r.L_bar for r in g.itertuples()])
+        out[float(t)] = np.linalg.lstsq(x, y, rcond=None)[0].tolist()
+    return out
+
+
+def predict_with_terms(curves: dict, r, terms: dict | None) -> float:
+    """``predict_row`` plus the row's temperature's ``fitted_terms`` per iteration, over τ (nan without them)."""
+    coef = (terms or {}).get(float(r.temperature))
+    if coef is None:
+        return float("nan")
+    a, b, c = coef
+    extra = 0.0 if r.method == registry.AR else a + b * r.draft_nodes_per_iter + c * r.draft_forwards_per_iter
+    return predict_row(curves, r) + extra / r.L_bar
+
+
+def cost_check_table(frames: dict[str, pd.DataFrame], curves: dict, terms: dict | None = None) -> pd.DataFrame:
+    """Predicted against measured tokens per second (prefill excluded) of every row of our loop in ``frames``
+    ({source: records}, the heads' and TALON's tables of one machine), priced on that machine's ``curves``
+    (``head_curves``). ``error``: predicted / measured - 1 (so measured slower reads positive); ``AR-scaled``: the
+    same with the prediction times AR's measured / predicted on the same workload, temperature and replicate (the
+    machine's drift between the curves' timing and the run's, common to every row); ``with fitted terms``: the
+    curves plus ``terms`` (``fitted_terms`` of the same machine's frontier; nan without)."""
+    rows = []
+    for source, df in frames.items():
+        df = df[df.impl == "ours"]
+        ar = {(r.dataset, r.temperature, r.replicate): r.ms_per_token / predict_row(curves, r)
+              for _, r in df[df.method == registry.AR].iterrows()}
+        for _, r in order(df[df.method != registry.AR]).iterrows():
+            pred, scale = predict_row(curves, r), ar.get((r.dataset, r.temperature, r.replicate), float("nan"))
+            rows.append({"source": source, "Workload": workload_label(r.dataset), "T": f"{r.temperature:g}",
+                         "Method": r.label, "replicate": int(r.replicate) + 1, "predicted tok/s": 1e3 / pred,
+                         "measured tok/s": 1e3 / r.ms_per_token, "error": r.ms_per_token / pred - 1,
+                         "AR-scaled": r.ms_per_token / (pred * scale) - 1,
+                         "with fitted terms": r.ms_per_token / predict_with_terms(curves, r, terms) - 1})
+    return pd.DataFrame(rows)
+
+
+ERRORS = ("error", "AR-scaled", "with fitted terms")
+
+
+def cost_check_summary(t: pd.DataFrame) -> pd.DataFrame:
+    """The check's verdict per temperature and overall: rows, the median absolute error of each prediction
+    (``ERRORS``), and the worst row of the curves alone with its error."""
+    out = {}
+    for name, part in [*((f"T = {x}", t[t["T"] == x]) for x in sorted(t["T"].unique())), ("all rows", t)]:
+        worst = part.loc[part.error.abs().idxmax()]
+        med = {f"median abs. {e}": "–" if part[e].isna().all() else f"{part[e].abs().median():.1%}" for e in ERRORS}
+        out[name] = {"rows": len(part), **med,
+                     "worst row (curves alone)": f"{worst.source}: {worst.Workload}, {worst.Method} ({worst.error:+.0%})"}
+    return pd.DataFrame(out).T
+
+
+def projection_table(points: pd.DataFrame, machines: dict[str, dict]) -> pd.DataFrame:
+    """Each method's best budget on each machine ({kind: curves}, ``head_curves``): the budget whose frontier point
+    the cost model prices fastest there, with its predicted speedup over AR (the target's one-token forward)."""
+    cols = {}
+    for kind, curves in machines.items():
+        ar = interp(curves["target"], 1)
+        best = {}
+        for key, g in points.groupby(["dataset", "temperature", "label"], sort=False):
+            speed = {p.budget: ar / predict_ms_per_token(curves, p.method, p.nodes, p.depth, p.delta, p.tau)
+                     for p in g.itertuples()}
+            b = max(speed, key=speed.get)
+            best[(workload_label(key[0]), f"{key[1]:g}", key[2])] = f"{b}: {speed[b]:.2f}x"
+        cols[f"{kind}: best budget: predicted speedup"] = best
+    t = pd.DataFrame(cols)
+    t.index.names = ["Workload", "T", "Method"]
+    return t
+
+
+CLAIMS = (  # (claim, A, B, the table whose wall time judges it): every tree claim of the scorecard
+    ("DynaTree over a fixed tree", registry.DYNATREE, registry.FIXED_TREE, "heads"),
+    ("DynaTree over a chain (SD)", registry.DYNATREE, registry.LINEAR, "heads"),
+    ("TALON over EAGLE-3's tree", registry.TALON, registry.EAGLE3_TREE, "talon"),
+)
+
+
+def own_ratio(points: pd.DataFrame, a: str, b: str, ws: str, t: float) -> tuple[float, float] | None:
+    """τ_A / τ_B at equal verified nodes (``equal_nodes``) on one workload and temperature, with those nodes; None
+    where either has no frontier there."""
+    pa, pb = (points[(points.row == f"{m}:budget") & (points.dataset == ws) & (points.temperature == t)] for m in (a, b))
+    if pa.empty or pb.empty:
+        return None
+    n = equal_nodes(pa, pb)
+    return tau_at(pa, n) / tau_at(pb, n), n
+
+
+def own_verdict(ratios: list[float]) -> str:
+    """yes: A commits more at equal nodes on every workload; no: less on every one; tie: all within ``TIE_BAND``."""
+    if all(abs(r - 1) <= TIE_BAND for r in ratios):
+        return "tie"
+    if all(r > 1 for r in ratios):
+        return "yes"
+    return "no" if all(r < 1 for r in ratios) else "partly"
+
+
+def wall_estimates(df: pd.DataFrame, a: str, b: str, t: float) -> dict[str, list]:
+    """{workload: [(ratio, lo, hi) per replicate]} of A's throughput over B's on the same prompts (main rows)."""
+    df = df[(df.temperature == t) & (df.variant == "main") & (df.impl == "ours")]
+    out = {}
+    for ws in df.dataset.unique():
+        for rep in sorted(df.replicate.unique()):
+            ra, rb = (df[(df.method == m) & (df.dataset == ws) & (df.replicate == rep)] for m in (a, b))
+            if not ra.empty and not rb.empty:
+                out.setdefault(ws, []).append(paired(ra.iloc[0].tps_by_prompt, rb.iloc[0].tps_by_prompt)[:3])
+    return out
+
+
+def two_verdicts(points: pd.DataFrame, walls: dict[str, dict[str, pd.DataFrame]]) -> pd.DataFrame:
+    """Every ``CLAIMS`` claim, greedy and at T = 1: its verdict in the method's own numbers (τ_A / τ_B at equal
+    verified nodes on each frontier workload) and in wall time on each machine kind (``walls``: {kind: {table:
+    records}}; the ratio of mean throughputs per workload and replicate, the scorecard's rule), and TALON's Figure 6
+    claim in counts (δ / τ at the published budget, 60 nodes)."""
+    rows = []
+    for claim, a, b, table in CLAIMS:
+        for t in sorted(points.temperature.unique()):
+            own = {ws: own_ratio(points, a, b, ws, t) for ws in points.dataset.unique()}
+            own = {ws: x for ws, x in own.items() if x is not None}
+            row = {"claim": f"{claim}, T = {t:g}",
+                   "own numbers: τ_A / τ_B at equal nodes": "; ".join(
+                       f"{workload_label(ws)} {r:.2f} @ {n:.0f}" for ws, (r, n) in own.items()) or "–",
+                   "own verdict": own_verdict([r for r, _ in own.values()]) if own else "–"}
+            for kind, frames in walls.items():
+                est = wall_estimates(frames[table], a, b, t) if table in frames else {}
+                cells = "; ".join(f"{workload_label(ws)} " + "/".join(f"{r:.2f}" for r, _, _ in rs)
+                                  for ws, rs in est.items())
+                row[f"wall, {kind}"] = cells or "–"
+                row[f"wall verdict, {kind}"] = verdict(est).replace("reproduces", "yes") if est else "–"
+            rows.append(row)
+    rows.append(figure6_row(points))
+    return pd.DataFrame(rows).set_index("claim")
+
+
+def figure6_row(points: pd.DataFrame) -> dict:
+    """TALON's Figure 6 as a count: its δ / τ (draft forwards per committed token) below EAGLE-3's tree's at the
+    published budget (60 nodes), greedy, on every frontier workload."""
+    greedy = points[(points.temperature == 0) & (points.budget == PUBLISHED_BUDGET)]
+    per = {}
+    for ws in greedy.dataset.unique():
+        g = greedy[greedy.dataset == ws]
+        ta, ea = (g[g.row == f"{m}:budget"] for m in (registry.TALON, registry.EAGLE3_TREE))
+        if not ta.empty and not ea.empty:
+            per[ws] = (ta.delta.iloc[0] / ta.tau.iloc[0], ea.delta.iloc[0] / ea.tau.iloc[0])
+    won = [x < y for x, y in per.values()]
+    return {"claim": "TALON drafts fewer forwards per committed token than EAGLE-3's tree (Figure 6), T = 0",
+            "own numbers: τ_A / τ_B at equal nodes": "; ".join(
+                f"{workload_label(ws)} δ/τ {x:.2f} vs {y:.2f}" for ws, (x, y) in per.items()) or "–",
+            "own verdict": ("yes" if all(won) else "partly" if any(won) else "no") if won else "–"}
+
+
+def frontier_reported() -> dict:
+    """The papers' τ beside the frontier where their setting is one of its budgets: TALON's MAT for TALON (N = 60)
+    and EAGLE-3 (60 tokens, 59 draft nodes) on its reference model (mean over its benchmarks of each workload,
+    Spec-Bench's categories for Spec-Bench), and DynaTree's L̄ on WikiText-2 (its Table 3, greedy; no tree size
+    reported: a line)."""
+    from ..harness.workloads import TALON_BENCHMARKS, WIKITEXT2
+    from .records import reported
+    from .talon_tables import talon_reported
+
+    rep, out = talon_reported(), {}
+    model = rep["reference_model"]
+    for t, table in ((0.0, "table1_T0"), (1.0, "table3_T1")):
+        for method, nodes in ((registry.TALON, 60), (registry.EAGLE3_TREE, 59)):
+            by_ws: dict[str, list] = {}
+            for bench, (ws, _) in TALON_BENCHMARKS.items():
+                by_ws.setdefault(ws, []).append(rep[table][model][registry.REGISTRY[method].study.reported_talon][bench]["MAT"])
+            for ws, mats in by_ws.items():
+                label = f"{registry.REGISTRY[method].display.label}, TALON's paper ({model})"
+                out.setdefault((ws, t), []).append((label, method, nodes, statistics.fmean(mats)))
+    dyna = reported()["table3_verification_efficiency"][WIKITEXT2][registry.REGISTRY[registry.DYNATREE].study.reported]
+    out.setdefault((WIKITEXT2, 0.0), []).append(("DynaTree's paper L̄ (Pythia, its draft model)", registry.DYNATREE, None,
+                                               dyna["L_bar"]))
+    return out
+
+
+def machine_curves(p) -> dict | None:
+    """The profile's machine's curves priced for its feature head (``head_curves`` of costs.json in the timed
+    precision, by head_cost.json's step), or None where either file is not committed."""
+    from ..harness.costs import head_curves
+    from ..harness.store import results_path
+
+    costs, step = results_path("costs", p), results_path("head_cost", p)
+    if not costs.exists() or not step.exists():
+        return None
+    curves = json.loads(costs.read_text())["curves"].get(p.models.dtype)
+    return None if curves is None else head_curves(curves, head_cost_share(step))
