@@ -180,3 +180,13 @@ def test_the_frontier_figure_draws_the_papers_points():
     fig = plots.frontier(points, ft.frontier_reported())
     labels = {t.get_text() for t in fig.legends[0].get_texts()}
     assert any("TALON's paper" in x for x in labels)
+
+
+def test_the_scorecard_reads_each_tree_claim_in_own_numbers():
+    from dynatree_lib.reporting import scorecard
+
+    points = ft.frontier_points(frontier_frame())
+    assert scorecard.own_numbers("DynaTree is faster than a tuned fixed tree", points).startswith("yes (")
+    assert scorecard.own_numbers(scorecard.TALON_T0, points).startswith("tie (")
+    assert scorecard.own_numbers(scorecard.TALON_T1, points) == "–"  # no T = 1 frontier in this frame
+    assert scorecard.own_numbers("DynaTree is faster than AR", points) == "–"
