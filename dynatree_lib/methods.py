@@ -167,8 +167,8 @@ for _m in (
                             DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16))))),
     Method(name=DYNATREE_COST, config=CostAwareConfig,
            display=Display(label="DynaTree + cost budget (ext.)", color="#98df8a"),
-           study=Study(role="extension", family=DYNATREE, controls=True,
-                       budget=lambda c, n: dataclasses.replace(c, base=dataclasses.replace(c.base, n_max=n)))),
+           # no budget knob on the frontier: its cut prices each tree on the machine's curves (counts of the machine)
+           study=Study(role="extension", family=DYNATREE, controls=True)),
     Method(name=HFAssistedConfig.method, config=HFAssistedConfig, display=Display(label="HF Assisted", color="#9467bd"),
            decode=generate_hf, impl="transformers",
            study=Study(role="seed", reported_v1="hf_assisted",

@@ -57,7 +57,8 @@ def test_every_method_at_a_frontier_budget_equals_ar_on_the_head(llama_target, e
 
 @pytest.mark.parametrize("name", ["smoke", "paper-dryrun", "authors-dryrun", "paper", "authors"])
 def test_a_profile_without_a_head_has_no_frontier(name):
-    assert experiments.frontier_cells(get_profile(name)) == []
+    p = get_profile(name)
+    assert experiments.frontier_cells(p) == [] and experiments.experiment_profile(FRONTIER, p) == p
 
 
 def test_the_cpu_frontier_cells():
@@ -96,7 +97,7 @@ def frontier_frame():
 
 def test_frontier_points_table_and_interpolation():
     points = ft.frontier_points(frontier_frame())
-    assert set(points.budget) == {4, 16} and (points.tau_half > 0).all()
+    assert set(points.budget) == {4, 16} and (points.tau_lo <= points.tau).all() and (points.tau <= points.tau_hi).all()
     table = ft.frontier_table(points)
     assert list(table.columns) == ["budget 4: τ · nodes · δ", "budget 16: τ · nodes · δ"]
     dyna = points[(points.row == "dynatree:budget") & (points.dataset == "spec_bench")]
@@ -106,7 +107,7 @@ def test_frontier_points_table_and_interpolation():
 
 def test_own_numbers_compare_at_the_nodes_both_reach():
     points = ft.frontier_points(frontier_frame())
-    ratio, nodes = ft.own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, "spec_bench", 0.0)
+    ratio, nodes = ft.own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, ws="spec_bench", t=0.0)
     assert nodes == 8.0  # DynaTree reaches 8 nodes at most, the fixed tree 16
     assert ratio == pytest.approx(4.1 / (2.4 + (3.9 - 2.4) * (8 - 4) / (16 - 4)))  # the fixed tree between its points
     assert ft.own_verdict([1.1, 1.3]) == "yes" and ft.own_verdict([0.9, 1.2]) == "partly"
@@ -115,6 +116,19 @@ def test_own_numbers_compare_at_the_nodes_both_reach():
     assert card.loc["DynaTree over a fixed tree, T = 0", "own verdict"] == "yes"
     assert card.loc["TALON over EAGLE-3's tree, T = 0", "own verdict"] == "tie"
     assert card.iloc[-1]["own verdict"] == "–"  # no 60-node point: no Figure 6 count
+
+
+def test_frontiers_compare_at_fractional_nodes_and_not_outside_their_overlap():
+    recs = [record(registry.DYNATREE, n, "humaneval", 0.0, [tau, tau], nodes=nodes)
+            for n, nodes, tau in ((4, 3.7, 2.0), (8, 12.4, 3.0))]
+    recs += [record(registry.FIXED_TREE, n, "humaneval", 0.0, [tau, tau], nodes=nodes)
+             for n, nodes, tau in ((4, 4.2, 1.9), (8, 7.9, 2.4))]
+    recs += [record(registry.LINEAR, n, "humaneval", 0.0, [2.0, 2.0], nodes=nodes)
+             for n, nodes in ((16, 14.0), (32, 30.0))]
+    points = ft.frontier_points(pd.DataFrame(recs))
+    ratio, nodes = ft.own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, ws="humaneval", t=0.0)
+    assert nodes == pytest.approx(7.9) and ratio == pytest.approx((2.0 + (7.9 - 3.7) / (12.4 - 3.7)) / 2.4)
+    assert ft.own_ratio(points, registry.FIXED_TREE, registry.LINEAR, ws="humaneval", t=0.0) is None  # apart
 
 
 COSTS = {"target": {"1": 10.0, "2": 10.5, "4": 11.0, "8": 12.0, "16": 14.0, "32": 18.0, "64": 30.0},
@@ -141,7 +155,8 @@ def test_the_cost_check_predicts_each_row_and_scales_by_ar():
     assert len(t) == 1 and t.error.iloc[0] == pytest.approx(0.2)
     assert t["AR-scaled"].iloc[0] == pytest.approx(1.2 / 1.1 - 1)  # AR measured 10% over its prediction
     summary = ft.cost_check_summary(t)
-    assert summary.loc["all rows", "median abs. error"] == "20.0%" and summary.loc["all rows", "median abs. with fitted terms"] == "–"
+    assert summary.loc["all rows", "median abs. error"] == "20.0%"
+    assert summary.loc["all rows", "median abs. with fitted terms"] == "–"  # no frontier terms given
     assert "DynaTree" in summary.loc["all rows", "worst row (curves alone)"]
 
 
@@ -165,8 +180,11 @@ def test_fitted_terms_recover_what_the_curves_leave_out_of_an_iteration():
 def test_the_projection_picks_each_machines_best_budget():
     points = ft.frontier_points(frontier_frame())
     cheap_wide = head_curves(COSTS | {"target": {k: 10.0 for k in COSTS["target"]}}, 0.05)
-    t = ft.projection_table(points, {"flat": cheap_wide, "steep": head_curves(COSTS, 0.05)})
-    assert t.loc[("Spec-Bench", "0", "fixed_tree"), "flat: best budget: predicted speedup"].startswith("16:")
+    steep = head_curves(COSTS | {"target": {k: 10.0 * int(k) for k in COSTS["target"]}}, 0.05)
+    t = ft.projection_table(points, {"flat": cheap_wide, "steep": steep})
+    row = ("Spec-Bench", "0", "Fixed Tree")
+    assert t.loc[row, "flat: best budget: predicted speedup"].startswith("16:")  # wide trees verify for free
+    assert t.loc[row, "steep: best budget: predicted speedup"].startswith("4:")  # each node costs a forward
 
 
 def test_rows_over_other_heads_have_colours_of_their_own():

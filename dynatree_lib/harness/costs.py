@@ -291,7 +291,9 @@ def predict_iteration(curves: dict, nodes: float, depth: float, draft_forwards: 
 def head_curves(curves: dict, head_share: float) -> dict:
     """One precision's curves (costs.json) with the draft's forwards priced as a feature head's step: the draft
     model's width curves, cold one included, scaled so that one step costs ``head_share`` of the target's one-token
-    forward (head_cost.json's median, timed in paired rounds). The target's curve and the loop's terms stay."""
+    forward (head_cost.json's median, timed in paired rounds). The target's curve and the loop's terms stay. (The
+    extension's ``tuning.head_cost_curve`` prices every level at the warm step instead: it ranks trees, and a cold
+    first step, the same for every tree, does not change which is cheaper.)"""
     scale = head_share * interp(curves["target"], 1) / interp(curves["draft"], 1)
     return curves | {name: {k: ms * scale for k, ms in curves[name].items()} for name in ("draft", COLD)}
 

@@ -31,7 +31,7 @@ from . import peers, variants as v
 from .costs import run_costs
 from .frontier import FRONTIER, frontier_cells, frontier_profile
 from .measure import Cell
-from .runner import measurable, unmeasurable  # noqa: F401 (what this machine can measure)
+from .runner import measurable, unmeasurable
 from .profiles import Profile
 from .store import ResultStore, archive_for_rerun, config_dict, record_key, results_path
 from .tuning import cost_aware, cost_candidates, tuned, tuned_families
@@ -242,7 +242,7 @@ def experiment_profile(name: str, p: Profile) -> Profile:
     if name in (VLLM, VLLM_TUNING):
         return vllm_profile(p)
     if name == FRONTIER:
-        return frontier_profile(p)
+        return frontier_profile(p) if p.extras.head else p
     if not p.extras.head or name not in ("heads", TALON, TALON_TUNING):
         return p
     return head_profile(p) if name == "heads" else talon_profile(p)

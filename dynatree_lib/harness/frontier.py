@@ -4,8 +4,9 @@ machine's. Every method that declares a budget knob (``Study.budget``) drafts wi
 at T = 1; the records give τ (tokens per verification), δ (draft forwards per verification) and the nodes verified.
 
 Greedy these are counts of AR's own tokens, so they hold on every machine whose engine computes the same bits (a
-near-tie may fall the other way on another kernel path: the records name theirs). Wall time is logged but is not what
-this experiment compares: the cost model (``harness.cost_model``) prices these counts on each machine's curves.
+near-tie may fall the other way on another kernel path: the records name theirs). Wall time is logged, and compares
+no method here: the cost model (``reporting.frontier_tables``) prices these counts on each machine's curves, and
+fits what its curves leave out of an iteration to these records' times.
 """
 from __future__ import annotations
 
@@ -21,20 +22,19 @@ from .weights import head_kind
 from .workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2
 
 FRONTIER = "frontier"
-BUDGETS = (4, 8, 16, 32, 60)  # verified draft nodes; 60 is TALON's published N and EAGLE-3's total_tokens
+BUDGETS = (4, 8, 16, 32, 60)  # verified draft nodes; 60 is TALON's published N (EAGLE-3's 60 tokens are 59 nodes)
 FRONTIER_WORKLOADS = (SPEC_BENCH, HUMANEVAL, WIKITEXT2)  # two instruction sets and a continuation
 
 
 def frontier_methods() -> tuple[str, ...]:
-    """The methods of our loop that declare a budget knob (``Study.budget``), the extension aside: its cut prices
-    each tree on the machine's measured curves, so its counts are the machine's, not the method's alone."""
-    return tuple(n for n, m in registry.REGISTRY.items()
-                 if m.study.budget is not None and m.impl == "ours" and m.study.role != "extension")
+    """The methods of our loop that declare a budget knob (``Study.budget``; the extension declares none: its cut
+    prices each tree on the machine's measured curves, so its counts are the machine's, not the method's alone)."""
+    return tuple(n for n, m in registry.REGISTRY.items() if m.study.budget is not None and m.impl == "ours")
 
 
 def frontier_profile(p: Profile) -> Profile:
     """``p`` drafting with its head (``head_profile``) on the frontier's workloads, decoding ``extras.frontier_T``
-    tokens, with no warm-up generation (nothing here is timed against anything)."""
+    tokens, with no warm-up generation (no method's time is compared with another's here)."""
     protocol = dataclasses.replace(p.protocol, workloads=FRONTIER_WORKLOADS, T=p.extras.frontier_T, warmup=0)
     return dataclasses.replace(head_profile(p), protocol=protocol)
 

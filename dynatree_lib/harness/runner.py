@@ -8,7 +8,6 @@ import torch
 from ..core.policies.base import Session
 from ..core.engines.hf import as_runner
 from .. import methods as registry
-from ..methods import AR
 from . import measure
 from .environment import BandwidthProbe, bound
 from .profiles import Profile, models_for
@@ -106,10 +105,11 @@ def ref_key(c) -> tuple:
 def ar_references(store: ResultStore, todo: list, rows: dict, dtype: str) -> dict:
     """AR's greedy tokens per (workload, T, L_max, split) and prompt, from finished records or checkpointed rows."""
     refs: dict = {}
-    pending = [{"method": AR, "dataset": c.dataset, "T": c.T, "L_max": c.L_max, "split": c.split, "dtype": c.dtype,
-                "temperature": c.sampling.temperature, "rows": rows[k]} for c, k in todo if c.config is None]
+    pending = [{"method": registry.AR, "dataset": c.dataset, "T": c.T, "L_max": c.L_max, "split": c.split,
+                "dtype": c.dtype, "temperature": c.sampling.temperature, "rows": rows[k]}
+               for c, k in todo if c.config is None]
     for r in store.records + pending:
-        if r["method"] == AR and r["dtype"] == dtype and r.get("temperature", 0.0) == 0.0:
+        if r["method"] == registry.AR and r["dtype"] == dtype and r.get("temperature", 0.0) == 0.0:
             key = (r["dataset"], r["T"], r["L_max"], r.get("split", "test"))
             refs.setdefault(key, {}).update({row["prompt_id"]: row["output_ids"] for row in r["rows"]})
     return refs

@@ -130,15 +130,19 @@ def head_cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, f
     terms as measured (costs.json), each drafting level, the catch-up after the target's forward included, priced by
     the head's measured step (the ``head_cost`` experiment's head_cost.json: its median share of the target's one-token
     forward)."""
-    curves = measured_curves(p, dtype, root)
-    path = results_path("head_cost", p, root)
-    if not path.exists():
-        raise NotTuned(f"{path} is missing: the extension on the head prices its drafting levels by the head's "
-                       "measured step (`bench --experiment head_cost` measures it)")
-    share = json.loads(path.read_text())["drafts"]["head"]["median"]
+    curves, share = measured_curves(p, dtype, root), head_share(p, root)
     verify, loop = verify_curve(curves), curves["loop"]
     level = share * dict(verify)[1] + loop["level"]
     return verify, round(level, 3), round(level + loop["commit"], 3)
+
+
+def head_share(p: Profile, root: Path | None = None) -> float:
+    """The feature head's step over the target's one-token forward (head_cost.json's median of paired rounds)."""
+    path = results_path("head_cost", p, root)
+    if not path.exists():
+        raise NotTuned(f"{path} is missing: pricing the head's drafting levels needs its measured step "
+                       "(`bench --experiment head_cost` measures it)")
+    return json.loads(path.read_text())["drafts"]["head"]["median"]
 
 
 def cost_candidates(p: Profile, root: Path | None = None) -> tuple[CostAwareConfig, ...]:

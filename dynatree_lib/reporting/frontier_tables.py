@@ -9,23 +9,28 @@ computes the same bits; a wall-time ratio is the machine's, and its verdict is s
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import torch
 
 from .. import methods as registry
-from ..harness.costs import interp, predict_ms_per_token
-from ..harness.frontier import BUDGETS
+from ..core.policies.eagle_tree import Eagle3TreeConfig
+from ..core.policies.talon import TalonConfig
+from ..harness.costs import head_curves, interp, predict_ms_per_token
 from ..harness.machine import kind_of_record
+from ..harness.tuning import NotTuned, head_share, measured_curves
+from ..harness.variants import BUDGET, MAIN
 from ..harness.workloads import label as workload_label
-from .records import order, paired
+from .records import BOOTSTRAP, order, paired, row_id
 from .verdict import verdict
 
 EQUAL_NODES_CAP = 16  # own-numbers verdicts compare τ at the nodes both methods reach, at most this many
 TIE_BAND = 0.02       # an own-numbers ratio within 2% of 1 is a tie
-PUBLISHED_BUDGET = max(BUDGETS)  # TALON's N = 60 (EAGLE-3's 60 tokens): Figure 6's setting
+TALON_NODES = TalonConfig().N                   # TALON's published budget: Figure 6's setting
+EAGLE3_NODES = Eagle3TreeConfig().total_tokens - 1  # EAGLE-3's published 60 tokens, the root among them
 
 
 def recorded_kind(path: Path) -> str:
@@ -35,30 +40,35 @@ def recorded_kind(path: Path) -> str:
     return ", ".join(sorted({k for e in envs if (k := kind_of_record(e))})) or "unnamed machine"
 
 
-def tau_interval(rows: list[dict]) -> tuple[float, float]:
-    """Mean τ over a record's prompts and the half-width of its 95% normal interval (0 with one prompt)."""
-    taus = [x["L_bar"] for x in rows]
-    half = 1.96 * statistics.stdev(taus) / math.sqrt(len(taus)) if len(taus) > 1 else 0.0
-    return statistics.fmean(taus), half
+def tau_interval(rows: list[dict], seed: int = 0) -> tuple[float, float, float]:
+    """Mean τ over a record's prompts with its 95% percentile bootstrap interval over prompts (as ``records``)."""
+    taus = torch.tensor([x["L_bar"] for x in rows], dtype=torch.float64)
+    if len(taus) < 2:
+        return float(taus.mean()), float("nan"), float("nan")
+    pick = torch.randint(len(taus), (BOOTSTRAP, len(taus)), generator=torch.Generator().manual_seed(seed))
+    lo, hi = taus[pick].mean(1).quantile(torch.tensor([0.025, 0.975], dtype=taus.dtype)).tolist()
+    return float(taus.mean()), lo, hi
 
 
 def frontier_points(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per frontier record: workload, temperature, row (method and head kind), budget, τ with its interval,
-    δ and nodes per verification, and greedy, how many prompts equal AR's."""
+    """One row per frontier record: workload, temperature, row identity (method and head kind) and the method's
+    label, budget, τ with its interval, δ, nodes and depth per verification, and greedy, how many prompts equal
+    AR's."""
     rows = []
     for _, r in order(df[df.method != registry.AR]).iterrows():
-        tau, half = tau_interval(r.rows)
+        heads = r.get("tag_heads") if isinstance(r.get("tag_heads"), str) else None
+        tau, lo, hi = tau_interval(r.rows)
+        label = registry.REGISTRY[r.method].display.label if heads is None else r.label.split(" @ ")[0]
         rows.append({"dataset": r.dataset, "temperature": r.temperature, "row": r.row, "method": r.method,
-                     "heads": r.get("tag_heads") if isinstance(r.get("tag_heads"), str) else None,
-                     "label": r.label.split(" @ ")[0], "budget": int(r.tag_budget), "tau": tau, "tau_half": half,
-                     "delta": r.draft_forwards_per_iter, "nodes": r.draft_nodes_per_iter,
+                     "heads": heads, "label": label, "budget": int(r.tag_budget), "tau": tau, "tau_lo": lo,
+                     "tau_hi": hi, "delta": r.draft_forwards_per_iter, "nodes": r.draft_nodes_per_iter,
                      "depth": r.depth_per_iter, "equals_ar": r.equals_ar, "n": r.n})
     return pd.DataFrame(rows)
 
 
 def frontier_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per workload, temperature and method: at each budget, τ ± its 95% interval, the nodes it verified and δ."""
-    cell = lambda p: f"{p.tau:.2f} ±{p.tau_half:.2f} · {p.nodes:.1f} n · δ {p.delta:.1f}"
+    """Per workload, temperature and method: at each budget, τ [its 95% interval], the nodes it verified and δ."""
+    cell = lambda p: f"{p.tau:.2f} [{p.tau_lo:.2f}, {p.tau_hi:.2f}] · {p.nodes:.1f} n · δ {p.delta:.1f}"
     t = points.assign(Workload=points.dataset.map(workload_label), T=points.temperature.map(lambda x: f"{x:g}"),
                       Method=points.label, cell=points.apply(cell, axis=1))
     t = t.pivot_table(index=["Workload", "T", "Method"], columns="budget", values="cell", aggfunc="first", sort=False)
@@ -69,38 +79,38 @@ def frontier_table(points: pd.DataFrame) -> pd.DataFrame:
 def tau_at(points: pd.DataFrame, nodes: float) -> float:
     """τ of one row's frontier at ``nodes`` verified nodes, linear between its measured points (nan outside them)."""
     p = points.sort_values("nodes")
-    xs, ys = list(p.nodes), list(p.tau)
-    if not xs or nodes < xs[0] - 1e-9 or nodes > xs[-1] + 1e-9:
+    if p.empty or not p.nodes.iloc[0] - 1e-9 <= nodes <= p.nodes.iloc[-1] + 1e-9:
         return float("nan")
-    return interp({x: y for x, y in zip(xs, ys)}, nodes) if len(xs) > 1 else ys[0]
+    return float(np.interp(nodes, p.nodes, p.tau))
 
 
-def equal_nodes(a: pd.DataFrame, b: pd.DataFrame) -> float:
-    """The nodes at which two frontiers are compared: the most both reach, at most ``EQUAL_NODES_CAP``, at least
-    the fewest both reach."""
-    return max(min(a.nodes.max(), b.nodes.max(), EQUAL_NODES_CAP), max(a.nodes.min(), b.nodes.min()))
-
-
-def head_cost_share(path: Path) -> float:
-    """The feature head's step over the target's one-token forward, as head_cost.json measured it (its median)."""
-    return json.loads(path.read_text())["drafts"]["head"]["median"]
+def equal_nodes(a: pd.DataFrame, b: pd.DataFrame) -> float | None:
+    """The nodes at which two frontiers are compared: the most both reach, at most ``EQUAL_NODES_CAP`` (but not
+    below the fewest both reach); None where their ranges do not overlap."""
+    low, high = max(a.nodes.min(), b.nodes.min()), min(a.nodes.max(), b.nodes.max())
+    return None if low > high else max(min(high, EQUAL_NODES_CAP), low)
 
 
 def predict_row(curves: dict, r) -> float:
     """Predicted milliseconds per token of a logged row (its mean nodes, depth, draft forwards and τ)."""
-    return predict_ms_per_token(curves, r.method, r.draft_nodes_per_iter, r.depth_per_iter,
-                                r.draft_forwards_per_iter, r.L_bar)
+    return predict_ms_per_token(curves, r.method, nodes=r.draft_nodes_per_iter, depth=r.depth_per_iter,
+                                draft_forwards=r.draft_forwards_per_iter, L_bar=r.L_bar)
+
+
+def own_heads(df: pd.DataFrame) -> pd.Series:
+    """Rows drafted with a head of their own (Medusa, Hydra): the curves price the profile's head's step only."""
+    return df.get("tag_heads", pd.Series(None, index=df.index)).map(lambda h: isinstance(h, str))
 
 
 def fitted_terms(frontier: pd.DataFrame, curves: dict) -> dict[float, list[float]]:
     """Per temperature, what the curves leave out of an iteration on this machine, as ms = a + b·nodes + c·δ, fitted
     by least squares to the frontier's records (measured ms per iteration, prefill excluded, less the predicted):
     the sampled verification and drafting (the loop's terms are timed greedy) and the per-iteration work the timers
-    do not hold. Fitted on the frontier, checked on the heads' and TALON's tables: other runs, other prompts."""
-    import numpy as np
-
+    do not hold. Fitted on the frontier's run, checked on the heads' and TALON's runs (other runs and times; the
+    prompts overlap, every experiment taking the first test prompts)."""
     out = {}
-    for t, g in frontier[frontier.method != registry.AR].groupby("temperature"):
+    drafting = frontier[(frontier.method != registry.AR) & ~own_heads(frontier)]
+    for t, g in drafting.groupby("temperature"):
         x = np.array([[1.0, r.draft_nodes_per_iter, r.draft_forwards_per_iter] for r in g.itertuples()])
         y = np.array([(r.ms_per_token - predict_row(curves, r)) * r.L_bar for r in g.itertuples()])
         out[float(t)] = np.linalg.lstsq(x, y, rcond=None)[0].tolist()
@@ -117,16 +127,20 @@ def predict_with_terms(curves: dict, r, terms: dict | None) -> float:
     return predict_row(curves, r) + extra / r.L_bar
 
 
+ERRORS = ("error", "AR-scaled", "with fitted terms")
+
+
 def cost_check_table(frames: dict[str, pd.DataFrame], curves: dict, terms: dict | None = None) -> pd.DataFrame:
     """Predicted against measured tokens per second (prefill excluded) of every row of our loop in ``frames``
-    ({source: records}, the heads' and TALON's tables of one machine), priced on that machine's ``curves``
-    (``head_curves``). ``error``: predicted / measured - 1 (so measured slower reads positive); ``AR-scaled``: the
-    same with the prediction times AR's measured / predicted on the same workload, temperature and replicate (the
-    machine's drift between the curves' timing and the run's, common to every row); ``with fitted terms``: the
+    ({source: records}, the heads' and TALON's tables of one machine) drafted with the profile's head, priced on that
+    machine's ``curves`` (``head_curves``). Each error is measured ms per token over predicted, less 1 (the same as
+    predicted tok/s over measured, less 1; notebook 03's "gap"): positive where the row ran slower than priced.
+    ``AR-scaled``: the prediction times AR's measured / predicted on the same workload, temperature and replicate
+    (the machine's drift between the curves' timing and the run's, common to every row); ``with fitted terms``: the
     curves plus ``terms`` (``fitted_terms`` of the same machine's frontier; nan without)."""
     rows = []
     for source, df in frames.items():
-        df = df[df.impl == "ours"]
+        df = df[(df.impl == "ours") & ~own_heads(df)]
         ar = {(r.dataset, r.temperature, r.replicate): r.ms_per_token / predict_row(curves, r)
               for _, r in df[df.method == registry.AR].iterrows()}
         for _, r in order(df[df.method != registry.AR]).iterrows():
@@ -139,9 +153,6 @@ def cost_check_table(frames: dict[str, pd.DataFrame], curves: dict, terms: dict 
     return pd.DataFrame(rows)
 
 
-ERRORS = ("error", "AR-scaled", "with fitted terms")
-
-
 def cost_check_summary(t: pd.DataFrame) -> pd.DataFrame:
     """The check's verdict per temperature and overall: rows, the median absolute error of each prediction
     (``ERRORS``), and the worst row of the curves alone with its error."""
@@ -149,8 +160,8 @@ def cost_check_summary(t: pd.DataFrame) -> pd.DataFrame:
     for name, part in [*((f"T = {x}", t[t["T"] == x]) for x in sorted(t["T"].unique())), ("all rows", t)]:
         worst = part.loc[part.error.abs().idxmax()]
         med = {f"median abs. {e}": "–" if part[e].isna().all() else f"{part[e].abs().median():.1%}" for e in ERRORS}
-        out[name] = {"rows": len(part), **med,
-                     "worst row (curves alone)": f"{worst.source}: {worst.Workload}, {worst.Method} ({worst.error:+.0%})"}
+        out[name] = {"rows": len(part), **med, "worst row (curves alone)":
+                     f"{worst.source}: {worst.Workload}, {worst.Method} ({worst.error:+.0%})"}
     return pd.DataFrame(out).T
 
 
@@ -159,13 +170,12 @@ def projection_table(points: pd.DataFrame, machines: dict[str, dict]) -> pd.Data
     the cost model prices fastest there, with its predicted speedup over AR (the target's one-token forward)."""
     cols = {}
     for kind, curves in machines.items():
-        ar = interp(curves["target"], 1)
-        best = {}
-        for key, g in points.groupby(["dataset", "temperature", "label"], sort=False):
-            speed = {p.budget: ar / predict_ms_per_token(curves, p.method, p.nodes, p.depth, p.delta, p.tau)
-                     for p in g.itertuples()}
+        ar, best = interp(curves["target"], 1), {}
+        for (ws, t, _), g in points.groupby(["dataset", "temperature", "row"], sort=False):
+            speed = {p.budget: ar / predict_ms_per_token(curves, p.method, nodes=p.nodes, depth=p.depth,
+                                                         draft_forwards=p.delta, L_bar=p.tau) for p in g.itertuples()}
             b = max(speed, key=speed.get)
-            best[(workload_label(key[0]), f"{key[1]:g}", key[2])] = f"{b}: {speed[b]:.2f}x"
+            best[(workload_label(ws), f"{t:g}", g.label.iloc[0])] = f"{b}: {speed[b]:.2f}x"
         cols[f"{kind}: best budget: predicted speedup"] = best
     t = pd.DataFrame(cols)
     t.index.names = ["Workload", "T", "Method"]
@@ -179,18 +189,29 @@ CLAIMS = (  # (claim, A, B, the table whose wall time judges it): every tree cla
 )
 
 
-def own_ratio(points: pd.DataFrame, a: str, b: str, ws: str, t: float) -> tuple[float, float] | None:
-    """τ_A / τ_B at equal verified nodes (``equal_nodes``) on one workload and temperature, with those nodes; None
-    where either has no frontier there."""
-    pa, pb = (points[(points.row == f"{m}:budget") & (points.dataset == ws) & (points.temperature == t)] for m in (a, b))
-    if pa.empty or pb.empty:
+def frontier_of(points: pd.DataFrame, method: str, ws: str, t: float) -> pd.DataFrame:
+    """One method's frontier (drafted with the profile's head) on one workload and temperature."""
+    return points[(points.row == row_id(method, BUDGET)) & (points.dataset == ws) & (points.temperature == t)]
+
+
+def own_ratio(points: pd.DataFrame, a: str, b: str, *, ws: str, t: float) -> tuple[float, float] | None:
+    """(τ_A / τ_B at equal verified nodes, those nodes) on one workload and temperature; None where either has no
+    frontier there or their node ranges do not overlap."""
+    pa, pb = frontier_of(points, a, ws, t), frontier_of(points, b, ws, t)
+    if pa.empty or pb.empty or (n := equal_nodes(pa, pb)) is None:
         return None
-    n = equal_nodes(pa, pb)
     return tau_at(pa, n) / tau_at(pb, n), n
+
+
+def own_ratios(points: pd.DataFrame, a: str, b: str, t: float) -> dict[str, tuple[float, float]]:
+    """``own_ratio`` on every frontier workload where it exists."""
+    return {ws: x for ws in points.dataset.unique() if (x := own_ratio(points, a, b, ws=ws, t=t)) is not None}
 
 
 def own_verdict(ratios: list[float]) -> str:
     """yes: A commits more at equal nodes on every workload; no: less on every one; tie: all within ``TIE_BAND``."""
+    if not ratios:
+        return "–"
     if all(abs(r - 1) <= TIE_BAND for r in ratios):
         return "tie"
     if all(r > 1 for r in ratios):
@@ -199,8 +220,9 @@ def own_verdict(ratios: list[float]) -> str:
 
 
 def wall_estimates(df: pd.DataFrame, a: str, b: str, t: float) -> dict[str, list]:
-    """{workload: [(ratio, lo, hi) per replicate]} of A's throughput over B's on the same prompts (main rows)."""
-    df = df[(df.temperature == t) & (df.variant == "main") & (df.impl == "ours")]
+    """{workload: [(ratio, lo, hi) per replicate]} of A's throughput over B's on the same prompts, their main rows
+    (the heads' table drafts with the head and its lookup; the frontier with the head alone)."""
+    df = df[(df.temperature == t) & (df.variant == MAIN) & (df.impl == "ours")]
     out = {}
     for ws in df.dataset.unique():
         for rep in sorted(df.replicate.unique()):
@@ -210,51 +232,52 @@ def wall_estimates(df: pd.DataFrame, a: str, b: str, t: float) -> dict[str, list
     return out
 
 
+def wall_cells(frames: dict[str, pd.DataFrame], table: str, a: str, b: str, t: float) -> tuple[str, str]:
+    """One machine's wall-time ratios (r1/r2 per workload) and their verdict (``verdict``), "–" without records."""
+    est = wall_estimates(frames[table], a, b, t) if table in frames else {}
+    if not est:
+        return "–", "–"
+    ratios = "; ".join(f"{workload_label(ws)} " + "/".join(f"{r:.2f}" for r, _, _ in rs) for ws, rs in est.items())
+    return ratios, verdict(est).replace("reproduces", "yes")
+
+
 def two_verdicts(points: pd.DataFrame, walls: dict[str, dict[str, pd.DataFrame]]) -> pd.DataFrame:
     """Every ``CLAIMS`` claim, greedy and at T = 1: its verdict in the method's own numbers (τ_A / τ_B at equal
-    verified nodes on each frontier workload) and in wall time on each machine kind (``walls``: {kind: {table:
-    records}}; the ratio of mean throughputs per workload and replicate, the scorecard's rule), and TALON's Figure 6
-    claim in counts (δ / τ at the published budget, 60 nodes)."""
+    verified nodes, "@ n", on each frontier workload) and in wall time on each machine kind (``walls``: {kind:
+    {table: records}}; the scorecard's rule), and TALON's Figure 6 claim in counts (``figure6_row``)."""
     rows = []
     for claim, a, b, table in CLAIMS:
         for t in sorted(points.temperature.unique()):
-            own = {ws: own_ratio(points, a, b, ws, t) for ws in points.dataset.unique()}
-            own = {ws: x for ws, x in own.items() if x is not None}
+            own = own_ratios(points, a, b, t)
             row = {"claim": f"{claim}, T = {t:g}",
-                   "own numbers: τ_A / τ_B at equal nodes": "; ".join(
-                       f"{workload_label(ws)} {r:.2f} @ {n:.0f}" for ws, (r, n) in own.items()) or "–",
-                   "own verdict": own_verdict([r for r, _ in own.values()]) if own else "–"}
+                   "own numbers": "; ".join(f"{workload_label(ws)} {r:.2f} @ {n:.0f}" for ws, (r, n) in own.items())
+                   or "–", "own verdict": own_verdict([r for r, _ in own.values()])}
             for kind, frames in walls.items():
-                est = wall_estimates(frames[table], a, b, t) if table in frames else {}
-                cells = "; ".join(f"{workload_label(ws)} " + "/".join(f"{r:.2f}" for r, _, _ in rs)
-                                  for ws, rs in est.items())
-                row[f"wall, {kind}"] = cells or "–"
-                row[f"wall verdict, {kind}"] = verdict(est).replace("reproduces", "yes") if est else "–"
+                row[f"wall, {kind}"], row[f"wall verdict, {kind}"] = wall_cells(frames, table, a, b, t)
             rows.append(row)
     rows.append(figure6_row(points))
     return pd.DataFrame(rows).set_index("claim")
 
 
 def figure6_row(points: pd.DataFrame) -> dict:
-    """TALON's Figure 6 as a count: its δ / τ (draft forwards per committed token) below EAGLE-3's tree's at the
-    published budget (60 nodes), greedy, on every frontier workload."""
-    greedy = points[(points.temperature == 0) & (points.budget == PUBLISHED_BUDGET)]
+    """TALON's Figure 6 as a count: its δ / τ (draft forwards per committed token) below EAGLE-3's tree's, each at
+    its published budget (``TALON_NODES``; EAGLE-3 at the frontier's nearest, one node more), greedy, on every
+    frontier workload."""
     per = {}
-    for ws in greedy.dataset.unique():
-        g = greedy[greedy.dataset == ws]
-        ta, ea = (g[g.row == f"{m}:budget"] for m in (registry.TALON, registry.EAGLE3_TREE))
+    for ws in points.dataset.unique():
+        ta, ea = (frontier_of(points, m, ws, 0.0) for m in (registry.TALON, registry.EAGLE3_TREE))
+        ta, ea = ta[ta.budget == TALON_NODES], ea[ea.budget == TALON_NODES]
         if not ta.empty and not ea.empty:
             per[ws] = (ta.delta.iloc[0] / ta.tau.iloc[0], ea.delta.iloc[0] / ea.tau.iloc[0])
     won = [x < y for x, y in per.values()]
     return {"claim": "TALON drafts fewer forwards per committed token than EAGLE-3's tree (Figure 6), T = 0",
-            "own numbers: τ_A / τ_B at equal nodes": "; ".join(
-                f"{workload_label(ws)} δ/τ {x:.2f} vs {y:.2f}" for ws, (x, y) in per.items()) or "–",
-            "own verdict": ("yes" if all(won) else "partly" if any(won) else "no") if won else "–"}
+            "own numbers": "; ".join(f"{workload_label(ws)} δ/τ {x:.2f} vs {y:.2f}" for ws, (x, y) in per.items())
+            or "–", "own verdict": ("yes" if all(won) else "partly" if any(won) else "no") if won else "–"}
 
 
 def frontier_reported() -> dict:
-    """The papers' τ beside the frontier where their setting is one of its budgets: TALON's MAT for TALON (N = 60)
-    and EAGLE-3 (60 tokens, 59 draft nodes) on its reference model (mean over its benchmarks of each workload,
+    """The papers' τ beside the frontier where their setting is one of its budgets: TALON's MAT for TALON (its N)
+    and EAGLE-3 (its total tokens, less the root) on its reference model (mean over its benchmarks of each workload,
     Spec-Bench's categories for Spec-Bench), and DynaTree's L̄ on WikiText-2 (its Table 3, greedy; no tree size
     reported: a line)."""
     from ..harness.workloads import TALON_BENCHMARKS, WIKITEXT2
@@ -264,27 +287,24 @@ def frontier_reported() -> dict:
     rep, out = talon_reported(), {}
     model = rep["reference_model"]
     for t, table in ((0.0, "table1_T0"), (1.0, "table3_T1")):
-        for method, nodes in ((registry.TALON, 60), (registry.EAGLE3_TREE, 59)):
+        for method, nodes in ((registry.TALON, TALON_NODES), (registry.EAGLE3_TREE, EAGLE3_NODES)):
             by_ws: dict[str, list] = {}
+            rows = rep[table][model][registry.REGISTRY[method].study.reported_talon]
             for bench, (ws, _) in TALON_BENCHMARKS.items():
-                by_ws.setdefault(ws, []).append(rep[table][model][registry.REGISTRY[method].study.reported_talon][bench]["MAT"])
-            for ws, mats in by_ws.items():
-                label = f"{registry.REGISTRY[method].display.label}, TALON's paper ({model})"
-                out.setdefault((ws, t), []).append((label, method, nodes, statistics.fmean(mats)))
+                by_ws.setdefault(ws, []).append(rows[bench])
+            label = f"{registry.REGISTRY[method].display.label}, TALON's paper ({model})"
+            for ws, cells in by_ws.items():
+                out.setdefault((ws, t), []).append((label, method, nodes, statistics.fmean(c["MAT"] for c in cells)))
     dyna = reported()["table3_verification_efficiency"][WIKITEXT2][registry.REGISTRY[registry.DYNATREE].study.reported]
-    out.setdefault((WIKITEXT2, 0.0), []).append(("DynaTree's paper L̄ (Pythia, its draft model)", registry.DYNATREE, None,
-                                               dyna["L_bar"]))
+    out.setdefault((WIKITEXT2, 0.0), []).append(("DynaTree's paper L̄ (Pythia, its draft model)", registry.DYNATREE,
+                                               None, dyna["L_bar"]))
     return out
 
 
 def machine_curves(p) -> dict | None:
     """The profile's machine's curves priced for its feature head (``head_curves`` of costs.json in the timed
-    precision, by head_cost.json's step), or None where either file is not committed."""
-    from ..harness.costs import head_curves
-    from ..harness.store import results_path
-
-    costs, step = results_path("costs", p), results_path("head_cost", p)
-    if not costs.exists() or not step.exists():
+    precision, by the head's measured step), or None where either is not committed or the costs are stale."""
+    try:
+        return head_curves(measured_curves(p, p.models.dtype, None), head_share(p))
+    except (NotTuned, KeyError):
         return None
-    curves = json.loads(costs.read_text())["curves"].get(p.models.dtype)
-    return None if curves is None else head_curves(curves, head_cost_share(step))

@@ -414,8 +414,8 @@ def frontier(points: pd.DataFrame, reported: dict | None = None):
             here = points[(points.temperature == t) & (points.dataset == ds)]
             for row, g in here.groupby("row", sort=False):
                 g = g.sort_values("nodes")
-                ax.errorbar(g.nodes, g.tau, yerr=g.tau_half, marker="o", ms=4, lw=1.2, capsize=2,
-                            color=row_color(g.method.iloc[0], g.heads.iloc[0]), label=g.label.iloc[0])
+                ax.errorbar(g.nodes, g.tau, yerr=[g.tau - g.tau_lo, g.tau_hi - g.tau], marker="o", ms=4, lw=1.2,
+                            capsize=2, color=row_color(g.method.iloc[0], g.heads.iloc[0]), label=g.label.iloc[0])
             for name, method, nodes, tau in (reported or {}).get((ds, t), []):
                 if nodes is None:
                     ax.axhline(tau, color=color(method), ls=":", lw=1, label=name)

@@ -20,10 +20,22 @@ from ..harness.paths import REPO
 from ..harness.tuning import NotTuned
 from ..harness.variants import MAIN
 from ..harness.workloads import WORKLOADS, labels as workload_labels
-from . import tables
+from ..harness.frontier import FRONTIER
+from ..harness.store import results_path
+from . import frontier_tables as ft, tables
+from .notebook import machines, on_machine
 from .verdict import verdict
 
 MARK = re.compile(r"<!-- scorecard -->.*?<!-- /scorecard -->", re.S)
+# the claims about trees, which get a second verdict in the methods' own numbers (``own_numbers``)
+TALON_T0 = "TALON is faster than EAGLE-3's tree, greedy (TALON; our head)"
+TALON_T1 = "... and at T = 1 (TALON's Table 3)"
+FIGURE6 = "TALON drafts fewer forwards per committed token than EAGLE-3's tree (TALON Figure 6)"
+DT_LINEAR = "DynaTree is faster than linear speculative decoding"
+DT_FIXED = "DynaTree is faster than a tuned fixed tree"
+OWN_NUMBERS = {  # a tree claim: (A, B, temperature), read in τ at equal verified nodes on the budget frontier
+    DT_LINEAR: (registry.DYNATREE, registry.LINEAR, 0.0), DT_FIXED: (registry.DYNATREE, registry.FIXED_TREE, 0.0),
+    TALON_T0: (registry.TALON, registry.EAGLE3_TREE, 0.0), TALON_T1: (registry.TALON, registry.EAGLE3_TREE, 1.0)}
 
 
 def current(path: Path, profile) -> pd.DataFrame | None:
@@ -242,41 +254,28 @@ def delta_tau_row(df: pd.DataFrame) -> dict:
     return row
 
 
-TALON_T0, TALON_T1 = "TALON is faster than EAGLE-3's tree, greedy (TALON; our head)", "... and at T = 1 (TALON's Table 3)"
-FIGURE6 = "TALON drafts fewer forwards per committed token than EAGLE-3's tree (TALON Figure 6)"
-OWN_NUMBERS = {  # a tree claim: (A, B, temperature), read in τ at equal verified nodes on the budget frontier
-    "DynaTree is faster than linear speculative decoding": (registry.DYNATREE, registry.LINEAR, 0.0),
-    "DynaTree is faster than a tuned fixed tree": (registry.DYNATREE, registry.FIXED_TREE, 0.0),
-    TALON_T0: (registry.TALON, registry.EAGLE3_TREE, 0.0), TALON_T1: (registry.TALON, registry.EAGLE3_TREE, 1.0)}
-
-
-def frontier_points(profile) -> pd.DataFrame | None:
-    """The budget frontier's points (notebook 15) from the profile's records or, where it has none, the first
-    machine kind's that has (greedy, its counts are the method's on every machine); None where none is committed."""
-    from .frontier_tables import frontier_points as points
-
-    for path in [REPO / "results" / profile.name / "frontier.json",
-                 *sorted((REPO / "results").glob(f"{profile.name}@*/frontier.json"))]:
-        if (df := current(path, profile)) is not None:
-            return points(df)
+def committed_frontier(profile) -> pd.DataFrame | None:
+    """The budget frontier's points (notebook 15) of the profile's own records or, where it has none, of the first
+    machine kind's that has them (the counts are the methods', the same on every machine whose engine computes the
+    same bits; at T = 1 they are statistics of the same law); None where none is committed."""
+    for p in (profile, *(on_machine(profile, kind) for kind in machines(profile))):
+        if (df := current(results_path(FRONTIER, p), p)) is not None:
+            return ft.frontier_points(df)
     return None
 
 
 def own_numbers(claim: str, points: pd.DataFrame) -> str:
     """A tree claim's verdict in the methods' own numbers, with τ_A / τ_B at equal nodes per frontier workload
-    (Figure 6's: δ / τ at TALON's budget); "–" for a claim that is not about trees."""
-    from . import frontier_tables as ft
-
+    (Figure 6's: δ / τ at TALON's budget); "–" for a claim that is not about trees or has no frontier."""
     if claim == FIGURE6:
         row = ft.figure6_row(points)
-        return f"{row['own verdict']} ({row['own numbers: τ_A / τ_B at equal nodes']})"
+        return "–" if row["own verdict"] == "–" else f"{row['own verdict']} ({row['own numbers']})"
     if claim not in OWN_NUMBERS:
         return "–"
-    a, b, t = OWN_NUMBERS[claim]
-    ratios = {ws: x for ws in points.dataset.unique() if (x := ft.own_ratio(points, a, b, ws, t)) is not None}
+    ratios = ft.own_ratios(points, *OWN_NUMBERS[claim])
     if not ratios:
         return "–"
-    per = " / ".join(f"{r:.2f}" for r, _ in ratios.values())
+    per = "; ".join(f"{workload_labels()[ws]} {r:.2f}" for ws, (r, _) in ratios.items())
     return f"{ft.own_verdict([r for r, _ in ratios.values()])} ({per})"
 
 
@@ -295,15 +294,13 @@ def scorecard(profile) -> pd.DataFrame:
         dt = registry.DYNATREE
         rows += [exactness(main),
                  comparison(main, dt, registry.AR, "DynaTree is faster than AR", paper_ratio(dt, registry.AR)),
-                 comparison(main, dt, registry.LINEAR, "DynaTree is faster than linear speculative decoding",
-                            paper_ratio(dt, registry.LINEAR)),
-                 comparison(main, dt, registry.FIXED_TREE, "DynaTree is faster than a tuned fixed tree",
-                            paper_ratio(dt, registry.FIXED_TREE))]
+                 comparison(main, dt, registry.LINEAR, DT_LINEAR, paper_ratio(dt, registry.LINEAR)),
+                 comparison(main, dt, registry.FIXED_TREE, DT_FIXED, paper_ratio(dt, registry.FIXED_TREE))]
     rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
     rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
     rows += peers_row(root / "peers.json", profile) + vllm_row(root / "vllm.json", profile)
     rows += talon_rows(root / "talon.json", profile)
-    if rows and (points := frontier_points(profile)) is not None:
+    if rows and (points := committed_frontier(profile)) is not None:
         for row in rows:
             row["own numbers"] = own_numbers(row["claim"], points)
     card = pd.DataFrame(rows).set_index("claim").fillna("–")
