@@ -80,10 +80,11 @@ for kind, (on_kind, _, points) in frontiers.items():
 # with the EAGLE-3 head (Medusa's and Hydra's rows are left out: no step of theirs is measured), on that machine's
 # curves. An error is measured time over predicted, less 1 (positive: slower than priced). "AR-scaled" multiplies
 # each prediction by AR's measured / predicted on the same workload, temperature and replicate, removing the drift
-# between the curves' timing and the run's that every row shares. "With fitted terms" adds, where the machine's
+# between the curves' timing and the run's that every row shares. "AR-scaled, fitted terms" adds, where the machine's
 # frontier is committed, what the curves leave out of an iteration (a + b·nodes + c·δ per temperature: the sampled
-# verification and drafting, whose loop terms notebook 03 times greedy), fitted on the frontier's records and checked
-# here on other runs at other times (the prompts overlap: every experiment takes the first test prompts).
+# verification and drafting, whose loop terms notebook 03 times greedy), fitted on the frontier's records scaled by
+# their own run's AR, and checked here on other runs at other times (the prompts overlap: every experiment takes the
+# first test prompts).
 
 # %% tags=["nbval-ignore-output"]
 by_costs = {ft.recorded_kind(path): p for p in on_kinds if (path := results_path("costs", profile=p)).exists()}

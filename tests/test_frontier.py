@@ -156,25 +156,28 @@ def test_the_cost_check_predicts_each_row_and_scales_by_ar():
     assert t["AR-scaled"].iloc[0] == pytest.approx(1.2 / 1.1 - 1)  # AR measured 10% over its prediction
     summary = ft.cost_check_summary(t)
     assert summary.loc["all rows", "median abs. error"] == "20.0%"
-    assert summary.loc["all rows", "median abs. with fitted terms"] == "–"  # no frontier terms given
+    assert summary.loc["all rows", "median abs. AR-scaled, fitted terms"] == "–"  # no frontier terms given
     assert "DynaTree" in summary.loc["all rows", "worst row (curves alone)"]
 
 
 def test_fitted_terms_recover_what_the_curves_leave_out_of_an_iteration():
-    """Rows whose iterations take 1 ms + 0.1 ms a node + 0.5 ms a draft forward more than the curves price: the fit
-    recovers those terms, and a check with them predicts such a row exactly."""
+    """Rows of a run 20% slower than its curves (AR too) whose iterations take 1 ms + 0.1 ms a node + 0.5 ms a draft
+    forward more than the curves price: the fit recovers those terms, and a check with them predicts a row of
+    another run exactly."""
     curves = head_curves(COSTS, 0.05)
-    rows = []
+    ar = dict(method=registry.AR, draft_nodes_per_iter=0.0, depth_per_iter=0.0, draft_forwards_per_iter=0.0, L_bar=1.0,
+              temperature=1.0, dataset="humaneval", replicate=0, impl="ours", variant="main", label="AR")
+    rows = [ar | {"ms_per_token": 1.2 * COSTS["target"]["1"]}]
     for nodes, delta, tau in ((4.0, 2.0, 2.0), (8.0, 3.0, 2.5), (16.0, 4.0, 3.0), (32.0, 6.0, 3.2)):
-        r = pd.Series(dict(method=registry.DYNATREE, draft_nodes_per_iter=nodes, depth_per_iter=delta,
-                           draft_forwards_per_iter=delta, L_bar=tau, temperature=1.0))
-        extra = 1.0 + 0.1 * nodes + 0.5 * delta
-        rows.append(r.to_dict() | {"ms_per_token": ft.predict_row(curves, r) + extra / tau})
+        r = pd.Series(ar | dict(method=registry.DYNATREE, draft_nodes_per_iter=nodes, depth_per_iter=delta,
+                                draft_forwards_per_iter=delta, L_bar=tau, label="DynaTree"))
+        extra = (1.0 + 0.1 * nodes + 0.5 * delta) / tau
+        rows.append(r.to_dict() | {"ms_per_token": 1.2 * (ft.predict_row(curves, r) + extra)})
     terms = ft.fitted_terms(pd.DataFrame(rows), curves)
     assert terms[1.0] == pytest.approx([1.0, 0.1, 0.5])
-    r = pd.Series(rows[1])
-    assert ft.predict_with_terms(curves, r, terms) == pytest.approx(r.ms_per_token)
-    assert math.isnan(ft.predict_with_terms(curves, r, {0.0: terms[1.0]}))  # no terms fitted at this temperature
+    check = ft.cost_check_table({"heads": pd.DataFrame(rows)}, curves, terms)
+    assert check["AR-scaled, fitted terms"].abs().max() == pytest.approx(0.0, abs=1e-9)
+    assert math.isnan(ft.predict_with_terms(curves, pd.Series(rows[1]), {0.0: terms[1.0]}))  # none at this temperature
 
 
 def test_the_projection_picks_each_machines_best_budget():

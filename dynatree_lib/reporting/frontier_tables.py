@@ -102,17 +102,25 @@ def own_heads(df: pd.DataFrame) -> pd.Series:
     return df.get("tag_heads", pd.Series(None, index=df.index)).map(lambda h: isinstance(h, str))
 
 
+def ar_scales(df: pd.DataFrame, curves: dict) -> dict[tuple, float]:
+    """{(workload, temperature, replicate): AR's measured / predicted ms per token}: how much slower than its curves
+    the machine ran during that run, the drift every row of the run shares."""
+    return {(r.dataset, r.temperature, r.replicate): r.ms_per_token / predict_row(curves, r)
+            for _, r in df[df.method == registry.AR].iterrows()}
+
+
 def fitted_terms(frontier: pd.DataFrame, curves: dict) -> dict[float, list[float]]:
     """Per temperature, what the curves leave out of an iteration on this machine, as ms = a + b·nodes + c·δ, fitted
-    by least squares to the frontier's records (measured ms per iteration, prefill excluded, less the predicted):
-    the sampled verification and drafting (the loop's terms are timed greedy) and the per-iteration work the timers
-    do not hold. Fitted on the frontier's run, checked on the heads' and TALON's runs (other runs and times; the
-    prompts overlap, every experiment taking the first test prompts)."""
-    out = {}
+    by least squares to the frontier's records: each row's ms per iteration (prefill excluded) over its run's AR
+    scale (``ar_scales``), less the predicted. It holds the sampled verification and drafting (the loop's terms are
+    timed greedy) and the per-iteration work the timers do not. Fitted on the frontier's run, checked on the heads'
+    and TALON's runs (other runs and times; the prompts overlap, every experiment taking the first test prompts)."""
+    out, scale = {}, ar_scales(frontier, curves)
     drafting = frontier[(frontier.method != registry.AR) & ~own_heads(frontier)]
     for t, g in drafting.groupby("temperature"):
         x = np.array([[1.0, r.draft_nodes_per_iter, r.draft_forwards_per_iter] for r in g.itertuples()])
-        y = np.array([(r.ms_per_token - predict_row(curves, r)) * r.L_bar for r in g.itertuples()])
+        y = np.array([(r.ms_per_token / scale[(r.dataset, r.temperature, r.replicate)] - predict_row(curves, r))
+                      * r.L_bar for r in g.itertuples()])
         out[float(t)] = np.linalg.lstsq(x, y, rcond=None)[0].tolist()
     return out
 
@@ -127,7 +135,7 @@ def predict_with_terms(curves: dict, r, terms: dict | None) -> float:
     return predict_row(curves, r) + extra / r.L_bar
 
 
-ERRORS = ("error", "AR-scaled", "with fitted terms")
+ERRORS = ("error", "AR-scaled", "AR-scaled, fitted terms")
 
 
 def cost_check_table(frames: dict[str, pd.DataFrame], curves: dict, terms: dict | None = None) -> pd.DataFrame:
@@ -135,21 +143,21 @@ def cost_check_table(frames: dict[str, pd.DataFrame], curves: dict, terms: dict 
     ({source: records}, the heads' and TALON's tables of one machine) drafted with the profile's head, priced on that
     machine's ``curves`` (``head_curves``). Each error is measured ms per token over predicted, less 1 (the same as
     predicted tok/s over measured, less 1; notebook 03's "gap"): positive where the row ran slower than priced.
-    ``AR-scaled``: the prediction times AR's measured / predicted on the same workload, temperature and replicate
-    (the machine's drift between the curves' timing and the run's, common to every row); ``with fitted terms``: the
-    curves plus ``terms`` (``fitted_terms`` of the same machine's frontier; nan without)."""
+    ``AR-scaled``: the prediction times its run's ``ar_scales`` (the machine's drift between the curves' timing and
+    the run's, common to every row); ``AR-scaled, fitted terms``: the same with ``terms`` added (``fitted_terms`` of
+    the same machine's frontier; nan without)."""
     rows = []
     for source, df in frames.items():
         df = df[(df.impl == "ours") & ~own_heads(df)]
-        ar = {(r.dataset, r.temperature, r.replicate): r.ms_per_token / predict_row(curves, r)
-              for _, r in df[df.method == registry.AR].iterrows()}
+        ar = ar_scales(df, curves)
         for _, r in order(df[df.method != registry.AR]).iterrows():
             pred, scale = predict_row(curves, r), ar.get((r.dataset, r.temperature, r.replicate), float("nan"))
             rows.append({"source": source, "Workload": workload_label(r.dataset), "T": f"{r.temperature:g}",
                          "Method": r.label, "replicate": int(r.replicate) + 1, "predicted tok/s": 1e3 / pred,
                          "measured tok/s": 1e3 / r.ms_per_token, "error": r.ms_per_token / pred - 1,
                          "AR-scaled": r.ms_per_token / (pred * scale) - 1,
-                         "with fitted terms": r.ms_per_token / predict_with_terms(curves, r, terms) - 1})
+                         "AR-scaled, fitted terms":
+                             r.ms_per_token / (predict_with_terms(curves, r, terms) * scale) - 1})
     return pd.DataFrame(rows)
 
 
@@ -256,7 +264,7 @@ def two_verdicts(points: pd.DataFrame, walls: dict[str, dict[str, pd.DataFrame]]
                 row[f"wall, {kind}"], row[f"wall verdict, {kind}"] = wall_cells(frames, table, a, b, t)
             rows.append(row)
     rows.append(figure6_row(points))
-    return pd.DataFrame(rows).set_index("claim")
+    return pd.DataFrame(rows).set_index("claim").fillna("–")
 
 
 def figure6_row(points: pd.DataFrame) -> dict:
