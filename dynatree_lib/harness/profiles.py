@@ -329,7 +329,8 @@ PROFILES: dict[str, Profile] = {
                peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3", talon_T_cap=256,
                talon_tuning_T=128,
                talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
-               talon_extension=True, vllm_n_prompts=4, frontier_n_prompts=12, frontier_n_questions=2)),
+               talon_extension=True, vllm_n_prompts=4, frontier_n_prompts=12, frontier_n_questions=2,
+               frontier_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"))),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),

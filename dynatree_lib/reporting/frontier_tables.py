@@ -175,8 +175,9 @@ def cost_check_summary(t: pd.DataFrame) -> pd.DataFrame:
 
 def projection_table(points: pd.DataFrame, machines: dict[str, dict]) -> pd.DataFrame:
     """Each method's best budget on each machine ({kind: curves}, ``head_curves``): the budget whose frontier point
-    the cost model prices fastest there, with its predicted speedup over AR (the target's one-token forward)."""
-    cols = {}
+    the cost model prices fastest there, with its predicted speedup over AR (the target's one-token forward). Rows
+    over Medusa's and Hydra's heads are left out: the curves price the EAGLE-3 head's step."""
+    points, cols = points[points.heads.isna()], {}
     for kind, curves in machines.items():
         ar, best = interp(curves["target"], 1), {}
         for (ws, t, _), g in points.groupby(["dataset", "temperature", "row"], sort=False):
