@@ -22,7 +22,7 @@ from ..core.policies.talon import TalonConfig
 from ..harness.costs import head_curves, interp, predict_ms_per_token
 from ..harness.machine import kind_of_record
 from ..harness.tuning import NotTuned, head_share, measured_curves
-from ..harness.variants import BUDGET, MAIN
+from ..harness.variants import BUDGET, MAIN, own
 from ..harness.workloads import label as workload_label
 from .records import BOOTSTRAP, order, paired, row_id
 from .verdict import verdict
@@ -58,7 +58,7 @@ def frontier_points(df: pd.DataFrame) -> pd.DataFrame:
     for _, r in order(df[df.method != registry.AR]).iterrows():
         heads = r.get("tag_heads") if isinstance(r.get("tag_heads"), str) else None
         tau, lo, hi = tau_interval(r.rows)
-        label = registry.REGISTRY[r.method].display.label if heads is None else r.label.split(" @ ")[0]
+        label = own(registry.REGISTRY[r.method].display.label, {"heads": heads} if heads else {})
         rows.append({"dataset": r.dataset, "temperature": r.temperature, "row": r.row, "method": r.method,
                      "heads": heads, "label": label, "budget": int(r.tag_budget), "tau": tau, "tau_lo": lo,
                      "tau_hi": hi, "delta": r.draft_forwards_per_iter, "nodes": r.draft_nodes_per_iter,
