@@ -22,9 +22,9 @@ from ..core.policies.talon import TalonConfig
 from ..harness.costs import head_curves, interp, predict_ms_per_token
 from ..harness.machine import kind_of_record
 from ..harness.tuning import NotTuned, head_share, measured_curves
-from ..harness.variants import BUDGET, MAIN, own
+from ..harness.variants import BUDGET, own
 from ..harness.workloads import label as workload_label
-from .records import BOOTSTRAP, order, paired, row_id
+from .records import BOOTSTRAP, main_ratio, order, row_id
 from .verdict import verdict
 
 EQUAL_NODES_CAP = 16  # own-numbers verdicts compare τ at the nodes both methods reach, at most this many
@@ -230,14 +230,14 @@ def own_verdict(ratios: list[float]) -> str:
 
 def wall_estimates(df: pd.DataFrame, a: str, b: str, t: float) -> dict[str, list]:
     """{workload: [(ratio, lo, hi) per replicate]} of A's throughput over B's on the same prompts, their main rows
-    (the heads' table drafts with the head and its lookup; the frontier with the head alone)."""
-    df = df[(df.temperature == t) & (df.variant == MAIN) & (df.impl == "ours")]
+    (``records.main_ratio``; the heads' table drafts with the head and its lookup, the frontier with the head
+    alone)."""
+    df = df[df.temperature == t]
     out = {}
     for ws in df.dataset.unique():
         for rep in sorted(df.replicate.unique()):
-            ra, rb = (df[(df.method == m) & (df.dataset == ws) & (df.replicate == rep)] for m in (a, b))
-            if not ra.empty and not rb.empty:
-                out.setdefault(ws, []).append(paired(ra.iloc[0].tps_by_prompt, rb.iloc[0].tps_by_prompt)[:3])
+            if (x := main_ratio(df, a, b, ws=ws, rep=rep)) is not None:
+                out.setdefault(ws, []).append(x)
     return out
 
 

@@ -144,6 +144,20 @@ def paired(a: dict, b: dict) -> tuple[float, float, float, int]:
     return (paired_ratio(a, b), *ratio_ci(a, b), len(set(a) & set(b)))
 
 
+def main_ratio(df: pd.DataFrame, a: str, b: str, *, ws: str, rep: int,
+               lookup: bool | None = None) -> tuple[float, float, float] | None:
+    """(ratio, lo, hi) of method ``a``'s throughput over ``b``'s, their main rows, on one workload in one replicate
+    (``paired``); ``lookup``: only the rows drafting with the lookup (True) or without it (False), None: either.
+    None where either row is missing."""
+    sub = df[(df.dataset == ws) & (df.replicate == rep)]
+    if lookup is not None:
+        sub = sub[sub.lookup == lookup]
+    x, y = (sub[sub.row == row_id(m, variants.MAIN)] for m in (a, b))
+    if x.empty or y.empty:
+        return None
+    return paired(x.iloc[0].tps_by_prompt, y.iloc[0].tps_by_prompt)[:3]
+
+
 def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
     """speedup = mean TPS / mean TPS of AR over the same prompts (same file, workload, T, L_max, precision,
     temperature and replicate; never taken from a log), with its 95% paired bootstrap interval over prompts

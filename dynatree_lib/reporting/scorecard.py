@@ -23,6 +23,7 @@ from ..harness.workloads import WORKLOADS, labels as workload_labels
 from ..harness.frontier import FRONTIER
 from ..harness.store import results_path
 from . import frontier_tables as ft, tables
+from .records import main_ratio
 from .notebook import machines, on_machine
 from .verdict import verdict
 
@@ -56,17 +57,6 @@ def main_rows(df: pd.DataFrame, method: str) -> pd.DataFrame:
     return df[df.row == tables.row_id(method, MAIN)]
 
 
-def _ratio(df: pd.DataFrame, a: str, b: str, ws: str, rep: int,
-           lookup: bool = True) -> tuple[float, float, float] | None:
-    """(ratio, lo, hi) of method ``a`` over ``b`` (main variants) on a workload in one replicate (the draft with its
-    lookup, or ``lookup=False``: the draft alone)."""
-    sub = df[(df.dataset == ws) & (df.replicate == rep) & (df.lookup == lookup)]
-    x, y = main_rows(sub, a), main_rows(sub, b)
-    if x.empty or y.empty:
-        return None
-    return tables.paired(x.iloc[0].tps_by_prompt, y.iloc[0].tps_by_prompt)[:3]
-
-
 def _cell(rs: list) -> str:
     """Ratios of the replicates as 'r1 / r2' with a mark where an interval includes 1."""
     return " / ".join(f"{r:.2f}{'' if lo > 1 or hi < 1 else '~'}" for r, lo, hi in rs)
@@ -74,7 +64,8 @@ def _cell(rs: list) -> str:
 
 def comparison(df: pd.DataFrame, a: str, b: str, claim: str, paper: str, lookup: bool = True) -> dict:
     reps = sorted(df.replicate.unique())
-    per_ws = {ws: [x for r in reps if (x := _ratio(df, a, b, ws, r, lookup)) is not None] for ws in workload_labels()}
+    per_ws = {ws: [x for r in reps if (x := main_ratio(df, a, b, ws=ws, rep=r, lookup=lookup)) is not None]
+              for ws in workload_labels()}
     row = {"claim": claim, "paper": paper}
     row |= {workload_labels()[ws]: _cell(rs) if rs else "–" for ws, rs in per_ws.items()}
     row["verdict"] = verdict(per_ws)
