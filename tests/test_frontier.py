@@ -76,11 +76,47 @@ def test_the_cpu_frontier_cells():
     assert len(keys) == len(cells)
 
 
-def record(method, budget, ws, t, taus, nodes, delta=2.0, heads=None):
+def test_the_cpu_frontier_draws_dynatree_on_its_draft_model():
+    """The reference line: DynaTree on the profile's draft model (v4, its 8,192 most frequent tokens, no lookup) at
+    every budget, workload and temperature; its records name that draft and vocabulary."""
+    p = experiments.experiment_profile(FRONTIER, get_profile("cpu"))
+    ref = [c for c in experiments.frontier_cells(p) if c.draft == p.extras.frontier_draft]
+    assert p.extras.frontier_draft == "embedded:draft" and len(ref) == len(BUDGETS) * len(FRONTIER_WORKLOADS) * 2
+    assert all(c.method == registry.DYNATREE and not c.lookup and c.tags["draft_vocab"] == 8192 for c in ref)
+    assert {c.config.n_max for c in ref} == set(BUDGETS)
+    assert "on the draft model embedded:draft @ 4 nodes" in min(ref, key=lambda c: c.tags["budget"]).label
+
+
+@pytest.mark.parametrize("budget", [1, 4, 60])
+def test_dynatree_on_a_draft_model_at_a_frontier_budget_equals_ar(fast_pair, llama_target, budget):
+    tgt, drf = fast_pair
+    cfg = registry.REGISTRY[registry.DYNATREE].study.budget(
+        get_profile("smoke").method(registry.DYNATREE, SPEC_BENCH), budget)
+    for i, (p, T) in enumerate(CASES):
+        assert generate(tgt, p, T, draft=drf, method=cfg).tokens == reference(llama_target, p, T), (budget, i)
+
+
+def test_a_cell_of_its_own_loads_a_draft_model_beside_the_profiles_head():
+    """``runner.own_drafts``: a head reference over the running target, a draft model reference as its pair loads
+    it (here the smoke profile's tiny draft), each once."""
+    from dynatree_lib.harness import runner
+    from dynatree_lib.harness.measure import Cell
+
+    p = get_profile("smoke")
+    target, draft, _ = p.load_pair()
+    cells = [(Cell(dataset=SPEC_BENCH, method=registry.DYNATREE, config=None, T=4, L_max=0, dtype="float32",
+                   draft="tiny:draft", tags={"budget": n}), str(n)) for n in (4, 8)]
+    loaded = runner.own_drafts(p, target, cells, "float32")
+    assert list(loaded) == ["tiny:draft"] and type(loaded["tiny:draft"]) is type(draft)
+
+
+def record(method, budget, ws, t, taus, nodes, delta=2.0, heads=None, draft_model=None):
     rows = [{"L_bar": x, "draft_nodes_per_iter": nodes, "draft_forwards_per_iter": delta} for x in taus]
+    own = heads or draft_model
     return {"dataset": ws, "temperature": t, "method": method, "variant": variants.BUDGET,
-            "row": f"{method}:budget" + (f":{heads}" if heads else ""), "label": f"{method} @ {budget} nodes",
-            "tag_budget": budget, "tag_heads": heads, "rows": rows, "draft_forwards_per_iter": delta,
+            "row": f"{method}:budget" + (f":{own}" if own else ""), "label": f"{method} @ {budget} nodes",
+            "tag_budget": budget, "tag_heads": heads, "tag_draft_model": draft_model, "rows": rows,
+            "draft_forwards_per_iter": delta,
             "draft_nodes_per_iter": nodes, "depth_per_iter": 3.0, "equals_ar": len(taus), "n": len(taus)}
 
 
@@ -178,6 +214,21 @@ def test_fitted_terms_recover_what_the_curves_leave_out_of_an_iteration():
     check = ft.cost_check_table({"heads": pd.DataFrame(rows)}, curves, terms)
     assert check["AR-scaled, fitted terms"].abs().max() == pytest.approx(0.0, abs=1e-9)
     assert math.isnan(ft.predict_with_terms(curves, pd.Series(rows[1]), {0.0: terms[1.0]}))  # none at this temperature
+
+
+def test_rows_on_a_draft_of_their_own_are_their_own_line_and_priced_by_no_head_curve():
+    recs = [record(registry.DYNATREE, 4, "spec_bench", 0.0, [2.0, 2.2], nodes=2.0, draft_model="embedded:draft"),
+            record(registry.EAGLE3_TREE, 4, "spec_bench", 0.0, [1.5, 1.6], nodes=4.0, heads="medusa")]
+    frame = pd.concat([frontier_frame(), pd.DataFrame(recs)], ignore_index=True)
+    points = ft.frontier_points(frame)
+    model = points[points.draft_model == "embedded:draft"]
+    assert len(model) == 1 and model.row.iloc[0] == "dynatree:budget:embedded:draft"
+    assert model.label.iloc[0] == "DynaTree on the draft model embedded:draft"
+    assert ft.own_drafts(frame).tolist() == [False] * len(frontier_frame()) + [True, True]
+    assert ft.own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, ws="spec_bench", t=0.0)[1] == 8.0  # the head's
+    t = ft.projection_table(points, {"flat": head_curves(COSTS, 0.05)})
+    assert not any("draft model" in m or "Medusa" in m for m in t.index.get_level_values("Method"))
+    assert plots.frontier(points) is not None
 
 
 def test_the_projection_picks_each_machines_best_budget():

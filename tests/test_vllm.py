@@ -60,6 +60,29 @@ def test_a_worker_that_dies_or_stays_silent_is_a_clear_error(tmp_path):
         P.VllmWorker(tmp_path, None, root=refusing, start_timeout=10).__enter__()
 
 
+def test_a_lost_start_is_tried_again_and_its_root_cause_shown(tmp_path):
+    """A worker that dies once at start (an engine process's crash) starts on the second try; one that dies every
+    time names the log's first error, not only its last lines; a refused configuration is not tried again."""
+    flaky = fake_environment(tmp_path / "flaky", f"""if [ ! -e {tmp_path}/tried ]; then touch {tmp_path}/tried; exit 1; fi
+echo '{{"ready": true}}'
+read quit
+""")
+    with P.VllmWorker(tmp_path, None, root=flaky, start_timeout=10) as w:
+        assert w.ready == {"ready": True}
+    noise = "INFO engine step\n" * 400
+    dying = fake_environment(tmp_path / "dying", f"""printf 'Fatal Python error: Cannot recover from stack overflow\n{noise}' >&2
+echo "RuntimeError: Engine core initialization failed" >&2; exit 1
+""")
+    with pytest.raises(P.VllmLost, match="stack overflow(.|\n)*Engine core initialization failed"):
+        P.VllmWorker(tmp_path, None, root=dying).__enter__()
+    refusing = fake_environment(tmp_path / "refusing", f"""touch {tmp_path}/refused-$$; echo '{{"error": "bad"}}'
+exec sleep 30
+""")
+    with pytest.raises(P.VllmFailed, match="bad"):
+        P.VllmWorker(tmp_path, None, root=refusing, start_timeout=10).__enter__()
+    assert len(list(tmp_path.glob("refused-*"))) == 1
+
+
 def test_a_reply_becomes_our_result_with_vllm_counts():
     reply = {"outputs": [[5, 6, 7]], "finish": ["stop"], "wall_s": 0.5, "idle_cpu_s": 0.0, "idle_wall_s": 2.0,
              "spec": {"drafts": 2, "draft_tokens": 6, "accepted": 1, "per_pos": [1, 0, 0]}}

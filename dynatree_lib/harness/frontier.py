@@ -42,9 +42,9 @@ def frontier_profile(p: Profile) -> Profile:
 def frontier_cells(p: Profile, root=None) -> list[Cell]:
     """AR and every ``frontier_methods`` method at each of ``BUDGETS`` on each ``FRONTIER_WORKLOADS`` workload, greedy
     and at T = 1, the head drafting alone (as in TALON), with Medusa's and Hydra's heads (``extras.frontier_heads``)
-    drafting ``MEDUSA_TREE`` at the same budgets; ``extras.frontier_n_prompts`` test prompts per workload without
-    categories, ``frontier_n_questions`` per Spec-Bench category; none where the profile has no head or sets no
-    prompts."""
+    drafting ``MEDUSA_TREE`` at the same budgets, and DynaTree on a draft model (``reference_cells``);
+    ``extras.frontier_n_prompts`` test prompts per workload without categories, ``frontier_n_questions`` per
+    Spec-Bench category; none where the profile has no head or sets no prompts."""
     if not p.extras.head or not p.extras.frontier_n_prompts:
         return []
     eagle = registry.REGISTRY[registry.EAGLE3_TREE].study.budget
@@ -62,4 +62,18 @@ def frontier_cells(p: Profile, root=None) -> list[Cell]:
             for ref in p.extras.frontier_heads:
                 cells += [Cell(method=registry.EAGLE3_TREE, variant=v.BUDGET, config=eagle(MEDUSA_TREE, n), draft=ref,
                                tags=tags | {"budget": n, "heads": head_kind(ref)}, **at) for n in BUDGETS]
+            cells += reference_cells(p, ws, tags, at)
     return cells
+
+
+def reference_cells(p: Profile, ws: str, tags: dict, at: dict) -> list[Cell]:
+    """DynaTree drafting with the profile's draft model (``extras.frontier_draft``, its ``frontier_draft_vocab``
+    most frequent tokens, without its lookup) at each of ``BUDGETS``: the reference line of the method as its paper
+    runs it, a draft model beside the target; none where the profile names no such draft."""
+    ref = p.extras.frontier_draft
+    if not ref:
+        return []
+    knob, vocab = registry.REGISTRY[registry.DYNATREE].study.budget, p.extras.frontier_draft_vocab
+    model = {"draft_model": ref} | ({"draft_vocab": vocab} if vocab else {})
+    return [Cell(method=registry.DYNATREE, variant=v.BUDGET, config=knob(p.method(registry.DYNATREE, ws), n),
+                 draft=ref, tags=tags | {"budget": n} | model, **at) for n in BUDGETS]

@@ -153,7 +153,7 @@ def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra:
             "tags": cell.tags, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
             "lookup": cell.lookup, "split": cell.split, "replicate": replicate, "kv_mode": profile.protocol.kv_mode,
             "profile": profile.name, "engine": str(mo.engine), "target": mo.target, "draft": cell.draft or mo.draft,
-            "draft_vocab": mo.draft_vocab, "draft_lookup": mo.draft_lookup and cell.lookup,
+            "draft_vocab": cell.tags.get("draft_vocab", mo.draft_vocab), "draft_lookup": mo.draft_lookup and cell.lookup,
             "context_override": mo.context_override, "warmup": profile.protocol.warmup,
             "seed": profile.protocol.seed, "prompt_ids": [p.id for p in prompts], "rows": rows,
             "aggregate": aggregate(rows), "environment": environment(mo.device), **extra, **engine_info(cell),

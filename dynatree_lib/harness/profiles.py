@@ -167,7 +167,8 @@ class Extras:
     ``vllm_n_questions`` per Spec-Bench category; their tuning decodes ``vllm_tuning_T`` tokens); and notebook 15's
     budget frontier on the head (``frontier_n_prompts`` test prompts per workload without categories, 0: none,
     ``frontier_n_questions`` per Spec-Bench category, ``frontier_T`` new tokens at most, Medusa's and Hydra's heads
-    beside it: ``frontier_heads``)."""
+    beside it: ``frontier_heads``; DynaTree on a draft model as the reference line: ``frontier_draft``, scoring its
+    ``frontier_draft_vocab`` most frequent tokens where set)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -195,6 +196,8 @@ class Extras:
     frontier_n_questions: int = 1
     frontier_T: int = 64
     frontier_heads: tuple = ()
+    frontier_draft: str = ""
+    frontier_draft_vocab: int | None = None
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -330,7 +333,8 @@ PROFILES: dict[str, Profile] = {
                talon_tuning_T=128,
                talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
                talon_extension=True, vllm_n_prompts=4, frontier_n_prompts=12, frontier_n_questions=2,
-               frontier_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"))),
+               frontier_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"),
+               frontier_draft="embedded:draft", frontier_draft_vocab=8192)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),

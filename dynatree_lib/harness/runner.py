@@ -1,6 +1,7 @@
 """The measurement loop: every missing cell of an experiment, interleaved prompt by prompt, checkpointed per row."""
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import torch
@@ -51,7 +52,7 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     if p.models.threads:
         torch.set_num_threads(p.models.threads)
     target, draft, tok = p.load_pair(dtype, models_for=models_for(c.method for c, _ in todo))
-    drafts = own_drafts(p, target, todo) | {None: draft}
+    drafts = own_drafts(p, target, todo, dtype) | {None: draft}
     probe = BandwidthProbe(p.models.device)
     weights = {ref: record_weights(p, ref) for ref in drafts}
     bound_ = bound(as_runner(target).model, probe)
@@ -89,13 +90,22 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     bar.close()
 
 
-def own_drafts(p, target, todo: list) -> dict:
-    """{reference: draft runner} of the cells that draft with a head of their own (``Cell.draft``), each loaded once
-    over ``target`` (its embedding borrowed, no lookup), as the profile loads its own head."""
+def own_drafts(p, target, todo: list, dtype: str) -> dict:
+    """{reference: draft runner} of the cells that draft with a draft of their own (``Cell.draft``), each loaded
+    once, without its lookup: a head over ``target`` (its embedding borrowed), as the profile loads its own; a draft
+    model as ``load_pair`` pairs it, on the profile's engine (scoring the cell's ``draft_vocab`` tag's most frequent
+    tokens where set), beside a copy of the target that lends it the embedding."""
     from .models import load_head_draft
+    from .weights import is_head
 
-    refs = dict.fromkeys(c.draft for c, _ in todo if c.draft)
-    return {ref: load_head_draft(ref, target, p.max_len, None, False, p.models.engine.fused) for ref in refs}
+    def load(ref: str, vocab: int | None):
+        if is_head(ref):
+            return load_head_draft(ref, target, p.max_len, None, False, p.models.engine.fused)
+        pair = dataclasses.replace(p.models, draft=ref, draft_vocab=vocab, draft_lookup=False)
+        return pair.load_pair(dtype, p.max_len)[1]
+
+    return {ref: load(ref, vocab) for ref, vocab in {c.draft: c.tags.get("draft_vocab") for c, _ in todo
+                                                     if c.draft}.items()}
 
 
 def ref_key(c) -> tuple:

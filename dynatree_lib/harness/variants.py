@@ -51,8 +51,11 @@ def short(config: dict) -> str:
 
 
 def own(method: str, tags: dict) -> str:
-    """A method's label, naming the head of its own it drafts over where it has one (``tags["heads"]``)."""
-    return f"{HEAD_KINDS[tags['heads']].label} ({method} over its heads)" if "heads" in tags else method
+    """A method's label, naming the draft of its own it drafts with where it has one: a head (``tags["heads"]``, its
+    kind) or a draft model (``tags["draft_model"]``, its reference)."""
+    if "heads" in tags:
+        return f"{HEAD_KINDS[tags['heads']].label} ({method} over its heads)"
+    return f"{method} on the draft model {tags['draft_model']}" if "draft_model" in tags else method
 
 
 MAIN, PAPER_SETTINGS, NETWORK_ALONE, CANDIDATE = "main", "paper_settings", "network_alone", "candidate"

@@ -22,6 +22,7 @@ import select
 import shlex
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -42,8 +43,10 @@ AR_MODE, EAGLE3_MODE = "ar", "eagle3"  # vLLM's plain decoding and its EAGLE-3 (
 MODES = (AR_MODE, EAGLE3_MODE, "ngram", "suffix")
 KV_CACHE_GB = 1                 # VLLM_CPU_KVCACHE_SPACE: ample for one 2,048-token sequence, 16 at batch
 START_TIMEOUT_S = 420           # a start compiles vLLM's graphs (two to three minutes on 2 cores)
-START_TRIES = 2                 # torch's compiler can hang in its ISA probe at start; a second start gets past it
+START_TRIES = 2                 # a start can hang in torch's ISA probe or crash in an engine process; a second
+                                # start gets past it (a refused configuration is not tried again)
 REQUEST_TIMEOUT_S = 900
+FIRST_ERROR_MARKS = ("Fatal Python error", "Traceback (most recent call last)", " ERROR ")  # where a failure starts
 
 
 class VllmMissing(FileNotFoundError):
@@ -52,6 +55,11 @@ class VllmMissing(FileNotFoundError):
 
 class VllmFailed(RuntimeError):
     """The vLLM worker refused a configuration, died or timed out; the message names the step and the log."""
+
+
+class VllmLost(VllmFailed):
+    """The vLLM worker exited or stayed silent (no reply refused anything): at start, a start that may succeed
+    when tried again."""
 
 
 @dataclass(frozen=True)
@@ -163,17 +171,30 @@ class VllmWorker:
         self.proc, self.log_path, self.ready, self.idle_mark = None, None, {}, None
 
     def __enter__(self) -> "VllmWorker":
+        """Start the worker, a second time where the first start is lost (``VllmLost``, ``START_TRIES``)."""
+        for attempt in range(1, START_TRIES + 1):
+            try:
+                self.ready = self._start()
+                break
+            except VllmLost as exc:
+                if attempt == START_TRIES:
+                    raise
+                print(f"vLLM start {attempt} of {START_TRIES} lost, starting again: {str(exc).splitlines()[0]}",
+                      file=sys.stderr)
+        self.pause()
+        return self
+
+    def _start(self) -> dict:
+        """One start: a worker process with a log of its own, and its ready line (it is killed where none comes)."""
         fd, self.log_path = tempfile.mkstemp(prefix="vllm-worker-", suffix=".log")
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd, text=True,
                                      env=self.env, start_new_session=True)
         os.close(fd)
         try:
-            self.ready = self._read(self.start_timeout, "start")
+            return self._read(self.start_timeout, "start")
         except VllmFailed:
             self.kill()
             raise
-        self.pause()
-        return self
 
     def pause(self) -> None:
         """Stop the worker's process group between requests (SIGSTOP): an idle vLLM engine polls, and its cycles
@@ -221,12 +242,18 @@ class VllmWorker:
                         raise VllmFailed(f"vLLM {step} failed: {reply['error']} (log: {self.log_path})")
                     return reply
             if self.proc.poll() is not None:
-                raise VllmFailed(f"the vLLM worker exited with {self.proc.returncode} during {step} "
-                                 f"(speculative_config {self.spec}); its log ends:\n{self.log_tail()}")
-        raise VllmFailed(f"the vLLM worker gave no answer to {step} in {timeout:.0f} s (log: {self.log_path})")
+                raise VllmLost(f"the vLLM worker exited with {self.proc.returncode} during {step} "
+                                 f"(speculative_config {self.spec}); its log, {self.log_path}:\n{self.log_excerpt()}")
+        raise VllmLost(f"the vLLM worker gave no answer to {step} in {timeout:.0f} s (log: {self.log_path})")
 
-    def log_tail(self, chars: int = 3000) -> str:
-        return Path(self.log_path).read_text(errors="replace")[-chars:] if self.log_path else ""
+    def log_excerpt(self, chars: int = 3000) -> str:
+        """The worker log's first error (where the engine processes' root cause is: the last lines only say that
+        a process failed) and its last ``chars`` characters."""
+        text = Path(self.log_path).read_text(errors="replace") if self.log_path else ""
+        first = min((i for mark in FIRST_ERROR_MARKS if (i := text.find(mark)) >= 0), default=-1)
+        if first < 0 or first >= len(text) - chars:
+            return text[-chars:]
+        return f"{text[first:first + chars]}\n[...]\n{text[-chars:]}"
 
     def generate(self, prompts: list[list[int]], max_tokens: int, *, ignore_eos: bool = True,
                  stop_token_ids: tuple = (), timeout: float = REQUEST_TIMEOUT_S) -> dict:
@@ -249,15 +276,8 @@ def worker(cfg: VllmConfig) -> VllmWorker:
     """One running worker per configuration for the whole process (started outside any timing)."""
     from .weights import smollm2_folder
 
-    for attempt in range(START_TRIES):
-        if cfg in _WORKERS:
-            break
-        try:
-            _WORKERS[cfg] = VllmWorker(smollm2_folder(), speculative_config(cfg)).__enter__()
-        except VllmFailed as exc:
-            if attempt + 1 == START_TRIES or "no answer to start" not in str(exc):
-                raise
-            print(f"vLLM worker for {cfg} did not start ({exc}); starting it again")
+    if cfg not in _WORKERS:
+        _WORKERS[cfg] = VllmWorker(smollm2_folder(), speculative_config(cfg)).__enter__()
     return _WORKERS[cfg]
 
 

@@ -50,17 +50,25 @@ def tau_interval(rows: list[dict], seed: int = 0) -> tuple[float, float, float]:
     return float(taus.mean()), lo, hi
 
 
+def tag(r, name: str) -> str | None:
+    """A record's string tag ``name`` (``tag_<name>``), None where it has none (a missing tag reads as nan)."""
+    x = r.get(f"tag_{name}")
+    return x if isinstance(x, str) else None
+
+
 def frontier_points(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per frontier record: workload, temperature, row identity (method and head kind) and the method's
-    label, budget, τ with its interval, δ, nodes and depth per verification, and greedy, how many prompts equal
-    AR's."""
+    """One row per frontier record: workload, temperature, row identity (method and its own draft: a head kind, a
+    draft model) and the method's label, budget, τ with its interval, δ, nodes and depth per verification, and
+    greedy, how many prompts equal AR's."""
     rows = []
     for _, r in order(df[df.method != registry.AR]).iterrows():
-        heads = r.get("tag_heads") if isinstance(r.get("tag_heads"), str) else None
+        heads, model = tag(r, "heads"), tag(r, "draft_model")
         tau, lo, hi = tau_interval(r.rows)
-        label = own(registry.REGISTRY[r.method].display.label, {"heads": heads} if heads else {})
+        label = own(registry.REGISTRY[r.method].display.label,
+                    {k: x for k, x in (("heads", heads), ("draft_model", model)) if x})
         rows.append({"dataset": r.dataset, "temperature": r.temperature, "row": r.row, "method": r.method,
-                     "heads": heads, "label": label, "budget": int(r.tag_budget), "tau": tau, "tau_lo": lo,
+                     "heads": heads, "draft_model": model, "label": label, "budget": int(r.tag_budget), "tau": tau,
+                     "tau_lo": lo,
                      "tau_hi": hi, "delta": r.draft_forwards_per_iter, "nodes": r.draft_nodes_per_iter,
                      "depth": r.depth_per_iter, "equals_ar": r.equals_ar, "n": r.n})
     return pd.DataFrame(rows)
@@ -97,9 +105,11 @@ def predict_row(curves: dict, r) -> float:
                                 draft_forwards=r.draft_forwards_per_iter, L_bar=r.L_bar)
 
 
-def own_heads(df: pd.DataFrame) -> pd.Series:
-    """Rows drafted with a head of their own (Medusa, Hydra): the curves price the profile's head's step only."""
-    return df.get("tag_heads", pd.Series(None, index=df.index)).map(lambda h: isinstance(h, str))
+def own_drafts(df: pd.DataFrame) -> pd.Series:
+    """Rows drafted with a draft of their own (Medusa's, Hydra's heads; a draft model): the curves price the
+    profile's head's step only."""
+    return pd.Series([bool(tag(r, "heads") or tag(r, "draft_model")) for _, r in df.iterrows()], index=df.index,
+                     dtype=bool)
 
 
 def ar_scales(df: pd.DataFrame, curves: dict) -> dict[tuple, float]:
@@ -116,7 +126,7 @@ def fitted_terms(frontier: pd.DataFrame, curves: dict) -> dict[float, list[float
     timed greedy) and the per-iteration work the timers do not. Fitted on the frontier's run, checked on the heads'
     and TALON's runs (other runs and times; the prompts overlap, every experiment taking the first test prompts)."""
     out, scale = {}, ar_scales(frontier, curves)
-    drafting = frontier[(frontier.method != registry.AR) & ~own_heads(frontier)]
+    drafting = frontier[(frontier.method != registry.AR) & ~own_drafts(frontier)]
     for t, g in drafting.groupby("temperature"):
         x = np.array([[1.0, r.draft_nodes_per_iter, r.draft_forwards_per_iter] for r in g.itertuples()])
         y = np.array([(r.ms_per_token / scale[(r.dataset, r.temperature, r.replicate)] - predict_row(curves, r))
@@ -148,7 +158,7 @@ def cost_check_table(frames: dict[str, pd.DataFrame], curves: dict, terms: dict 
     the same machine's frontier; nan without)."""
     rows = []
     for source, df in frames.items():
-        df = df[(df.impl == "ours") & ~own_heads(df)]
+        df = df[(df.impl == "ours") & ~own_drafts(df)]
         ar = ar_scales(df, curves)
         for _, r in order(df[df.method != registry.AR]).iterrows():
             pred, scale = predict_row(curves, r), ar.get((r.dataset, r.temperature, r.replicate), float("nan"))
@@ -176,8 +186,8 @@ def cost_check_summary(t: pd.DataFrame) -> pd.DataFrame:
 def projection_table(points: pd.DataFrame, machines: dict[str, dict]) -> pd.DataFrame:
     """Each method's best budget on each machine ({kind: curves}, ``head_curves``): the budget whose frontier point
     the cost model prices fastest there, with its predicted speedup over AR (the target's one-token forward). Rows
-    over Medusa's and Hydra's heads are left out: the curves price the EAGLE-3 head's step."""
-    points, cols = points[points.heads.isna()], {}
+    over Medusa's and Hydra's heads or a draft model are left out: the curves price the EAGLE-3 head's step."""
+    points, cols = points[points.heads.isna() & points.draft_model.isna()], {}
     for kind, curves in machines.items():
         ar, best = interp(curves["target"], 1), {}
         for (ws, t, _), g in points.groupby(["dataset", "temperature", "row"], sort=False):

@@ -402,8 +402,8 @@ def delta_tau(df: pd.DataFrame):
 
 def frontier(points: pd.DataFrame, reported: dict | None = None):
     """The budget frontier: τ (tokens per verification, y) against draft nodes verified per iteration (x, log
-    scale), one line per method through its budgets with 95% intervals over prompts, one panel per temperature (rows)
-    and workload (columns). ``reported``: {(workload, temperature): [(label, method, nodes, τ)]}, the papers'
+    scale), one line per method through its budgets with 95% intervals over prompts (dashed: on a draft model), one
+    panel per temperature (rows) and workload (columns). ``reported``: {(workload, temperature): [(label, method, nodes, τ)]}, the papers'
     numbers at their own setting (hollow stars; nodes None: a dotted line, the paper giving no tree size)."""
     temps, dss = sorted(points.temperature.unique()), present(points.dataset)
     fig, axes = plt.subplots(len(temps), len(dss), figsize=(3.8 * len(dss) + 1.0, 3.2 * len(temps) + 0.8),
@@ -413,9 +413,10 @@ def frontier(points: pd.DataFrame, reported: dict | None = None):
             ax = axes[i, j]
             here = points[(points.temperature == t) & (points.dataset == ds)]
             for row, g in here.groupby("row", sort=False):
-                g = g.sort_values("nodes")
-                ax.errorbar(g.nodes, g.tau, yerr=[g.tau - g.tau_lo, g.tau_hi - g.tau], marker="o", ms=4, lw=1.2,
-                            capsize=2, color=row_color(g.method.iloc[0], g.heads.iloc[0]), label=g.label.iloc[0])
+                g, on_model = g.sort_values("nodes"), isinstance(g.draft_model.iloc[0], str)
+                ax.errorbar(g.nodes, g.tau, yerr=[g.tau - g.tau_lo, g.tau_hi - g.tau], marker="s" if on_model else "o",
+                            ms=4, lw=1.2, ls="--" if on_model else "-", capsize=2, label=g.label.iloc[0],
+                            color=row_color(g.method.iloc[0], g.heads.iloc[0]))
             for name, method, nodes, tau in (reported or {}).get((ds, t), []):
                 if nodes is None:
                     ax.axhline(tau, color=color(method), ls=":", lw=1, label=name)

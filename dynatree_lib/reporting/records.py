@@ -58,10 +58,10 @@ def say_other_drafts(name: str, recs: list[dict], default: str | None) -> None:
               f"{ref} loads now ({str(now[ref].get('sha256', now[ref]))[:12]}...); `--rerun` measures them again")
 
 
-def row_id(method: str, variant: str, heads: str | None = None) -> str:
-    """A table row's identity: its method and variant, and the kind of a head of its own (``Cell.draft``: a Medusa
-    or a Hydra row; never its label)."""
-    return f"{method}:{variant}" + (f":{heads}" if heads else "")
+def row_id(method: str, variant: str, own_draft: str | None = None) -> str:
+    """A table row's identity: its method and variant, and the draft of its own (``Cell.draft``: a Medusa or a
+    Hydra head's kind, a draft model's reference; never its label)."""
+    return f"{method}:{variant}" + (f":{own_draft}" if own_draft else "")
 
 
 def load(path: str | Path, profile=None) -> pd.DataFrame:
@@ -73,7 +73,7 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
         m = registry.REGISTRY.get(r["method"])
         tags = r.get("tags", {})
         row = {"dataset": r["dataset"], "method": r["method"], "variant": r["variant"],
-               "row": row_id(r["method"], r["variant"], tags.get("heads")),
+               "row": row_id(r["method"], r["variant"], tags.get("heads") or tags.get("draft_model")),
                "label": variants.label(r["method"], r["variant"], r["config"], tags), "T": r["T"],
                "L_max": r["L_max"], "dtype": r.get("dtype"), "n": r["aggregate"]["n"],
                "equals_ar": r["aggregate"]["equals_ar"], "config": r["config"],
