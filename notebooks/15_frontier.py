@@ -19,7 +19,9 @@
 #    fixed tree's n_max with its pruning off, DynaTree's n_max, EAGLE-3's total_tokens, OPT-Tree's n, TALON's N)
 #    drafting with the EAGLE-3 head alone at 4, 8, 16, 32 and 60 verified draft nodes, each knob turned from its
 #    published setting, on Spec-Bench, HumanEval and WikiText-2 test prompts (12 each), greedy and at T = 1, 64 new
-#    tokens at most; τ with its 95% interval over prompts, δ and the nodes verified;
+#    tokens at most; τ with its 95% interval over prompts, δ and the nodes verified; beside them EAGLE-3's tree over
+#    Medusa's and Hydra's heads, and DynaTree on the v4 draft model (dashed: the paper's setting, a draft model);
+#    where two machine kinds measured it, whether their counts agree;
 # 2. **a cost model that is checked**: notebook 03's model, the draft's forwards priced as the head's measured step,
 #    predicting every row of the heads' and TALON's tables (notebooks 13, 14) on the machine that measured them;
 # 3. **projections**: each method's best budget priced on every machine whose curves are committed;
@@ -70,6 +72,19 @@ for kind, (on_kind, _, points) in frontiers.items():
     print(f"{kind}: greedy outputs equal to AR's: {int(greedy.equals_ar.sum())} of {int(greedy.n.sum())}")
     show_table(ft.frontier_table(points), "table_frontier", on_kind)
     show_fig(plots.frontier(points, ft.frontier_reported()), "fig_frontier", on_kind)
+
+# %% [markdown]
+# ## The same counts on two machine kinds
+# Where two kinds' frontiers are committed, point by point (method and budget). Greedy, each kind emits its own AR's
+# tokens, but two kinds' bf16 kernels need not compute the same bits: where a near-tie falls the other way, their
+# AR's, and so the text every method drafts on, part. So the test, greedy as at T = 1, is whether one kind's τ falls
+# inside the other's 95% interval; the first column says on how many prompts the two AR agree.
+
+# %% tags=["nbval-ignore-output"]
+if len(frontiers) > 1:
+    show_table(ft.across_kinds({k: v[1:] for k, v in frontiers.items()}), "table_frontier_kinds", prof)
+else:
+    print("one machine kind's frontier is committed: nothing to compare")
 
 # %% [markdown]
 # ## The cost model, checked on each machine

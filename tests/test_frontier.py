@@ -231,6 +231,22 @@ def test_rows_on_a_draft_of_their_own_are_their_own_line_and_priced_by_no_head_c
     assert plots.frontier(points) is not None
 
 
+def test_counts_of_two_machine_kinds_are_compared_point_by_point():
+    ar = lambda outs: dict(method=registry.AR, dataset="spec_bench", temperature=0.0,
+                           rows=[{"prompt_id": i, "output_ids": o} for i, o in enumerate(outs)])
+    ra = pd.concat([frontier_frame(), pd.DataFrame([ar([[1, 2], [3, 4]])])], ignore_index=True)
+    rb = pd.concat([frontier_frame(), pd.DataFrame([ar([[1, 2], [3, 5]])])], ignore_index=True)
+    a = ft.frontier_points(frontier_frame())
+    b = a.copy()
+    b.loc[b.index[0], "tau"] += 0.25  # one near-tie fell the other way on the other kernels
+    t = ft.across_kinds({"amd": (ra, a), "intel": (rb, b)})
+    first = t.loc[("Spec-Bench", "0")]
+    assert first["AR's tokens equal"] == "1 of 2" and t.loc[("HumanEval", "0"), "AR's tokens equal"] == "–"
+    assert first["points"] == 8 and first["same τ"] == 7 and first["largest |Δτ|"].startswith("0.250")
+    assert t.loc[("HumanEval", "0"), "same τ"] == 8
+    assert first["intel's τ inside amd's 95% interval"] == "7 of 8"
+
+
 def test_the_projection_picks_each_machines_best_budget():
     points = ft.frontier_points(frontier_frame())
     cheap_wide = head_curves(COSTS | {"target": {k: 10.0 for k in COSTS["target"]}}, 0.05)

@@ -84,6 +84,38 @@ def frontier_table(points: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
+def across_kinds(frontiers: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> pd.DataFrame:
+    """Whether the frontier's counts travel between two machine kinds ({kind: (records, ``frontier_points``)}, the
+    first two): per workload and temperature, on how many prompts the two kinds' AR emitted the same tokens, the
+    points (row and budget) both measured, how many have the same τ, the median and the largest |Δτ| (with its row),
+    and how many of the second kind's τ fall inside the first's 95% interval. Each kind's greedy outputs are its own
+    AR's; where the two AR differ (a near-tie of bf16 falling the other way on the other kernels), the methods draft
+    on other text, so the test is the intervals, as at T = 1."""
+    (ka, (ra, a)), (kb, (rb, b)) = list(frontiers.items())[:2]
+    keys = ["dataset", "temperature", "row", "budget"]
+    both = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    rows = {}
+    for (ws, t), g in both.groupby(["dataset", "temperature"], sort=False):
+        diff = (g.tau_a - g.tau_b).abs()
+        worst = g.loc[diff.idxmax()]
+        inside = ((g.tau_b >= g.tau_lo_a) & (g.tau_b <= g.tau_hi_a)).sum()
+        rows[(workload_label(ws), f"{t:g}")] = {
+            "AR's tokens equal": ar_agreement(ra, rb, ws, t), "points": len(g), "same τ": int((diff < 1e-9).sum()),
+            "median |Δτ|": f"{diff.median():.3f}", "largest |Δτ|": f"{diff.max():.3f} ({worst.label_a} @ {worst.budget})",
+            f"{kb}'s τ inside {ka}'s 95% interval": f"{inside} of {len(g)}"}
+    t = pd.DataFrame(rows).T
+    t.index.names = ["Workload", "T"]
+    return t
+
+
+def ar_agreement(ra: pd.DataFrame, rb: pd.DataFrame, ws: str, t: float) -> str:
+    """On how many common prompts two runs' AR records of one workload and temperature emitted the same tokens."""
+    outs = [{x["prompt_id"]: x["output_ids"] for r in df[(df.method == registry.AR) & (df.dataset == ws)
+                                                         & (df.temperature == t)].rows for x in r} for df in (ra, rb)]
+    common = outs[0].keys() & outs[1].keys()
+    return f"{sum(outs[0][i] == outs[1][i] for i in common)} of {len(common)}" if common else "–"
+
+
 def tau_at(points: pd.DataFrame, nodes: float) -> float:
     """τ of one row's frontier at ``nodes`` verified nodes, linear between its measured points (nan outside them)."""
     p = points.sort_values("nodes")
