@@ -104,8 +104,8 @@ def own_drafts(p, target, todo: list, dtype: str) -> dict:
         pair = dataclasses.replace(p.models, draft=ref, draft_vocab=vocab, draft_lookup=False)
         return pair.load_pair(dtype, p.max_len)[1]
 
-    return {ref: load(ref, vocab) for ref, vocab in {c.draft: c.tags.get("draft_vocab") for c, _ in todo
-                                                     if c.draft}.items()}
+    vocabs = {c.draft: c.tags.get("draft_vocab") for c, _ in todo if c.draft}
+    return {ref: load(ref, vocab) for ref, vocab in vocabs.items()}
 
 
 def ref_key(c) -> tuple:

@@ -68,8 +68,7 @@ def frontier_points(df: pd.DataFrame) -> pd.DataFrame:
                     {k: x for k, x in (("heads", heads), ("draft_model", model)) if x})
         rows.append({"dataset": r.dataset, "temperature": r.temperature, "row": r.row, "method": r.method,
                      "heads": heads, "draft_model": model, "label": label, "budget": int(r.tag_budget), "tau": tau,
-                     "tau_lo": lo,
-                     "tau_hi": hi, "delta": r.draft_forwards_per_iter, "nodes": r.draft_nodes_per_iter,
+                     "tau_lo": lo, "tau_hi": hi, "delta": r.draft_forwards_per_iter, "nodes": r.draft_nodes_per_iter,
                      "depth": r.depth_per_iter, "equals_ar": r.equals_ar, "n": r.n})
     return pd.DataFrame(rows)
 
@@ -140,8 +139,9 @@ def predict_row(curves: dict, r) -> float:
 def own_drafts(df: pd.DataFrame) -> pd.Series:
     """Rows drafted with a draft of their own (Medusa's, Hydra's heads; a draft model): the curves price the
     profile's head's step only."""
-    return pd.Series([bool(tag(r, "heads") or tag(r, "draft_model")) for _, r in df.iterrows()], index=df.index,
-                     dtype=bool)
+    none = pd.Series(None, index=df.index, dtype=object)
+    named = [df.get(f"tag_{name}", none).map(lambda x: isinstance(x, str)) for name in ("heads", "draft_model")]
+    return (named[0] | named[1]).astype(bool)
 
 
 def ar_scales(df: pd.DataFrame, curves: dict) -> dict[tuple, float]:

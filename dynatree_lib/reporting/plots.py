@@ -403,8 +403,9 @@ def delta_tau(df: pd.DataFrame):
 def frontier(points: pd.DataFrame, reported: dict | None = None):
     """The budget frontier: τ (tokens per verification, y) against draft nodes verified per iteration (x, log
     scale), one line per method through its budgets with 95% intervals over prompts (dashed: on a draft model), one
-    panel per temperature (rows) and workload (columns). ``reported``: {(workload, temperature): [(label, method, nodes, τ)]}, the papers'
-    numbers at their own setting (hollow stars; nodes None: a dotted line, the paper giving no tree size)."""
+    panel per temperature (rows) and workload (columns). ``reported``: {(workload, temperature): [(label, method,
+    nodes, τ)]}, the papers' numbers at their own setting (hollow stars; nodes None: a dotted line, the paper giving
+    no tree size)."""
     temps, dss = sorted(points.temperature.unique()), present(points.dataset)
     fig, axes = plt.subplots(len(temps), len(dss), figsize=(3.8 * len(dss) + 1.0, 3.2 * len(temps) + 0.8),
                              squeeze=False, sharex=True)
