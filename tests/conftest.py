@@ -48,21 +48,40 @@ def why_no_amx() -> str | None:
     return None if why is None else f"needs AMX tiles ({why}; grep -o -m1 amx_bf16 /proc/cpuinfo)"
 
 
-ISAS = [pytest.param("avx512-bf16", id="avx512"),
-        pytest.param("amx-bf16", id="amx", marks=pytest.mark.skipif(why_no_amx() is not None,
-                     reason=why_no_amx() or ""))]
+def isa_params() -> list:
+    """The kernels' instruction sets as test parameters: the machine's default one (AMX where it has the tiles)
+    in every tier, the other only in the full tier (``tests/tiers.py``); AMX skipped, with its reason, where the CPU
+    lacks it."""
+    why = why_no_amx()
+    default = "avx512-bf16" if why is not None else "amx-bf16"
+    tier = lambda name: [] if name == default else [pytest.mark.full]
+    return [pytest.param("avx512-bf16", id="avx512", marks=tier("avx512-bf16")),
+            pytest.param("amx-bf16", id="amx", marks=[pytest.mark.skipif(why is not None, reason=why or ""),
+                                                      *tier("amx-bf16")])]
+
+
+ISAS = isa_params()
+
+
+KERNEL_THREADS = 2  # the cpu profile's: the one-call forward's threads meet at barriers, which one thread never tests
 
 
 @pytest.fixture(scope="module", params=ISAS)
 def isa(request):
     """Each instruction set the bf16 kernels run on here (AMX skips, with its reason, where the CPU lacks it):
-    runners built while it is active multiply with it (``kernels.using_isa``)."""
+    runners built while it is active multiply with it (``kernels.using_isa``), on ``KERNEL_THREADS`` threads even
+    where a test worker runs on one (``conftest.pytest_configure``)."""
     from dynatree_lib.core.engines import kernels
 
     if not kernels.available():
         pytest.skip(NO_KERNEL)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(KERNEL_THREADS)
     with kernels.using_isa(request.param):
         yield request.param
+    torch.set_num_threads(threads)
+
+
 NO_GIT_CHECKOUT = why_no_git_checkout()
 needs_git_checkout = pytest.mark.skipif(NO_GIT_CHECKOUT is not None, reason=NO_GIT_CHECKOUT or "")
 

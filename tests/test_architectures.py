@@ -1,6 +1,6 @@
 """The exactness matrix over architectures: small random models of several families, every decoder, both KV
 modes, against our AR and transformers' generate; and clear refusals for what a tree cannot serve.
-The CI version runs two short prompts per architecture; ``pytest -m slow`` runs more and longer ones."""
+The fast tier runs two short prompts per architecture; the full tier (``--full``) runs more and longer ones."""
 import pytest
 import torch
 import transformers as tf
@@ -74,7 +74,7 @@ def test_every_decoder_on_every_architecture(name):
     run_matrix(name, n_prompts=2, T=12)
 
 
-@pytest.mark.slow
+@pytest.mark.full
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_every_decoder_on_every_architecture_long(name):
     run_matrix(name, n_prompts=8, T=60)

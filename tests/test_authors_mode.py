@@ -2,6 +2,8 @@
 parents, the per-prompt history controller), their character-cut prompts, and the mode end to end on tiny models."""
 import dataclasses
 
+import pytest
+
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, generate
 from dynatree_lib.core.policies.dynatree import AuthorsHistory
 from dynatree_lib.core.policies.base import Session
@@ -68,6 +70,7 @@ def test_authors_prompts_are_character_cut():
     assert len(books) == 4 and all(b.id.endswith("@head") for b in books)
 
 
+@pytest.mark.full
 def test_authors_dryrun_main_runs_and_equals_ar(tmp_path):
     """The mode end to end in fp32 (its cells in one precision, none apart for exactness): every exact method
     reproduces AR on every prompt; StreamingLLM, whose window slides inside the authors' prompts, is not exact."""

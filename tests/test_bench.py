@@ -15,6 +15,8 @@ from dynatree_lib.core.result import GenerationResult, IterationLog, Totals
 from dynatree_lib.harness.metrics import aggregate, prompt_metrics
 from dynatree_lib.harness.profiles import get_profile
 
+from .tiers import tiered
+
 
 def test_metric_arithmetic_on_a_hand_made_log():
     log = IterationLog(nodes=[6, 6, 4], depth=[4, 4, 2], accepted=[3, 4, 0], committed=[4, 5, 1],
@@ -86,7 +88,7 @@ def test_schema_mismatch(tmp_path):
 @pytest.fixture(scope="module")
 def smoke_main(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    prof = get_profile("smoke", n_prompts=2, T=12, **{"tuning.T": 8})
+    prof = get_profile("smoke", n_prompts=2, T=12, replicates=tiered(1, 2), **{"tuning.T": 8})
     path = experiments.run("main", prof, root=root)
     return prof, root, path
 
@@ -227,6 +229,7 @@ def test_main_runs_the_extension_also_without_its_lookup_skip():
     assert not get_profile("smoke").models.draft_lookup  # smoke's tiny draft has none: one extension row
 
 
+@pytest.mark.full
 def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
     """One file holding two runs of the same cells (other prompt counts) is read without mixing them."""
     prof, root, path = smoke_main
@@ -322,6 +325,7 @@ def test_profiles_and_bad_names():
         get_profile("cpu", engine="turbo")
 
 
+@pytest.mark.full
 def test_memory_cells_measure_their_own_models():
     """Each memory cell runs in a fresh process and loads only the models its method needs; its footprint is its
     peak less the process's runtime. (That the peaks do not depend on the order of cells is a measurement:

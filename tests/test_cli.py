@@ -103,6 +103,7 @@ def test_chat_turn_sampled_end_to_end(monkeypatch, capsys):
     assert 1 <= metrics["tokens"] <= 8
 
 
+@pytest.mark.full
 def test_chat_turn_on_the_cpu_pair(capsys):
     """What a new user types first: an instruction to SmolLM2-135M-Instruct, through its chat template."""
     assert cli.main(["generate", "--chat", "--temperature", "0.7", "--top-p", "0.9", "--text", QUESTION,

@@ -53,6 +53,7 @@ def fp32_pair():
 
 @pytest.mark.parametrize("method", [LinearConfig(4), DynaTreeConfig(D0=3, D_max=5, n_max=16)], ids=["linear",
                          "dynatree"])
+@pytest.mark.full
 def test_the_committed_head_drafts_exactly_on_the_cpu_target(fp32_pair, method):
     target, head, tok = fp32_pair
     ids = torch.tensor(tok("The history of the printing press").input_ids)
@@ -69,6 +70,7 @@ def fused_pair(isa):
 
 @pytest.mark.parametrize("method", [LinearConfig(4), DynaTreeConfig(D0=3, D_max=5, n_max=16)],
                          ids=["linear", "dynatree"])
+@pytest.mark.full
 def test_the_committed_head_on_the_fused_bf16_target(fused_pair, method):
     """The timed configuration: the head's step on the fused engine commits bf16 AR's tokens, each row it returns
     within bf16 rounding of the eager head's (``test_eagle3_fused``'s tolerance, against the head in fp32)."""

@@ -26,6 +26,7 @@ def test_the_committed_heads_are_documented_and_named_by_the_cpu_profile(kind):
     assert (folder / "model.safetensors").stat().st_size <= 60 * 2 ** 20
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("kind", KINDS)
 def test_medusas_tree_over_the_committed_heads_is_exact_on_the_cpu_target(kind):
     target, heads, tok = load_pair("embedded:target", f"{kind}:{published_folder(kind)}", dtype="float32")

@@ -43,6 +43,7 @@ def test_forward_costs_between_runs_the_other_model(target, draft):
     assert calls == [12] + [1] * 8 and t.length == 12 and d.length == 12  # prefill, then one per timed forward
 
 
+@pytest.mark.full
 def test_run_costs_measures_again_when_the_engine_changed(tmp_path):
     """Curves measured on another engine (the cpu profile's compiled graph before its one-call forward) are
     not reused: render-only refuses, a run archives them and measures the profile's engine."""
@@ -116,6 +117,7 @@ def test_one_token_ratio_pairs_its_rounds(target, draft):
     assert one["median"] == pytest.approx(ratios[1]) and one["quartiles"][0] <= one["median"] <= one["quartiles"][1]
 
 
+@pytest.mark.full
 def test_run_costs_adds_the_paired_ratio_and_keeps_the_curves(tmp_path):
     """A file from before the paired measurement gets ``one_token`` added, its curves (which the tuning's
     cost-aware candidates were built from) untouched; render-only adds nothing; a file that names other weights

@@ -132,6 +132,7 @@ print("ok")
 """
 
 
+@pytest.mark.full
 @needs_git_checkout
 def test_a_bare_clone_runs_on_its_own(tmp_path):
     """Only committed files: a clone with nothing beside it loads prompts and the paper's numbers."""

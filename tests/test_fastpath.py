@@ -47,6 +47,7 @@ def test_cache_full_and_unsupported_models(llama_target, target):
         StaticRunner(target)
 
 
+@pytest.mark.full
 def test_compiled_equals_eager():
     """The compiled graphs (dynamic shapes: any tree size, any prompt length) emit the eager path's tokens, with a
     draft close to the target, so that accepted paths of several tokens are committed from the compiled trees."""
@@ -79,6 +80,7 @@ def test_written_out_attention_and_matvec_match_the_references():
 
 @pytest.mark.parametrize("kernel", [False, pytest.param(True, marks=pytest.mark.skipif(
     not kernels.available(), reason=NO_KERNEL))], ids=["plain", "bf16-kernel"])
+@pytest.mark.full
 def test_compiled_graphs_serve_every_tree_size(kernel):
     """Dynamic shapes: the runner compiles its graphs when built (``warm``); then prompts of any length,
     one token on an empty cache, trees of any size, last-logits calls after a prefix and longer caches

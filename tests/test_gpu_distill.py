@@ -2,6 +2,8 @@
 the one the harness loads, its draft starts as the target's first layers, and its loss is the library's."""
 import json
 
+import pytest
+
 import torch
 
 from dynatree_lib.train.train import distill_loss
@@ -16,6 +18,7 @@ def gpu_distill():
     return load_tool("gpu_distill")
 
 
+@pytest.mark.full
 def test_its_dequantization_is_the_harness_target():
     """Its own GGUF reader (no transformers GGUF support there) gives the tensors of the cached fp32 target."""
     from safetensors.torch import load_file

@@ -57,6 +57,7 @@ def test_bad_operands_are_refused():
         kernels.linear(torch.randn(2, 64), w)
 
 
+@pytest.mark.full
 @needs_kernel
 def test_fast_path_with_the_kernel():
     """bf16 runner with the kernel: logits near the plain-matmul runner's, and compiled == eager tokens
@@ -124,6 +125,7 @@ def test_attention_bad_operands_are_refused():
     assert kernels.attention_takes(64) and not kernels.attention_takes(16)
 
 
+@pytest.mark.full
 @needs_kernel
 def test_bf16_speculative_decoding_reproduces_bf16_ar(isa):
     """With the kernels (matmuls and attention batch-invariant) and a compiled graph that rounds as eager,
@@ -278,7 +280,7 @@ def test_a_lock_left_by_a_killed_build_is_removed_and_a_live_one_kept(tmp_path, 
     """torch's loader waits while its build lock exists: one older than any build is removed (with a warning that
     names it), one a build may still hold is kept."""
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    lock = tmp_path / kernels.NAME / "lock"
+    lock = tmp_path / kernels.build_name() / "lock"
     lock.parent.mkdir()
     lock.touch()
     kernels.clear_stale_lock()

@@ -157,6 +157,7 @@ def measured(tmp_path_factory):
     return prof, path
 
 
+@pytest.mark.full
 def test_a_tuning_profile_tunes_every_row_on_its_own_head_first(tmp_path):
     """``run("talon")`` measures the tuning on the heads first; each row then runs its fastest candidate among the
     records drafted with its own head (Medusa's and Hydra's rows share a family with EAGLE-3's tree)."""
@@ -182,6 +183,7 @@ def test_a_tuning_profile_tunes_every_row_on_its_own_head_first(tmp_path):
     assert all(r["aggregate"]["equals_ar"] == r["aggregate"]["n"] for r in greedy)  # every candidate exact
 
 
+@pytest.mark.full
 def test_the_talon_records_draft_with_the_head_alone_greedy_and_sampled(measured):
     prof, path = measured
     every = json.loads(path.read_text())["records"]

@@ -131,6 +131,7 @@ def teacher_texts() -> list[str]:
     return tok.batch_decode(seqs)
 
 
+@pytest.mark.full
 def test_no_test_prompt_is_in_any_training_text():
     """The draft's instructions, its continuation text and every committed teacher text (the target's answers the
     drafts and the EAGLE-3 head were trained on) hold exactly the prompts ``splits.IN_TRAINING`` names, dev prompts."""
