@@ -203,7 +203,7 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
         print(f"{path} {how}; measuring the costs again on {engine!r}")
         rerun = True
     weights = {"target": weights_info(profile.models.target), "draft": weights_info(profile.models.draft)}
-    if not needs_run(path, rerun, render_only):
+    if not needs_run(path, rerun, render_only, profile):
         if not render_only and "one_token" not in (out := json.loads(path.read_text())):
             if out.get("weights", weights) != weights:
                 raise ValueError(f"{path} was measured with other weights than the profile's: run with --rerun")

@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import methods as registry
 from ..core.policies.static import FixedTreeConfig
 from ..core.sampling import Sampling
-from . import peers, variants as v
+from . import load, peers, variants as v
 from .costs import run_costs
 from .frontier import FRONTIER, frontier_cells, frontier_profile
 from .measure import Cell
@@ -450,6 +450,7 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
     if not (todo := measurable(name, todo, profile)):
         return path
     check_machine(profile)
+    load.guard(profile, f"{profile.name}/{name}")
     if name == "memory":
         from .memory import run_memory
 
@@ -475,11 +476,13 @@ def check_machine(profile: Profile) -> None:
 
 
 def in_fresh_process(name: str, profile: Profile, root: Path | None, replicate: int) -> None:
-    """Run one replicate of an experiment in a new Python process (its output streamed here)."""
+    """Run one replicate of an experiment in a new Python process (its output streamed here), part of this run
+    (``load.child_env``)."""
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
         pickle.dump((name, profile, root, replicate), f)
     cmd = [sys.executable, "-m", "dynatree_lib.harness.experiments", f.name]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=load.child_env()) as proc:
         for line in proc.stdout:
             print(line, end="", flush=True)
     Path(f.name).unlink(missing_ok=True)

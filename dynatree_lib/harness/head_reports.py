@@ -44,7 +44,7 @@ def report(name: str, profile: Profile, measure, rerun: bool, root: Path | None,
     """``results/<profile>/<name>.json``: made by ``measure()`` where missing (or ``rerun``: the old one kept as
     ``*.bak.json``), through the store's checks (``write_report``)."""
     path = results_path(name, profile, root)
-    if not needs_run(path, rerun, render_only):
+    if not needs_run(path, rerun, render_only, profile):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     if profile.models.threads:

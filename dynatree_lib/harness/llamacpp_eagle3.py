@@ -336,7 +336,7 @@ def run_llamacpp_eagle3(profile, rerun: bool = False, root: Path | None = None, 
     from .store import needs_run, results_path, write_report
 
     path = results_path("llamacpp_eagle3", profile, root)
-    if not needs_run(path, rerun, render_only):
+    if not needs_run(path, rerun, render_only, profile):
         return path
     if profile.name != "cpu":
         raise ValueError(f"llamacpp_eagle3 runs on the cpu profile (its Q4_1 target), not {profile.name!r}")

@@ -54,7 +54,7 @@ def timed(fn, reps: int = 3) -> float:
 
 def run_matmuls(profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
     path = results_path("matmuls", profile, root)
-    if not needs_run(path, rerun, render_only):
+    if not needs_run(path, rerun, render_only, profile):
         return path
     if not kernels.available():
         raise ValueError("the matmuls report compares our bf16 kernels with torch's: they do not run here "

@@ -74,6 +74,7 @@ class CellRun:
     kv_mode: str
     eos: int | None
     session: Session | None = None
+    warmed: bool = False
 
     def generate(self, prompt: Prompt, seed: int, record_trees: int = 0):
         """One generation on ``prompt``; a sampled cell's draws come from a generator seeded by ``seed``."""
@@ -88,6 +89,7 @@ class CellRun:
         """``n`` discarded generations (on the first prompts, cycled)."""
         for i in range(n):
             self.generate(prompts[i % len(prompts)], seed=i)
+        self.warmed = True
 
 
 def agreement(ref: list[int] | None, tokens: list[int]) -> dict:

@@ -149,7 +149,7 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     from .weights import weights_info
 
     path = results_path(name, profile, root)
-    if not needs_run(path, rerun, render_only):
+    if not needs_run(path, rerun, render_only, profile):
         return path
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)

@@ -81,7 +81,9 @@ class Protocol:
     cell: ``n_prompts`` test prompts per continuation dataset and ``n_questions`` per Spec-Bench category
     (``n_exact`` and one per category in the exactness run; a ``slow_share`` of them for methods on transformers'
     engine), after ``warmup`` discarded runs, in an order seeded by ``seed``; the main table is measured
-    ``replicates`` times, each in its own process; the sampling experiment runs at ``temperatures``."""
+    ``replicates`` times, each in its own process; the sampling experiment runs at ``temperatures``. ``idle_machine``:
+    its timings back claims, so a run waits for nothing else to compute (False: the tiny profiles, whose timings
+    only show that the pipeline measures)."""
 
     workloads: tuple = ("wikitext2", "pg19")
     L_max: dict = field(default_factory=lambda: {"wikitext2": 800, "pg19": 1000})
@@ -98,6 +100,7 @@ class Protocol:
     kv_mode: str = "gather"
     data_source: str = "local"           # "hub" or "local"
     prompt_style: str = "splits"         # "authors": the authors' character-cut prompts (``prompts.authors_prompts``)
+    idle_machine: bool = True            # timed runs refuse a busy machine and hold its lock (``load.guard``)
 
 
 @dataclass(frozen=True)
@@ -289,7 +292,7 @@ PROFILES: dict[str, Profile] = {
         "authors-dryrun", Models("tiny-pythia:target", "tiny-pythia:draft", dtype="bfloat16", exact_dtype="float32",
                                  threads=2),
         Protocol(L_max={"wikitext2": 200, "pg19": 250}, T=40, n_prompts=2, n_exact=1, warmup=1, replicates=1,
-                 prompt_style="authors", kv_mode="rebuild", temperatures=()),
+                 prompt_style="authors", kv_mode="rebuild", temperatures=(), idle_machine=False),
         _authors_settings(streaming_cache=102),
         sweeps=Sweeps(T_list=(10, 40), L_max_list=(100, 200), n_prompts=1, fixed_grid={"D": (3,), "B": (2,), "tau": (0.1,)},
                       threshold_pairs=((0.9, 0.4),), breadth_list=((1, 2, 3),), depth_list=((5, 8),)),
@@ -298,7 +301,7 @@ PROFILES: dict[str, Profile] = {
         "paper-dryrun",
         Models("tiny-pythia:target", "tiny-pythia:draft", dtype="bfloat16", exact_dtype="float32", context_override=2560,
                threads=2),
-        Protocol(L_max={"wikitext2": 80, "pg19": 100}, T=150, n_prompts=2, n_exact=2, warmup=1),
+        Protocol(L_max={"wikitext2": 80, "pg19": 100}, T=150, n_prompts=2, n_exact=2, warmup=1, idle_machine=False),
         PaperSettings(streaming_cache=102),
         sweeps=Sweeps(T_list=(10, 20, 30, 50, 100, 150), L_max_list=(10, 20, 40, 80), n_prompts=1,
                       fixed_grid={"D": (3, 8), "B": (2, 4), "tau": (0.01, 0.1)}, threshold_pairs=((0.95, 0.5), (0.6,
@@ -339,7 +342,8 @@ PROFILES: dict[str, Profile] = {
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
         Protocol(workloads=("wikitext2", "pg19", "spec_bench"), L_max={"wikitext2": 24, "pg19": 24}, T=24,
-                 n_prompts=2, n_questions=1, n_exact=1, slow_share=0.5, warmup=1, temperatures=(1.0,), max_prompt=48),
+                 n_prompts=2, n_questions=1, n_exact=1, slow_share=0.5, warmup=1, temperatures=(1.0,), max_prompt=48,
+                 idle_machine=False),
         PaperSettings(linear_K={"wikitext2": 4, "pg19": 3, "spec_bench": 3, HUMANEVAL: 3, ULTRACHAT_EVAL: 3},
                       fixed=FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32),
                       dynatree={w: DynaTreeConfig(D_max=6, n_max=32)

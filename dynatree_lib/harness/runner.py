@@ -9,7 +9,7 @@ import torch
 from ..core.policies.base import Session
 from ..core.engines.hf import as_runner
 from .. import methods as registry
-from . import measure
+from . import load, measure
 from .environment import BandwidthProbe, bound
 from .profiles import Profile, models_for
 from .prompts import authors_prompts, load_prompts
@@ -62,6 +62,7 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
     refs = ar_references(store, todo, rows, dtype)
     runs = {k: measure.CellRun(c, target, drafts[c.draft], kv_mode=p.protocol.kv_mode,
                                eos=workload_eos(c.dataset, tok), session=Session()) for c, k in todo}
+    watches = {k: load.Watch() for _, k in todo}
     bar = tqdm(total=sum(counts[k] * prompts.per_cell(c) for c, k in todo), initial=sum(map(len, rows.values())),
                desc=f"{p.name}/{name} {dtype}", unit="gen")
     # Interleaved: round i measures prompt i for every cell (AR first), so slow drifts of machine speed hit all
@@ -72,19 +73,21 @@ def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: d
             if len(rows[k]) > i or i >= len(ps):
                 continue
             bar.set_postfix_str(f"{c.dataset} {c.label[:40]} T={c.T}")
-            if not rows[k]:
+            if not runs[k].warmed:  # in every process that measures the cell, a resumed one's included
                 runs[k].warm_up(ps, p.protocol.warmup)
             ref = refs.setdefault(ref_key(c), {})
             seed = prompt_seed(p.protocol.seed, ps[i].id, c.tags.get("replicate", 0))
+            before = watches[k].start()
             row = measure.measure(runs[k], ps[i], ar_tokens=ref.get(ps[i].id), probe=probe, seed=seed,
                                   record_trees=c.tags.get("record_trees", 0))
+            row["outside_cpu_s"] = watches[k].stop(before)
             if c.config is None and c.sampling.greedy:
                 ref[ps[i].id] = row["output_ids"]
             rows[k].append(row)
             store.save_partial(k, rows[k])
             bar.update(1)
     for c, k in todo:
-        extra = {"weights": weights[c.draft], "bound": bound_}
+        extra = {"weights": weights[c.draft], "bound": bound_, "load": watches[k].summary(rows[k])}
         store.add(measure.make_record(c, k, p, prompts.of(c, counts[k]), rows=rows[k], extra=extra,
                   replicate=c.tags.get("replicate", 0)))
     bar.close()

@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+from . import load
 from .paths import RESULTS, written_whole
 
 SCHEMA = 2
@@ -52,9 +53,11 @@ def check_one_machine(path: Path, doc: dict, others: list[dict]) -> None:
 
 def write_report(path: Path, doc: dict, *, replace: bool = False) -> None:
     """A one-document experiment's JSON (costs, pair): checked as ``check_clean`` and ``check_one_machine`` do (against
-    the file it replaces), written whole. ``replace`` (a rerun): the old file is moved aside first (``*.bak.json``),
-    once the new document exists, so a failed run moves nothing."""
+    the file it replaces), with the machine's load while it ran (``load.since_start``), written whole. ``replace`` (a
+    rerun): the old file is moved aside first (``*.bak.json``), once the new document exists, so a failed run moves
+    nothing."""
     check_clean(path, doc)
+    doc = {**doc, "load": doc.get("load") or load.since_start()}
     if replace and Path(path).exists():
         os.replace(path, Path(path).with_suffix(".bak.json"))
     check_one_machine(path, doc, [json.loads(Path(path).read_text())] if Path(path).exists() else [])
@@ -129,13 +132,16 @@ def archive_for_rerun(path: Path, rerun: bool, render_only: bool) -> None:
     if rerun and not render_only and (old := ResultStore(path).archive()):
         print(f"rerun: previous results kept at {old}")
 
-def needs_run(path: Path, rerun: bool, render_only: bool) -> bool:
+def needs_run(path: Path, rerun: bool, render_only: bool, profile=None) -> bool:
     """Whether a cached-JSON measurement must run: not when ``path`` exists (unless ``rerun``); a missing
-    file under ``render_only`` is an error."""
+    file under ``render_only`` is an error. Where it must, on a ``profile`` whose timings back claims, the
+    machine must be idle first (``load.guard``)."""
     if path.exists() and not rerun:
         return False
     if render_only:
         raise FileNotFoundError(f"render-only: {path} is missing; run without --render first")
+    if profile is not None:
+        load.guard(profile, f"{profile.name}/{Path(path).stem}")
     return True
 
 

@@ -107,7 +107,7 @@ def run_vllm_throughput(profile: Profile, rerun: bool = False, root: Path | None
     from .store import needs_run, results_path, write_report
 
     path = results_path(VLLM_THROUGHPUT, profile, root)
-    if not runs_vllm(profile) or not needs_run(path, rerun, render_only):
+    if not runs_vllm(profile) or not needs_run(path, rerun, render_only, profile):
         return path
     if (why := P.unavailable()) is not None:
         print(f"{VLLM_THROUGHPUT}: not measured on this machine: {why}")

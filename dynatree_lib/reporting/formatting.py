@@ -55,3 +55,8 @@ def save(t: pd.DataFrame, name: str, out_dir: Path) -> str:
     (out_dir / f"{name}.md").write_text(md)
     (out_dir / f"{name}.tex").write_text(t.to_latex(escape=True))
     return md
+
+
+DIRTY_MARK, BUSY_MARK = "†", "‡"  # what a table appends to a number measured on a dirty tree, on a busy machine
+MARKS_NOTE = (f"{DIRTY_MARK}: measured on a tree with uncommitted changes (`git_dirty`); {BUSY_MARK}: measured on a "
+              "busy machine (`load`; docs/usage.md); a ratio carries either record's mark.")

@@ -70,11 +70,13 @@ def agreement(r) -> str:
 
 
 def speedup_ci(r) -> str:
-    """A row's speedup over AR with its paired 95% interval ("–" for AR itself)."""
+    """A row's speedup over AR with its paired 95% interval ("–" for AR itself), marked where either record was
+    measured on a dirty tree or a busy machine (``records.provenance_mark``)."""
     if r.method == registry.AR or pd.isna(r.speedup):
         return "–"
     ci = "" if pd.isna(r.speedup_lo) else f" [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]"
-    return f"{r.speedup:.2f}×{ci}"
+    mark = r.get("speedup_mark")
+    return f"{r.speedup:.2f}×{ci}{mark if isinstance(mark, str) else ''}"
 
 
 def replicates_agree(a, b) -> bool:

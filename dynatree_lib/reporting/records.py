@@ -18,6 +18,8 @@ from .. import methods as registry
 from ..harness import variants
 from ..harness.data import REPO_DATA
 from ..harness.experiments import EXPERIMENTS, cell_key, experiment_profile
+from ..harness.load import is_busy
+from .formatting import BUSY_MARK, DIRTY_MARK
 from ..harness.weights import weights_info
 
 
@@ -82,12 +84,19 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
                "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
                "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r), "rows": r["rows"],
                "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"] if "tps" in row},
+               "mark": provenance_mark(r),
                **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in tags.items()}}
         for k, v in r["aggregate"].items():
             if isinstance(v, dict):
                 row[k], row[f"{k}_std"] = v["mean"], v["std"]
         rows.append(row)
     return add_speedup(pd.DataFrame(rows))
+
+
+def provenance_mark(record: dict) -> str:
+    """``DIRTY_MARK`` and/or ``BUSY_MARK`` where the record was measured on a dirty tree or a busy machine."""
+    env = record.get("environment") or {}
+    return (DIRTY_MARK if env.get("git_dirty") else "") + (BUSY_MARK if is_busy(record) else "")
 
 
 def bound_ms(record: dict) -> float | None:
@@ -175,6 +184,9 @@ def add_speedup(df: pd.DataFrame) -> pd.DataFrame:
     df["speedup_lo"], df["speedup_hi"] = [c[0] for c in ci], [c[1] for c in ci]
     df["speedup_own"] = [paired_ratio(t, own[(e, k)]) if e != "ours" and (e, k) in own else float("nan")
                          for t, k, e in zip(df.tps_by_prompt, keys, df.impl)]
+    if "mark" in df:  # a ratio carries its AR record's mark too
+        ar_mark = {k: mk for k, mk, m in zip(keys, df["mark"], df.method) if m == registry.AR}
+        df["speedup_mark"] = ["".join(sorted(set(mk + ar_mark.get(k, "")))) for mk, k in zip(df["mark"], keys)]
     return df
 
 

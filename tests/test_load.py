@@ -1,0 +1,124 @@
+"""Timed runs know when the machine is busy: another process's CPU is seen and named, the run's own children are
+not outside it, a busy machine is refused unless --allow-busy (then the records say so), and two timed runs cannot
+overlap."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dynatree_lib.harness import load
+
+SPIN = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 60: pass"]
+
+
+class Outside:
+    def __init__(self, pid: int):
+        self.pid = pid
+
+
+@pytest.fixture
+def spinner():
+    """A process outside the run that uses a whole core: started by a shell that exits at once, so that it is not
+    a descendant of this process (another user's job)."""
+    cmd = " ".join(f"'{a}'" for a in SPIN)
+    pid = int(subprocess.run(["sh", "-c", f"{cmd} >/dev/null 2>&1 & echo $!"], capture_output=True,
+                             text=True, check=True).stdout)
+    time.sleep(0.3)
+    yield Outside(pid)
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """No earlier check of this process counts, and no --allow-busy from the environment."""
+    for var in (load.ALLOW_BUSY, load.BUSY_AT_START, load.IDLE_CHECKED, load.RUN_ROOT):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(load, "_LAST_CHECK", [])
+
+
+def test_a_busy_process_is_refused_by_name(spinner, fresh):
+    with pytest.raises(ValueError, match=rf"refusing to time smoke/x on a busy machine .*pid {spinner.pid} "
+                                         r"\(.*python.*\) [01]\.\d\d cores.*--allow-busy"):
+        load.check_idle("smoke/x", window_s=1.0)
+
+
+def test_allow_busy_measures_and_the_records_say_so(spinner, fresh, monkeypatch):
+    monkeypatch.setenv(load.ALLOW_BUSY, "1")
+    seen = load.check_idle("smoke/x", window_s=1.0)
+    assert seen["outside_cores"] > load.BUSY_CORES and spinner.pid in [b["pid"] for b in seen["busiest"]]
+    w = load.Watch()
+    before = w.start()
+    time.sleep(0.5)
+    w.stop(before)
+    summary = w.summary()
+    assert summary["allow_busy"] and spinner.pid in [b["pid"] for b in summary["busy_at_start"]["busiest"]]
+    assert summary["outside_cores"] > 0.5 and summary["load1_start"] is not None
+    assert load.is_busy({"load": summary}) and not load.is_busy({"load": {"outside_cores": 0.1}})
+    assert not load.is_busy({})  # a record from before the check says nothing
+    assert json.loads(json.dumps(summary)) == summary
+
+
+def test_the_runs_own_children_are_not_outside(fresh):
+    child = subprocess.Popen(SPIN)  # our child: a llama.cpp server or a vLLM worker is one
+    try:
+        before = load.Snapshot.now()
+        time.sleep(1.0)
+        after = load.Snapshot.now()
+        assert child.pid in load.the_run(after.procs) and after.procs[child.pid].ticks > before.procs[child.pid].ticks
+        assert child.pid not in load.outside(before, after)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_replicate_process_inherits_the_check(fresh, monkeypatch):
+    monkeypatch.setattr(load.time, "sleep", lambda s: pytest.fail("checked again"))
+    env = load.child_env()
+    assert env[load.IDLE_CHECKED] == "1" and env[load.RUN_ROOT] == str(os.getpid())
+    monkeypatch.setenv(load.IDLE_CHECKED, "1")
+    assert load.check_idle("smoke/x") is None
+
+
+def test_an_untimed_profile_is_not_checked(fresh, monkeypatch):
+    from dynatree_lib.harness.profiles import get_profile
+
+    monkeypatch.setattr(load, "check_idle", lambda what: pytest.fail("checked"))
+    load.guard(get_profile("smoke"), "smoke/x")
+
+
+def test_two_timed_runs_cannot_overlap(tmp_path):
+    path = tmp_path / "timed-run.lock"
+    holder = subprocess.Popen([sys.executable, "-c", f"import sys, time; sys.path.insert(0, {os.getcwd()!r})\n"
+                               "from dynatree_lib.harness.load import FileLock\n"
+                               f"assert FileLock({str(path)!r}).acquire()\nprint('held', flush=True)\n"
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lock = load.FileLock(path)
+        assert not lock.acquire() and lock.holder() == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock.acquire() and lock.holder() is None  # released with its holder, however it ended
+    lock.release()
+
+
+def test_the_timed_lock_refusal_names_the_holder(tmp_path, monkeypatch, fresh):
+    monkeypatch.setenv("DYNATREE_CACHE", str(tmp_path))
+    monkeypatch.setattr(load, "_TIMED", [])
+    other = load.FileLock(load.timed_lock_path())
+    holder = subprocess.Popen([sys.executable, "-c", f"import sys, time; sys.path.insert(0, {os.getcwd()!r})\n"
+                               "from dynatree_lib.harness.load import FileLock\n"
+                               f"assert FileLock({str(other.path)!r}).acquire()\nprint('held', flush=True)\n"
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match=rf"another timed run holds .*timed-run.lock \(pid {holder.pid}\)"):
+            load.hold_timed_lock("cpu/main")
+    finally:
+        holder.kill()
+        holder.wait()
