@@ -7,6 +7,8 @@
   python -m dynatree_lib show-tree --method dynatree -T 24 --text "The capital of France is"
   python -m dynatree_lib bench --experiment main --set T=128 --set n_prompts=4
   python -m dynatree_lib bench --experiment head_records     # every record drafted with the head, again
+  python -m dynatree_lib bench --queue main,sampling,heads   # one after another, detached, resumable
+  python -m dynatree_lib bench --status                      # the queue's cells done and left, the time left
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
   python -m dynatree_lib build-draft [--instructions-only | --teacher-only | --vocab-only | --lookup-only]
   python -m dynatree_lib build-draft --sampled-teacher-only  # the target's answers sampled at T = 1 (resumable)
@@ -123,6 +125,16 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["bench"].add_argument("--allow-dirty", action="store_true",
                                       help="keep records measured on a tree with uncommitted changes (marked "
                                            "git_dirty); without it they are refused")
+    sub.choices["bench"].add_argument("--allow-busy", action="store_true",
+                                      help="time even while another process computes (the records say so, and "
+                                           "tables mark them); without it a busy machine is refused by name")
+    sub.choices["bench"].add_argument("--queue", metavar="A,B,...", help="run these experiments one after another "
+                                      "as one detached job with a log (.queue/queue.log); the same command resumes "
+                                      "a stopped queue, measuring only what is missing")
+    sub.choices["bench"].add_argument("--status", action="store_true", help="the queue's progress: each "
+                                      "experiment's cells done, in progress and left, and the time left")
+    sub.choices["bench"].add_argument("--foreground", action="store_true",
+                                      help="with --queue: run here instead of detached")
     sub.choices["plan"].add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK}, no sweeps")
     bd = sub.add_parser("build-draft", help="rebuild weights/smollm2-draft (teacher data, distillation, calibration)")
     for step in BUILD_STEPS:
@@ -295,6 +307,37 @@ def prompt_ids(args, prof, tok):
                         source=prof.protocol.data_source)[0].ids
 
 
+def bench(args, prof) -> None:
+    """``bench``: one experiment, a queue of them (detached unless ``--foreground``), or the queue's status."""
+    from .harness import queue
+    from .harness.load import ALLOW_BUSY
+    from .harness.store import ALLOW_DIRTY
+    from .train.reports import LISTS, names, run
+
+    if args.status:
+        print(queue.status(lambda q: get_profile(q.profile, **overrides(list(q.overrides)))))
+        return
+    os.environ.update({ALLOW_DIRTY: "1"} if args.allow_dirty else {})
+    os.environ.update({ALLOW_BUSY: "1"} if args.allow_busy else {})
+    todo = args.queue.split(",") if args.queue else [args.experiment]
+    if unknown := [n for n in todo if n not in names()]:
+        args.refuse(f"argument --{'queue' if args.queue else 'experiment'}: {', '.join(map(repr, unknown))} "
+                    f"{'is' if len(unknown) == 1 else 'are'} none of {', '.join(names())}")
+    if not args.queue:
+        print(run(args.experiment, prof, rerun=args.rerun))
+        return
+    todo = [n for name in todo for n in LISTS.get(name, (name,))]  # a list's experiments, each shown apart
+    if args.rerun:
+        args.refuse("argument --rerun: a queue resumes what is missing; rerun an experiment alone first")
+    q = queue.Queue(tuple(todo), args.profile, tuple(args.set or ()), args.allow_dirty, args.allow_busy)
+    if args.foreground:
+        queue.run(q, run, prof)
+    else:
+        pid = queue.start(q)
+        print(f"queue started as pid {pid}: {', '.join(todo)}; log {queue.log_path()}; progress: "
+              f"python -m dynatree_lib bench --status")
+
+
 def setup(prof) -> None:
     from .harness.prompts import load_prompts
 
@@ -315,14 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         prof = get_profile(args.profile, **{**(QUICK if getattr(args, "quick", False) else {}), **overrides(args.set)})
         if args.cmd == "bench":
-            from .harness.store import ALLOW_DIRTY
-            from .train.reports import names, run
-
-            if args.allow_dirty:
-                os.environ[ALLOW_DIRTY] = "1"
-            if args.experiment not in names():
-                args.refuse(f"argument --experiment: {args.experiment!r} is none of {', '.join(names())}")
-            print(run(args.experiment, prof, rerun=args.rerun))
+            bench(args, prof)
         elif args.cmd == "plan":
             from .reporting.plan import format_plan, plan
 

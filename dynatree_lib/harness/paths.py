@@ -5,7 +5,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "results"
+RESULTS = Path(os.environ.get("DYNATREE_RESULTS") or REPO / "results")  # elsewhere: a scratch measurement's
 FIGURES = REPO / "figures"
 DRAFT_DIR = REPO / "weights" / "smollm2-draft"
 HEAD_DIR = REPO / "weights" / "smollm2-eagle3"  # the EAGLE-3 head on the cpu target (issue 56)
