@@ -122,3 +122,50 @@ def test_the_timed_lock_refusal_names_the_holder(tmp_path, monkeypatch, fresh):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_bench_refuses_a_busy_machine_by_name_and_allow_busy_records_the_load(spinner, tmp_path):
+    """End to end, as a user types it: a timed experiment (the smoke profile made timed) beside a busy process is
+    refused, naming it, before anything is measured; with --allow-busy its records carry the load and read busy."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in (load.IDLE_CHECKED, load.ALLOW_BUSY, load.RUN_ROOT)}
+    env |= {"DYNATREE_RESULTS": str(tmp_path / "results"), "DYNATREE_CACHE": str(tmp_path / "cache"),
+            "DYNATREE_ALLOW_DIRTY": "1", "DYNATREE_BUSY_WINDOW": "2", "PYTHONPATH": str(repo)}
+    cmd = [sys.executable, "-m", "dynatree_lib", "bench", "--experiment", "ablation", "--profile", "smoke",
+           "--set", "idle_machine=True", "--set", "tuning.candidates=None", "--set", "sweeps.n_prompts=1"]
+    refused = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "refusing to time smoke/ablation on a busy machine" in refused.stderr
+    assert f"pid {spinner.pid} (" in refused.stderr and "--allow-busy" in refused.stderr
+    assert not (tmp_path / "results" / "smoke" / "ablation.json").exists()
+
+    allowed = subprocess.run(cmd + ["--allow-busy"], env=env, cwd=repo, capture_output=True, text=True)
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    records = json.loads((tmp_path / "results" / "smoke" / "ablation.json").read_text())["records"]
+    assert records and all(load.is_busy(r) and r["load"]["allow_busy"] for r in records)
+    assert all(spinner.pid in [b["pid"] for b in r["load"]["busy_at_start"]["busiest"]] for r in records)
+    assert all(r["load"]["outside_cpu_s"] > 0 and "outside_cpu_s" in r["rows"][0] for r in records)
+
+
+def test_tables_mark_a_record_from_a_busy_machine_or_a_dirty_tree():
+    """A ratio is marked where either of its records (the method's, or its AR's) was measured busy or dirty."""
+    import pandas as pd
+
+    from dynatree_lib.reporting.main_tables import speedup_ci
+    from dynatree_lib.reporting.records import add_speedup, provenance_mark
+
+    busy, dirty = {"load": {"outside_cores": 0.9}}, {"environment": {"git_dirty": True}}
+    assert (provenance_mark(busy), provenance_mark(dirty), provenance_mark({"load": {"outside_cores": 0.1}})) == \
+        ("‡", "†", "")
+    at = dict(dataset="wikitext2", T=8, L_max=8, dtype="bfloat16", temperature=0.0, replicate=0, impl="ours")
+    tps = {f"p{i}": 10.0 + i for i in range(4)}
+    df = add_speedup(pd.DataFrame([
+        {**at, "method": "ar", "tps_by_prompt": tps, "mark": provenance_mark(busy)},
+        {**at, "method": "dynatree", "tps_by_prompt": {k: 2 * v for k, v in tps.items()}, "mark": ""},
+        {**at, "replicate": 1, "method": "ar", "tps_by_prompt": tps, "mark": ""},
+        {**at, "replicate": 1, "method": "dynatree", "tps_by_prompt": tps, "mark": provenance_mark(dirty)}]))
+    marked = [speedup_ci(r) for _, r in df.iterrows()]
+    assert marked[0] == marked[2] == "–" and marked[1].startswith("2.00× [") and marked[1].endswith("]‡")
+    assert marked[3].endswith("]†")
