@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -90,19 +92,26 @@ def test_an_untimed_profile_is_not_checked(fresh, monkeypatch):
     load.guard(get_profile("smoke"), "smoke/x")
 
 
-def test_two_timed_runs_cannot_overlap(tmp_path):
-    path = tmp_path / "timed-run.lock"
-    holder = subprocess.Popen([sys.executable, "-c", f"import sys, time; sys.path.insert(0, {os.getcwd()!r})\n"
+@contextmanager
+def held_elsewhere(path):
+    """A lock on ``path`` held by another process for the block (yields its pid), which then ends."""
+    repo = str(Path(__file__).resolve().parents[1])
+    holder = subprocess.Popen([sys.executable, "-c", f"import sys, time; sys.path.insert(0, {repo!r})\n"
                                "from dynatree_lib.harness.load import FileLock\n"
                                f"assert FileLock({str(path)!r}).acquire()\nprint('held', flush=True)\n"
                                "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        lock = load.FileLock(path)
-        assert not lock.acquire() and lock.holder() == holder.pid
+        yield holder.pid
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_two_timed_runs_cannot_overlap(tmp_path):
+    lock = load.FileLock(tmp_path / "timed-run.lock")
+    with held_elsewhere(lock.path) as pid:
+        assert not lock.acquire() and lock.holder() == pid
     assert lock.acquire() and lock.holder() is None  # released with its holder, however it ended
     lock.release()
 
@@ -110,25 +119,14 @@ def test_two_timed_runs_cannot_overlap(tmp_path):
 def test_the_timed_lock_refusal_names_the_holder(tmp_path, monkeypatch, fresh):
     monkeypatch.setenv("DYNATREE_CACHE", str(tmp_path))
     monkeypatch.setattr(load, "_TIMED", [])
-    other = load.FileLock(load.timed_lock_path())
-    holder = subprocess.Popen([sys.executable, "-c", f"import sys, time; sys.path.insert(0, {os.getcwd()!r})\n"
-                               "from dynatree_lib.harness.load import FileLock\n"
-                               f"assert FileLock({str(other.path)!r}).acquire()\nprint('held', flush=True)\n"
-                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(ValueError, match=rf"another timed run holds .*timed-run.lock \(pid {holder.pid}\)"):
+    with held_elsewhere(load.timed_lock_path()) as pid:
+        with pytest.raises(ValueError, match=rf"another timed run holds .*timed-run.lock \(pid {pid}\)"):
             load.hold_timed_lock("cpu/main")
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_bench_refuses_a_busy_machine_by_name_and_allow_busy_records_the_load(spinner, tmp_path):
     """End to end, as a user types it: a timed experiment (the smoke profile made timed) beside a busy process is
     refused, naming it, before anything is measured; with --allow-busy its records carry the load and read busy."""
-    from pathlib import Path
-
     repo = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in (load.IDLE_CHECKED, load.ALLOW_BUSY, load.RUN_ROOT)}
     env |= {"DYNATREE_RESULTS": str(tmp_path / "results"), "DYNATREE_CACHE": str(tmp_path / "cache"),
