@@ -24,7 +24,7 @@ they differ from each other in rounding, so a process runs one (``default_isa``:
 to refuse it; ``using_isa`` for a test that compares both) and its records name it (``environment``'s "kernels").
 Under AMX, attention's scores go through tiles too; its softmax and weighted sums stay on AVX512.
 
-The kernel is built with torch's C++ extension loader on first use (about 40 s; cached in
+The kernel is built with torch's C++ extension loader on first use (once; cached in
 ``~/.cache/torch_extensions`` under a name that hashes the source, so every checkout of the same kernel shares the
 build; a lock that a killed build left there is removed once it is ``STALE_LOCK_S`` old),
 with AMX where the compiler has it, else without. Where the CPU lacks AVX512-BF16, the build fails, or
