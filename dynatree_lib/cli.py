@@ -24,13 +24,15 @@ import ast
 import json
 import math
 import os
+import signal
 import sys
 
 from .core.drafts.heads.kinds import HEAD_KINDS
-from .harness.profiles import get_profile, models_for
+from .harness import vllm_peer  # noqa: F401  vLLM's method, so that --method names every registered one
+from .harness.profiles import PROFILES, get_profile, models_for
 from .harness.weights import COMMITTED_DRAFTS
 from .harness.workloads import WORKLOADS, continuations, count, eos as workload_eos
-from .methods import DYNATREE, REGISTRY, method_names
+from .methods import DYNATREE, DYNATREE_COST, REGISTRY, method_names
 
 # ./run_all.sh --quick: a first look (two prompts per continuation dataset, one per Spec-Bench category, one replicate)
 QUICK = {"n_prompts": 2, "n_questions": 1, "n_exact": 1, "replicates": 1, "tuning.n": 1, "tuning.n_questions": 1,
@@ -107,19 +109,43 @@ def add_decode_flags(g: argparse.ArgumentParser) -> None:
     g.set_defaults(refuse=g.error)  # check_decode_flags' errors then read as this command's own
 
 
+COMMANDS = {
+    "setup": "load the profile's models and check its data (the first run converts the target once)",
+    "generate": "decode one prompt with a method, then print the text, a summary line and its metrics as JSON",
+    "show-tree": "decode one prompt and print the first trees the method drafted",
+    "bench": "measure an experiment into results/<profile>/ (or a queue of them), or show the queue's progress",
+    "plan": "print what a run of the notebooks costs (generations, tokens, hours) without running it",
+    "build-draft": "rebuild weights/smollm2-draft (teacher data, distillation, calibration), or train a draft head",
+}
+
+
+def experiment_names() -> list[str]:
+    from .train.reports import names
+
+    return names()
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dynatree", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("setup", "generate", "show-tree", "bench", "plan"):
-        sp = sub.add_parser(name)
-        sp.add_argument("--profile", default="cpu")
-        sp.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a profile field")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for name, what in COMMANDS.items():
+        if name == "build-draft":
+            continue
+        sp = sub.add_parser(name, help=what, description=what)
+        sp.add_argument("--profile", default="cpu", choices=sorted(PROFILES), help="the profile (default: cpu)")
+        sp.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                        help="override a profile field, e.g. T=128 or tuning.n=2 (repeatable; checked before "
+                             "anything loads)")
     for name in ("generate", "show-tree"):
         add_decode_flags(sub.choices[name])
+    sub.choices["generate"].add_argument("--compare-ar", action="store_true",
+                                         help=f"also decode with AR, alternating {COMPARE_ROUNDS} times after a warm-up; "
+                                              "print the median speedup and whether the tokens equal AR's")
     sub.choices["show-tree"].add_argument("--iterations", type=POSITIVE_INT, default=4, help="trees to print")
-    sub.choices["bench"].add_argument("--experiment", default="main", help="an experiment, a report (one document: "
-                                      "costs, pair, head_cost, ...) or a list of them (head_records)")
+    sub.choices["bench"].add_argument("--experiment", default="main", metavar="NAME",
+                                      help="an experiment, a report (one document) or a list of them; one of: "
+                                           + ", ".join(experiment_names()))
     sub.choices["bench"].set_defaults(refuse=sub.choices["bench"].error)
     sub.choices["bench"].add_argument("--rerun", action="store_true", help="archive the existing JSON and start over")
     sub.choices["bench"].add_argument("--allow-dirty", action="store_true",
@@ -136,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["bench"].add_argument("--foreground", action="store_true",
                                       help="with --queue: run here instead of detached")
     sub.choices["plan"].add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK}, no sweeps")
-    bd = sub.add_parser("build-draft", help="rebuild weights/smollm2-draft (teacher data, distillation, calibration)")
+    bd = sub.add_parser("build-draft", help=COMMANDS["build-draft"], description=COMMANDS["build-draft"])
     for step in BUILD_STEPS:
         bd.add_argument(f"--{step}-only", action="store_true", help=STEP_HELP.get(step, f"only the {step} phase"))
     bd.add_argument("--from-gpu", metavar="DIR", help="the files `tools/gpu_distill.py run` wrote (default: "
@@ -171,6 +197,14 @@ def check_decode_flags(args, prof) -> None:
     if args.dataset not in prof.workloads:
         args.refuse(f"argument --dataset: {args.dataset!r} is not a workload of profile {prof.name!r} "
                  f"(choose from {', '.join(prof.workloads)})")
+    if args.dtype == "float16" and prof.models.device == "cpu":
+        args.refuse("argument --dtype: float16 is the paper profile's GPU precision; on a CPU decode in bfloat16 "
+                    "(the fast path: AVX512-BF16) or float32")
+    method = REGISTRY[args.method]
+    if method.impl not in ("ours", "transformers"):  # generate runs our engine (and transformers' baselines) only
+        why = method.unavailable()
+        args.refuse(f"argument --method: {args.method} is {method.display.label}, not our engine, so generate "
+                    f"cannot decode with it: {method.study.setting_from}" + (f". {why}" if why else ""))
 
 
 def build_draft(args) -> object:
@@ -211,51 +245,94 @@ def with_draft(prof, ref: str | None):
     """``prof`` drafting with ``ref`` (``--draft``): a head scores its own vocabulary (no ``draft_vocab``)."""
     import dataclasses
 
-    from .harness.weights import is_head
+    from .harness.weights import check_ref, is_head
 
     if ref is None:
         return prof
+    check_ref(ref, "--draft")
     vocab = None if is_head(ref) else prof.models.draft_vocab
     return dataclasses.replace(prof, models=dataclasses.replace(prof.models, draft=ref, draft_vocab=vocab))
 
 
 def decode(args, prof) -> None:
-    """``generate`` and ``show-tree``: one prompt with the method's tuned setting (else the paper's)."""
+    """``generate`` and ``show-tree``: one prompt with the method's tuned setting (else the paper's), resolved before
+    any model loads; then the text, a summary line and the metrics as one JSON line (``--compare-ar``: against AR)."""
     import torch
 
     from .core.sampling import Sampling
-    from .harness.metrics import prompt_metrics
     from .methods import generate
 
     if prof.models.threads:
         torch.set_num_threads(prof.models.threads)
     sampling = Sampling(args.temperature, args.top_k or None, args.top_p)
+    method = decode_method(args, prof, sampling)
     target, draft, tok = prof.load_pair(args.dtype, models_for=models_for([args.method]))
     ids = prompt_ids(args, prof, tok)
     T = args.T if args.T is not None else prof.protocol.T
-    trees = args.iterations if args.cmd == "show-tree" else 0
     eos = tok.eos_token_id if args.chat else workload_eos(args.dataset, tok)
-    res = generate(target, ids, T, draft=draft, method=decode_method(args, prof, sampling),
-                   kv_mode=prof.protocol.kv_mode, eos_token_id=eos, record_trees=trees,
-                   temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                   generator=torch.Generator().manual_seed(args.seed))
+    run = lambda cfg, trees=0: generate(target, ids, T, draft=draft, method=cfg, kv_mode=prof.protocol.kv_mode,
+                                        eos_token_id=eos, record_trees=trees, temperature=sampling.temperature,
+                                        top_k=sampling.top_k, top_p=sampling.top_p,
+                                        generator=torch.Generator().manual_seed(args.seed))
     if args.cmd == "show-tree":
         from .reporting.treeviz import format_tree
 
+        res = run(method, args.iterations)
         print(f"prompt: ...{tok.decode(ids[-30:])!r}")
         for rec in res.trees:
             print(format_tree(rec, tok))
         print(f"output: {tok.decode(res.tokens)!r}")
         return
+    res = run(method)
     print(tok.decode(res.tokens))
+    print(summary(args.method, res), file=sys.stderr)
+    if args.compare_ar:
+        print(compare_ar(lambda: run(None), lambda: run(method), sampling.greedy), file=sys.stderr)
+    print(metrics_json(res), file=sys.stderr)
+
+
+def summary(name: str, res) -> str:
+    """One line a user reads: tokens, verifications, tokens per verification, tokens/s and the engine that ran."""
+    from .harness.metrics import prompt_metrics
+
     m = prompt_metrics(res)
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in m.items()}), file=sys.stderr)
+    return (f"{name}: {m['tokens']} tokens in {m['iterations']} target verifications ({m['L_bar']:.2f} tokens per "
+            f"verification), {m['tps']:.1f} tokens/s, engine {m['engine']}")
+
+
+def metrics_json(res) -> str:
+    """The generation's metrics as one line of valid JSON (a metric that does not apply, such as AR's acceptance,
+    is null, never NaN)."""
+    from .harness.metrics import prompt_metrics
+
+    clean = lambda v: (round(v, 3) if math.isfinite(v) else None) if isinstance(v, float) else v
+    return json.dumps({k: clean(v) for k, v in prompt_metrics(res).items()}, allow_nan=False)
+
+
+COMPARE_ROUNDS = 3  # AR and the method alternate this many times after a warm-up of each
+
+
+def compare_ar(ar, spec, greedy: bool) -> str:
+    """``--compare-ar``: AR and the method decode the same prompt alternately (a warm-up of each, then
+    ``COMPARE_ROUNDS`` pairs, so that a drift of the machine's speed hits both); the median of the pairs' speedups, and
+    whether the method's tokens equal AR's (greedy; sampled runs draw differently)."""
+    import statistics
+
+    from .harness.metrics import prompt_metrics
+
+    ar(), spec()
+    pairs = [(ar(), spec()) for _ in range(COMPARE_ROUNDS)]
+    ratios = sorted(prompt_metrics(b)["tps"] / prompt_metrics(a)["tps"] for a, b in pairs)
+    equal = all(a.tokens == b.tokens for a, b in pairs)
+    same = ("equal to AR's" if equal else "DIFFERENT from AR's") if greedy else "sampled, so not compared with AR's"
+    return (f"speedup over AR: {statistics.median(ratios):.2f}x (median of {COMPARE_ROUNDS} alternations, "
+            f"{ratios[0]:.2f}-{ratios[-1]:.2f}x); tokens: {same}")
 
 
 def decode_method(args, prof, sampling):
     """``--method``'s setting tuned on ``--dataset`` at this sampling law (on a head: its TALON tuning's, notebook
-    14), else the profile's default."""
-    from .harness.tuning import NotTuned, tuned
+    14), else the profile's default; the cost-aware extension's, built from the profile's measured forward costs."""
+    from .harness.tuning import NotTuned, cost_aware, tuned
     from .harness.weights import is_head
 
     head = is_head(prof.models.draft)
@@ -263,6 +340,12 @@ def decode_method(args, prof, sampling):
         print(f"note: {args.method} was designed for a feature head; it drafts on the draft model "
               f"{prof.models.draft} (--draft eagle3:weights/smollm2-eagle3 drafts on the committed head)",
               file=sys.stderr)
+    if args.method == DYNATREE_COST:
+        try:
+            return cost_aware(prof, args.dataset, args.dtype or prof.models.dtype, sampling=sampling)
+        except NotTuned as e:
+            raise ValueError(f"--method {DYNATREE_COST}: {e}; measure them with `python -m dynatree_lib bench "
+                             f"--experiment costs --profile {prof.name}`") from None
     try:
         return head_setting(prof, args.method, args.dataset) if head else \
             tuned(prof, args.method, args.dataset, sampling=sampling)
@@ -352,11 +435,14 @@ def setup(prof) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.cmd in ("generate", "show-tree"):
+        signal.signal(signal.SIGINT, stop_now)
     try:
         if args.cmd == "build-draft":
             print(build_draft(args))
             return 0
         prof = get_profile(args.profile, **{**(QUICK if getattr(args, "quick", False) else {}), **overrides(args.set)})
+        check_models(prof)
         if args.cmd == "bench":
             bench(args, prof)
         elif args.cmd == "plan":
@@ -373,6 +459,24 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+def stop_now(signum, frame) -> None:
+    """Ctrl-C during a decode: end at once with one line (torch's compiler can swallow a KeyboardInterrupt raised in
+    its callbacks; a decode writes nothing that an abrupt end could leave half-written)."""
+    print("\ninterrupted", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+def check_models(prof) -> None:
+    """The profile's target and draft references, checked before anything loads (``weights.check_ref``)."""
+    from .harness.weights import check_ref
+
+    check_ref(prof.models.target, "models.target")
+    check_ref(prof.models.draft, "models.draft")
 
 
 if __name__ == "__main__":

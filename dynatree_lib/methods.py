@@ -63,7 +63,8 @@ class Study:
     are also run with the draft network alone. ``trees``: it drafts trees worth drawing (notebook 09).
     ``reported``, ``reported_v1``, ``reported_talon``: its keys in the papers' transcribed tables.
     ``budget(published, n)``: its setting at a budget of ``n`` verified draft nodes, its own budget knob turned from
-    its published setting (the budget frontier, ``harness.frontier``); None: it has no such knob."""
+    its published setting (the budget frontier, ``harness.frontier``); None: it has no such knob. ``setting_from``:
+    where a method without a paper setting takes its settings (said to whoever asks a profile for one)."""
 
     role: str
     paper: Callable | None = None
@@ -77,6 +78,7 @@ class Study:
     reported_v1: str | None = None
     reported_talon: str | None = None
     budget: Callable | None = None
+    setting_from: str = "it has no default setting"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,7 +170,9 @@ for _m in (
     Method(name=DYNATREE_COST, config=CostAwareConfig,
            display=Display(label="DynaTree + cost budget (ext.)", color="#98df8a"),
            # no budget knob on the frontier: its cut prices each tree on the machine's curves (counts of the machine)
-           study=Study(role="extension", family=DYNATREE, controls=True)),
+           study=Study(role="extension", family=DYNATREE, controls=True,
+                       setting_from="its trees are cut by the forward costs the profile measured (costs.json; "
+                                     "harness.tuning.cost_aware)")),
     Method(name=HFAssistedConfig.method, config=HFAssistedConfig, display=Display(label="HF Assisted", color="#9467bd"),
            decode=generate_hf, impl="transformers",
            study=Study(role="seed", reported_v1="hf_assisted",

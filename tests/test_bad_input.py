@@ -72,8 +72,9 @@ def test_prompt_longer_than_context(target, draft):
     p = torch.ones(MAX_POS - 3, dtype=torch.long)
     with pytest.raises(ValueError, match="exceeds the target context"):
         generate(target, p, 4)
-    with pytest.raises(ValueError, match="truncate the prompt"):
+    with pytest.raises(ValueError, match=rf"shorten the prompt to at most {MAX_POS - 10} tokens or lower T to at most 3"):
         generate(target, p, 10, draft=draft, method=LinearConfig(2))
+    assert len(generate(target, p, 3, draft=draft, method=LinearConfig(2)).tokens) == 3  # the advice, followed
 
 
 @pytest.mark.parametrize("method", [None, "linear", "hf_assisted", "streaming_spec", "talon"])

@@ -131,10 +131,17 @@ def check_inputs(target, draft, prompt, T, opts: Options, window: Window | None 
                                  f"exceeds the {name} context of {limit} positions; lower cache_size to at most "
                                  f"{limit - window.span}")
             raise ValueError(f"prompt ({prompt.numel()} tokens) + T ({T}) exceeds the {name} context of "
-                             f"{limit} positions; truncate the prompt (L_max) or lower T")
+                             f"{limit} positions: {room_advice(prompt.numel(), T, limit)}")
     if draft is not None:
         check_pair(model, as_runner(draft).model)
     return prompt.to(device)
+
+
+def room_advice(prompt_len: int, T: int, limit: int) -> str:
+    """What fits a context of ``limit`` positions: a shorter prompt, or fewer new tokens, whichever can."""
+    ways = [f"shorten the prompt to at most {limit - T} tokens"] if limit - T >= 1 else []
+    ways += [f"lower T to at most {limit - prompt_len}"] if limit - prompt_len >= 1 else []
+    return " or ".join(ways)
 
 
 def cut(new: list[int], room: int, eos: int | None) -> tuple[list[int], bool]:

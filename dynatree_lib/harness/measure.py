@@ -148,13 +148,21 @@ def engine_info(cell: Cell) -> dict:
     return {"engine_info": m.describe(cell.config)} if m.describe else {}
 
 
+def ran_on(rows: list[dict], profile_engine: str) -> str:
+    """The engine a record's generations report (transformers' loop, llama.cpp's server, ours as it ran), else the
+    profile's: a record names the engine that really ran, never only the one the profile asked for."""
+    engines = {r["engine"] for r in rows if r.get("engine")}
+    return engines.pop() if len(engines) == 1 else profile_engine
+
+
 def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra: dict, replicate: int) -> dict:
     mo, s = profile.models, cell.sampling
     return {"key": key, "dataset": cell.dataset, "method": cell.method, "variant": cell.variant, "label": cell.label,
             "config": config_dict(cell.config), "T": cell.T, "L_max": cell.L_max, "dtype": cell.dtype,
             "tags": cell.tags, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
             "lookup": cell.lookup, "split": cell.split, "replicate": replicate, "kv_mode": profile.protocol.kv_mode,
-            "profile": profile.name, "engine": str(mo.engine), "target": mo.target, "draft": cell.draft or mo.draft,
+            "profile": profile.name, "engine": ran_on(rows, str(mo.engine)), "target": mo.target,
+            "draft": cell.draft or mo.draft,
             "draft_vocab": cell.tags.get("draft_vocab", mo.draft_vocab), "draft_lookup": mo.draft_lookup and cell.lookup,
             "context_override": mo.context_override, "warmup": profile.protocol.warmup,
             "seed": profile.protocol.seed, "prompt_ids": [p.id for p in prompts], "rows": rows,

@@ -147,9 +147,11 @@ def register() -> None:
     (``unregister`` and this again restore them in a test that changes the registry)."""
     if METHOD in registry.REGISTRY:
         return
+    study = registry.Study(role="peer", setting_from="it decodes in llama.cpp's own server, one mode per setting: "
+                                                     "`python -m dynatree_lib bench --experiment peers` measures them")
     registry.register(registry.Method(name=METHOD, config=LlamaCppConfig,
                                       display=registry.Display(label="llama.cpp", color="#17becf"),
-                                      study=registry.Study(role="peer"), decode=generate_llamacpp, drafts=False,
+                                      study=study, decode=generate_llamacpp, drafts=False,
                                       impl="llama.cpp", describe=describe, unavailable=unavailable))
     for peer in PEERS + EAGLE3_PEERS[1:]:
         variants.register(variants.Variant(name=peer.variant, label=variants.fixed(peer.label)))

@@ -18,13 +18,39 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from ..core.loop import KV_MODES
 from ..core.policies.dynatree import DynaTreeConfig
 from ..core.policies.static import FixedTreeConfig
 from ..core.policies.talon import TalonConfig
+from ..core.validate import is_int, is_real, require
 from .. import methods as registry
 from .models import Engine, load_pair
-from .workloads import HUMANEVAL, ULTRACHAT_EVAL
+from .workloads import HUMANEVAL, ULTRACHAT_EVAL, WORKLOADS
+
+DTYPES = ("float32", "bfloat16", "float16")
+KINDS = {"int": is_int, "float": is_real, "bool": lambda x: isinstance(x, bool), "str": lambda x: isinstance(x, str),
+         "tuple": lambda x: isinstance(x, tuple), "dict": lambda x: isinstance(x, dict), "None": lambda x: x is None}
+KIND_NAMES = {"int": "an integer", "float": "a number", "bool": "True or False", "str": "a string", "tuple": "a tuple",
+              "dict": "a dict", "None": "None"}
+EXAMPLES = {"L_max": "{'wikitext2': 200, 'pg19': 250}", "temperatures": "(1.0,)", "workloads": "('wikitext2', 'pg19')"}
+POSITIVE = {"T", "n_prompts", "n_questions", "replicates", "n", "trees_per_prompt", "streaming_cache", "draft_vocab",
+            "threads", "frontier_T", "vllm_tuning_T"}  # counts that must be >= 1 (every other count >= 0)
+
+
+def check_part(part) -> None:
+    """Every field of a profile part holds a value of its annotated kind (``int``, ``str | None``, ``tuple``, ...; a
+    field of another class is its class's to check), and every count is >= 0, or >= 1 where ``POSITIVE`` names it: a
+    ``--set`` typo fails here, before anything loads, naming the field and the value."""
+    for f in dataclasses.fields(part):
+        value, kinds = getattr(part, f.name), [k.strip() for k in str(f.type).split("|")]
+        where = f"{part.part}.{f.name}"
+        if all(k in KINDS for k in kinds) and not any(KINDS[k](value) for k in kinds):
+            example = f" such as {EXAMPLES[f.name]}" if f.name in EXAMPLES else ""
+            raise ValueError(f"{where} must be {' or '.join(KIND_NAMES[k] for k in kinds)}{example}, got {value!r}")
+        least = 1 if f.name in POSITIVE else 0
+        require(not is_int(value) or value >= least, f"{where} must be an integer >= {least}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -49,6 +75,14 @@ class Models:
     draft_lookup: bool = False
     threads: int | None = None
     machine: str | None = None
+    part: ClassVar[str] = "models"
+
+    def __post_init__(self) -> None:
+        check_part(self)
+        for name in ("dtype", "exact_dtype"):
+            value = getattr(self, name)
+            require(value is None and name == "exact_dtype" or value in DTYPES,
+                    f"models.{name} must be one of {DTYPES}, got {value!r}")
 
     def load_pair(self, dtype: str | None = None, max_len: int = 2048, with_draft: bool = True,
                   models_for: str = "ours"):
@@ -101,6 +135,21 @@ class Protocol:
     data_source: str = "local"           # "hub" or "local"
     prompt_style: str = "splits"         # "authors": the authors' character-cut prompts (``prompts.authors_prompts``)
     idle_machine: bool = True            # timed runs refuse a busy machine and hold its lock (``load.guard``)
+    part: ClassVar[str] = "protocol"
+
+    def __post_init__(self) -> None:
+        check_part(self)
+        unknown = [w for w in self.workloads if w not in WORKLOADS]
+        require(not unknown, f"protocol.workloads: unknown {unknown}; choose from {sorted(WORKLOADS)}")
+        require(all(w in WORKLOADS and is_int(n) and n >= 1 for w, n in self.L_max.items()),
+                f"protocol.L_max must map workloads to prompt tokens >= 1, e.g. {{'wikitext2': 200}}, got {self.L_max!r}")
+        require(all(is_real(t) and t > 0 for t in self.temperatures),
+                f"protocol.temperatures must be numbers > 0, e.g. (1.0,), got {self.temperatures!r}")
+        require(0 < self.slow_share <= 1, f"protocol.slow_share must be in (0, 1], got {self.slow_share!r}")
+        for name, allowed in (("kv_mode", KV_MODES), ("data_source", ("hub", "local")),
+                              ("prompt_style", ("splits", "authors"))):
+            require(getattr(self, name) in allowed, f"protocol.{name} must be one of {allowed}, got "
+                                                    f"{getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +164,10 @@ class PaperSettings:
     talon: TalonConfig = TalonConfig(mu=0.03, N=60, K=10)
     hf_schedule: str = "constant"
     streaming_cache: int = 1024
+    part: ClassVar[str] = "paper"
+
+    def __post_init__(self) -> None:
+        check_part(self)
 
 
 @dataclass(frozen=True)
@@ -130,6 +183,10 @@ class Tuning:
     n: int = 3
     n_questions: int = 1
     T: int | None = None
+    part: ClassVar[str] = "tuning"
+
+    def __post_init__(self) -> None:
+        check_part(self)
 
 
 @dataclass(frozen=True)
@@ -146,6 +203,10 @@ class Sweeps:
     depth_list: tuple = ((3, 6), (4, 7), (5, 8), (6, 10), (8, 12))
     n_prompts: int = 10
     workload: str = "wikitext2"
+    part: ClassVar[str] = "sweeps"
+
+    def __post_init__(self) -> None:
+        check_part(self)
 
 
 @dataclass(frozen=True)
@@ -201,6 +262,10 @@ class Extras:
     frontier_heads: tuple = ()
     frontier_draft: str = ""
     frontier_draft_vocab: int | None = None
+    part: ClassVar[str] = "extras"
+
+    def __post_init__(self) -> None:
+        check_part(self)
 
 
 PARTS = ("models", "protocol", "paper", "tuning", "sweeps", "extras")
@@ -217,12 +282,19 @@ class Profile:
     extras: Extras = Extras()
 
     def method(self, name: str, dataset: str):
-        """A registered method configured with the paper's settings for ``dataset`` (None for AR)."""
+        """A registered method configured with the paper's settings for ``dataset`` (None for AR). A method without
+        a setting of its own here (a peer engine's, the cost-aware extension built from measured costs) is refused
+        by name: None would decode AR in its place."""
         if name not in registry.REGISTRY:
             raise ValueError(f"unknown method {name!r}; choose one of {registry.method_names()}")
+        if name == registry.AR:
+            return None
         paper = registry.REGISTRY[name].study.paper
+        if paper is None:
+            raise ValueError(f"method {name!r} has no setting of its own in profile {self.name!r}: "
+                             f"{registry.REGISTRY[name].study.setting_from}")
         try:
-            return None if paper is None else paper(self.paper, dataset)
+            return paper(self.paper, dataset)
         except KeyError:
             raise ValueError(f"profile {self.name!r} has no paper setting of {name!r} for workload {dataset!r}; "
                              "give one in its PaperSettings") from None

@@ -349,8 +349,10 @@ def register() -> None:
     """Register vLLM as a method and its modes as variants, once, where they are declared."""
     if METHOD in registry.REGISTRY:
         return
+    study = registry.Study(role="peer", setting_from="it decodes in vLLM's own engine, one mode per setting: "
+                                                     "`python -m dynatree_lib bench --experiment vllm` measures them")
     registry.register(registry.Method(name=METHOD, config=VllmConfig, display=registry.Display(label="vLLM", color="#8c564b"),
-                                      study=registry.Study(role="peer"), decode=generate_vllm, drafts=False,
+                                      study=study, decode=generate_vllm, drafts=False,
                                       impl="vllm", describe=describe, unavailable=unavailable))
     variants.register(variants.Variant(name=AR_PEER.variant, label=variants.fixed(AR_PEER.label)))
     variants.register(variants.Variant(name=EAGLE3_VARIANT, label=lambda method, config, tags: f"{EAGLE3_LABEL} (k={config['k']})"))

@@ -238,6 +238,39 @@ def frequent_tokens(ref: str, n: int) -> torch.Tensor:
     return torch.tensor(ranked["ids"][:n], dtype=torch.long)
 
 
+MODEL_KINDS = ("embedded", "tiny", "tiny-llama", "tiny-pythia")  # <kind>:target | <kind>:draft, built in
+
+
+def check_ref(ref: str, role: str = "draft") -> None:
+    """Refuse, by name and before anything loads, a model reference that cannot load: an unknown ``<kind>:`` prefix,
+    a head folder without its files, a local-looking path that is not a model folder. A path whose first part exists
+    here (``weights/...``), or that starts with ``.``, ``/`` or ``~``, is local and never asked of the model hub; only
+    ``org/name`` is a hub id."""
+    kind, sep, part = ref.partition(":")
+    if sep and "/" not in kind:
+        if kind in HEAD_KINDS:
+            folder = head_folder(ref)
+            if not (folder / "model.safetensors").exists():
+                raise FileNotFoundError(f"{role} {ref!r}: {folder / 'model.safetensors'} is missing")
+        elif kind not in MODEL_KINDS:
+            raise ValueError(f"{role} {ref!r}: unknown kind {kind!r}; a reference is a model folder, a hub id "
+                             f"(org/name), embedded:target|draft, or a head <kind>:<folder> with a kind among "
+                             f"{', '.join(HEAD_KINDS)}")
+        elif part not in ("target", "draft"):
+            raise ValueError(f"{role} {ref!r}: use {kind}:target or {kind}:draft")
+        return
+    path = Path(ref).expanduser()
+    local = ref.startswith((".", "/", "~")) or len(path.parts) != 2 or any(
+        (root / path.parts[0]).exists() for root in (Path.cwd(), REPO))
+    if not local:
+        return  # a hub id: from_pretrained asks the hub (the paper profile's models)
+    folder = path if path.exists() or path.is_absolute() else REPO / path
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{role} {ref!r}: no such folder (a local model folder; a hub id reads org/name)")
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{role} {ref!r}: {folder / 'config.json'} is missing (a from_pretrained folder)")
+
+
 def resolve(ref: str) -> str:
     """Map ``embedded:target`` / ``embedded:draft`` to local folders."""
     if ref == "embedded:target":

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -83,6 +84,9 @@ def available() -> bool:
     for flags in (FLAGS + AMX_FLAGS, FLAGS):
         try:
             clear_stale_lock()
+            if not (build_folder() / f"{build_name()}.so").exists():
+                print(f"dynatree: building the bf16 kernels (once; cached in {build_folder()})", file=sys.stderr,
+                      flush=True)
             load(build_name(), [str(staged_source())], extra_cflags=flags, is_python_module=False, verbose=False)
             return True
         except Exception as e:  # no compiler, no ninja, an old compiler without -mavx512bf16 or -mamx-tile, ...

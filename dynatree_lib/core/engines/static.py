@@ -43,6 +43,7 @@ Compiling takes minutes the first time; inductor's on-disk cache makes it second
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -339,6 +340,7 @@ class StaticRunner(Target, Draft):
 
             dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)
             self._step = torch.compile(self.net, dynamic=True, options=COMPILE_OPTIONS)
+            print(f"dynatree: compiling the {self.engine} forward graphs (once a process)", file=sys.stderr, flush=True)
             self.warm()
 
     @property
