@@ -74,12 +74,13 @@ for nb in notebooks/[0-9][0-9]_*.ipynb; do
   if [ -n "$ONLY" ] && [[ "$name" != "$ONLY"_* ]]; then continue; fi
   if [ "$QUICK" = 1 ] && [[ "$name" =~ ^0[567]_ ]]; then echo "[run_all] --quick: skipping $name"; continue; fi
   echo "[run_all] $(date +%H:%M:%S) $name (profile $PROFILE)"
-  if ! "$PY" -m papermill "$nb" "$OUT/$name" -p profile "$PROFILE" -p rerun "$RERUN" -p render_only "$RENDER" \
-       -y "overrides: $OVERRIDES" --cwd notebooks --progress-bar --stdout-file /dev/null; then
+  # papermill, its kernel's channels encrypted where jupyter_client can (no warning from ipykernel on each start),
+  # then the executed notebook stripped of timestamps and stderr: an unchanged render changes no file
+  if ! "$PY" -m dynatree_lib.reporting.executed papermill "$nb" "$OUT/$name" -p profile "$PROFILE" -p rerun "$RERUN" \
+       -p render_only "$RENDER" -y "overrides: $OVERRIDES" --cwd notebooks --progress-bar --stdout-file /dev/null; then
     echo "[run_all] FAILED in $name; the executed notebook with the error is $OUT/$name" >&2
     exit 1
   fi
-  "$PY" -m dynatree_lib.reporting.executed strip "$OUT/$name"  # no timestamps: an unchanged render changes no file
 done
 echo "[run_all] done in $(( $(date +%s) - start ))s: notebooks in $OUT, JSON in results/$PROFILE, figures in figures/$PROFILE"
 "$PY" -m dynatree_lib.reporting.results_md "$PROFILE" && echo "[run_all] results summary: RESULTS.md"

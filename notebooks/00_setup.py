@@ -10,10 +10,10 @@
 
 # %% [markdown]
 # # 00 · Setup and the model pair
-# Checks the environment, loads the profile's models and prompts, confirms in fp32 that greedy AR, HF
-# `generate` and DynaTree emit the same tokens, and describes the pair every other notebook uses: held-out
-# bits per byte, how often the draft agrees with the target on each workload and whether its confidence
-# means something (calibration), and what one forward of k tokens costs each model.
+# Loads the profile's models and prompts, confirms in fp32 that greedy AR, HF `generate` and DynaTree emit the same
+# tokens, and describes the pair every other notebook uses: held-out bits per byte, how often the draft agrees with
+# the target on each workload and whether its confidence means something (calibration), the machine these records
+# were measured on, and what one forward of k tokens costs each model.
 
 # %% tags=["parameters"]
 profile = "cpu"      # "cpu": SmolLM2 pair, offline | "paper": Pythia-2.8B/70M, GPU + hub | "paper-dryrun" | "smoke"
@@ -30,11 +30,6 @@ from dynatree_lib.harness.machine import kind_of_record
 from dynatree_lib.reporting.notebook import machines, on_machine, plots, results_path, show_fig, show_table, start, tables
 
 prof = start(profile, overrides)
-
-# %% tags=["nbval-ignore-output", "machine-output"]
-from dynatree_lib.harness.environment import environment
-
-environment(prof.models.device)
 
 # %% [markdown]
 # The workloads and their disjoint prompt splits: tuning prompts choose each method's setting, dev prompts serve
@@ -88,6 +83,14 @@ show_table(tables.agreement_table(pair), "table_draft_agreement", prof)
 # %%
 print("prompt ...", repr(pair["sample"]["prompt_tail"]))
 print("target's greedy continuation:", repr(pair["sample"]["continuation"]))
+
+# %% [markdown]
+# Every record holds the machine and checkout that measured it (its `environment`: device, library versions, commit,
+# date). Shown here from the pair report, so that a render of the committed records shows the same on any machine.
+
+# %%
+print("the machine these records were measured on (pair.json):")
+pair["environment"]
 
 # %% [markdown]
 # Greedy agreement reads only the top token. A sampled verification accepts a token drawn from the draft with

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What a newcomer gets: clone the checkout's HEAD commit into a temporary folder, hide the optional tools (no
 # llama.cpp build), then
-#   1. render the cpu profile from the committed JSON (./run_all.sh --render) and fail if README.md, RESULTS.md,
-#      figures/ or weights/ change, or if an executed notebook differs from the committed one in more than its
-#      machine's description (dynatree_lib.reporting.executed.compare);
+#   1. render the cpu profile from the committed JSON (./run_all.sh --render) and fail if the render changes any
+#      file in the tree (git status), or if an executed notebook differs from the committed one
+#      (dynatree_lib.reporting.executed.compare);
 #   2. run the dry-run profiles as a newcomer types them (./run_all.sh paper-dryrun, ./run_all.sh authors-dryrun):
 #      their committed JSON holds every cell, so nothing is measured and, as in 1, nothing committed changes;
 #   3. measure the smoke profile from scratch (./run_all.sh smoke --rerun, shrunk by SMOKE_SETS to a few prompts
@@ -26,13 +26,17 @@ mkdir -p "$WORK/no-llamacpp"
 export DYNATREE_LLAMACPP="$WORK/no-llamacpp"  # an empty folder: llama.cpp is not built here
 unset DYNATREE_DATA
 
-unchanged() {  # profile: nothing committed changed, and the executed notebooks equal the committed ones
+unchanged() {  # profile: the render changed no file in the tree, and the executed notebooks equal the committed ones
   local profile=$1 changed status=0
-  changed=$(git status --porcelain -- README.md RESULTS.md weights "figures/$profile" "results/$profile")
+  # the whole tree, but for the other profiles' folders: the other lane writes those meanwhile and checks them itself
+  local shared=(. ":(exclude)executed" ":(exclude)results" ":(exclude)figures")
+  local own=("executed/$profile" "results/$profile" "figures/$profile" "results/$profile@*" "figures/$profile@*")
+  changed=$(git status --porcelain -- "${shared[@]}"; git status --porcelain -- "${own[@]}")
   if [ -n "$changed" ]; then
-    echo "[clean_render] FAILED: ./run_all.sh $profile on the committed JSON changed committed files:" >&2
+    echo "[clean_render] FAILED: ./run_all.sh $profile on the committed JSON left the tree changed (git status):" >&2
     echo "$changed" >&2
-    git --no-pager diff --stat -- README.md RESULTS.md weights "figures/$profile" "results/$profile" >&2
+    git --no-pager diff --stat -- "${shared[@]}" >&2
+    git --no-pager diff --stat -- "${own[@]}" >&2
     return 1
   fi
   for nb in executed/"$profile"/*.ipynb; do
