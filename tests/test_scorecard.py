@@ -1,5 +1,7 @@
-"""The README's scorecard: verdicts by their stated rule, no row for a claim whose cells are not known, and the
-committed README's scorecard is the one the committed JSON generates."""
+"""The README's scorecard and findings: verdicts by their stated rule, no row for a claim whose cells are not known,
+findings sentences made from the verdicts and cells, and the committed README's blocks are the ones the committed
+JSON generates."""
+import copy
 import json
 import shutil
 
@@ -94,3 +96,56 @@ def test_the_figure_6_claim_needs_fewer_forwards_per_token_on_every_workload():
     worse = [rec("humaneval", registry.TALON, 8.0, 1.0), rec("humaneval", registry.EAGLE3_TREE, 8.0, 2.0)]
     row = scorecard.delta_tau_row(pd.DataFrame(both + worse))
     assert row["verdict"] == "partly" and row["HumanEval"] == "8.00 vs 4.00"
+
+
+@pytest.fixture(scope="module")
+def families():
+    return scorecard.claims(get_profile("cpu"))
+
+
+def block(text: str, name: str) -> str:
+    """What the README holds between its ``<!-- name -->`` markers."""
+    return text.split(f"<!-- {name} -->\n", 1)[1].split(f"<!-- /{name} -->", 1)[0]
+
+
+def test_readme_findings_are_the_generated_sentences(families):
+    readme = (REPO / "README.md").read_text()
+    assert block(readme, "findings") == scorecard.findings(families), \
+        "README's findings are stale: run `python -m dynatree_lib.reporting.scorecard cpu`"
+    assert readme.index("<!-- findings -->") < readme.index("<!-- scorecard -->")  # what it found comes first
+
+
+def test_a_changed_verdict_changes_its_sentence_and_no_other(families):
+    changed = copy.deepcopy(families)
+    row = changed["Speedup over AR"][0]
+    row["verdict"] = "tie" if row["verdict"] != "tie" else "no"
+    before = scorecard.findings(families).split("\n- ")
+    after = scorecard.findings(changed).split("\n- ")
+    differ = [(b, a) for b, a in zip(before, after) if b != a]
+    assert len(differ) == 1 and differ[0][1].startswith("**Speedup over AR:**")
+    assert f"**{row['verdict']}**" in differ[0][1]
+
+
+def test_a_finding_states_the_verdict_and_the_cells_it_rests_on():
+    row = {"claim": "DynaTree is faster than AR", "paper": "1.65 / 1.70", "WikiText-2": "1.84 / 1.80~",
+           "PG-19": "–", "Spec-Bench": "1.21 / 1.22", "verdict": "partly", "own numbers": "–"}
+    line = scorecard.finding("Speedup over AR", [row])
+    assert line == ("- **Speedup over AR:** DynaTree is faster than AR: **partly** (WikiText-2: 1.84 / 1.80~; "
+                    "Spec-Bench: 1.21 / 1.22).")  # no paper number, no unmeasured workload
+    tree = {**row, "claim": scorecard.DT_FIXED, "own numbers": "no (Spec-Bench 0.95; WikiText-2 0.97)"}
+    assert "counted instead of timed, **no** (Spec-Bench 0.95; WikiText-2 0.97)" in scorecard.clause(tree)
+    assert scorecard.clause({**row, "claim": scorecard.HISTORY}).startswith("history adaptation adds more on top")
+    assert scorecard.findings({}).startswith("No claim's run is logged")
+
+
+def test_the_scorecard_keeps_every_claim_and_number(families):
+    """Two tables (the paper's claims on its workloads, TALON's on its own) hold every row and every cell, and no
+    column that no row of that table fills."""
+    md = block((REPO / "README.md").read_text(), "scorecard")
+    for name, rows in families.items():
+        for row in rows:
+            line = next(x for x in md.splitlines() if x.startswith(f"| {row['claim']} |"))
+            assert all(f"| {v} |" in line for k, v in row.items() if k != "claim" and v != "–"), row["claim"]
+    paper, talon = [t for t in md.split("\n\n") if t.startswith("| claim |")]
+    assert "HumanEval" not in paper.splitlines()[0] and "PG-19" not in talon.splitlines()[0]
+    assert "docs/scorecard.md#verdicts" in md

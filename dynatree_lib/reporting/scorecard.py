@@ -1,6 +1,7 @@
-"""The README's scorecard: each of the paper's claims, the paper's number, ours per workload and a verdict, from
-the logged JSON alone (``python -m dynatree_lib.reporting.scorecard cpu`` rewrites it between the README's
-``<!-- scorecard -->`` markers; ``run_all.sh`` does).
+"""The README's first screen from the logged JSON alone: the findings (one sentence per claim family, its verdicts
+and the numbers they rest on) and the scorecard (each of the paper's claims, the paper's number, ours per workload
+and a verdict). ``python -m dynatree_lib.reporting.scorecard cpu`` rewrites both between the README's
+``<!-- findings -->`` and ``<!-- scorecard -->`` markers; ``run_all.sh`` does. How to read them: docs/scorecard.md.
 
 A comparison between two methods is the ratio of their mean throughputs over the prompts both measured, with
 its 95% paired bootstrap interval, in each replicate. Every speedup claim gets its verdict from one rule
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -28,12 +30,19 @@ from .notebook import machines, on_machine
 from .verdict import verdict
 
 MARK = re.compile(r"<!-- scorecard -->.*?<!-- /scorecard -->", re.S)
+FINDINGS_MARK = re.compile(r"<!-- findings -->.*?<!-- /findings -->", re.S)
+DOC = "docs/scorecard.md"  # how to read the scorecard and the verdict rule (the README links its sections)
 # the claims about trees, which get a second verdict in the methods' own numbers (``own_numbers``)
 TALON_T0 = "TALON is faster than EAGLE-3's tree, greedy (TALON; our head)"
 TALON_T1 = "... and at T = 1 (TALON's Table 3)"
 FIGURE6 = "TALON drafts fewer forwards per committed token than EAGLE-3's tree (TALON Figure 6)"
 DT_LINEAR = "DynaTree is faster than linear speculative decoding"
 DT_FIXED = "DynaTree is faster than a tuned fixed tree"
+HISTORY = "... and history adaptation adds more"
+SAYS = {  # a claim that continues the row above it, as a finding's sentence says it on its own
+    HISTORY: "history adaptation adds more on top",
+    TALON_T1: "TALON is faster than EAGLE-3's tree at T = 1 (TALON's Table 3)"}
+TALON_FAMILY = "TALON"  # the family whose rows have a table of their own: TALON's paper, on TALON's workloads
 OWN_NUMBERS = {  # a tree claim: (A, B, temperature), read in τ at equal verified nodes on the budget frontier
     DT_LINEAR: (registry.DYNATREE, registry.LINEAR, 0.0), DT_FIXED: (registry.DYNATREE, registry.FIXED_TREE, 0.0),
     TALON_T0: (registry.TALON, registry.EAGLE3_TREE, 0.0), TALON_T1: (registry.TALON, registry.EAGLE3_TREE, 1.0)}
@@ -79,7 +88,8 @@ def exactness(df: pd.DataFrame) -> dict:
     for ws, name in workload_labels().items():
         e = main_rows(exact[exact.dataset == ws], registry.DYNATREE)
         t = main_rows(timed[timed.dataset == ws], registry.DYNATREE)
-        row[name] = "–" if e.empty else f"fp32 {e.iloc[0].equals_ar}/{e.iloc[0].n}, bf16 {t.iloc[0].equals_ar}/{t.iloc[0].n}"
+        row[name] = "–" if e.empty else \
+            f"fp32 {e.iloc[0].equals_ar}/{e.iloc[0].n}, bf16 {t.iloc[0].equals_ar}/{t.iloc[0].n}"
     bad = tables.exactness_failures(exact)
     row["verdict"] = "reproduces" if bad.empty and len(exact) else "no"
     return row
@@ -95,7 +105,7 @@ def ablation_rows(path: Path, profile) -> list[dict]:
     ws, rows = profile.sweeps.workload, []
     for step, claim, key in ((1, "Dynamic breadth & depth beat the fixed tree D=5, B=2 (ablation)",
                               "plus_dynamic_breadth_depth"),
-                             (2, "... and history adaptation adds more", "plus_history_adaptation")):
+                             (2, HISTORY, "plus_history_adaptation")):
         r = df[df.tag_step == step].iloc[0]
         ratio, lo, hi, _ = tables.paired(r.tps_by_prompt, base)
         measured = f"{ratio - 1:+.1%} [{lo - 1:+.1%}, {hi - 1:+.1%}]"
@@ -117,8 +127,9 @@ def memory_row(path: Path, profile) -> list[dict]:
     rows = []
     for base, within in ((registry.AR, 0.10), (registry.LINEAR, 0.02)):
         dt, other = mem[registry.DYNATREE], mem[base]
-        row = {"claim": f"DynaTree's memory is within {within:.0%} of {registry.REGISTRY[base].display.label}'s (footprint of "
-                        "one generation)", "paper": f"{paper[registry.DYNATREE] / paper[base] - 1:+.1%}"}
+        label = registry.REGISTRY[base].display.label
+        row = {"claim": f"DynaTree's memory is within {within:.0%} of {label}'s (footprint of one generation)",
+               "paper": f"{paper[registry.DYNATREE] / paper[base] - 1:+.1%}"}
         row |= {name: f"{dt[ws] / other[ws] - 1:+.1%}" if ws in dt and ws in other else "–"
                 for ws, name in workload_labels().items()}
         close = [abs(dt[w] / other[w] - 1) < within for w in dt.index if w in other]
@@ -199,7 +210,8 @@ def vllm_row(path: Path, profile) -> list[dict]:
                 per_ws.setdefault(ws, []).append((ratio, lo, hi))
     if not per_ws:
         return []
-    row = {"claim": "vLLM serving our EAGLE-3 head is faster than vLLM's AR, batch 1 (not in the paper)", "paper": "–"}
+    row = {"claim": "vLLM serving our EAGLE-3 head is faster than vLLM's AR, batch 1 (not in the paper)",
+           "paper": "–"}
     row |= {workload_labels()[ws]: _cell(rs) for ws, rs in per_ws.items()}
     row["verdict"] = verdict(per_ws).replace("reproduces", "yes")
     return [row]
@@ -278,50 +290,111 @@ def paper_ratio(a: str, b: str) -> str:
     return " / ".join(f"{t1[ds][ka]['mean'] / t1[ds][kb]['mean']:.2f}" for ds in t1)
 
 
-def scorecard(profile) -> pd.DataFrame:
+def claims(profile) -> dict[str, list[dict]]:
+    """The scorecard's rows by claim family, in the README's order; a family none of whose runs is logged for the
+    current cells is left out."""
     root = REPO / "results" / profile.name
-    rows = []
-    if (main := current(root / "main.json", profile)) is not None:
-        dt = registry.DYNATREE
-        rows += [exactness(main),
-                 comparison(main, dt, registry.AR, "DynaTree is faster than AR", paper_ratio(dt, registry.AR)),
-                 comparison(main, dt, registry.LINEAR, DT_LINEAR, paper_ratio(dt, registry.LINEAR)),
-                 comparison(main, dt, registry.FIXED_TREE, DT_FIXED, paper_ratio(dt, registry.FIXED_TREE))]
-    rows += ablation_rows(root / "ablation.json", profile) + memory_row(root / "memory.json", profile)
-    rows += sampling_row(root / "sampling.json", profile) + authors_code_row(root / "authors_code.json")
-    rows += peers_row(root / "peers.json", profile) + vllm_row(root / "vllm.json", profile)
-    rows += talon_rows(root / "talon.json", profile)
-    if rows and (points := committed_frontier(profile)) is not None:
-        for row in rows:
+    main, dt = current(root / "main.json", profile), registry.DYNATREE
+
+    def versus(b: str, claim: str) -> list[dict]:
+        return [] if main is None else [comparison(main, dt, b, claim, paper_ratio(dt, b))]
+
+    families = {
+        "Exactness": ([] if main is None else [exactness(main)]) + authors_code_row(root / "authors_code.json"),
+        "Speedup over AR": versus(registry.AR, "DynaTree is faster than AR"),
+        "DynaTree against linear drafting and the fixed tree": versus(registry.LINEAR, DT_LINEAR)
+                                                               + versus(registry.FIXED_TREE, DT_FIXED),
+        "The ablation (the paper's Table 4)": ablation_rows(root / "ablation.json", profile),
+        "Memory (the paper's Table 5)": memory_row(root / "memory.json", profile),
+        "Sampling": sampling_row(root / "sampling.json", profile),
+        "Peers": peers_row(root / "peers.json", profile) + vllm_row(root / "vllm.json", profile),
+        TALON_FAMILY: talon_rows(root / "talon.json", profile)}
+    families = {name: rows for name, rows in families.items() if rows}
+    if families and (points := committed_frontier(profile)) is not None:
+        for row in (r for rows in families.values() for r in rows):
             row["own numbers"] = own_numbers(row["claim"], points)
+    return families
+
+
+def table(rows: list[dict]) -> pd.DataFrame:
+    """Rows as a table indexed by claim, without a column that no row fills."""
     card = pd.DataFrame(rows).set_index("claim").fillna("–")
-    return card.loc[:, (card != "–").any()]  # no column that no claim fills
+    return card.loc[:, (card != "–").any()]
+
+
+def scorecard(profile) -> pd.DataFrame:
+    """Every claim's row in one table."""
+    return table([row for rows in claims(profile).values() for row in rows])
+
+
+def finding(family: str, rows: list[dict]) -> str:
+    """One sentence for a claim family: each claim, its verdict and the measured cells that verdict rests on (and
+    the verdict in the methods' own counts where a tree claim has one), as the scorecard shows them."""
+    return wrap(f"- **{family}:** " + "; ".join(clause(row) for row in rows) + ".", indent="  ")
+
+
+def clause(row: dict) -> str:
+    """'claim: **verdict** (workload: cell; ...)', then the own counts' verdict where there is one."""
+    said = SAYS.get(row["claim"], row["claim"])
+    first = said.split(" ", 1)[0]
+    if first[1:] == first[1:].lower():  # a sentence's capital, not a name's ("DynaTree", "TALON", "AR" keep theirs)
+        said = said[0].lower() + said[1:]
+    cells = "; ".join(f"{name}: {row[name]}" for name in workload_labels().values() if row.get(name, "–") != "–")
+    text = f"{said}: **{row['verdict']}**" + (f" ({cells})" if cells else "")
+    if (own := row.get("own numbers", "–")) != "–":
+        word, _, numbers = own.partition(" ")
+        text += f"; counted instead of timed, **{word}** {numbers}"
+    return text
+
+
+def findings(families: dict[str, list[dict]]) -> str:
+    """The README's findings: a lead line, then one sentence per claim family (``finding``)."""
+    if not families:
+        return "No claim's run is logged for the current cells yet (`./run_all.sh --rerun` measures them).\n"
+    lead = ("What the committed runs show, claim by claim: each verdict and the numbers it rests on, as in the "
+            "scorecard below (ratios per replicate, r1 / r2; `~`: the 95% interval includes 1; "
+            f"[how to read them]({DOC})).")
+    return wrap(lead) + "\n\n" + "\n".join(finding(name, rows) for name, rows in families.items()) + "\n"
+
+
+def wrap(text: str, indent: str = "") -> str:
+    """A paragraph at the README's line width (Markdown joins the lines again), never broken inside `code`."""
+    kept = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
+    return textwrap.fill(kept, width=120, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False).replace("\0", " ")
+
+
+def scorecard_markdown(profile, families: dict[str, list[dict]]) -> str:
+    """The scorecard's block: the paper's claims, TALON's in a table of their own (its workloads), one line that
+    links how to read them."""
+    paper = [row for name, rows in families.items() if name != TALON_FAMILY for row in rows]
+    md = tables.to_markdown(table(paper)) if paper else ""
+    if talon := families.get(TALON_FAMILY):
+        md += ("\nTALON's claims, on its workloads with our EAGLE-3 head drafting alone (notebook 14):\n\n"
+               + tables.to_markdown(table(talon)))
+    how = (f"Ratios of mean throughputs per replicate (r1 / r2; `~`: the 95% interval includes 1), from "
+           f"`results/{profile.name}/` by `python -m dynatree_lib.reporting.scorecard {profile.name}`. How to read the "
+           f"columns: [{DOC}]({DOC}); the verdict rule: [{DOC}#verdicts]({DOC}#verdicts).")
+    md += "\n" + wrap(how) + "\n"
+    if current(REPO / "results" / profile.name / "main.json", profile) is None:
+        md += (f"\nThe main table's claims (exactness, DynaTree against AR, linear and the fixed tree) get their rows "
+               f"once `results/{profile.name}/main.json` holds a run of the current cells (`./run_all.sh --rerun`).\n")
+    return md
+
+
+def replace(text: str, mark: re.Pattern, name: str, block: str) -> str:
+    """``text`` with ``block`` between its ``<!-- name -->`` markers (refused where it has none)."""
+    if not mark.search(text):
+        raise ValueError(f"the README has no <!-- {name} --> ... <!-- /{name} --> markers")
+    return mark.sub(lambda _: f"<!-- {name} -->\n{block}<!-- /{name} -->", text)
 
 
 def write(profile, readme: Path = REPO / "README.md") -> str:
-    """Rewrite the scorecard between the README's markers; returns the Markdown."""
-    md = tables.to_markdown(scorecard(profile))
-    note = ("Ours: WikiText-2 / PG-19 continuations and Spec-Bench questions on the sealed test prompts, ratios of "
-            "mean throughputs per replicate (r1 / r2; `~`: the 95% interval includes 1), from `results/cpu/`. "
-            "Verdicts of the speedup claims, one rule (`dynatree_lib/reporting/verdict.py`): *no* where every estimate "
-            "is below 1, *tie* where every interval includes 1, *reproduces* where every workload's intervals lie "
-            "above 1 in every replicate, *partly* where some workloads do, else *no*. "
-            "TALON's rows: its workloads (Spec-Bench, HumanEval, UltraChat's evaluation set) on our EAGLE-3 head alone "
-            "(notebook 14). *own numbers*: a tree claim's verdict in the methods' own counts, τ_A / τ_B at equal "
-            "verified nodes on the budget frontier (notebook 15: Spec-Bench / HumanEval / WikiText-2 on the head, "
-            "greedy unless the claim says T = 1; Figure 6's: δ / τ at TALON's 60 nodes), from `results/cpu/`; they do "
-            "not depend on the machine's speed, and another machine kind's are compared with them point by point in "
-            "`figures/cpu/table_frontier_kinds.md` (its bf16 kernels part AR's own tokens on near-ties, so counts "
-            "agree within intervals, not bit for bit); "
-            "the verdict beside it is wall time on the AMD EPYC reference machine (notebook 15 gives it per machine "
-            "kind). Generated by `python -m dynatree_lib.reporting.scorecard`.\n")
-    if current(REPO / "results" / profile.name / "main.json", profile) is None:
-        note += (f"\nThe main table's claims (exactness, DynaTree against AR, linear and the fixed tree) get their rows "
-                 f"once `results/{profile.name}/main.json` holds a run of the current cells (`./run_all.sh --rerun`).\n")
-    text = readme.read_text()
-    if not MARK.search(text):
-        raise ValueError(f"{readme} has no <!-- scorecard --> ... <!-- /scorecard --> markers")
-    readme.write_text(MARK.sub(lambda _: f"<!-- scorecard -->\n{md}\n{note}<!-- /scorecard -->", text))
+    """Rewrite the findings and the scorecard between the README's markers; returns the scorecard's Markdown."""
+    families = claims(profile)
+    md = scorecard_markdown(profile, families)
+    text = replace(readme.read_text(), FINDINGS_MARK, "findings", findings(families))
+    readme.write_text(replace(text, MARK, "scorecard", md))
     return md
 
 
