@@ -201,3 +201,43 @@ def test_long_steps_say_so_before_they_start(monkeypatch, capsys, tmp_path):
             assert f"building the bf16 kernels (once; cached in {tmp_path})" in capsys.readouterr().err
         finally:
             kernels.available.cache_clear()
+
+
+def run_all(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(REPO / "run_all.sh"), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_run_all_help_is_its_header_and_names_every_profile():
+    done = run_all("--help")
+    assert done.returncode == 0 and "set -euo" not in done.stdout
+    for profile in ("cpu", "paper", "paper-dryrun", "authors", "authors-dryrun", "smoke"):
+        assert f"./run_all.sh {profile}" in done.stdout or profile == "cpu", profile
+    for option in ("--render", "--rerun", "--quick", "--plan", "--allow-dirty", "--allow-busy", "--set", "--only"):
+        assert option in done.stdout, option
+
+
+@pytest.mark.parametrize("option, message", [("--only=99", "--only=99: no notebook notebooks/99_*.py"),
+                                             ("--only=3", "--only takes a notebook's two digits, e.g. --only=03"),
+                                             ("--bogus", "unknown option --bogus")])
+def test_run_all_refuses_an_option_that_would_do_nothing(option, message):
+    done = run_all(option)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_converting_the_target_says_so_first(monkeypatch, capsys, tmp_path):
+    """The first load converts the GGUF target (seconds): a line says so before it starts."""
+    import transformers
+
+    from dynatree_lib.harness import weights
+
+    class Stop(Exception):
+        pass
+
+    def refuse(*_a, **_kw):
+        raise Stop
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    with pytest.raises(Stop):
+        weights.dequantize(tmp_path / "t.gguf", "0" * 64, tmp_path / "folder")
+    assert "dequantizing t.gguf into" in capsys.readouterr().err
