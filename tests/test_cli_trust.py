@@ -241,3 +241,10 @@ def test_converting_the_target_says_so_first(monkeypatch, capsys, tmp_path):
     with pytest.raises(Stop):
         weights.dequantize(tmp_path / "t.gguf", "0" * 64, tmp_path / "folder")
     assert "dequantizing t.gguf into" in capsys.readouterr().err
+
+
+def test_a_notebooks_json_list_becomes_the_profiles_tuple():
+    """run_all's --set reaches a notebook as papermill JSON, where a tuple is a list."""
+    from dynatree_lib.harness.profiles import get_profile
+    prof = get_profile("smoke", workloads=["wikitext2", "spec_bench"], temperatures=[1.0])
+    assert prof.protocol.workloads == ("wikitext2", "spec_bench") and prof.protocol.temperatures == (1.0,)

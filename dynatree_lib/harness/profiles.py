@@ -458,5 +458,7 @@ def get_profile(name: str, **overrides) -> Profile:
         part, fld = _part_of(key)
         if fld == "engine" and isinstance(value, str):
             value = Engine(value)
+        if isinstance(value, list) and isinstance(getattr(getattr(prof, part), fld), tuple):
+            value = tuple(value)  # a notebook's parameters come as JSON, where a tuple is a list
         parts.setdefault(part, {})[fld] = value
     return dataclasses.replace(prof, **{p: dataclasses.replace(getattr(prof, p), **kw) for p, kw in parts.items()})
