@@ -15,10 +15,11 @@ from .core.policies.static import FixedTreeConfig, LinearConfig
 from .core.policies.talon import TalonConfig
 from .core.result import GenerationResult
 from .core.sampling import Sampling
+from .extensions.control import ControlConfig
 from .extensions.cost_aware import CostAwareConfig
 from .harness.peers import LlamaCppConfig  # llama.cpp (a peer engine, greedy only): registered where declared
 from .methods import REGISTRY, Display, Method, Study, generate, method_names, register
 
 __all__ = ["generate", "GenerationResult", "Sampling", "REGISTRY", "Method", "Display", "Study", "register", "method_names", "DraftPolicy",
            "LinearConfig", "FixedTreeConfig", "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "HFARConfig", "StreamingConfig",
-           "CostAwareConfig", "LlamaCppConfig", "Eagle3TreeConfig", "OptTreeConfig"]
+           "CostAwareConfig", "ControlConfig", "LlamaCppConfig", "Eagle3TreeConfig", "OptTreeConfig"]

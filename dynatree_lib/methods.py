@@ -31,6 +31,7 @@ from .core.policies.base import Session
 from .core.policies.talon import TalonConfig
 from .core.result import GenerationResult
 from .core.sampling import Sampling
+from .extensions.control import ControlConfig
 from .extensions.cost_aware import CostAwareConfig
 
 ROLES = ("paper", "seed", "extension", "peer", "opt_in")
@@ -275,13 +276,16 @@ def method_config(method):
 def generate(target, prompt, T: int, draft=None, method=None, kv_mode: str = "gather",
              eos_token_id: int | None = None, record_trees: int = 0, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None,
-             generator: torch.Generator | None = None, session: Session | None = None) -> GenerationResult:
+             generator: torch.Generator | None = None, session: Session | None = None,
+             control: ControlConfig | None = None) -> GenerationResult:
     """``T`` new tokens with ``method`` (see module docstring): greedy at ``temperature=0``, else sampled from the
     target's softmax at that temperature after ``top_k`` / ``top_p``, every draw from ``generator`` (a run is
     reproducible from its seed), the target's law kept exactly by every method but StreamingLLM (whose window
     changes what the target sees). ``record_trees``: keep the first that many drafted trees of a tree method in
     ``result.trees`` (tokens are unchanged). ``session``: a ``Session`` kept across a run's generations, for a policy
-    that adapts across prompts (``DynaTreeConfig.history_scope="prompt"``)."""
+    that adapts across prompts (``DynaTreeConfig.history_scope="prompt"``). ``control``: a ``ControlConfig`` that
+    sizes each tree of a tree method from the acceptance it observes, down to a plain AR step
+    (``extensions.control``; ``result.decisions`` says what it chose and why)."""
     cfg = method_config(method)
     opts = Options(kv_mode, eos_token_id, record_trees, Sampling(temperature, top_k, top_p), generator, session)
     if cfg is None:
@@ -289,4 +293,23 @@ def generate(target, prompt, T: int, draft=None, method=None, kv_mode: str = "ga
     m = of_config(cfg)
     if draft is None and m.drafts:
         raise ValueError(f"{type(cfg).__name__} needs a draft model (draft=...)")
+    if control is not None:
+        return controlled(target, draft, prompt, T, cfg=cfg, opts=opts, control=control)
     return m.decode(target, draft, prompt, T, cfg, opts)
+
+
+def controlled(target, draft, prompt, T, *, cfg, opts: Options, control: ControlConfig) -> GenerationResult:
+    """A tree method with each tree's budget chosen by ``control`` (refused for a method that drafts no tree of
+    our loop)."""
+    if not isinstance(control, ControlConfig):
+        raise TypeError(f"control must be a ControlConfig or None, got {type(control).__name__}")
+    m = of_config(cfg)
+    if m.decode is not tree_decoder:
+        raise ValueError(f"control= sizes the trees of our speculative loop; method {m.name!r} decodes through "
+                         f"{m.impl}'s own loop, so there is no tree to size. Use one of {controllable()}")
+    return speculative_decode(target, draft, prompt, T, control.wrap(cfg.policy(opts.session)), opts)
+
+
+def controllable() -> tuple[str, ...]:
+    """The registered methods whose trees a controller can size (they draft through our loop)."""
+    return tuple(n for n, m in REGISTRY.items() if m.decode is tree_decoder and m.config is not None)

@@ -441,11 +441,13 @@ def transition_statistic(tokens: list[int], law: torch.Tensor) -> tuple[float, i
     return sum(x for x, _ in stats), sum(df for _, df in stats)
 
 
-def sample(pair, name: str, s: Sampling, draft=None, n: int = N_TOKENS):
-    """One generation of ``n`` tokens, and the statistic and degrees of freedom of its transitions."""
+def sample(pair, name: str, s: Sampling, draft=None, n: int = N_TOKENS, control=None):
+    """One generation of ``n`` tokens (``control``: each tree sized by that controller), and the statistic and
+    degrees of freedom of its transitions."""
     target, default_draft = pair
     res = generate(target, START, n, draft=draft or default_draft, method=bigram_config(name),
-                   temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, generator=torch.Generator().manual_seed(0))
+                   temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, generator=torch.Generator().manual_seed(0),
+                   control=control)
     return (res, *transition_statistic(res.tokens, transition_law(target, s)))
 
 

@@ -41,6 +41,7 @@ def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolic
     then drawn, that many, without replacement from those probabilities (with ``generator``).
     A draft with a ``depth_limit`` (one head per level) gets no node deeper than it.
     """
+    policy.begin()
     max_depth = min(max_depth, policy.max_depth, max_depth if draft.depth_limit is None else draft.depth_limit)
     if max_depth <= 0:
         return Tree.new(ids[-1], ids.device), 0

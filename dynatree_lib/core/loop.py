@@ -334,5 +334,6 @@ def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, opts:
         if len(res.log.nodes) == 1:
             res.ttft_s = times[-1] - t0
     policy.finish(len(res.tokens), len(res.log.nodes))
+    res.decisions = policy.trace()
     res.wall_s = clock(dev) - t0
     return res

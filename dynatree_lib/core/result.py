@@ -56,6 +56,7 @@ class GenerationResult:
     counted: Totals | None = None  # a decoder without a log reports its counts here (HF assisted)
     trees: list[dict] = field(default_factory=list)  # recorded trees (``record_trees``)
     extra: dict = field(default_factory=dict)  # per-prompt metrics only another engine reports (its row keeps them)
+    decisions: list[dict] | None = None  # per iteration, what the policy decided (a controller: budget and why)
 
     @property
     def totals(self) -> Totals:

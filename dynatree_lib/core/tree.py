@@ -34,8 +34,12 @@ class Tree:
 
     @staticmethod
     def new(root_token: Tensor | int, device: torch.device | str = "cpu") -> "Tree":
-        """A tree holding only the root."""
-        return Tree.build([int(root_token)], [-1], [0.0], [0.0], device)
+        """A tree holding only the root (an AR step of the loop: built without Python lists, from tensors made
+        once per device)."""
+        parents, zero, logp, anc = root_parts(torch.device(device))
+        tokens = root_token.reshape(1).to(device) if isinstance(root_token, Tensor) else torch.tensor([root_token],
+                                                                                                       device=device)
+        return Tree(tokens, parents, zero, logp, cum_logp=logp, anc=anc)
 
     @staticmethod
     def build(tokens: list[int], parents: list[int], logp: list[float], cum_logp: list[float],
@@ -96,6 +100,19 @@ class Tree:
                 "prob": [round(x, 4) for x in self.logp.exp().tolist()], "accepted": path.tolist()}
 
 
+_ROOT_PARTS: dict = {}
+
+
+def root_parts(device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A root-only tree's parents, depth (also its path), log-probs and ancestor matrix, made once per device (trees
+    never write into their tensors)."""
+    if device not in _ROOT_PARTS:
+        _ROOT_PARTS[device] = (torch.full((1,), -1, dtype=torch.long, device=device),
+                               torch.zeros(1, dtype=torch.long, device=device),
+                               torch.zeros(1, device=device), torch.ones(1, 1, dtype=torch.bool, device=device))
+    return _ROOT_PARTS[device]
+
+
 def bit_matrix(masks: list[int], n: int, device: torch.device | str = "cpu") -> Tensor:
     """[len(masks), n] bool: entry [i, j] is bit j of the Python int ``masks[i]`` (a few tensor ops for any n,
     where a nested list of n * n bools would cost Python time quadratic in the tree)."""
@@ -112,6 +129,8 @@ def select_path(tree: Tree, target_next: Tensor) -> Tensor:
     its token equals its parent's target prediction and every ancestor is accepted. Siblings carry
     distinct tokens, so the deepest accepted node is unique. The bonus token is ``target_next[path[-1]]``.
     """
+    if tree.size == 1:  # an AR step: the root alone
+        return tree.depth
     correct = tree.tokens == target_next[tree.parents.clamp(min=0)]
     correct[0] = True
     ok = ~(tree.anc & ~correct[None, :]).any(dim=1)

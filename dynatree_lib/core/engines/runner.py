@@ -240,6 +240,8 @@ def first_moved(keep: Tensor) -> int:
     place. Read only from a CPU tensor (on a GPU it would cost a host sync; there everything is copied)."""
     if keep.device.type != "cpu":
         return 0
+    if keep.numel() == 1:  # the root alone (an AR step): always node 0, in place
+        return 1
     moved = (keep != torch.arange(keep.numel())).nonzero()
     return int(moved[0]) if moved.numel() else keep.numel()
 

@@ -63,6 +63,10 @@ class DraftPolicy:
     #: losslessly (``sampling``); a policy whose ``trim`` cuts a tree by its nodes' own probabilities needs False
     sampled: bool = True
 
+    def begin(self) -> None:
+        """Before each tree, before the drafter reads ``n_max`` and ``max_depth`` (a controller sets them here; a
+        depth of 0 makes the tree the root alone: a plain AR step)."""
+
     def select(self, top_logp: list[list[float]], child_cum_logp: list[list[float]],
                depth: list[int]) -> list[list[bool]]:
         """Which candidate children to keep: ``top_logp[r]`` are the draft's sorted top-k log-probs under the
@@ -89,6 +93,10 @@ class DraftPolicy:
     def trim(self, tree: Tree, draft_forwards: int) -> Tree:
         """The tree to verify, cut from the drafted one."""
         return tree
+
+    def trace(self) -> list[dict] | None:
+        """What the policy decided, one entry per tree, for the generation's result (None: nothing to log)."""
+        return None
 
 
 def keep_top(k: int, tau: float, child_cum: list[float]) -> list[bool]:
