@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import math
 import os
 import signal
@@ -33,6 +32,7 @@ from .harness.profiles import PROFILES, get_profile, models_for
 from .harness.weights import COMMITTED_DRAFTS
 from .harness.workloads import WORKLOADS, continuations, count, eos as workload_eos
 from .methods import DYNATREE, DYNATREE_COST, REGISTRY, method_names
+from .reporting.console import COMPARE_ROUNDS
 
 # ./run_all.sh --quick: a first look (two prompts per continuation dataset, one per Spec-Bench category, one replicate)
 QUICK = {"n_prompts": 2, "n_questions": 1, "n_exact": 1, "replicates": 1, "tuning.n": 1, "tuning.n_questions": 1,
@@ -106,6 +106,9 @@ def add_decode_flags(g: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=TOP_P, default=None,
                    help="sample among the smallest most-probable set whose mass reaches p (default: all)")
     g.add_argument("--seed", type=int, default=0, help="the sampling generator's seed")
+    g.add_argument("--control", action="store_true",
+                   help="size each tree from the acceptance seen so far and the profile's measured costs, down to a "
+                        "plain AR step (our controller, extensions.control; a tree method only)")
     g.set_defaults(refuse=g.error)  # check_decode_flags' errors then read as this command's own
 
 
@@ -266,6 +269,7 @@ def decode(args, prof) -> None:
         torch.set_num_threads(prof.models.threads)
     sampling = Sampling(args.temperature, args.top_k or None, args.top_p)
     method = decode_method(args, prof, sampling)
+    control = decode_control(args, prof)
     target, draft, tok = prof.load_pair(args.dtype, models_for=models_for([args.method]))
     ids = prompt_ids(args, prof, tok)
     T = args.T if args.T is not None else prof.protocol.T
@@ -273,16 +277,21 @@ def decode(args, prof) -> None:
     run = lambda cfg, trees=0: generate(target, ids, T, draft=draft, method=cfg, kv_mode=prof.protocol.kv_mode,
                                         eos_token_id=eos, record_trees=trees, temperature=sampling.temperature,
                                         top_k=sampling.top_k, top_p=sampling.top_p,
-                                        generator=torch.Generator().manual_seed(args.seed))
+                                        generator=torch.Generator().manual_seed(args.seed),
+                                        control=control if cfg is not None else None)
     if args.cmd == "show-tree":
-        from .reporting.treeviz import format_tree
+        from .reporting.treeviz import format_decision, format_tree
 
         res = run(method, args.iterations)
         print(f"prompt: ...{tok.decode(ids[-30:])!r}")
-        for rec in res.trees:
+        for i, rec in enumerate(res.trees):
+            if res.decisions is not None:
+                print(format_decision(res.decisions[i]))
             print(format_tree(rec, tok))
         print(f"output: {tok.decode(res.tokens)!r}")
         return
+    from .reporting.console import compare_ar, metrics_json, summary
+
     res = run(method)
     print(tok.decode(res.tokens))
     print(summary(args.method, res), file=sys.stderr)
@@ -291,42 +300,22 @@ def decode(args, prof) -> None:
     print(metrics_json(res), file=sys.stderr)
 
 
-def summary(name: str, res) -> str:
-    """One line a user reads: tokens, verifications, tokens per verification, tokens/s and the engine that ran."""
-    from .harness.metrics import prompt_metrics
+def decode_control(args, prof):
+    """``--control``'s controller, priced by the profile's measured costs for its draft (a head or a draft model);
+    refused for a method that drafts no tree of our loop, or where the costs are not measured."""
+    if not args.control:
+        return None
+    from .harness.tuning import NotTuned, control_config
+    from .harness.weights import is_head
+    from .methods import controllable
 
-    m = prompt_metrics(res)
-    return (f"{name}: {m['tokens']} tokens in {m['iterations']} target verifications ({m['L_bar']:.2f} tokens per "
-            f"verification), {m['tps']:.1f} tokens/s, engine {m['engine']}")
-
-
-def metrics_json(res) -> str:
-    """The generation's metrics as one line of valid JSON (a metric that does not apply, such as AR's acceptance,
-    is null, never NaN)."""
-    from .harness.metrics import prompt_metrics
-
-    clean = lambda v: (round(v, 3) if math.isfinite(v) else None) if isinstance(v, float) else v
-    return json.dumps({k: clean(v) for k, v in prompt_metrics(res).items()}, allow_nan=False)
-
-
-COMPARE_ROUNDS = 3  # AR and the method alternate this many times after a warm-up of each
-
-
-def compare_ar(ar, spec, greedy: bool) -> str:
-    """``--compare-ar``: AR and the method decode the same prompt alternately (a warm-up of each, then
-    ``COMPARE_ROUNDS`` pairs, so that a drift of the machine's speed hits both); the median of the pairs' speedups, and
-    whether the method's tokens equal AR's (greedy; sampled runs draw differently)."""
-    import statistics
-
-    from .harness.metrics import prompt_metrics
-
-    ar(), spec()
-    pairs = [(ar(), spec()) for _ in range(COMPARE_ROUNDS)]
-    ratios = sorted(prompt_metrics(b)["tps"] / prompt_metrics(a)["tps"] for a, b in pairs)
-    equal = all(a.tokens == b.tokens for a, b in pairs)
-    same = ("equal to AR's" if equal else "DIFFERENT from AR's") if greedy else "sampled, so not compared with AR's"
-    return (f"speedup over AR: {statistics.median(ratios):.2f}x (median of {COMPARE_ROUNDS} alternations, "
-            f"{ratios[0]:.2f}-{ratios[-1]:.2f}x); tokens: {same}")
+    if args.method not in controllable():
+        raise ValueError(f"--control sizes the trees of our speculative loop; --method {args.method} has none. "
+                         f"Use one of: {', '.join(controllable())}")
+    try:
+        return control_config(prof, args.dtype or prof.models.dtype, is_head(prof.models.draft))
+    except NotTuned as e:
+        raise ValueError(f"--control prices trees by the measured costs: {e}") from None
 
 
 def decode_method(args, prof, sampling):

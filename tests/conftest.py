@@ -104,6 +104,19 @@ def reference(model, prompt, T: int, eos: int | None = None) -> list[int]:
     return out[0, prompt.numel():].tolist()
 
 
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Any model load fails the test: what it checks must be refused before anything loads."""
+    from dynatree_lib.harness import models
+    from dynatree_lib.harness.profiles import Profile
+
+    def loaded(*_args, **_kw):
+        raise AssertionError("a model was loaded before the command line was checked")
+
+    monkeypatch.setattr(models, "load_model", loaded)
+    monkeypatch.setattr(Profile, "load_pair", loaded)
+
+
 @pytest.fixture(scope="session")
 def target():
     return tiny_gpt_neox(seed=0, vocab_size=VOCAB, hidden_size=64, layers=3, max_positions=MAX_POS)

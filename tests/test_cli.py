@@ -4,9 +4,8 @@ import json
 import pytest
 
 from dynatree_lib import cli
-from dynatree_lib.harness import models, tiny
+from dynatree_lib.harness import tiny
 from dynatree_lib.harness.data import chat_prompt
-from dynatree_lib.harness.profiles import Profile
 
 QUESTION = "Name three primary colors."
 
@@ -32,15 +31,6 @@ REFUSED = [
     (["--profile", "paper", "--dataset", "spec_bench"],
      "argument --dataset: 'spec_bench' is not a workload of profile 'paper'"),
 ]
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    def loaded(*_args, **_kw):
-        raise AssertionError("a model was loaded before the flags were checked")
-
-    monkeypatch.setattr(models, "load_model", loaded)
-    monkeypatch.setattr(Profile, "load_pair", loaded)
 
 
 def refused(argv: list[str], capsys) -> str:

@@ -16,20 +16,9 @@ import pytest
 
 from dynatree_lib import cli
 from dynatree_lib import methods as registry
-from dynatree_lib.harness import models
-from dynatree_lib.harness.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 PEERS = [n for n, m in registry.REGISTRY.items() if m.impl not in ("ours", "transformers")]
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    def loaded(*_args, **_kw):
-        raise AssertionError("a model was loaded before the command line was checked")
-
-    monkeypatch.setattr(models, "load_model", loaded)
-    monkeypatch.setattr(Profile, "load_pair", loaded)
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -248,3 +237,19 @@ def test_a_notebooks_json_list_becomes_the_profiles_tuple():
     from dynatree_lib.harness.profiles import get_profile
     prof = get_profile("smoke", workloads=["wikitext2", "spec_bench"], temperatures=[1.0])
     assert prof.protocol.workloads == ("wikitext2", "spec_bench") and prof.protocol.temperatures == (1.0,)
+
+
+def test_control_decodes_exactly_and_show_tree_says_what_it_chose(capsys):
+    code, _, err = run(["generate", "--profile", "smoke", "--method", "dynatree", "-T", "16", "--control",
+                        "--compare-ar"], capsys)
+    assert code == 0 and "tokens: equal to AR's" in err, err
+    code, out, err = run(["show-tree", "--profile", "smoke", "--method", "fixed_tree", "-T", "12", "--control",
+                          "--iterations", "3"], capsys)
+    assert code == 0, err
+    assert out.count("controller: ") == 3 and "the method's own budget, to start" in out
+
+
+def test_control_of_a_method_without_our_tree_is_refused_by_name(no_model_loads, capsys):
+    code, _, err = run(["generate", "--profile", "smoke", "--method", "hf_assisted", "-T", "4", "--control"], capsys)
+    assert code == 2 and "--control sizes the trees of our speculative loop; --method hf_assisted has none" in err
+    assert "Traceback" not in err

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import methods as registry
 from ..core.sampling import Sampling
+from ..extensions.control import ControlConfig
 from ..extensions.cost_aware import CostAwareConfig
 from .costs import predict_iteration, stale
 from .machine import here, kind_of_record
@@ -134,6 +135,21 @@ def head_cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, f
     verify, loop = verify_curve(curves), curves["loop"]
     level = share * dict(verify)[1] + loop["level"]
     return verify, round(level, 3), round(level + loop["commit"], 3)
+
+
+#: the controller's ``step_ms`` (the loop's work on a root-only tree beyond the target's one-token forward) and
+#: ``decide_ms`` (its own decision, ``extensions.control.decision_ms``), as shares of that forward on the cpu profile
+AR_STEP_SHARE, DECIDE_SHARE = 0.015, 0.005
+
+
+def control_config(p: Profile, dtype: str, head: bool, root: Path | None = None) -> ControlConfig:
+    """The controller priced by what this profile measured in ``dtype``: the target's verification curve and a
+    drafting level of the profile's draft model, or of its feature head (``head``); refused, as the extension is,
+    where the costs are not measured."""
+    verify, level, fixed = head_cost_curve(p, dtype, root) if head else cost_curve(p, dtype, root)
+    one = verify[0][1]
+    return ControlConfig(verify_ms=verify, draft_ms=level, fixed_ms=fixed, step_ms=round(AR_STEP_SHARE * one, 4),
+                         decide_ms=round(DECIDE_SHARE * one, 4))
 
 
 def head_share(p: Profile, root: Path | None = None) -> float:

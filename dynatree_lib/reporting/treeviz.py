@@ -212,3 +212,14 @@ def scatter_accepted_vs_size(trees: pd.DataFrame):
     b.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+WHY = {"start": "the method's own budget, to start", "best": "the most tokens per ms expected",
+       "climb": "the last tree was accepted whole: the method's own budget",
+       "ar_step": "no tree is expected to beat a plain AR step", "probe": "a probe: drafting may pay again"}
+
+
+def format_decision(d: dict) -> str:
+    """What the controller chose for one tree (``GenerationResult.decisions``), for ``show-tree``."""
+    what = "an AR step (no tree)" if d["budget"] == 0 else f"a budget of {d['budget']} nodes"
+    return f"controller: {what}: {WHY[d['why']]} ({d['rate']:.3f} tokens per modelled ms)"
