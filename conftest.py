@@ -19,7 +19,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    from dynatree_lib.harness.load import IDLE_CHECKED
+    from dynatree_lib.harness.measure.load import IDLE_CHECKED
     from tests import tiers
 
     tiers.FULL = bool(config.getoption("--full"))

@@ -54,7 +54,7 @@ if [ "$PLAN" = 1 ]; then
 fi
 OVERRIDES=$("$PY" -c "import json, sys
 from dynatree_lib.cli import QUICK, overrides
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.setup.profiles import get_profile
 try:
     sets = overrides(sys.argv[2:])
     get_profile(sys.argv[1], **sets)  # an unknown field is refused here, by name, before any notebook starts

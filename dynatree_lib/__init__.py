@@ -2,8 +2,10 @@
 
 Layers, each a sub-package importing only the ones before it (``tests/test_structure.py``):
 ``core`` (trees, policies, runners, the drafter and the decoding loop) < ``baselines`` and ``extensions`` <
-``methods`` (the registry and ``generate``) < ``harness`` (profiles, data, models, measurement, experiments) <
-``draft`` (building the cpu profile's draft) < ``reporting`` (tables, plots, RESULTS.md) < ``cli``.
+``methods`` (the registry and ``generate``) < ``harness`` (setup, measurement, peers, the authors' code,
+experiments: rooms of their own) < ``train`` (the draft model and the heads) and ``reporting`` (tables, plots,
+RESULTS.md) < ``cli``. Importing the package registers every method, the peer engines' included
+(``harness.peers.register_peers``), so the registry is the same whatever is imported next.
 """
 from .baselines.hf_generate import HFARConfig, HFAssistedConfig
 from .baselines.streaming import StreamingConfig
@@ -17,8 +19,11 @@ from .core.result import GenerationResult
 from .core.sampling import Sampling
 from .extensions.control import ControlConfig
 from .extensions.cost_aware import CostAwareConfig
-from .harness.peers import LlamaCppConfig  # llama.cpp (a peer engine, greedy only): registered where declared
+from .harness.peers import register_peers
+from .harness.peers.llamacpp import LlamaCppConfig
 from .methods import REGISTRY, Display, Method, Study, generate, method_names, register
+
+register_peers()
 
 __all__ = ["generate", "GenerationResult", "Sampling", "REGISTRY", "Method", "Display", "Study", "register", "method_names", "DraftPolicy",
            "LinearConfig", "FixedTreeConfig", "DynaTreeConfig", "TalonConfig", "HFAssistedConfig", "HFARConfig", "StreamingConfig",

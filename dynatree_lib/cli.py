@@ -27,10 +27,9 @@ import signal
 import sys
 
 from .core.drafts.heads.kinds import HEAD_KINDS
-from .harness import vllm_peer  # noqa: F401  vLLM's method, so that --method names every registered one
-from .harness.profiles import PROFILES, get_profile, models_for
-from .harness.weights import COMMITTED_DRAFTS
-from .harness.workloads import WORKLOADS, continuations, count, eos as workload_eos
+from .harness.setup.profiles import PROFILES, get_profile, models_for
+from .harness.setup.weights import COMMITTED_DRAFTS
+from .harness.setup.workloads import WORKLOADS, continuations, count, eos as workload_eos
 from .methods import DYNATREE, DYNATREE_COST, REGISTRY, method_names
 from .reporting.console import COMPARE_ROUNDS
 
@@ -248,7 +247,7 @@ def with_draft(prof, ref: str | None):
     """``prof`` drafting with ``ref`` (``--draft``): a head scores its own vocabulary (no ``draft_vocab``)."""
     import dataclasses
 
-    from .harness.weights import check_ref, is_head
+    from .harness.setup.weights import check_ref, is_head
 
     if ref is None:
         return prof
@@ -305,8 +304,8 @@ def decode_control(args, prof):
     refused for a method that drafts no tree of our loop, or where the costs are not measured."""
     if not args.control:
         return None
-    from .harness.tuning import NotTuned, control_config
-    from .harness.weights import is_head
+    from .harness.experiments.tuning import NotTuned, control_config
+    from .harness.setup.weights import is_head
     from .methods import controllable
 
     if args.method not in controllable():
@@ -321,8 +320,8 @@ def decode_control(args, prof):
 def decode_method(args, prof, sampling):
     """``--method``'s setting tuned on ``--dataset`` at this sampling law (on a head: its TALON tuning's, notebook
     14), else the profile's default; the cost-aware extension's, built from the profile's measured forward costs."""
-    from .harness.tuning import NotTuned, cost_aware, tuned
-    from .harness.weights import is_head
+    from .harness.experiments.tuning import NotTuned, cost_aware, tuned
+    from .harness.setup.weights import is_head
 
     head = is_head(prof.models.draft)
     if REGISTRY[args.method].for_heads and not head:
@@ -348,8 +347,8 @@ def head_setting(prof, method: str, dataset: str):
     (``talon_experiment.row_setting``), else its published one."""
     import dataclasses
 
-    from .harness.talon_experiment import row_setting, talon_rows
-    from .harness.tuning import NotTuned
+    from .harness.experiments.talon import row_setting, talon_rows
+    from .harness.experiments.tuning import NotTuned
 
     ref = prof.models.draft
     prof = dataclasses.replace(prof, extras=dataclasses.replace(prof.extras, head=ref))
@@ -365,8 +364,8 @@ def prompt_ids(args, prof, tok):
     dev prompt."""
     import torch
 
-    from .harness.data import chat_prompt
-    from .harness.prompts import load_prompts
+    from .harness.setup.data import chat_prompt
+    from .harness.setup.prompts import load_prompts
 
     if args.chat:
         if not getattr(tok, "chat_template", None):
@@ -381,9 +380,9 @@ def prompt_ids(args, prof, tok):
 
 def bench(args, prof) -> None:
     """``bench``: one experiment, a queue of them (detached unless ``--foreground``), or the queue's status."""
-    from .harness import queue
-    from .harness.load import ALLOW_BUSY
-    from .harness.store import ALLOW_DIRTY
+    from .harness.experiments import queue
+    from .harness.measure.load import ALLOW_BUSY
+    from .harness.measure.store import ALLOW_DIRTY
     from .train.reports import LISTS, names, run
 
     if args.status:
@@ -411,7 +410,7 @@ def bench(args, prof) -> None:
 
 
 def setup(prof) -> None:
-    from .harness.prompts import load_prompts
+    from .harness.setup.prompts import load_prompts
 
     _, _, tok = prof.load_pair()
     for ws in prof.workloads:
@@ -462,7 +461,7 @@ def stop_now(signum, frame) -> None:
 
 def check_models(prof) -> None:
     """The profile's target and draft references, checked before anything loads (``weights.check_ref``)."""
-    from .harness.weights import check_ref
+    from .harness.setup.weights import check_ref
 
     check_ref(prof.models.target, "models.target")
     check_ref(prof.models.draft, "models.draft")

@@ -64,7 +64,7 @@ class Study:
     are also run with the draft network alone. ``trees``: it drafts trees worth drawing (notebook 09).
     ``reported``, ``reported_v1``, ``reported_talon``: its keys in the papers' transcribed tables.
     ``budget(published, n)``: its setting at a budget of ``n`` verified draft nodes, its own budget knob turned from
-    its published setting (the budget frontier, ``harness.frontier``); None: it has no such knob. ``setting_from``:
+    its published setting (the budget frontier, ``harness.experiments.frontier``); None: it has no such knob. ``setting_from``:
     where a method without a paper setting takes its settings (said to whoever asks a profile for one)."""
 
     role: str
@@ -173,7 +173,7 @@ for _m in (
            # no budget knob on the frontier: its cut prices each tree on the machine's curves (counts of the machine)
            study=Study(role="extension", family=DYNATREE, controls=True,
                        setting_from="its trees are cut by the forward costs the profile measured (costs.json; "
-                                     "harness.tuning.cost_aware)")),
+                                     "harness.experiments.tuning.cost_aware)")),
     Method(name=HFAssistedConfig.method, config=HFAssistedConfig, display=Display(label="HF Assisted", color="#9467bd"),
            decode=generate_hf, impl="transformers",
            study=Study(role="seed", reported_v1="hf_assisted",

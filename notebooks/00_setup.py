@@ -24,9 +24,9 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib.harness.costs import run_costs
-from dynatree_lib.harness.pair import run_pair
-from dynatree_lib.harness.machine import kind_of_record
+from dynatree_lib.harness.experiments.costs import run_costs
+from dynatree_lib.harness.experiments.pair import run_pair
+from dynatree_lib.harness.setup.machine import kind_of_record
 from dynatree_lib.reporting.notebook import machines, on_machine, plots, results_path, show_fig, show_table, start, tables
 
 prof = start(profile, overrides)
@@ -37,7 +37,7 @@ prof = start(profile, overrides)
 # the final tables. The exactness check below runs in fp32 on the reference (eager transformers) path.
 
 # %%
-from dynatree_lib.harness.prompts import candidates
+from dynatree_lib.harness.setup.prompts import candidates
 
 {ws: {split: len(candidates(ws, split, prof.protocol.data_source)) for split in ("tuning", "dev", "test")}
  for ws in prof.workloads}
@@ -47,8 +47,8 @@ if not render_only:
     import torch
 
     from dynatree_lib import generate
-    from dynatree_lib.harness.models import load_pair
-    from dynatree_lib.harness.prompts import load_prompts
+    from dynatree_lib.harness.setup.models import load_pair
+    from dynatree_lib.harness.setup.prompts import load_prompts
 
     if prof.models.threads:
         torch.set_num_threads(prof.models.threads)

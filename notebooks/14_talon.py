@@ -122,7 +122,7 @@ if df is not None and not df.empty:
 # %% [markdown]
 # ## On another machine kind
 # The same tables from the records of each other machine kind committed beside the reference machine's
-# (`results/cpu@<kind>/`, `harness.machine`): there a verification of many tokens may cost far less of a one-token
+# (`results/cpu@<kind>/`, `harness.setup.machine`): there a verification of many tokens may cost far less of a one-token
 # forward (`table_forward_costs@<kind>`, notebook 00), which moves the budgets tuning picks. Each file name carries
 # its machine kind.
 

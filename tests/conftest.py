@@ -13,7 +13,7 @@ import torch
 from dynatree_lib.core.engines.static import StaticRunner
 from dynatree_lib.core.engines.runner import Draft
 from dynatree_lib.core.tree import Tree
-from dynatree_lib.harness.tiny import perturb, tiny_gpt_neox, tiny_llama
+from dynatree_lib.harness.setup.tiny import perturb, tiny_gpt_neox, tiny_llama
 
 VOCAB = 96
 MAX_POS = 160
@@ -107,8 +107,8 @@ def reference(model, prompt, T: int, eos: int | None = None) -> list[int]:
 @pytest.fixture
 def no_model_loads(monkeypatch):
     """Any model load fails the test: what it checks must be refused before anything loads."""
-    from dynatree_lib.harness import models
-    from dynatree_lib.harness.profiles import Profile
+    from dynatree_lib.harness.setup import models
+    from dynatree_lib.harness.setup.profiles import Profile
 
     def loaded(*_args, **_kw):
         raise AssertionError("a model was loaded before the command line was checked")
@@ -158,7 +158,7 @@ def llama_draft():
 @pytest.fixture(scope="session")
 def eagle3_head(llama_target):
     """A random EAGLE-3 head on the Llama target's features and embedding, over 80 of its 96 tokens."""
-    from dynatree_lib.harness.tiny import tiny_eagle3
+    from dynatree_lib.harness.setup.tiny import tiny_eagle3
 
     return tiny_eagle3(llama_target, draft_vocab=80, seed=2)
 
@@ -189,8 +189,8 @@ def add_level(tree: Tree, parent, token, logp) -> tuple[Tree, torch.Tensor]:
 def tiny_mlp_head_folder(folder: Path, kind: str) -> Path:
     """A saved random Medusa or Hydra head (``kind``, three levels) on ``tiny-llama:target``."""
     from dynatree_lib.core.drafts.heads.mlp import save_heads
-    from dynatree_lib.harness.models import load_model
-    from dynatree_lib.harness.tiny import tiny_mlp_heads
+    from dynatree_lib.harness.setup.models import load_model
+    from dynatree_lib.harness.setup.tiny import tiny_mlp_heads
 
     target, _ = load_model("tiny-llama:target")
     return save_heads(tiny_mlp_heads(target, kind, heads=3, draft_vocab=64, seed=1), folder, "tiny-llama:target")
@@ -202,8 +202,8 @@ def tiny_head_folder(folder: Path) -> Path:
     import json
 
     from dynatree_lib.core.drafts.heads.eagle3 import save_head
-    from dynatree_lib.harness.models import load_model
-    from dynatree_lib.harness.tiny import tiny_eagle3
+    from dynatree_lib.harness.setup.models import load_model
+    from dynatree_lib.harness.setup.tiny import tiny_eagle3
 
     target, _ = load_model("tiny-llama:target")
     folder = save_head(tiny_eagle3(target, draft_vocab=80, seed=5), folder, "tiny-llama:target")

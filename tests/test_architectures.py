@@ -7,7 +7,7 @@ import transformers as tf
 
 from dynatree_lib import StreamingConfig, generate
 from dynatree_lib.core.loop import KV_MODES
-from dynatree_lib.harness.tiny import perturb
+from dynatree_lib.harness.setup.tiny import perturb
 
 from .conftest import prompts, reference
 

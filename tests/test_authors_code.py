@@ -1,4 +1,4 @@
-"""The authors_code experiments (``harness.authors_code``) without the authors' repository: records, summary, JSON,
+"""The authors_code experiments (``harness.authors.code``) without the authors' repository: records, summary, JSON,
 patches, shims and the refusal of a checkout that is missing or not theirs (their code is not available in CI)."""
 import json
 from pathlib import Path
@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynatree_lib.harness import authors_checkout as ac
-from dynatree_lib.harness import authors_code as ad
-from dynatree_lib.harness import authors_records as ar
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.authors import checkout as ac
+from dynatree_lib.harness.authors import code as ad
+from dynatree_lib.harness.authors import records as ar
+from dynatree_lib.harness.setup.profiles import get_profile
 
 AR = [5, 6, 7, 8, 9, 10]
 FIXED = {"tree_depth": 8, "levels": 9}

@@ -7,10 +7,10 @@ import pytest
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, generate
 from dynatree_lib.core.policies.dynatree import AuthorsHistory
 from dynatree_lib.core.policies.base import Session
-from dynatree_lib.harness import experiments
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.prompts import authors_prompts
-from dynatree_lib.harness.tiny import tiny_tokenizer
+from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.harness.setup.prompts import authors_prompts
+from dynatree_lib.harness.setup.tiny import tiny_tokenizer
 
 from .conftest import prompts
 

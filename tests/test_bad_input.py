@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from dynatree_lib import FixedTreeConfig, LinearConfig, generate
-from dynatree_lib.harness.models import load_pair
-from dynatree_lib.harness.tiny import tiny_gpt_neox
+from dynatree_lib.harness.setup.models import load_pair
+from dynatree_lib.harness.setup.tiny import tiny_gpt_neox
 from dynatree_lib.core.engines.runner import check_pair
 
 from .conftest import MAX_POS

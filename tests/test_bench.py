@@ -5,15 +5,19 @@ import shutil
 
 import pytest
 
-from dynatree_lib.harness import experiments, measure, tuning, variants, workloads
+from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.measure import cell as measure
+from dynatree_lib.harness.experiments import tuning
+from dynatree_lib.harness.setup import variants
+from dynatree_lib.harness.setup import workloads
 from dynatree_lib.reporting import tables
-from dynatree_lib.harness.paths import written_whole
-from dynatree_lib.harness.store import ResultStore
-from dynatree_lib.harness.measure import agreement
-from dynatree_lib.harness.store import config_dict as bench_config
+from dynatree_lib.harness.setup.paths import written_whole
+from dynatree_lib.harness.measure.store import ResultStore
+from dynatree_lib.harness.measure.cell import agreement
+from dynatree_lib.harness.measure.store import config_dict as bench_config
 from dynatree_lib.core.result import GenerationResult, IterationLog, Totals
-from dynatree_lib.harness.metrics import aggregate, prompt_metrics
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.measure.metrics import aggregate, prompt_metrics
+from dynatree_lib.harness.setup.profiles import get_profile
 
 from .tiers import tiered
 
@@ -95,7 +99,7 @@ def smoke_main(tmp_path_factory):
 
 def expected_rows(prof, rec) -> int:
     """Prompts behind a record: its cell's count, times the categories for Spec-Bench."""
-    from dynatree_lib.harness.splits import CATEGORIES
+    from dynatree_lib.harness.setup.splits import CATEGORIES
 
     cell = experiments.Cell(dataset=rec["dataset"], method=rec["method"], variant=rec["variant"], config=None,
                             T=rec["T"], L_max=rec["L_max"], dtype=rec["dtype"], tags=rec["tags"])
@@ -299,7 +303,7 @@ def test_render_only_refuses_to_measure(tmp_path):
 
 
 def test_context_override_lets_a_long_run_through():
-    from dynatree_lib.harness.models import load_pair
+    from dynatree_lib.harness.setup.models import load_pair
 
     target, draft, _ = load_pair("tiny:target", "tiny:draft", context_override=1024)
     assert target.config.max_position_embeddings == draft.config.max_position_embeddings == 1024
@@ -330,8 +334,8 @@ def test_memory_cells_measure_their_own_models():
     """Each memory cell runs in a fresh process and loads only the models its method needs; its footprint is its
     peak less the process's runtime. (That the peaks do not depend on the order of cells is a measurement:
     ``tools/ratio_report.py memory``.)"""
-    from dynatree_lib.harness.memory import measure_in_process
-    from dynatree_lib.harness.measure import Cell
+    from dynatree_lib.harness.measure.memory import measure_in_process
+    from dynatree_lib.harness.measure.cell import Cell
     from dynatree_lib import DynaTreeConfig
 
     prof = get_profile("smoke", T=16)
@@ -346,7 +350,7 @@ def test_memory_cells_measure_their_own_models():
 
 
 def test_results_md_holds_every_table():
-    from dynatree_lib.harness.paths import REPO
+    from dynatree_lib.harness.setup.paths import REPO
 
     text = (REPO / "RESULTS.md").read_text()
     missing = [f.stem for f in (REPO / "figures" / "cpu").glob("*.md") if f.read_text().strip() not in text]

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from dynatree_lib import cli
-from dynatree_lib.harness import tiny
-from dynatree_lib.harness.data import chat_prompt
+from dynatree_lib.harness.setup import tiny
+from dynatree_lib.harness.setup.data import chat_prompt
 
 QUESTION = "Name three primary colors."
 
@@ -104,7 +104,7 @@ def test_chat_turn_on_the_cpu_pair(capsys):
 
 def test_the_committed_head_drafts_when_named(capsys):
     """--draft names what drafts: the committed EAGLE-3 head with EAGLE-3's tree (its TALON tuning's setting)."""
-    from dynatree_lib.harness.weights import COMMITTED_DRAFTS, head_folder, is_head
+    from dynatree_lib.harness.setup.weights import COMMITTED_DRAFTS, head_folder, is_head
 
     for ref in COMMITTED_DRAFTS:
         assert not is_head(ref) or (head_folder(ref) / "config.json").exists(), ref

@@ -55,7 +55,7 @@ def test_a_peer_method_is_refused_by_name_never_decoded_as_ar(no_model_loads, mo
 
 
 def test_a_method_without_a_setting_is_refused_by_name_not_replaced_by_ar():
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     for name in PEERS + ["dynatree_cost"]:
         with pytest.raises(ValueError, match=rf"method '{name}' has no setting of its own in profile 'smoke'"):
@@ -175,7 +175,7 @@ def test_long_steps_say_so_before_they_start(monkeypatch, capsys, tmp_path):
     import torch
 
     from dynatree_lib.core.engines import kernels, static
-    from dynatree_lib.harness.tiny import tiny_llama
+    from dynatree_lib.harness.setup.tiny import tiny_llama
 
     monkeypatch.setattr(torch, "compile", lambda module, **kw: module)
     monkeypatch.setattr(static.StaticRunner, "warm", lambda self: None)
@@ -218,7 +218,7 @@ def test_converting_the_target_says_so_first(monkeypatch, capsys, tmp_path):
     """The first load converts the GGUF target (seconds): a line says so before it starts."""
     import transformers
 
-    from dynatree_lib.harness import weights
+    from dynatree_lib.harness.setup import weights
 
     class Stop(Exception):
         pass
@@ -234,7 +234,7 @@ def test_converting_the_target_says_so_first(monkeypatch, capsys, tmp_path):
 
 def test_a_notebooks_json_list_becomes_the_profiles_tuple():
     """run_all's --set reaches a notebook as papermill JSON, where a tuple is a list."""
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.setup.profiles import get_profile
     prof = get_profile("smoke", workloads=["wikitext2", "spec_bench"], temperatures=[1.0])
     assert prof.protocol.workloads == ("wikitext2", "spec_bench") and prof.protocol.temperatures == (1.0,)
 

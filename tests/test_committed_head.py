@@ -9,8 +9,8 @@ import torch
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
 from dynatree_lib.core.engines import kernels
 from dynatree_lib.core.drafts.heads.eagle3 import load_head, read_config
-from dynatree_lib.harness.models import input_embedding, load_pair
-from dynatree_lib.harness.paths import REPO
+from dynatree_lib.harness.setup.models import input_embedding, load_pair
+from dynatree_lib.harness.setup.paths import REPO
 
 from .conftest import NO_KERNEL
 from .test_eagle3_fused import Twin
@@ -131,8 +131,8 @@ def test_the_vocabulary_report_reads_the_committed_heads_shape():
 def test_the_profiles_head_reference_resolves_from_any_directory(tmp_path, monkeypatch):
     """``eagle3:weights/smollm2-eagle3`` (the cpu profile's) names the repository's folder from a notebook's working
     directory too; a folder under the working directory wins, and a missing one is named."""
-    from dynatree_lib.harness.profiles import get_profile
-    from dynatree_lib.harness.weights import head_folder
+    from dynatree_lib.harness.setup.profiles import get_profile
+    from dynatree_lib.harness.setup.weights import head_folder
 
     ref = get_profile("cpu").extras.head
     monkeypatch.chdir(tmp_path)
@@ -146,7 +146,7 @@ def test_the_tree_depth_record_is_dev_only_exact_and_at_eagles_defaults():
     """``results/cpu/head_tree_depth.json`` (the ``head_tree_depth`` experiment): Spec-Bench dev questions only, every
     output equal to AR's, EAGLE-3's tree at SafeAILab/EAGLE's defaults, the committed head's weights."""
     from dynatree_lib.core.policies.eagle_tree import Eagle3TreeConfig
-    from dynatree_lib.harness.prompts import candidates
+    from dynatree_lib.harness.setup.prompts import candidates
 
     rec = json.loads((REPO / "results" / "cpu" / "head_tree_depth.json").read_text())
     assert set(rec["prompt_ids"]) <= set(candidates("spec_bench", "dev")) and rec["split"] == "dev"

@@ -9,9 +9,9 @@ import torch
 from dynatree_lib import generate
 from dynatree_lib.train.mlp_card import card
 from dynatree_lib.train.publish import published_folder
-from dynatree_lib.harness.models import load_pair
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.talon_experiment import MEDUSA_TREE
+from dynatree_lib.harness.setup.models import load_pair
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.harness.experiments.talon import MEDUSA_TREE
 
 KINDS = ("medusa", "hydra")
 

@@ -74,7 +74,7 @@ def test_controlled_on_the_fast_path_and_on_a_head_equals_ar(llama_target, fast_
 def test_controlled_over_medusa_and_hydra_heads_equals_ar(llama_target, fast_pair, kind):
     """Heads one per level (no tree deeper than three) under a controller that keeps switching budgets."""
     from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
-    from dynatree_lib.harness.tiny import tiny_mlp_heads
+    from dynatree_lib.harness.setup.tiny import tiny_mlp_heads
 
     tgt, _ = fast_pair
     drf = MLPHeadRunner(tiny_mlp_heads(llama_target, kind, heads=3, draft_vocab=80, seed=2))
@@ -120,7 +120,7 @@ def test_controlled_sampling_keeps_the_target_law(bigram_pair, one_thread, name,
 @pytest.mark.parametrize("name", ["linear", "fixed_tree", "dynatree"])
 def test_controlled_sampling_over_an_eagle3_head_keeps_the_target_law(bigram_pair, one_thread, name):
     from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
-    from dynatree_lib.harness.tiny import tiny_eagle3
+    from dynatree_lib.harness.setup.tiny import tiny_eagle3
 
     drf = Eagle3Runner(tiny_eagle3(bigram_pair[0], draft_vocab=6, seed=1, init_range=0.5))
     _, stat, df = sample(bigram_pair, name, SETTINGS["t0.7-top5-p0.9"], draft=drf, control=CONTROLS["restless"])

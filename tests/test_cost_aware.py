@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dynatree_lib import CostAwareConfig, DynaTreeConfig, generate
-from dynatree_lib.harness.costs import interp
+from dynatree_lib.harness.experiments.costs import interp
 from dynatree_lib.core.tree import Tree, select_path
 
 from .conftest import add_level, prompts

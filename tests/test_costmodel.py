@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from dynatree_lib.harness import costs as costmodel
-from dynatree_lib.harness.costs import COLD, chain_speedup, forward_costs, predict_iteration, predict_ms_per_token
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.experiments import costs as costmodel
+from dynatree_lib.harness.experiments.costs import COLD, chain_speedup, forward_costs, predict_iteration, predict_ms_per_token
+from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.core.engines.hf import HFRunner
 
 FLAT = {"target": {"1": 10.0, "2": 10.0, "64": 10.0}, "draft": {"1": 1.0, "64": 1.0}, COLD: {"1": 1.0, "64": 1.0},
@@ -80,7 +80,7 @@ def test_loop_costs_time_the_loop_without_forwards(target, draft):
     """A drafting level with the draft's logits replayed, and a commit: both positive, and the runners
     are left as they were found apart from their caches (the draft's emptied)."""
     from dynatree_lib import DynaTreeConfig
-    from dynatree_lib.harness.costs import loop_costs
+    from dynatree_lib.harness.experiments.costs import loop_costs
 
     t, d = HFRunner(target), HFRunner(draft, list(range(0, 96, 2)))
     calls = []
@@ -107,7 +107,7 @@ def test_cost_model_table_scales_by_the_same_runs_ar():
 
 
 def test_one_token_ratio_pairs_its_rounds(target, draft):
-    from dynatree_lib.harness.environment import BandwidthProbe
+    from dynatree_lib.harness.measure.environment import BandwidthProbe
 
     t, d = HFRunner(target), HFRunner(draft)
     one = costmodel.one_token_ratio(t, d, 12, rounds=3, reps=2, span_s=0.2, probe=BandwidthProbe(mib=8))

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from dynatree_lib.harness.data import REPO_DATA, data_dir, load_texts, training_text, wikitext_valid_text
-from dynatree_lib.harness.prompts import load_prompts
-from dynatree_lib.harness.tiny import tiny_tokenizer
+from dynatree_lib.harness.setup.data import REPO_DATA, data_dir, load_texts, training_text, wikitext_valid_text
+from dynatree_lib.harness.setup.prompts import load_prompts
+from dynatree_lib.harness.setup.tiny import tiny_tokenizer
 
 from .conftest import REPO, needs_git_checkout
 
@@ -117,7 +117,9 @@ import sys
 from pathlib import Path
 clone = Path(sys.argv[1]).resolve()
 import dynatree_lib
-from dynatree_lib.harness import data, models, prompts
+from dynatree_lib.harness.setup import data
+from dynatree_lib.harness.setup import models
+from dynatree_lib.harness.setup import prompts
 from dynatree_lib.reporting import tables
 assert clone in Path(dynatree_lib.__file__).resolve().parents, dynatree_lib.__file__
 assert data.data_dir() == clone / "data", data.data_dir()

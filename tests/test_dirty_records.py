@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from dynatree_lib.harness import environment as env_mod
-from dynatree_lib.harness import store as store_mod
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.store import ALLOW_DIRTY, ResultStore, results_path, write_report
+from dynatree_lib.harness.measure import environment as env_mod
+from dynatree_lib.harness.measure import store as store_mod
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.harness.measure.store import ALLOW_DIRTY, ResultStore, results_path, write_report
 
 DIRTY = {"git_commit": "abc1234", "git_dirty": True, "git_dirty_files": ["tools/forward_bench.py"]}
 
@@ -85,9 +85,9 @@ def test_a_file_holds_one_machine_kinds_records(results):
 
 
 def test_a_machine_kinds_records_live_in_their_own_folder():
-    from dynatree_lib.harness.machine import describe, kind_of
-    from dynatree_lib.harness.profiles import get_profile
-    from dynatree_lib.harness.store import results_path
+    from dynatree_lib.harness.setup.machine import describe, kind_of
+    from dynatree_lib.harness.setup.profiles import get_profile
+    from dynatree_lib.harness.measure.store import results_path
 
     assert results_path("costs", get_profile("cpu")).parent.name == "cpu"
     assert results_path("costs", get_profile("cpu", machine="intel-amx")).parent.name == "cpu@intel-amx"
@@ -101,7 +101,7 @@ def test_a_machine_kinds_records_live_in_their_own_folder():
 def test_another_machine_kind_tunes_only_where_its_tuning_was_begun(tmp_path):
     """On the reference machine an experiment runs its tuning first; another kind adopts the reference's settings
     until its own tuning file exists (begun with ``bench --experiment talon_tuning --set machine=...``)."""
-    from dynatree_lib.harness.experiments import tunes_here
+    from dynatree_lib.harness.experiments.catalog import tunes_here
 
     ref, amx = get_profile("cpu"), get_profile("cpu", machine="intel-amx")
     assert tunes_here("talon_tuning", ref, tmp_path) and not tunes_here("talon_tuning", amx, tmp_path)

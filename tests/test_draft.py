@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from dynatree_lib.train.train import distill_loss
-from dynatree_lib.harness.paths import DRAFT_DIR, REPO
-from dynatree_lib.harness.models import load_pair
-from dynatree_lib.harness.tiny import tiny_llama
+from dynatree_lib.harness.setup.paths import DRAFT_DIR, REPO
+from dynatree_lib.harness.setup.models import load_pair
+from dynatree_lib.harness.setup.tiny import tiny_llama
 from dynatree_lib.core.engines.runner import check_pair
 
 
@@ -68,7 +68,7 @@ def test_committed_draft_borrows_the_target_embedding(pair):
     input embedding (bf16) as its tied head, and the records log where the embedding came from."""
     from safetensors.torch import load_file
 
-    from dynatree_lib.harness.weights import weights_info
+    from dynatree_lib.harness.setup.weights import weights_info
 
     target, draft, _ = pair
     committed = load_file(str(DRAFT_DIR / "model.safetensors"))
@@ -83,8 +83,8 @@ def test_committed_draft_borrows_the_target_embedding(pair):
 
 def test_draft_shares_the_vocabulary(pair):
     """Same tokenizer as the target, and its head was trained over exactly the tokens the cpu profile drafts with."""
-    from dynatree_lib.harness.profiles import get_profile
-    from dynatree_lib.harness.weights import frequent_tokens
+    from dynatree_lib.harness.setup.profiles import get_profile
+    from dynatree_lib.harness.setup.weights import frequent_tokens
 
     target, draft, tok = pair
     check_pair(target, draft)
@@ -253,7 +253,7 @@ def test_the_draft_shares_the_target_embedding_it_borrows(pair):
 def test_overlap_is_the_acceptance_of_one_drawn_token():
     """sum(min(p, q)): 1 for equal laws, 0 for disjoint ones, a draft head's missing tokens count as q = 0, and it
     equals the rate at which speculative sampling accepts a token drawn from q (min(1, p/q))."""
-    from dynatree_lib.harness.pair import overlap
+    from dynatree_lib.harness.experiments.pair import overlap
 
     p = torch.tensor([[0.5, 0.3, 0.2, 0.0]]).log()
     assert torch.allclose(overlap(p, p), torch.tensor([1.0]))

@@ -8,10 +8,10 @@ import torch
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, StreamingConfig, TalonConfig, generate
 from dynatree_lib.core.loop import KV_MODES
 from dynatree_lib.core.engines.static import StaticRunner
-from dynatree_lib.harness.paths import DRAFT_DIR
-from dynatree_lib.harness.weights import frequent_tokens
-from dynatree_lib.harness.models import load_pair
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.setup.paths import DRAFT_DIR
+from dynatree_lib.harness.setup.weights import frequent_tokens
+from dynatree_lib.harness.setup.models import load_pair
+from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.core.engines.hf import HFRunner
 
 from .conftest import VOCAB, prompts

@@ -13,7 +13,7 @@ from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
 from dynatree_lib.core.drafts.heads.base import waves
 from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner
 from dynatree_lib.core.engines.hf import HFRunner
-from dynatree_lib.harness.tiny import tiny_eagle3
+from dynatree_lib.harness.setup.tiny import tiny_eagle3
 
 from .conftest import prompts
 
@@ -185,8 +185,8 @@ def test_a_head_file_that_does_not_fit_is_refused(llama_target, head, tmp_path):
 def test_a_head_folder_is_a_draft_reference(tmp_path):
     """``eagle3:<folder>`` loads as any draft: through a profile and ``load_pair``, on the eager and the static
     engines, borrowing the target's embedding tensor, and ``generate`` drafts with it exactly."""
-    from dynatree_lib.harness.models import load_model, load_pair
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.setup.models import load_model, load_pair
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     target, _ = load_model("tiny-llama:target")
     save_head(tiny_eagle3(target, draft_vocab=200, seed=3), tmp_path, verifier="tiny-llama:target")

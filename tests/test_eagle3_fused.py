@@ -21,7 +21,7 @@ from dynatree_lib.core.drafts.heads.eagle3_fused import FusedEagle3Runner, head_
 from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
 from dynatree_lib.core.engines.static import StaticRunner
 from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner
-from dynatree_lib.harness.tiny import tiny_eagle3, tiny_llama
+from dynatree_lib.harness.setup.tiny import tiny_eagle3, tiny_llama
 
 from .conftest import NO_KERNEL, FannedRunner, SameBits, prompts
 
@@ -151,7 +151,7 @@ def test_bf16_decoding_with_the_fused_head_is_bf16_ar(pair, name, kv_mode):
     """The fused target is batch-invariant, so whatever the head drafts, every decoder commits bf16 AR's tokens:
     a one-token prompt, T = 1 and prompts near the context limit included; with the context lookup on a prompt the
     target repeats, drafts are accepted (the head's cache committed through a tree)."""
-    from dynatree_lib.harness.models import rope_tables
+    from dynatree_lib.harness.setup.models import rope_tables
 
     target, head = pair
     drf = head_runner(own(head), fused=True, rope=rope_tables(target))
@@ -170,7 +170,7 @@ def test_bf16_decoding_with_the_fused_head_is_bf16_ar(pair, name, kv_mode):
 def test_the_fused_head_reads_the_targets_rope_tables_where_they_are_its_own(pair):
     """One copy of the RoPE tables: the head's runner reads the target's (the same values: the same logits), and
     keeps its own where the target's differ or are too short."""
-    from dynatree_lib.harness.models import rope_tables
+    from dynatree_lib.harness.setup.models import rope_tables
 
     target, head = pair
     rope = rope_tables(target)

@@ -13,9 +13,9 @@ from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
 from dynatree_lib.core.engines.static import StaticRunner
 from dynatree_lib.core.engines.hf import HFRunner
 from dynatree_lib.core.sampling import full_logrow
-from dynatree_lib.harness.costs import forward_costs, hand_features, loop_costs, one_token_ratio
-from dynatree_lib.harness.pair import sequence_flags, teacher_forced, teacher_forced_head
-from dynatree_lib.harness.tiny import tiny_eagle3
+from dynatree_lib.harness.experiments.costs import forward_costs, hand_features, loop_costs, one_token_ratio
+from dynatree_lib.harness.experiments.pair import sequence_flags, teacher_forced, teacher_forced_head
+from dynatree_lib.harness.setup.tiny import tiny_eagle3
 
 from .conftest import prompts
 from .test_eagle3 import target_features
@@ -125,9 +125,9 @@ def test_run_pair_reports_a_head_beside_another_draft(tmp_path):
     """``run_pair`` with ``eagle3:<folder>`` as the draft: agreement, ECE and overlap per workload and Spec-Bench
     category on the greedy and the sampled output, with and without the lookup of its folder; no bits/byte of
     the head; the versions table reads it beside another report."""
-    from dynatree_lib.harness.models import load_model
-    from dynatree_lib.harness.pair import run_pair
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.setup.models import load_model
+    from dynatree_lib.harness.experiments.pair import run_pair
+    from dynatree_lib.harness.setup.profiles import get_profile
     from dynatree_lib.reporting.pair_tables import draft_versions_table, pair_table
 
     target, _ = load_model("tiny-llama:target")

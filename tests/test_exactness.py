@@ -126,7 +126,7 @@ def test_mlp_heads_speculative_equals_ar(llama_target, fast_ar, kind, name, engi
     """Medusa and Hydra heads drafting from the target's last hidden state (eager or the fast path's), their
     trees cut at their three levels."""
     from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
-    from dynatree_lib.harness.tiny import tiny_mlp_heads
+    from dynatree_lib.harness.setup.tiny import tiny_mlp_heads
 
     tgt = llama_target if engine == "eager" else StaticRunner(llama_target)
     drf = MLPHeadRunner(tiny_mlp_heads(llama_target, kind, heads=3, draft_vocab=80, seed=2))
@@ -231,7 +231,7 @@ def test_low_precision_decoders_depart_from_ar_only_at_near_ties():
     asserted; what must hold is that a decoder departs from AR only where two tokens nearly tie, and that the
     agreeing draft gets tokens accepted."""
     from dynatree_lib.core.engines.static import StaticRunner
-    from dynatree_lib.harness.tiny import perturb, tiny_llama
+    from dynatree_lib.harness.setup.tiny import perturb, tiny_llama
 
     m = tiny_llama(layers=2, vocab_size=96).to(torch.bfloat16)
     d = perturb(tiny_llama(layers=2, vocab_size=96), 0.03, 1).to(torch.bfloat16)

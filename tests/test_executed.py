@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from dynatree_lib.harness.paths import REPO
+from dynatree_lib.harness.setup.paths import REPO
 from dynatree_lib.reporting.executed import WIDGET_VIEW, comparable, kernel_config, render_diff, strip
 
 EXECUTED = sorted(REPO.glob("executed/*/*.ipynb"))

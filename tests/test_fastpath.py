@@ -6,7 +6,7 @@ import torch
 from dynatree_lib import DynaTreeConfig, LinearConfig, generate
 from dynatree_lib.core.engines import kernels
 from dynatree_lib.core.engines.static import StaticRunner, gqa_attention, linear
-from dynatree_lib.harness.tiny import perturb, tiny_llama
+from dynatree_lib.harness.setup.tiny import perturb, tiny_llama
 from dynatree_lib.core.engines.hf import HFRunner
 
 from .conftest import NO_KERNEL, prompts
@@ -135,7 +135,7 @@ def test_a_runner_shares_the_tensors_it_reads_as_the_model_holds_them(llama_targ
 
 
 def test_a_draft_holding_the_targets_embedding_shares_it_with_the_same_logits():
-    from dynatree_lib.harness.models import share_embedding
+    from dynatree_lib.harness.setup.models import share_embedding
 
     target, draft = (tiny_llama(seed=s, vocab_size=64, hidden_size=32, layers=1, max_positions=64) for s in (0, 1))
     assert not share_embedding(target, draft)  # other values: each keeps its own

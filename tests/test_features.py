@@ -9,7 +9,7 @@ from dynatree_lib.core.engines import kernels
 from dynatree_lib.core.engines.static import StaticRunner
 from dynatree_lib.core.engines.hf import HFRunner
 from dynatree_lib.core.engines.runner import Draft, Runner, Target
-from dynatree_lib.harness.tiny import tiny_llama
+from dynatree_lib.harness.setup.tiny import tiny_llama
 
 from .conftest import prompts
 

@@ -10,11 +10,12 @@ import pytest
 
 from dynatree_lib import generate, methods as registry
 from dynatree_lib.core.engines.static import StaticRunner
-from dynatree_lib.harness import experiments, variants
-from dynatree_lib.harness.costs import head_curves, predict_ms_per_token
-from dynatree_lib.harness.frontier import BUDGETS, FRONTIER, FRONTIER_WORKLOADS, frontier_methods
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.workloads import SPEC_BENCH
+from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.setup import variants
+from dynatree_lib.harness.experiments.costs import head_curves, predict_ms_per_token
+from dynatree_lib.harness.experiments.frontier import BUDGETS, FRONTIER, FRONTIER_WORKLOADS, frontier_methods
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.harness.setup.workloads import SPEC_BENCH
 from dynatree_lib.reporting import frontier_tables as ft, plots
 
 from .conftest import prompts, reference
@@ -99,8 +100,8 @@ def test_dynatree_on_a_draft_model_at_a_frontier_budget_equals_ar(fast_pair, lla
 def test_a_cell_of_its_own_loads_a_draft_model_beside_the_profiles_head():
     """``runner.own_drafts``: a head reference over the running target, a draft model reference as its pair loads
     it (here the smoke profile's tiny draft), each once."""
-    from dynatree_lib.harness import runner
-    from dynatree_lib.harness.measure import Cell
+    from dynatree_lib.harness.measure import bench as runner
+    from dynatree_lib.harness.measure.cell import Cell
 
     p = get_profile("smoke")
     target, draft, _ = p.load_pair()

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from dynatree_lib.train.train import distill_loss
-from dynatree_lib.harness.paths import REPO
-from dynatree_lib.harness.tiny import tiny_llama
-from dynatree_lib.harness.weights import smollm2_folder, smollm2_gguf
+from dynatree_lib.harness.setup.paths import REPO
+from dynatree_lib.harness.setup.tiny import tiny_llama
+from dynatree_lib.harness.setup.weights import smollm2_folder, smollm2_gguf
 
 from .conftest import load_tool
 
@@ -68,7 +68,7 @@ def test_bad_inputs_name_the_file(tmp_path):
     import pytest
 
     from dynatree_lib.train.early_exit import load_distilled
-    from dynatree_lib.harness.weights import assembled_draft_folder
+    from dynatree_lib.harness.setup.weights import assembled_draft_folder
 
     with pytest.raises(FileNotFoundError, match="result.json is missing"):
         load_distilled(tmp_path)

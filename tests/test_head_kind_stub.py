@@ -10,7 +10,7 @@ from torch import nn
 from dynatree_lib import DynaTreeConfig, LinearConfig, TalonConfig, generate
 from dynatree_lib.core.drafts.heads import kinds
 from dynatree_lib.core.drafts.heads.base import HeadRunner
-from dynatree_lib.harness.models import load_head_draft
+from dynatree_lib.harness.setup.models import load_head_draft
 
 from .conftest import prompts
 

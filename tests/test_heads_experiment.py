@@ -6,8 +6,8 @@ import json
 import pytest
 
 from dynatree_lib import methods as registry
-from dynatree_lib.harness import experiments
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.reporting import tables
 
 from .conftest import tiny_head_folder

@@ -2,7 +2,7 @@
 Spec-Bench question (any turn), the WikiText-2 test split or the PG-19 test books, and none is an evaluation prompt
 of the instruction workload."""
 from dynatree_lib.train import instructions
-from dynatree_lib.harness.data import spec_bench_questions
+from dynatree_lib.harness.setup.data import spec_bench_questions
 
 
 def test_instructions_are_disjoint_from_every_evaluation_text():

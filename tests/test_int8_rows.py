@@ -13,7 +13,7 @@ from dynatree_lib.core.engines import int8_rows, kernels
 from dynatree_lib.core.drafts.heads.eagle3_fused import FusedEagle3Runner
 from dynatree_lib.core.engines.static import StaticRunner
 from dynatree_lib.core.engines.ownership import reachable_storages
-from dynatree_lib.harness.tiny import tiny_eagle3, tiny_llama
+from dynatree_lib.harness.setup.tiny import tiny_eagle3, tiny_llama
 
 from .conftest import NO_KERNEL, SameBits, prompts
 

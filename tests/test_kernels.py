@@ -11,7 +11,7 @@ import torch
 from dynatree_lib.core.engines import kernels
 from dynatree_lib.core.loop import KV_MODES
 from dynatree_lib.core.engines.static import StaticRunner
-from dynatree_lib.harness.tiny import tiny_llama
+from dynatree_lib.harness.setup.tiny import tiny_llama
 from dynatree_lib.core.engines.runner import additive_mask
 
 from .conftest import NO_KERNEL
@@ -132,7 +132,7 @@ def test_bf16_speculative_decoding_reproduces_bf16_ar(isa):
     every exact decoder's bf16 tokens are bf16 AR's, trees included."""
     from dynatree_lib import DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
 
-    from dynatree_lib.harness.tiny import perturb
+    from dynatree_lib.harness.setup.tiny import perturb
 
     shape = dict(hidden_size=128, heads=4, kv_heads=2, vocab_size=96, max_positions=160)
     m = tiny_llama(seed=1, **shape).to(torch.bfloat16)
@@ -154,7 +154,7 @@ def test_bf16_speculative_decoding_reproduces_bf16_ar(isa):
 
 def _fused_pair():
     """bf16 Llama pair whose sizes the one-call forward takes (head size 32), as fused and as layered runners."""
-    from dynatree_lib.harness.tiny import perturb
+    from dynatree_lib.harness.setup.tiny import perturb
 
     m = tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160)
     d = perturb(tiny_llama(seed=3, hidden_size=128, heads=4, kv_heads=2, layers=3, vocab_size=96, max_positions=160),

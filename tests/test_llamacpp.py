@@ -1,6 +1,6 @@
-"""The llama.cpp peer (``harness.llamacpp``) without llama.cpp: the server's command line, request and the parsing of
+"""The llama.cpp peer (``harness.peers.llamacpp_server``) without llama.cpp: the server's command line, request and the parsing of
 recorded responses (``tests/data/llamacpp``), the build and GGUF locations and their errors when llama.cpp or a
-converted GGUF is absent, and llama.cpp as a registered method (``harness.peers``). The command-line examples' tests:
+converted GGUF is absent, and llama.cpp as a registered method (``harness.peers.llamacpp``). The command-line examples' tests:
 ``test_llamacpp_run.py``."""
 import hashlib
 import json
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dynatree_lib.harness import llamacpp as L
-from dynatree_lib.harness.paths import DRAFT_DIR
+from dynatree_lib.harness.peers import llamacpp_server as L
+from dynatree_lib.harness.setup.paths import DRAFT_DIR
 
 DATA = Path(__file__).parent / "data" / "llamacpp"
 AR_TEXT = (" British military might .\n\nThe military history of Gibraltar during World War II is a testament to the "
@@ -88,7 +88,7 @@ def test_absent_gguf(tmp_path, monkeypatch):
         L.draft_gguf(assembled, bin_dir)
 
 
-# ---- the peer as a registered method (harness.peers) ---------------------------------------------------------------
+# ---- the peer as a registered method (harness.peers.llamacpp) ---------------------------------------------------------------
 
 class RecordedServer:
     """Answers every completion with a recorded llama-server response."""
@@ -108,7 +108,7 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
     import torch
 
     from dynatree_lib import generate
-    from dynatree_lib.harness import peers
+    from dynatree_lib.harness.peers import llamacpp as peers
 
     from dynatree_lib import methods as registry
 
@@ -121,7 +121,7 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
     assert res.tokens == row["token_ids"] and res.wall_s == pytest.approx(row["prefill_s"] + row["decode_s"])
     assert res.accepted == row["n_accepted"] and res.iterations == len(res.tokens) - row["n_accepted"]
     assert res.engine.startswith("llama.cpp")
-    from dynatree_lib.harness.measure import Cell, engine_info
+    from dynatree_lib.harness.measure.cell import Cell, engine_info
 
     at = dict(dataset="wikitext2", T=32, L_max=8, dtype="bfloat16")
     info = engine_info(Cell(method="llamacpp", variant=peers.PEERS[0].variant, config=cfg, **at))["engine_info"]
@@ -140,7 +140,7 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
 
 
 def test_eos_is_kept_as_our_decoders_keep_it():
-    from dynatree_lib.harness import peers
+    from dynatree_lib.harness.peers import llamacpp as peers
 
     row = {"token_ids": [5, 6], "stop_type": "eos", "wall_s": 1.0, "prefill_s": 0.1, "version": "v"}
     assert peers.result_of(row, eos=2).tokens == [5, 6, 2]
@@ -150,8 +150,9 @@ def test_eos_is_kept_as_our_decoders_keep_it():
 def test_the_peers_cells_do_not_depend_on_the_build(monkeypatch):
     """Whether llama.cpp is built decides what is measured, never which cells (and so which records render): the
     cpu profile's cells put llama.cpp beside our AR on every workload, its own AR tagged as its reference."""
-    from dynatree_lib.harness import experiments, peers
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.experiments import catalog as experiments
+    from dynatree_lib.harness.peers import llamacpp as peers
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     prof = get_profile("cpu", candidates=None)
     monkeypatch.setattr(peers, "available", lambda: False)
@@ -167,8 +168,9 @@ def test_the_peers_cells_do_not_depend_on_the_build(monkeypatch):
 
 
 def test_without_llamacpp_its_cells_are_skipped_by_name_and_a_rerun_keeps_its_records(monkeypatch, tmp_path, capsys):
-    from dynatree_lib.harness import experiments, peers
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.experiments import catalog as experiments
+    from dynatree_lib.harness.peers import llamacpp as peers
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     prof = get_profile("cpu", candidates=None)
     monkeypatch.setattr(peers, "available", lambda: False)

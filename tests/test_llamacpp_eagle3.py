@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dynatree_lib.harness import eagle3_gguf as G
-from dynatree_lib.harness import llamacpp as H
-from dynatree_lib.harness import llamacpp_eagle3 as E
-from dynatree_lib.harness.paths import REPO
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.peers import eagle3_gguf as G
+from dynatree_lib.harness.peers import llamacpp_server as H
+from dynatree_lib.harness.peers import llamacpp_eagle3 as E
+from dynatree_lib.harness.setup.paths import REPO
+from dynatree_lib.harness.setup.profiles import get_profile
 
 HEAD = REPO / "weights" / "smollm2-eagle3"
 RESULT = REPO / "results" / "cpu" / "llamacpp_eagle3.json"
@@ -88,7 +88,7 @@ def test_the_record_says_what_ran_and_where(rec):
 
 
 def test_the_record_uses_dev_prompts_and_adds_up(rec):
-    from dynatree_lib.harness.prompts import candidates
+    from dynatree_lib.harness.setup.prompts import candidates
 
     rows = rec["prompts"]
     assert {r["workload"] for r in rows} == {"spec_bench", "wikitext2"} and len(rows) == rec["summary"]["n_prompts"]
@@ -170,7 +170,7 @@ def test_where_an_examples_text_leaves_ars_tokens():
     ``"\\xa9"``: " Ω") judged with its character; an example may run past ``n_new`` tokens, never stop short."""
     from transformers import AutoTokenizer
 
-    from dynatree_lib.harness.weights import smollm2_folder
+    from dynatree_lib.harness.setup.weights import smollm2_folder
 
     tok = AutoTokenizer.from_pretrained(smollm2_folder())
     ar = [450, 33, 446, 216, 33, 5664, 119, 284]  # " L1 = 1 Ω and"
@@ -208,7 +208,7 @@ def _built() -> str | None:
 def test_the_head_converts_and_llamacpp_decodes_with_it_as_its_own_ar():
     from transformers import AutoTokenizer
 
-    from dynatree_lib.harness.weights import smollm2_folder
+    from dynatree_lib.harness.setup.weights import smollm2_folder
 
     gguf, argv = E.convert(HEAD)  # verified tensor by tensor against the folder
     assert gguf.name == f"eagle3-{sha256(HEAD / 'model.safetensors')[:12]}-bf16.gguf" and "--target-model-dir" in argv

@@ -1,4 +1,4 @@
-"""llama.cpp's command-line examples (``harness.llamacpp_cli``) without llama.cpp: their command lines, the parsing
+"""llama.cpp's command-line examples (``harness.peers.llamacpp_cli``) without llama.cpp: their command lines, the parsing
 of the logs recorded from real runs (``tests/data/llamacpp``: ggml-org/llama.cpp@0c1e57098 as vendored by
 llama-cpp-python 0.3.36, 32 new tokens of one WikiText-2 prompt and a chat prompt to EOS, timings uncontrolled), and
 their errors when llama.cpp is absent. One test runs llama-tokenize when a build is found (skipped otherwise).
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dynatree_lib.harness import llamacpp as H
-from dynatree_lib.harness import llamacpp_cli as L
+from dynatree_lib.harness.peers import llamacpp_server as H
+from dynatree_lib.harness.peers import llamacpp_cli as L
 
 DATA = Path(__file__).parent / "data" / "llamacpp"
 RUNS = sorted(p.name.removesuffix(".json") for p in DATA.glob("*.json") if not p.name.endswith(".response.json"))

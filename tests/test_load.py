@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dynatree_lib.harness import load
+from dynatree_lib.harness.measure import load
 
 SPIN = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 60: pass"]
 
@@ -86,7 +86,7 @@ def test_a_replicate_process_inherits_the_check(fresh, monkeypatch):
 
 
 def test_an_untimed_profile_is_not_checked(fresh, monkeypatch):
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     monkeypatch.setattr(load, "check_idle", lambda what: pytest.fail("checked"))
     load.guard(get_profile("smoke"), "smoke/x")
@@ -97,7 +97,7 @@ def held_elsewhere(path):
     """A lock on ``path`` held by another process for the block (yields its pid), which then ends."""
     repo = str(Path(__file__).resolve().parents[1])
     holder = subprocess.Popen([sys.executable, "-c", f"import sys, time; sys.path.insert(0, {repo!r})\n"
-                               "from dynatree_lib.harness.load import FileLock\n"
+                               "from dynatree_lib.harness.measure.load import FileLock\n"
                                f"assert FileLock({str(path)!r}).acquire()\nprint('held', flush=True)\n"
                                "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:

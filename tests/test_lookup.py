@@ -14,8 +14,8 @@ from dynatree_lib.core.loop import KV_MODES, speculative_decode
 from dynatree_lib.core.drafter import DraftState, draft_tree
 from dynatree_lib.core.engines.static import StaticRunner
 from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner, NGramIndex, mix, mix_rows
-from dynatree_lib.harness.paths import DRAFT_DIR
-from dynatree_lib.harness.weights import lookup_config
+from dynatree_lib.harness.setup.paths import DRAFT_DIR
+from dynatree_lib.harness.setup.weights import lookup_config
 from dynatree_lib.core.engines.hf import HFRunner
 from dynatree_lib.core.tree import copy_outcomes
 from dynatree_lib.train.lookup_fit import LOOKUP_WEIGHTS, fit_weights, matched

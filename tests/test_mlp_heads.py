@@ -14,7 +14,7 @@ from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner
 from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
 from dynatree_lib.core.drafts.heads.mlp import KINDS, MLPHeads, load_heads, read_config, save_heads
 from dynatree_lib.core.engines.hf import HFRunner
-from dynatree_lib.harness.tiny import tiny_mlp_heads
+from dynatree_lib.harness.setup.tiny import tiny_mlp_heads
 
 from .conftest import prompts
 
@@ -199,9 +199,9 @@ def test_missing_files_a_wrong_kind_and_a_bad_token_map_are_refused(llama_target
 def test_a_head_folder_is_a_draft_reference(tmp_path, kind):
     """``<kind>:<folder>`` loads as any draft: through a profile and ``load_pair``, on the eager and the static
     engines, borrowing the target's embedding tensor, and ``generate`` drafts with it exactly."""
-    from dynatree_lib.harness.models import load_model, load_pair
-    from dynatree_lib.harness.profiles import get_profile
-    from dynatree_lib.harness.weights import head_kind, weights_info
+    from dynatree_lib.harness.setup.models import load_model, load_pair
+    from dynatree_lib.harness.setup.profiles import get_profile
+    from dynatree_lib.harness.setup.weights import head_kind, weights_info
 
     target, _ = load_model("tiny-llama:target")
     save_heads(tiny_mlp_heads(target, kind, heads=2, draft_vocab=200, seed=3), tmp_path, verifier="tiny-llama:target")
@@ -228,7 +228,7 @@ def test_a_head_folder_is_a_draft_reference(tmp_path, kind):
     other = next(k for k in KINDS if k != kind)
     with pytest.raises(ValueError, match=f"model_type is '{kind}', not '{other}'"):
         load_pair("tiny-llama:target", f"{other}:{tmp_path}")
-    from dynatree_lib.harness.pair import run_pair
+    from dynatree_lib.harness.experiments.pair import run_pair
 
     with pytest.raises(ValueError, match="first drafts are not reported yet"):
         run_pair(prof, root=tmp_path / "results")

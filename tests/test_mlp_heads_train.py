@@ -15,7 +15,7 @@ from dynatree_lib.train import mlp_heads as M
 from dynatree_lib.train.eagle3 import train_head  # the pipeline's loop, shared by every kind of head
 from dynatree_lib.train.mlp_card import card
 from dynatree_lib.train.publish import publish
-from dynatree_lib.harness.tiny import tiny_mlp_heads
+from dynatree_lib.harness.setup.tiny import tiny_mlp_heads
 
 from .conftest import prompts
 from .test_eagle3_train import tiny_text

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from dynatree_lib import methods as registry
-from dynatree_lib.harness import experiments, peers, variants
-from dynatree_lib.harness.measure import Cell
-from dynatree_lib.harness.paths import REPO
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.workloads import POOLED, WORKLOADS
+from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.peers import llamacpp as peers
+from dynatree_lib.harness.setup import variants
+from dynatree_lib.harness.measure.cell import Cell
+from dynatree_lib.harness.setup.paths import REPO
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.harness.setup.workloads import POOLED, WORKLOADS
 from dynatree_lib.reporting import tables
 
 LIB = REPO / "dynatree_lib"

@@ -1,10 +1,10 @@
 """No committed output names a machine's layout: executed notebooks, records, weights cards and rendered tables hold
-paths relative to the checkout or symbolic ones (``harness.paths.portable``), so that a clone renders and compares
+paths relative to the checkout or symbolic ones (``harness.setup.paths.portable``), so that a clone renders and compares
 the same text on every machine."""
 import json
 import subprocess
 
-from dynatree_lib.harness.paths import ABSOLUTE, portable, portable_strings, portable_text
+from dynatree_lib.harness.setup.paths import ABSOLUTE, portable, portable_strings, portable_text
 
 from .conftest import REPO, needs_git_checkout
 
@@ -34,7 +34,7 @@ def test_no_committed_output_holds_a_machine_path():
         text = (REPO / f).read_text(errors="replace")
         text = notebook_text(text) if f.endswith(".ipynb") else text
         found += [f"{f}: {m.group(0)[:120]}" for m in ABSOLUTE.finditer(text)]
-    assert not found, "machine paths in committed outputs (write them with harness.paths.portable):\n" + \
+    assert not found, "machine paths in committed outputs (write them with harness.setup.paths.portable):\n" + \
         "\n".join(found[:20])
 
 

@@ -18,11 +18,11 @@ from dynatree_lib.core.drafts.heads.eagle3_fused import FusedEagle3Runner
 from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
 from dynatree_lib.core.engines.static import StaticRunner
 from dynatree_lib.core.engines.ownership import ReleasedWeight, ReleasedWeightError, reachable_storages
-from dynatree_lib.harness.environment import weight_bytes
-from dynatree_lib.harness.measure import divergence_gap
-from dynatree_lib.harness.memory import tensors_mb
-from dynatree_lib.harness.models import Engine, load_head_draft, on_engine, serve_pair, share_embedding
-from dynatree_lib.harness.tiny import tiny_eagle3
+from dynatree_lib.harness.measure.environment import weight_bytes
+from dynatree_lib.harness.measure.cell import divergence_gap
+from dynatree_lib.harness.measure.memory import tensors_mb
+from dynatree_lib.harness.setup.models import Engine, load_head_draft, on_engine, serve_pair, share_embedding
+from dynatree_lib.harness.setup.tiny import tiny_eagle3
 
 DTYPES = (torch.bfloat16, torch.float32)
 
@@ -131,7 +131,7 @@ def test_nothing_served_keeps_the_checkpoint_file_mapped(tmp_path):
     tied_llama(2, 0).save_pretrained(tmp_path)
     maps = Path("/proc/self/maps")
     mapped = lambda: maps.exists() and str(tmp_path) in maps.read_text()
-    m = LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()  # as harness.models.load_model loads
+    m = LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()  # as harness.setup.models.load_model loads
     if not mapped():
         pytest.skip("this platform or transformers reads the checkpoint without mapping it")
     r = StaticRunner(m)
@@ -171,7 +171,7 @@ def test_transformers_loop_gets_models_with_their_weights():
     for our loop only, HF's loop refuses loudly where the runner packed the weights (the bf16 kernels), and without
     the kernels computes from the views of the runner's tensors its model keeps (one copy either way). The divergence
     gap reads the runner, whose model gave its weights."""
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     prof = get_profile("smoke", target="tiny-llama:target", draft="tiny-llama:draft", engine="static",
                        dtype="bfloat16")

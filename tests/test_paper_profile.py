@@ -1,9 +1,9 @@
 """The paper profile's path: hub ids that load with `datasets` 4, the run plan, and the dry-run profile."""
 
-from dynatree_lib.harness import data
+from dynatree_lib.harness.setup import data
 from dynatree_lib.cli import main
 from dynatree_lib.reporting.plan import plan
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.setup.profiles import get_profile
 
 
 class _Fake:
@@ -50,7 +50,8 @@ def test_plan_prints_generations_and_hours(capsys):
 def test_plan_prices_the_extension_as_dynatree_until_its_tuning_is_logged(monkeypatch):
     """New forward costs change the extension's candidates: until they are tuned, the plan still prints, with a
     cost-aware cell costing what a DynaTree cell does."""
-    from dynatree_lib.harness import experiments, tuning
+    from dynatree_lib.harness.experiments import catalog as experiments
+    from dynatree_lib.harness.experiments import tuning
 
     def not_tuned(*_args, **_kw):
         raise tuning.NotTuned("no tuning records of this code's dynatree_cost candidates")
@@ -68,7 +69,7 @@ def test_dryrun_profile_mirrors_the_paper_profile():
     assert dry.paper.fixed == paper.paper.fixed and dry.paper.dynatree == paper.paper.dynatree
     assert dry.paper.talon == paper.paper.talon
     assert len(dry.sweeps.T_list) == len(paper.sweeps.T_list) and len(dry.sweeps.L_max_list) == len(paper.sweeps.L_max_list)
-    from dynatree_lib.harness.models import load_model
+    from dynatree_lib.harness.setup.models import load_model
 
     m, _ = load_model(dry.models.target)
     assert m.config.vocab_size == 50304 and m.config.use_parallel_residual

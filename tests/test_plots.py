@@ -1,7 +1,7 @@
 """The main figure shows the paper's comparison only; controls and variants get a figure of their own."""
 import pandas as pd
 
-from dynatree_lib.harness import variants as v
+from dynatree_lib.harness.setup import variants as v
 from dynatree_lib.reporting import plots, tables
 
 EXT = "DynaTree + cost budget (ext.)"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dynatree_lib.harness import queue
+from dynatree_lib.harness.experiments import queue
 
 REPO = Path(__file__).resolve().parents[1]
 # two small smoke experiments, untuned (no tuning experiment first), three prompts a cell so a kill lands mid-cell

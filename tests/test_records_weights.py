@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from dynatree_lib.harness.paths import REPO
-from dynatree_lib.harness.weights import sha256_file
+from dynatree_lib.harness.setup.paths import REPO
+from dynatree_lib.harness.setup.weights import sha256_file
 
 EARLIER_VERSION = re.compile(r"_v\d+$")
 

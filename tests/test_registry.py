@@ -11,11 +11,11 @@ from matplotlib.colors import to_hex
 
 from dynatree_lib import Display, Method, Study, generate, register
 from dynatree_lib.core.policies.static import StaticPolicy
-from dynatree_lib.harness import experiments
-from dynatree_lib.harness.metrics import aggregate
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.store import config_dict
-from dynatree_lib.harness.workloads import WORKLOADS
+from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.measure.metrics import aggregate
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.harness.measure.store import config_dict
+from dynatree_lib.harness.setup.workloads import WORKLOADS
 from dynatree_lib.methods import REGISTRY, impl_ars, method_names, unregister
 from dynatree_lib.reporting import plots, tables
 
@@ -131,3 +131,16 @@ def test_what_tables_ask_of_a_method_is_declared():
     assert REGISTRY["dynatree_cost"].study.family == "dynatree"
     assert REGISTRY["streaming_spec"].study.tuning_from == "linear"
     assert all(REGISTRY[n].study.trees for n in ("fixed_tree", "dynatree", "talon"))
+
+
+@pytest.mark.parametrize("module", ["dynatree_lib.core.loop", "dynatree_lib.methods", "dynatree_lib.cli",
+                                    "dynatree_lib.harness.experiments.catalog", "dynatree_lib.reporting.tables"])
+def test_the_registry_is_the_same_whatever_is_imported(module):
+    """The peers are registered by one explicit call when the package is imported, never as a side effect of
+    importing their module, so every entry point sees the same methods in the same order."""
+    import subprocess
+    import sys
+
+    code = f"import {module}; from dynatree_lib import REGISTRY; print(','.join(REGISTRY))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out.split(",") == list(REGISTRY) and {"llamacpp", "vllm"} <= set(out.split(","))

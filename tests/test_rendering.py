@@ -6,10 +6,11 @@ import json
 import pandas as pd
 import pytest
 
-from dynatree_lib.harness import peers, workloads
-from dynatree_lib.harness.metrics import aggregate
-from dynatree_lib.harness.paths import REPO
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.peers import llamacpp as peers
+from dynatree_lib.harness.setup import workloads
+from dynatree_lib.harness.measure.metrics import aggregate
+from dynatree_lib.harness.setup.paths import REPO
+from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.reporting import scorecard, tables
 
 N = 8  # prompts per synthetic record

@@ -47,7 +47,7 @@ from dynatree_lib import generate
 from dynatree_lib.core import sampling as smp
 from dynatree_lib.core.sampling import Sampling, sibling_rejection, target_probs, verify_sampled
 from dynatree_lib.core.tree import Tree
-from dynatree_lib.harness.tiny import perturb, tiny_llama
+from dynatree_lib.harness.setup.tiny import perturb, tiny_llama
 from dynatree_lib.methods import REGISTRY
 
 from .tiers import FULL, tiered
@@ -496,7 +496,7 @@ def test_an_eagle3_head_samples_the_target_law(bigram_pair, one_thread, name):
     """A head on the target's own features over a subset of the vocabulary (its laws mapped back, -inf elsewhere):
     drawn trees, chains and chosen children keep the target's law."""
     from dynatree_lib.core.drafts.heads.eagle3_runner import Eagle3Runner
-    from dynatree_lib.harness.tiny import tiny_eagle3
+    from dynatree_lib.harness.setup.tiny import tiny_eagle3
 
     drf = Eagle3Runner(tiny_eagle3(bigram_pair[0], draft_vocab=6, seed=1, init_range=0.5))
     _, stat, df = sample(bigram_pair, name, SETTINGS["t1"], draft=drf)
@@ -509,7 +509,7 @@ def test_medusa_and_hydra_heads_sample_the_target_law(bigram_pair, one_thread, k
     """Heads on the target's last hidden state, one per level (trees cut at three levels), over a subset of the
     vocabulary: drawn trees keep the target's law."""
     from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
-    from dynatree_lib.harness.tiny import tiny_mlp_heads
+    from dynatree_lib.harness.setup.tiny import tiny_mlp_heads
 
     drf = MLPHeadRunner(tiny_mlp_heads(bigram_pair[0], kind, heads=3, draft_vocab=6, seed=1, init_range=0.5))
     res, stat, df = sample(bigram_pair, name, SETTINGS["t1"], draft=drf)

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from dynatree_lib import methods as registry
-from dynatree_lib.harness.paths import REPO
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.setup.paths import REPO
+from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.reporting import scorecard
 from dynatree_lib.reporting.verdict import VERDICTS, verdict
 

@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
-from dynatree_lib.harness import splits
-from dynatree_lib.harness.prompts import SPLITS, WORKLOADS, candidates, load_prompts
-from dynatree_lib.harness.tiny import tiny_tokenizer
+from dynatree_lib.harness.setup import splits
+from dynatree_lib.harness.setup.prompts import SPLITS, WORKLOADS, candidates, load_prompts
+from dynatree_lib.harness.setup.tiny import tiny_tokenizer
 
 from .conftest import REPO, needs_git_checkout
 
@@ -29,7 +29,7 @@ def test_burned_prompts_are_never_test_prompts():
 
 def test_the_authors_prompts_are_never_test_prompts():
     """The authors' PG-19 prompts are each test book's head: the chunk holding it is a tuning or dev prompt."""
-    from dynatree_lib.harness.data import load_texts
+    from dynatree_lib.harness.setup.data import load_texts
 
     held = set(candidates("pg19", "tuning")) | set(candidates("pg19", "dev"))
     assert {f"pg19:{bid}@c0" for bid, _ in load_texts("pg19")} <= held

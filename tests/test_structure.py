@@ -86,6 +86,27 @@ def test_the_rooms_of_core_import_as_the_architecture_says():
                                  if p.stem not in ("__init__", "__pycache__") and (p.suffix == ".py" or p.is_dir())}
 
 
+# the harness's rooms (its __init__ says what each holds): each imports only the rooms before it
+HARNESS_ALLOWED = {"setup": set(), "measure": {"setup"}, "peers": {"setup", "measure"},
+                   "authors": {"setup", "measure"}, "experiments": {"setup", "measure", "peers", "authors"}}
+
+
+def test_the_rooms_of_the_harness_import_one_way():
+    bad = []
+    for me, deps in imports().items():
+        parts = me.split(".")
+        if parts[0] != "harness" or len(parts) < 3:
+            continue
+        for dep, _ in deps:
+            theirs = dep.split(".")
+            if theirs[0] == "harness" and len(theirs) > 1 and theirs[1] != parts[1] \
+                    and theirs[1] not in HARNESS_ALLOWED[parts[1]]:
+                bad.append(f"{me} imports {dep}")
+    assert not bad, bad
+    rooms = {p.name for p in (LIB / "harness").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == set(HARNESS_ALLOWED) and not [p for p in (LIB / "harness").glob("*.py") if p.stem != "__init__"]
+
+
 def test_no_private_cross_module_import():
     bad = [(m, d, n) for m, deps in imports().items() for d, n in deps if n.startswith("_") and d != m]
     assert not bad, bad

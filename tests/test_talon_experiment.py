@@ -9,11 +9,13 @@ import pandas as pd
 import pytest
 
 from dynatree_lib import methods as registry
-from dynatree_lib.harness import experiments, peers, variants
-from dynatree_lib.harness.talon_experiment import MEDUSA_TREE, TALON_TUNING
-from dynatree_lib.harness.data import REPO_DATA
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.workloads import (HUMANEVAL, SPEC_BENCH, TALON_BENCHMARKS, TALON_WORKLOADS, ULTRACHAT_EVAL,
+from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.peers import llamacpp as peers
+from dynatree_lib.harness.setup import variants
+from dynatree_lib.harness.experiments.talon import MEDUSA_TREE, TALON_TUNING
+from dynatree_lib.harness.setup.data import REPO_DATA
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.harness.setup.workloads import (HUMANEVAL, SPEC_BENCH, TALON_BENCHMARKS, TALON_WORKLOADS, ULTRACHAT_EVAL,
                                             WIKITEXT2)
 from dynatree_lib.reporting import plots, tables
 from dynatree_lib.reporting.plan import plan
@@ -52,7 +54,7 @@ def test_without_tuning_the_cpu_cells_are_talons_methods_at_their_published_sett
 def test_the_cpu_cells_take_each_rows_fastest_candidate_on_the_heads():
     """Every drafting row of the cpu talon cells runs the candidate of highest mean throughput among its own five
     (drafted with its own head, on the tuning prompts of the same workload), read here from the committed JSON."""
-    from dynatree_lib.harness.store import config_dict, results_path
+    from dynatree_lib.harness.measure.store import config_dict, results_path
 
     p = get_profile("cpu")
     tuning = json.loads(results_path(TALON_TUNING, p).read_text())["records"]
@@ -102,7 +104,7 @@ def test_the_cpu_cells_add_medusa_hydra_and_llamacpps_eagle3_beside_its_own_ar()
 
 
 def test_our_extension_on_the_head_prices_its_levels_by_the_heads_measured_step(tmp_path):
-    from dynatree_lib.harness.store import results_path
+    from dynatree_lib.harness.measure.store import results_path
 
     p = get_profile("cpu")
     ext = [c for c in experiments.talon_cells(p) if c.method == registry.DYNATREE_COST]
@@ -113,7 +115,7 @@ def test_our_extension_on_the_head_prices_its_levels_by_the_heads_measured_step(
         assert c.config.base in p.tuning.candidates[registry.DYNATREE]
         assert dict(c.config.verify_ms)[1] == round(costs["target"]["1"], 3)
         assert c.config.draft_ms == round(share * round(costs["target"]["1"], 3) + costs["loop"]["level"], 3)
-    from dynatree_lib.harness.tuning import NotTuned, head_cost_curve
+    from dynatree_lib.harness.experiments.tuning import NotTuned, head_cost_curve
 
     (tmp_path / "cpu").mkdir()
     (tmp_path / "cpu" / "costs.json").write_text(results_path("costs", p).read_text())
@@ -161,7 +163,7 @@ def measured(tmp_path_factory):
 def test_a_tuning_profile_tunes_every_row_on_its_own_head_first(tmp_path):
     """``run("talon")`` measures the tuning on the heads first; each row then runs its fastest candidate among the
     records drafted with its own head (Medusa's and Hydra's rows share a family with EAGLE-3's tree)."""
-    from dynatree_lib.harness.store import config_dict
+    from dynatree_lib.harness.measure.store import config_dict
 
     folder = tiny_head_folder(tmp_path / "head")
     heads = tuple(f"{kind}:{tiny_mlp_head_folder(tmp_path / kind, kind)}" for kind in ("medusa", "hydra"))
@@ -218,8 +220,8 @@ def test_the_talon_tables_and_figure_read_every_record(measured):
     assert len(fig.axes) == 2 * len(TALON_WORKLOADS)
     b = tables.talon_budget_table(df)
     assert "AR" not in b.index and len(b) == len(t) - 1
-    from dynatree_lib.harness.store import config_dict
-    from dynatree_lib.harness.variants import short
+    from dynatree_lib.harness.measure.store import config_dict
+    from dynatree_lib.harness.setup.variants import short
 
     assert b.loc["TALON", ("HumanEval", "setting")] == short(config_dict(prof.method(registry.TALON, HUMANEVAL)))
     assert b.loc["Medusa (EAGLE-3 tree over its heads)", ("Spec-Bench", "setting")] == "depth=3 top_k=10 total_tokens=64"
@@ -272,7 +274,7 @@ def test_llamacpps_rows_go_to_their_own_table_over_both_ars(measured):
 
 
 def test_vllms_rows_join_the_peer_table_over_our_ar_of_their_own_run(measured):
-    from dynatree_lib.harness import vllm_peer
+    from dynatree_lib.harness.peers import vllm as vllm_peer
     from dynatree_lib.reporting.records import add_speedup, row_id
 
     prof, path = measured

@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from dynatree_lib.train import instructions
-from dynatree_lib.harness import data, splits
-from dynatree_lib.harness.data import REPO_DATA, chat_prompt, training_text, wikitext_valid_articles
-from dynatree_lib.harness.profiles import PROFILES
-from dynatree_lib.harness.prompts import SPLITS, candidates, load_prompts
-from dynatree_lib.harness.tiny import tiny_tokenizer
-from dynatree_lib.harness.workloads import (HUMANEVAL, HUMANEVAL_INSTRUCTION, SPEC_BENCH, TALON_BENCHMARKS,
+from dynatree_lib.harness.setup import data
+from dynatree_lib.harness.setup import splits
+from dynatree_lib.harness.setup.data import REPO_DATA, chat_prompt, training_text, wikitext_valid_articles
+from dynatree_lib.harness.setup.profiles import PROFILES
+from dynatree_lib.harness.setup.prompts import SPLITS, candidates, load_prompts
+from dynatree_lib.harness.setup.tiny import tiny_tokenizer
+from dynatree_lib.harness.setup.workloads import (HUMANEVAL, HUMANEVAL_INSTRUCTION, SPEC_BENCH, TALON_BENCHMARKS,
                                             TALON_MAX_NEW_TOKENS, TALON_WORKLOADS, ULTRACHAT_EVAL, WORKLOADS, workload)
 
 NEW = (HUMANEVAL, ULTRACHAT_EVAL)
@@ -119,7 +120,7 @@ def teacher_texts() -> list[str]:
     """Every committed teacher text (v3's shards, v4's text, the sampled answers), decoded."""
     from transformers import AutoTokenizer
 
-    from dynatree_lib.harness.weights import smollm2_folder
+    from dynatree_lib.harness.setup.weights import smollm2_folder
 
     tok = AutoTokenizer.from_pretrained(smollm2_folder())
     v4 = REPO_DATA / "draft_teacher_v4" / "teacher_text.json.gz"

@@ -14,8 +14,8 @@ from dynatree_lib.train.teacher import (SAMPLED_TEXT, TEXT, ContinuationSpec, In
                                         answer_batch, build_sampled_teacher, build_shards, continuation_shard,
                                         instruction_groups, load_text, sampled_files, sampled_name, sampled_seed,
                                         sampled_shard, save_text, soft_targets, teacher_files, text_path)
-from dynatree_lib.harness.data import chat_prompt
-from dynatree_lib.harness.tiny import tiny_llama, tiny_tokenizer
+from dynatree_lib.harness.setup.data import chat_prompt
+from dynatree_lib.harness.setup.tiny import tiny_llama, tiny_tokenizer
 
 V = 64
 

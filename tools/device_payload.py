@@ -13,7 +13,7 @@ results and renders), and a GPU run needs the target too (the Q4_1 GGUF alone is
 4. ``size [PATH ...]``: what a call would send, with those carried paths.
 
     python tools/device_payload.py slim
-    python tools/device_payload.py split PATH/SmolLM2-135M-Instruct.Q4_1.gguf   # harness.weights.smollm2_gguf()
+    python tools/device_payload.py split PATH/SmolLM2-135M-Instruct.Q4_1.gguf   # harness.setup.weights.smollm2_gguf()
     python tools/device_payload.py size .xfer/SmolLM2-135M-Instruct.Q4_1.gguf.1
     device run, carry [.xfer/NAME.1]:  mkdir -p .keep && cp .xfer/NAME.1/* .keep/
     device run, carry [.xfer/NAME.2]:  cp .xfer/NAME.2/* .keep/ && python3 tools/device_payload.py join .keep/NAME
@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dynatree_lib.harness.weights import sha256_file  # noqa: E402
+from dynatree_lib.harness.setup.weights import sha256_file  # noqa: E402
 SLIM = ("weights", "checkpoints", "results", "executed", "figures", "data/pg19")  # what no GPU run reads
 LIMIT_MIB = 64
 PIECE_MIB = 50  # with the slimmed tree (about 10 MiB), a piece and its manifest fit one call: the GGUF in two

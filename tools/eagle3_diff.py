@@ -66,14 +66,14 @@ def reference_model(module, head):
 
 def tiny_pair(seed: int):
     """A random tiny Llama target and a random head over 80 of its 96 tokens."""
-    from dynatree_lib.harness.tiny import tiny_eagle3, tiny_llama
+    from dynatree_lib.harness.setup.tiny import tiny_eagle3, tiny_llama
 
     target = tiny_llama(seed=seed, vocab_size=96, hidden_size=64, layers=4, heads=4, kv_heads=2, max_positions=256)
     return target, tiny_eagle3(target, draft_vocab=80, seed=seed, init_range=0.1)
 
 
 def smollm2_pair(folder: Path):
-    from dynatree_lib.harness.models import load_model
+    from dynatree_lib.harness.setup.models import load_model
 
     target, _ = load_model("embedded:target", dtype="float32")
     return target, load_head(folder, target.get_input_embeddings().weight, torch.float32)

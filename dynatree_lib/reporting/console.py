@@ -7,7 +7,7 @@ import math
 
 def summary(name: str, res) -> str:
     """One line a user reads: tokens, verifications, tokens per verification, tokens/s and the engine that ran."""
-    from ..harness.metrics import prompt_metrics
+    from ..harness.measure.metrics import prompt_metrics
 
     m = prompt_metrics(res)
     return (f"{name}: {m['tokens']} tokens in {m['iterations']} target verifications ({m['L_bar']:.2f} tokens per "
@@ -17,7 +17,7 @@ def summary(name: str, res) -> str:
 def metrics_json(res) -> str:
     """The generation's metrics as one line of valid JSON (a metric that does not apply, such as AR's acceptance,
     is null, never NaN)."""
-    from ..harness.metrics import prompt_metrics
+    from ..harness.measure.metrics import prompt_metrics
 
     clean = lambda v: (round(v, 3) if math.isfinite(v) else None) if isinstance(v, float) else v
     return json.dumps({k: clean(v) for k, v in prompt_metrics(res).items()}, allow_nan=False)
@@ -32,7 +32,7 @@ def compare_ar(ar, spec, greedy: bool) -> str:
     whether the method's tokens equal AR's (greedy; sampled runs draw differently)."""
     import statistics
 
-    from ..harness.metrics import prompt_metrics
+    from ..harness.measure.metrics import prompt_metrics
 
     ar(), spec()
     pairs = [(ar(), spec()) for _ in range(COMPARE_ROUNDS)]

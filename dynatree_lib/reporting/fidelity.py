@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import methods as registry
-from ..harness.data import REPO_DATA
+from ..harness.setup.data import REPO_DATA
 
 AUTHORS_REPORTED = REPO_DATA / "authors_reported.json"
 LOGGED = {"throughput_tps": "tok/s", "speedup": "speedup", "tokens_per_round": "tokens/round (T / rounds)",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..harness.workloads import labels as workload_labels
+from ..harness.setup.workloads import labels as workload_labels
 
 CATEGORY_LABELS = {"multi-turn": "Multi-turn conv.", "translation": "Translation", "summarization": "Summarization",
                    "qa": "QA", "math_reasoning": "Math reasoning", "rag": "RAG"}

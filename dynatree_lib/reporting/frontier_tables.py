@@ -19,11 +19,11 @@ import torch
 from .. import methods as registry
 from ..core.policies.eagle_tree import Eagle3TreeConfig
 from ..core.policies.talon import TalonConfig
-from ..harness.costs import head_curves, interp, predict_ms_per_token
-from ..harness.machine import kind_of_record
-from ..harness.tuning import NotTuned, head_share, measured_curves
-from ..harness.variants import BUDGET, own
-from ..harness.workloads import label as workload_label
+from ..harness.experiments.costs import head_curves, interp, predict_ms_per_token
+from ..harness.setup.machine import kind_of_record
+from ..harness.experiments.tuning import NotTuned, head_share, measured_curves
+from ..harness.setup.variants import BUDGET, own
+from ..harness.setup.workloads import label as workload_label
 from .records import BOOTSTRAP, main_ratio, order, row_id
 from .verdict import verdict
 
@@ -331,7 +331,7 @@ def frontier_reported() -> dict:
     and EAGLE-3 (its total tokens, less the root) on its reference model (mean over its benchmarks of each workload,
     Spec-Bench's categories for Spec-Bench), and DynaTree's L̄ on WikiText-2 (its Table 3, greedy; no tree size
     reported: a line)."""
-    from ..harness.workloads import TALON_BENCHMARKS, WIKITEXT2
+    from ..harness.setup.workloads import TALON_BENCHMARKS, WIKITEXT2
     from .records import reported
     from .talon_tables import talon_reported
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import methods as registry
-from ..harness.metrics import TIE_GAP
-from ..harness.variants import MAIN, PAPER_SETTINGS
-from ..harness.workloads import WORKLOADS, continuations, label as workload_label, labels as workload_labels
+from ..harness.measure.metrics import TIE_GAP
+from ..harness.setup.variants import MAIN, PAPER_SETTINGS
+from ..harness.setup.workloads import WORKLOADS, continuations, label as workload_label, labels as workload_labels
 from .formatting import CATEGORY_LABELS, dash, pm, present
 from .records import order, paired, paired_ratio, replicate, reported, role, row_id, shown
 

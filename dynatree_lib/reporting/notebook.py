@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..harness import experiments
-from ..harness.paths import FIGURES, RESULTS
-from ..harness.profiles import Profile, get_profile
-from ..harness.store import results_path
+from ..harness.experiments import catalog as experiments
+from ..harness.setup.paths import FIGURES, RESULTS
+from ..harness.setup.profiles import Profile, get_profile
+from ..harness.measure.store import results_path
 from . import plots, tables
 from .plots import save as save_fig
 from .tables import save as save_table

@@ -8,7 +8,7 @@ import statistics
 import pandas as pd
 
 from .. import methods as registry
-from ..harness.workloads import label as workload_label, labels as workload_labels
+from ..harness.setup.workloads import label as workload_label, labels as workload_labels
 from .formatting import scope_label
 from .records import order
 
@@ -28,7 +28,7 @@ def pair_table(pair: dict) -> pd.DataFrame:
 
 def agreement_table(pair: dict) -> pd.DataFrame:
     """Teacher-forced draft/target agreement, mean confidence, ECE and the overlap of the two laws at T = 1
-    (``harness.pair``: what a drawn token's acceptance reads), on the target's greedy continuations
+    (``harness.experiments.pair``: what a drawn token's acceptance reads), on the target's greedy continuations
     and on the human-written prompts; with a draft head over a token subset, also with the full head; with a
     context lookup, also the network alone."""
     rows = {}
@@ -73,8 +73,8 @@ def draft_versions_table(pair: dict, earlier: dict[str, dict], now: str = "now",
     """The draft against other drafts (``earlier``: name -> its pair report: earlier versions, or an EAGLE-3 head's
     ``pair_eagle3.json``) on the same dev prompts, teacher-forced on the target's greedy output: agreement of the
     network alone and with its lookup, and the calibration error, per workload and category; with ``overlap``
-    also Σ min(p, q) on the target's T = 1 samples (``harness.pair.versions``)."""
-    from ..harness.pair import versions
+    also Σ min(p, q) on the target's T = 1 samples (``harness.experiments.pair.versions``)."""
+    from ..harness.experiments.pair import versions
 
     metrics = {"network alone": "alone", "with lookup": "served", "ECE (network alone)": "ece"}
     if overlap:
@@ -100,7 +100,7 @@ def forward_cost_table(costs: dict) -> pd.DataFrame:
     """fwd(k) in ms for target and draft (back to back, and the draft right after a target forward; with a
     draft head over a token subset also the same draft scoring every token) in each precision, with the
     bandwidth bound of one token."""
-    from ..harness.costs import COLD
+    from ..harness.experiments.costs import COLD
 
     cols = {}
     for dtype, c in costs["curves"].items():
@@ -169,7 +169,7 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
     measured / predicted on the same dataset, precision and replicate (0 for AR by construction): the curves are
     timed in notebook 00, minutes before or after the main run, and a shared VM's overall speed can drift between
     the two; this gap is what remains once that common factor is taken out."""
-    from ..harness.costs import predict_iteration, predict_ms_per_token
+    from ..harness.experiments.costs import predict_iteration, predict_ms_per_token
 
     rows, ar_scale = [], {}  # (dataset, precision, replicate) -> AR's measured / predicted
     for _, r in order(df).iterrows():
@@ -202,7 +202,7 @@ def ceiling_table(costs: dict, alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95), Ks=range(
     """Per per-token acceptance and precision: the best chain length K and its predicted speedup over AR
     from that precision's forward-cost curves (``costmodel.chain_speedup``): what acceptance a drafter
     needs on this hardware."""
-    from ..harness.costs import chain_speedup
+    from ..harness.experiments.costs import chain_speedup
 
     cols = {}
     for prec, curves in costs["curves"].items():

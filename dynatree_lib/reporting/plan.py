@@ -14,12 +14,12 @@ import json
 import statistics
 
 from .. import methods as registry
-from ..harness.experiments import EXPERIMENTS, TALON, TALON_TUNING, n_prompts
-from ..harness.splits import CATEGORIES
-from ..harness.store import results_path
-from ..harness.tuning import NotTuned, tuned
-from ..harness.variants import MAIN
-from ..harness.workloads import count
+from ..harness.experiments.catalog import EXPERIMENTS, TALON, TALON_TUNING, n_prompts
+from ..harness.setup.splits import CATEGORIES
+from ..harness.measure.store import results_path
+from ..harness.experiments.tuning import NotTuned, tuned
+from ..harness.setup.variants import MAIN
+from ..harness.setup.workloads import count
 from .records import reported
 
 NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_latency": (), "03_verification_efficiency": (),

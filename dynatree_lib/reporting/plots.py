@@ -13,8 +13,8 @@ import pandas as pd  # noqa: E402
 
 from .. import methods as registry  # noqa: E402
 from ..core.drafts.heads.kinds import HEAD_KINDS  # noqa: E402
-from ..harness.variants import MAIN  # noqa: E402
-from ..harness.workloads import POOLED, label as workload_label  # noqa: E402
+from ..harness.setup.variants import MAIN  # noqa: E402
+from ..harness.setup.workloads import POOLED, label as workload_label  # noqa: E402
 from .formatting import present  # noqa: E402
 from .records import order  # noqa: E402
 

@@ -3,7 +3,7 @@ registry), speedups over AR recomputed from the per-prompt rows with paired boot
 or replicate in table order, and the paper's own numbers (``data/paper_reported.json``).
 
 A row is identified by its method and variant (``row``: ``<method>:<variant>``); ``label`` is what tables show,
-computed from the registry (``harness.variants.label``), never read back to select a row.
+computed from the registry (``harness.setup.variants.label``), never read back to select a row.
 """
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import pandas as pd
 import torch
 
 from .. import methods as registry
-from ..harness import variants
-from ..harness.data import REPO_DATA
-from ..harness.experiments import EXPERIMENTS, cell_key, experiment_profile
-from ..harness.load import is_busy
+from ..harness.setup import variants
+from ..harness.setup.data import REPO_DATA
+from ..harness.experiments.catalog import EXPERIMENTS, cell_key, experiment_profile
+from ..harness.measure.load import is_busy
 from .formatting import BUSY_MARK, DIRTY_MARK
-from ..harness.weights import weights_info
+from ..harness.setup.weights import weights_info
 
 
 def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:

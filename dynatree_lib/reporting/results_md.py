@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..harness.paths import REPO
+from ..harness.setup.paths import REPO
 from .formatting import MARKS_NOTE
 
 NOTEBOOKS = REPO / "notebooks"

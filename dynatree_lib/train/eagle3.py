@@ -28,7 +28,7 @@ weights and the log, no optimizer state, small enough for git); where it is furt
 checkpoints (a new machine has none), a rerun resumes from it with a fresh optimizer, warmed up again over
 ``warmup`` steps. The head folder (the speculators format vLLM serves; its matmul weights on int8 rows) is written
 at the end of every run. Its first-token agreement, overlap and ECE beside v4's, teacher-forced as trained:
-``harness.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
+``harness.experiments.pair.run_pair(get_profile("cpu", draft="eagle3:<folder>"), name="pair_eagle3")``.
 
 The pipeline (text, draft vocabulary, seeded windows, the teacher pass, the loop, checkpoints, resuming) serves any
 head on the target's features: a ``HeadRecipe`` (a spec of its training) says how a head of its kind starts, which
@@ -51,7 +51,7 @@ from ..core.engines import int8_rows
 from ..core.drafts.heads.base import OUR_KEY
 from ..core.drafts.heads.eagle3 import (Eagle3Config, Eagle3Head, fused_features, load_head, read_config, save_head,
                                         ttt_outputs)
-from ..harness.paths import REPO, written_whole
+from ..harness.setup.paths import REPO, written_whole
 from .calibrate import fit_on_rows
 from .teacher import SAMPLED_TEXT, TEXT
 from .head_checkpoints import check_folder, checkpoint, resume
@@ -493,7 +493,7 @@ def with_lookup(folder: Path) -> Path:
     """``folder`` with v4's context lookup beside the head (``lookup.json``), where it is committed."""
     import shutil
 
-    from ..harness.paths import DRAFT_DIR
+    from ..harness.setup.paths import DRAFT_DIR
 
     if (DRAFT_DIR / "lookup.json").exists():
         shutil.copyfile(DRAFT_DIR / "lookup.json", folder / "lookup.json")

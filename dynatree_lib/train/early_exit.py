@@ -7,7 +7,7 @@ final norm, ``result.json``) and finishes the build here:
 1. ``load_distilled``: the trained tensors under the target's embedding, as a plain fp32 Llama;
 2. ``calibrate_distilled``: one temperature on v3's held-out teacher shards (``train.calibrate``; their
    instructions were kept out of the GPU's training set), baked into the final norm;
-3. ``card.publish``: ``weights/smollm2-draft/`` without the embedding (``harness.weights`` adds the target's
+3. ``card.publish``: ``weights/smollm2-draft/`` without the embedding (``harness.setup.weights`` adds the target's
    when it loads the draft: the embedding alone would be 56 MB in bf16), the lookup, pair report, costs, card.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..harness.paths import DRAFT_DIR, REPO
+from ..harness.setup.paths import DRAFT_DIR, REPO
 from .calibrate import fit_temperature
 from .teacher import TEACHER, load_target
 from .train import DraftSpec, Head, shard_files

@@ -9,9 +9,9 @@ import json
 import textwrap
 from pathlib import Path
 
-from ..harness.paths import HEAD_DIR, REPO
-from ..harness.weights import sha256_file
-from ..harness.workloads import POOLED, WORKLOADS
+from ..harness.setup.paths import HEAD_DIR, REPO
+from ..harness.setup.weights import sha256_file
+from ..harness.setup.workloads import POOLED, WORKLOADS
 
 PAIRS = REPO / "results" / "cpu"
 QUESTIONS = next(n for n, w in WORKLOADS.items() if w.per_category)  # the instruction workload (Spec-Bench)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ..harness.paths import REPO
+from ..harness.setup.paths import REPO
 from .train import save_atomically
 
 COMMITTED = REPO / "checkpoints"  # committed: the newest weights and log of each head's training (no optimizer)

@@ -26,8 +26,8 @@ import random
 import re
 from pathlib import Path
 
-from ..harness.data import DATASETS, REPO_DATA, load_texts, training_text, wikitext_valid_articles
-from ..harness.workloads import WORKLOADS
+from ..harness.setup.data import DATASETS, REPO_DATA, load_texts, training_text, wikitext_valid_articles
+from ..harness.setup.workloads import WORKLOADS
 
 FOLDER = REPO_DATA / "instructions"
 BUILT = FOLDER / "instructions.jsonl"

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 
 from ..core.drafts.lookup import LookupConfig, column_of, matches, mix
-from ..harness.data import chat_prompt
-from ..harness.pair import teacher_forced, top1
-from ..harness.paths import DRAFT_DIR
-from ..harness.weights import frequent_tokens, resolve
+from ..harness.setup.data import chat_prompt
+from ..harness.experiments.pair import teacher_forced, top1
+from ..harness.setup.paths import DRAFT_DIR
+from ..harness.setup.weights import frequent_tokens, resolve
 from . import instructions
 from .teacher import answer_batch, corpora, load_target
 

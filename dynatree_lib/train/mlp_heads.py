@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ..core.drafts.heads.mlp import KINDS, MLPHeadConfig, MLPHeads, save_heads
-from ..harness.paths import REPO
+from ..harness.setup.paths import REPO
 from .eagle3 import VERIFIER, Batch, HeadRecipe, HeadSpec, bf16_copy, soft_loss, training_record, with_lookup
 
 

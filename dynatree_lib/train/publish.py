@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from ..core.drafts.heads.mlp import KINDS as MLP_KINDS
-from ..harness.paths import REPO
+from ..harness.setup.paths import REPO
 from . import head_card, mlp_card
 from .mlp_heads import training_spec
 

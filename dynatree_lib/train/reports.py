@@ -18,11 +18,11 @@ import torch
 
 from ..core.drafts.heads.eagle3 import Eagle3Config, load_head
 from ..core.drafts.lookup import LookupConfig, column_of, mix
-from ..harness.environment import environment
-from ..harness.head_reports import report, with_head
-from ..harness.pair import teacher_forced_head, top1
-from ..harness.profiles import Profile
-from ..harness.weights import head_folder, resolve, weights_info
+from ..harness.measure.environment import environment
+from ..harness.experiments.head_reports import report, with_head
+from ..harness.experiments.pair import teacher_forced_head, top1
+from ..harness.setup.profiles import Profile
+from ..harness.setup.weights import head_folder, resolve, weights_info
 from .eagle3 import HeadSpec, frequent_tokens, read_gz, shard_sequences, shard_text, teacher_text
 from .lookup_fit import fit_weights, matched
 from .teacher import SAMPLED_TEXT, TEXT, load_target
@@ -154,8 +154,8 @@ LISTS = {"head_records": ("pair_eagle3", "head_cost", "head_tree_depth", "memory
 
 def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False):
     """Experiment ``name``: one of this layer's ``REPORTS``, a list of experiments (``LISTS``, each in turn), or one of
-    ``harness.experiments``'."""
-    from ..harness import experiments
+    ``harness.experiments.catalog``'."""
+    from ..harness.experiments import catalog as experiments
 
     if name in LISTS:
         return [run(n, profile, rerun, root, render_only) for n in LISTS[name]]
@@ -166,6 +166,6 @@ def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = No
 
 def names() -> list[str]:
     """Every name ``run`` takes."""
-    from ..harness import experiments
+    from ..harness.experiments import catalog as experiments
 
     return sorted(set(experiments.EXPERIMENTS) | set(experiments.reports()) | set(REPORTS) | set(LISTS))

@@ -39,9 +39,9 @@ from pathlib import Path
 
 import torch
 
-from ..harness.data import chat_prompt, training_text, wikitext_valid_articles
-from ..harness.paths import REPO, written_whole
-from ..harness.weights import smollm2_folder
+from ..harness.setup.data import chat_prompt, training_text, wikitext_valid_articles
+from ..harness.setup.paths import REPO, written_whole
+from ..harness.setup.weights import smollm2_folder
 from . import instructions
 
 BUILD = REPO / "models" / "draft-build-v3"  # git-ignored: teacher shards, checkpoints

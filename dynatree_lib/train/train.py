@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..harness.paths import written_whole
+from ..harness.setup.paths import written_whole
 from .loss import distill_loss
 from .teacher import BUILD, TEACHER, load_target, teacher_files
 
@@ -294,7 +294,7 @@ def trained_draft(final: Path):
     """The trained draft (fp32 LlamaForCausalLM) and its final checkpoint."""
     from transformers import AutoConfig, LlamaForCausalLM
 
-    from ..harness.weights import smollm2_folder
+    from ..harness.setup.weights import smollm2_folder
 
     st = torch.load(final)
     model = LlamaForCausalLM(draft_config(AutoConfig.from_pretrained(smollm2_folder()), DraftSpec(**st["spec"])))

@@ -24,10 +24,10 @@ tensor, and on the fused engine its runner packs the head's weights, releasing t
 (``eagle3_fused.PackedHead``).
 
 What still needs a model's own weights is served apart: transformers' own loop (HF's AR and assisted generation)
-runs on models loaded without a runner (``harness.profiles.Models.load_pair`` with ``models_for="transformers"``), or
+runs on models loaded without a runner (``harness.setup.profiles.Models.load_pair`` with ``models_for="transformers"``), or
 beside runners built with ``keep_model=True`` (``models_for="both"``: the main table interleaves both loops in one
 process, two copies there, and the forward-cost run builds a second draft runner from its model); everything else
-reads the runner (``harness.measure.divergence_gap``) or the model's config.
+reads the runner (``harness.measure.cell.divergence_gap``) or the model's config.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class ReleasedWeight(Tensor):
             f"over and holds them in its own layout (one copy of every weight), so the model is a shell now (config "
             f"and shapes only) and cannot compute ({use}). Run the runner instead, or build it with keep_model=True "
             "(keep_head=True for a head's runner) to keep the model's own weights beside it (two copies); "
-            "harness.models.load_pair with engine='eager' gives the transformers models alone")
+            "harness.setup.models.load_pair with engine='eager' gives the transformers models alone")
 
     def data_ptr(self) -> int:
         raise self.error("data_ptr()")

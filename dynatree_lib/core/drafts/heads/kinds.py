@@ -1,5 +1,5 @@
 """The kinds of draft head on the target's own hidden states, declared once: a draft reference ``<kind>:<folder>``
-(``harness.weights``) names one, and its folder loads and drafts as its entry here says."""
+(``harness.setup.weights``) names one, and its folder loads and drafts as its entry here says."""
 from __future__ import annotations
 
 from dataclasses import dataclass

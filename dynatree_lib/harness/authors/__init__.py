@@ -1,0 +1,1 @@
+"""The DynaTree authors' code: its checkout, its runs on our pair, its records. Imports ``setup`` and ``measure``."""

