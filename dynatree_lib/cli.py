@@ -274,8 +274,7 @@ def decode(args, prof) -> None:
     T = args.T if args.T is not None else prof.protocol.T
     eos = tok.eos_token_id if args.chat else workload_eos(args.dataset, tok)
     run = lambda cfg, trees=0: generate(target, ids, T, draft=draft, method=cfg, kv_mode=prof.protocol.kv_mode,
-                                        eos_token_id=eos, record_trees=trees, temperature=sampling.temperature,
-                                        top_k=sampling.top_k, top_p=sampling.top_p,
+                                        eos_token_id=eos, record_trees=trees, sampling=sampling,
                                         generator=torch.Generator().manual_seed(args.seed),
                                         control=control if cfg is not None else None)
     if args.cmd == "show-tree":

@@ -3,6 +3,7 @@
     generate(target, prompt, T)                                   greedy AR (our cached loop)
     generate(target, prompt, T, draft=d, method="dynatree")       a method by name, default settings
     generate(target, prompt, T, draft=d, method=DynaTreeConfig(tau_h=0.8))
+    generate(target, prompt, T, draft=d, method="dynatree", sampling=Sampling(1.0, top_p=0.9), generator=g)
 
 ``target`` and ``draft`` are transformers models (run eagerly) or runners (``core.engines.static.StaticRunner``).
 
@@ -273,21 +274,24 @@ def method_config(method):
     return method
 
 
-def generate(target, prompt, T: int, draft=None, method=None, kv_mode: str = "gather",
-             eos_token_id: int | None = None, record_trees: int = 0, temperature: float = 0.0,
-             top_k: int | None = None, top_p: float | None = None,
+def generate(target, prompt, T: int, *, draft=None, method=None, sampling: Sampling = Sampling(),
+             kv_mode: str = "gather", eos_token_id: int | None = None, record_trees: int = 0,
              generator: torch.Generator | None = None, session: Session | None = None,
              control: ControlConfig | None = None) -> GenerationResult:
-    """``T`` new tokens with ``method`` (see module docstring): greedy at ``temperature=0``, else sampled from the
-    target's softmax at that temperature after ``top_k`` / ``top_p``, every draw from ``generator`` (a run is
-    reproducible from its seed), the target's law kept exactly by every method but StreamingLLM (whose window
+    """``T`` new tokens with ``method`` (see module docstring): greedy (``Sampling()``, the default), else sampled
+    from the target's law that ``sampling`` gives (its temperature, top-k and top-p), every draw from ``generator``
+    (a run is reproducible from its seed), the law kept exactly by every method but StreamingLLM (whose window
     changes what the target sees). ``record_trees``: keep the first that many drafted trees of a tree method in
     ``result.trees`` (tokens are unchanged). ``session``: a ``Session`` kept across a run's generations, for a policy
     that adapts across prompts (``DynaTreeConfig.history_scope="prompt"``). ``control``: a ``ControlConfig`` that
     sizes each tree of a tree method from the acceptance it observes, down to a plain AR step
     (``extensions.control``; ``result.decisions`` says what it chose and why)."""
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a Sampling (e.g. Sampling(temperature=1.0, top_p=0.9)), got "
+                        f"{type(sampling).__name__}")
     cfg = method_config(method)
-    opts = Options(kv_mode, eos_token_id, record_trees, Sampling(temperature, top_k, top_p), generator, session)
+    opts = Options(kv_mode=kv_mode, eos_token_id=eos_token_id, record_trees=record_trees, sampling=sampling,
+                   generator=generator, session=session)
     if cfg is None:
         return generate_ar(target, prompt, T, opts)
     m = of_config(cfg)

@@ -137,3 +137,15 @@ def test_an_unused_budget_changes_nothing(target, draft):
                              record_trees=20) for n in (256, 16384))
     assert large.tokens == small.tokens and large.log.nodes == small.log.nodes and max(small.log.nodes) < 256
     assert [t["tokens"] for t in large.trees] == [t["tokens"] for t in small.trees]
+
+
+def test_generate_takes_keywords_past_T_and_the_sampling_law_whole(target, draft):
+    import inspect
+
+    params = inspect.signature(generate).parameters
+    assert [n for n, p in params.items() if p.kind is not p.KEYWORD_ONLY] == ["target", "prompt", "T"]
+    p = torch.tensor([1, 2, 3])
+    with pytest.raises(TypeError, match="positional"):
+        generate(target, p, 4, draft)
+    with pytest.raises(TypeError, match="sampling must be a Sampling"):
+        generate(target, p, 4, sampling=1.0)

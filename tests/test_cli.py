@@ -89,7 +89,8 @@ def test_chat_turn_sampled_end_to_end(monkeypatch, capsys):
     [(prompt, T, kw)] = calls
     tok = tiny.tiny_tokenizer()
     assert prompt == chat_prompt(tok, QUESTION) and T == 8
-    assert (kw["temperature"], kw["top_k"], kw["top_p"], kw["eos_token_id"]) == (0.7, 40, 0.9, tok.eos_token_id)
+    s = kw["sampling"]
+    assert (s.temperature, s.top_k, s.top_p, kw["eos_token_id"]) == (0.7, 40, 0.9, tok.eos_token_id)
     assert 1 <= metrics["tokens"] <= 8
 
 

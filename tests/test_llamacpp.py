@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dynatree_lib import Sampling
 from dynatree_lib.harness.peers import llamacpp_server as L
 from dynatree_lib.harness.setup.paths import DRAFT_DIR
 
@@ -129,12 +130,12 @@ def test_the_peer_decodes_through_the_registry(monkeypatch):
     assert engine_info(Cell(method="dynatree", config=None, **at)) == {}
     assert srv.law == (0.0, 0)
     gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
-    generate(None, torch.arange(5), 32, method=cfg, temperature=1.0, generator=gen())
+    generate(None, torch.arange(5), 32, method=cfg, sampling=Sampling(1.0), generator=gen())
     temperature, seed = srv.law
-    generate(None, torch.arange(5), 32, method=cfg, temperature=1.0, generator=gen())
+    generate(None, torch.arange(5), 32, method=cfg, sampling=Sampling(1.0), generator=gen())
     assert temperature == 1.0 and srv.law == (1.0, seed)  # sampled, seeded by the cell's generator
     with pytest.raises(ValueError, match="temperature alone"):
-        generate(None, torch.arange(5), 32, method=cfg, temperature=1.0, top_k=5)
+        generate(None, torch.arange(5), 32, method=cfg, sampling=Sampling(1.0, top_k=5))
     with pytest.raises(ValueError, match="mode must be one of"):
         peers.LlamaCppConfig("lookahead")
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, TalonConfig, generate
+from dynatree_lib import CostAwareConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, Sampling, TalonConfig, generate
 from dynatree_lib.core.drafts.heads.kinds import HEAD_KINDS
 from dynatree_lib.core.drafts.lookup import LookupConfig, LookupRunner
 from dynatree_lib.core.drafts.heads.mlp_runner import MLPHeadRunner
@@ -215,7 +215,7 @@ def test_a_head_folder_is_a_draft_reference(tmp_path, kind):
     ar = generate(tgt, p, 16).tokens
     for method in ("linear", "fixed_tree", "dynatree", "talon"):
         assert generate(tgt, p, 16, draft=drf, method=method).tokens == ar
-    assert generate(tgt, p, 16, draft=drf, method="dynatree", temperature=1.0,
+    assert generate(tgt, p, 16, draft=drf, method="dynatree", sampling=Sampling(1.0),
                     generator=torch.Generator().manual_seed(0)).tokens
     tgt, drf, _ = load_pair("tiny-llama:target", ref, engine="static", draft_vocab=200)
     assert generate(tgt, p, 16, draft=drf, method="dynatree").tokens == ar

@@ -370,7 +370,7 @@ def test_target_probs_filters_as_transformers_does():
                                                                                               "top_k")])
 def test_bad_sampling_settings_are_refused(bad, match, target):
     with pytest.raises(ValueError, match=match):
-        generate(target, torch.arange(1, 5), 4, **bad)
+        generate(target, torch.arange(1, 5), 4, sampling=Sampling(**bad))
 
 
 # ---- every method end to end: the transition law of a bigram target over long generations -----------------------
@@ -446,8 +446,7 @@ def sample(pair, name: str, s: Sampling, draft=None, n: int = N_TOKENS, control=
     degrees of freedom of its transitions."""
     target, default_draft = pair
     res = generate(target, START, n, draft=draft or default_draft, method=bigram_config(name),
-                   temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, generator=torch.Generator().manual_seed(0),
-                   control=control)
+                   sampling=s, generator=torch.Generator().manual_seed(0), control=control)
     return (res, *transition_statistic(res.tokens, transition_law(target, s)))
 
 
@@ -591,7 +590,7 @@ def test_a_draft_equal_to_the_target_has_every_drawn_token_accepted(tiny_pair, n
     target, _ = tiny_pair
     draft = copy.deepcopy(target)
     for seed in range(5):
-        out = generate(target, PROMPT, 20, draft=draft, method=method_config(name), temperature=1.0,
+        out = generate(target, PROMPT, 20, draft=draft, method=method_config(name), sampling=Sampling(1.0),
                        generator=torch.Generator().manual_seed(seed))
         assert out.log.accepted == out.log.depth and sum(out.log.accepted) + out.iterations == 20, (name, seed)
 
@@ -599,7 +598,7 @@ def test_a_draft_equal_to_the_target_has_every_drawn_token_accepted(tiny_pair, n
 def test_sampling_is_reproducible_from_the_seed(tiny_pair):
     target, draft = tiny_pair
     for name in ("ar", "linear", "dynatree", "hf_assisted"):
-        a, b = (generate(target, PROMPT, 12, draft=draft, method=method_config(name), temperature=1.0,
+        a, b = (generate(target, PROMPT, 12, draft=draft, method=method_config(name), sampling=Sampling(1.0),
                          generator=torch.Generator().manual_seed(7)).tokens for _ in range(2))
         assert a == b, name
 

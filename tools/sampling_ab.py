@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from dynatree_lib import LinearConfig, generate
+from dynatree_lib import LinearConfig, Sampling, generate
 from dynatree_lib.harness.measure.metrics import prompt_metrics
 from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.harness.setup.prompts import load_prompts
@@ -52,7 +52,7 @@ def main() -> None:
             seed = prompt_seed(p.protocol.seed, prompt.id, 0)
             for name in METHODS:
                 res = generate(target, prompt.ids, args.T, draft=draft, method=None if name == "ar" else config(p, name, ws),
-                               eos_token_id=eos, temperature=args.temperature,
+                               eos_token_id=eos, sampling=Sampling(args.temperature),
                                generator=torch.Generator().manual_seed(seed))
                 m = prompt_metrics(res)
                 rows.append({"workload": ws, "prompt_id": prompt.id, "method": name, "L_bar": m["L_bar"], "tps": m["tps"]})

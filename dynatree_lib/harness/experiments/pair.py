@@ -204,6 +204,7 @@ def target_outputs(profile, target, tok, T: int, report: dict, sample: bool = Fa
     """(group, prompt + the target's output, the prompt's last row) for every dev prompt: greedy, or with
     ``sample`` drawn at temperature 1 (seeded by the protocol's seed); Spec-Bench's groups are
     ``spec_bench/<category>``. The first greedy continuation is kept as a sample in ``report``."""
+    from ...core.sampling import Sampling
     from ...methods import generate
     from ..setup.prompts import load_prompts
 
@@ -214,7 +215,8 @@ def target_outputs(profile, target, tok, T: int, report: dict, sample: bool = Fa
         for p in load_prompts(ws, tok, n, profile.L_max(ws), split="dev", seed=profile.protocol.seed,
                               source=profile.protocol.data_source):
             ids = p.ids[-profile.protocol.max_prompt:] if profile.protocol.max_prompt else p.ids
-            out = generate(target, ids, T, eos_token_id=eos(ws, tok), temperature=1.0 if sample else 0.0,
+            out = generate(target, ids, T, eos_token_id=eos(ws, tok),
+                           sampling=Sampling(1.0) if sample else Sampling(),
                            generator=gen).tokens
             group = f"{ws}/{p.category}" if workload(ws).per_category else ws
             seqs.append((group, torch.cat([ids, torch.tensor(out)]), ids.numel() - 1))

@@ -83,7 +83,7 @@ class CellRun:
         gen = None if s.greedy else torch.Generator(dev).manual_seed(seed)
         return generate(self.target, prompt.ids, cell.T, draft=drafter(cell, self.draft), method=cell.config,
                         kv_mode=self.kv_mode, eos_token_id=self.eos, record_trees=record_trees,
-                        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, generator=gen, session=self.session)
+                        sampling=s, generator=gen, session=self.session)
 
     def warm_up(self, prompts: list[Prompt], n: int) -> None:
         """``n`` discarded generations (on the first prompts, cycled)."""
