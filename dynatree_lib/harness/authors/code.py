@@ -86,9 +86,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ... import methods as registry
-from ..authors.checkout import REPO_NAME, IdsTokenizer, NotAuthorsCheckout, check_checkout, compat_shims, \
+from .checkout import REPO_NAME, IdsTokenizer, NotAuthorsCheckout, check_checkout, compat_shims, \
     file_digests, import_core, read_commit, scratch_copy
-from ..authors.records import headline, instrument, make_run, our_tree_digest, summarize, write_json
+from .records import headline, instrument, make_run, our_tree_digest, summarize, write_json
 from ..setup.workloads import PG19, WIKITEXT2
 
 IMPLS = ("authors", "authors+cache_fix", "authors+position_fix", "authors+both_fixes", "ours")

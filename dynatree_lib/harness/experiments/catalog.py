@@ -10,8 +10,7 @@ the tuning prompts, greedy and at the sampling experiment's temperature; ``tunin
 fastest candidate from ``tuning.json`` and every other experiment uses it. Design and diagnosis use the dev
 prompts (the pair report, the tree drawings); the test prompts appear only in measured JSON.
 
-A cell runs one registered method in one of its variants (``variants``: its main setting, the paper's settings, the
-draft network alone, an ablation step, a sweep point, a tuning candidate); its record's key (``cell_key``) hashes the
+A cell runs one registered method in one of its variants (``variants``); its record's key (``cell_key``) hashes the
 method, the variant, the configuration, the tags and the protocol, never what tables call the cell.
 """
 from __future__ import annotations
@@ -30,16 +29,17 @@ from ...core.sampling import Sampling
 from ..measure import load
 from ..peers import llamacpp as peers
 from ..setup import variants as v
-from ..experiments.costs import run_costs
-from ..experiments.frontier import FRONTIER, frontier_cells, frontier_profile
+from .costs import run_costs
+from .control import CONTROL, control_cells, control_prompts
+from .frontier import FRONTIER, frontier_cells, frontier_profile
 from ..measure.cell import Cell
 from ..measure.bench import measurable, unmeasurable
 from ..setup.profiles import Profile
 from ..measure.store import ResultStore, archive_for_rerun, config_dict, record_key, results_path
-from ..experiments.tuning import cost_aware, cost_candidates, tuned, tuned_families
-from ..experiments.talon import (TALON, TALON_TUNING, head_profile, talon_T, talon_cells, talon_methods,  # noqa: F401
+from .tuning import cost_aware, cost_candidates, tuned, tuned_families
+from .talon import (TALON, TALON_TUNING, head_profile, talon_T, talon_cells, talon_methods,  # noqa: F401
                                talon_profile, talon_tuning_cells)
-from ..experiments.vllm import (VLLM, VLLM_THROUGHPUT, VLLM_TUNING, run_vllm_throughput, vllm_cells,  # noqa: F401
+from .vllm import (VLLM, VLLM_THROUGHPUT, VLLM_TUNING, run_vllm_throughput, vllm_cells,  # noqa: F401
                               vllm_profile, vllm_tuning_cells)
 from ..setup.workloads import WIKITEXT2, count
 
@@ -300,8 +300,8 @@ EXPERIMENTS = {"tuning": tuning_cells, "main": main_cells, "sampling": sampling_
                "dynatree_sweep": dynatree_sweep_cells, "trees": trees_cells, "memory": memory_cells,
                "peers": peers_cells, "heads": head_cells, TALON: talon_cells,
                TALON_TUNING: talon_tuning_cells, VLLM: vllm_cells, VLLM_TUNING: vllm_tuning_cells,
-               FRONTIER: frontier_cells}
-IN_PROCESS = ("main", "peers", "heads", TALON, VLLM)  # experiments whose replicates each run in a fresh process
+               FRONTIER: frontier_cells, CONTROL: control_cells}
+IN_PROCESS = ("main", "peers", "heads", TALON, VLLM, CONTROL)  # experiments whose replicates each run in a fresh process
 MEMORY_HEAD_WORKLOAD, MEMORY_HEAD_REPEATS = WIKITEXT2, 3
 
 
@@ -309,7 +309,7 @@ def run_memory_head(profile: Profile, rerun: bool = False, root: Path | None = N
                     render_only: bool = False) -> Path:
     """Issue 56's memory target: AR and DynaTree on v4, DynaTree on the head, as notebook 08 measures memory (each cell
     in ``MEMORY_HEAD_REPEATS`` fresh processes, one row each) on the first WikiText-2 test prompt."""
-    from ..experiments.head_reports import with_head
+    from .head_reports import with_head
     from ..measure.memory import run_memory
 
     path = results_path("memory_head", profile, root)
@@ -331,8 +331,8 @@ def run_memory_head(profile: Profile, rerun: bool = False, root: Path | None = N
 def run_pair_eagle3(profile: Profile, rerun: bool = False, root: Path | None = None,
                     render_only: bool = False) -> Path:
     """Notebook 00's pair report of the profile's feature head (``pair_eagle3.json``)."""
-    from ..experiments.head_reports import with_head
-    from ..experiments.pair import run_pair
+    from .head_reports import with_head
+    from .pair import run_pair
 
     return run_pair(with_head(profile), rerun=rerun, root=root, render_only=render_only, name="pair_eagle3")
 
@@ -341,10 +341,10 @@ def reports() -> dict:
     """The experiments that make one document each (not a table of cells), by name: each is
     ``fn(profile, rerun=False, root=None, render_only=False) -> Path``."""
     from ..authors.code import run_authors_code, run_authors_code_history
-    from ..experiments.head_reports import run_head_cost, run_head_tree_depth
+    from .head_reports import run_head_cost, run_head_tree_depth
     from ..peers.llamacpp_eagle3 import run_llamacpp_eagle3
-    from ..experiments.matmul_costs import run_matmuls
-    from ..experiments.pair import run_pair
+    from .matmul_costs import run_matmuls
+    from .pair import run_pair
 
     return {"costs": run_costs, "pair": run_pair, "pair_eagle3": run_pair_eagle3, "head_cost": run_head_cost,
             "head_tree_depth": run_head_tree_depth, "memory_head": run_memory_head, "matmuls": run_matmuls,
@@ -371,6 +371,8 @@ def n_prompts(name: str, p: Profile, cell: Cell) -> int:
         return count(ws, p.extras.talon_n_prompts, p.extras.talon_n_questions)
     if name == FRONTIER:
         return count(ws, p.extras.frontier_n_prompts, p.extras.frontier_n_questions)
+    if name == CONTROL:
+        return control_prompts(p, cell)
     if cell.tags.get("role") == "exact":
         return count(ws, p.protocol.n_exact, 1)
     n = count(ws, p.protocol.n_prompts, p.protocol.n_questions)
@@ -394,7 +396,8 @@ def key_parts(name: str, p: Profile, c: Cell) -> dict:
                 ds=c.dataset, method=c.method, variant=c.variant, config=config_dict(c.config), T=c.T, L=c.L_max,
                 tags=c.tags, split=c.split, lookup=c.lookup and m.draft_lookup, temperature=s.temperature,
                 top_k=s.top_k, top_p=s.top_p, max_prompt=p.protocol.max_prompt,
-                **({"draft_vocab": m.draft_vocab} if m.draft_vocab else {}))
+                **({"draft_vocab": m.draft_vocab} if m.draft_vocab else {}),
+                **({"control": config_dict(c.control)} if c.control is not None else {}))
 
 
 def missing(name: str, profile: Profile, root: Path | None = None, replicate: int | None = None) -> list:

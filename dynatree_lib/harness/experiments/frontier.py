@@ -17,7 +17,7 @@ from ...core.sampling import Sampling
 from ..setup import variants as v
 from ..measure.cell import Cell
 from ..setup.profiles import Profile
-from ..experiments.talon import MEDUSA_TREE, head_profile
+from .talon import MEDUSA_TREE, head_profile
 from ..setup.weights import head_kind
 from ..setup.workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2
 

@@ -19,7 +19,7 @@ import torch
 from ... import methods as registry
 from ...core.drafts.lookup import LookupRunner
 from ...core.engines.hf import as_runner
-from ..experiments.costs import one_token_ratio
+from .costs import one_token_ratio
 from ..measure.environment import environment
 from ..measure.metrics import prompt_metrics
 from ..setup.profiles import Profile

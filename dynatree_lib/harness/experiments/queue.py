@@ -109,10 +109,10 @@ def run(queue: Queue, run_one, profile, folder: Path = QUEUE_DIR) -> None:
 def progress(name: str, profile, root: Path | None = None) -> dict:
     """An experiment's cells done, in progress and left, its generations left and the mean seconds of the
     generations measured so far; a one-document experiment is one cell (done once its file exists)."""
-    from ..experiments.catalog import EXPERIMENTS, experiment_profile, missing, n_prompts
+    from .catalog import EXPERIMENTS, experiment_profile, missing, n_prompts
     from ..measure.bench import Prompts
     from ..measure.store import ResultStore, results_path
-    from ..experiments.tuning import NotTuned
+    from .tuning import NotTuned
 
     measuring = experiment_profile(name, profile) if name in EXPERIMENTS else profile
     path = results_path(name, measuring, root)

@@ -16,7 +16,7 @@ from ..peers import llamacpp as peers
 from ..setup import variants as v
 from ..measure.cell import Cell
 from ..setup.profiles import Profile
-from ..experiments.tuning import fastest, head_cost_curve
+from .tuning import fastest, head_cost_curve
 from ..setup.weights import head_kind
 from ..setup.workloads import TALON_TEMPERATURES, TALON_WORKLOADS, workload
 

@@ -16,7 +16,7 @@ from ... import methods as registry
 from ...core.sampling import Sampling
 from ...extensions.control import ControlConfig
 from ...extensions.cost_aware import CostAwareConfig
-from ..experiments.costs import predict_iteration, stale
+from .costs import predict_iteration, stale
 from ..setup.machine import here, kind_of_record
 from ..setup.profiles import Profile
 from ..measure.store import config_dict, results_path

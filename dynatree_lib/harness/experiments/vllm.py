@@ -20,8 +20,8 @@ from ..setup import variants as v
 from ..peers import vllm as P
 from ..measure.cell import Cell
 from ..setup.profiles import Profile
-from ..experiments.talon import head_profile
-from ..experiments.tuning import fastest
+from .talon import head_profile
+from .tuning import fastest
 from ..setup.workloads import SPEC_BENCH, WIKITEXT2
 
 VLLM, VLLM_TUNING, VLLM_THROUGHPUT = "vllm", "vllm_tuning", "vllm_throughput"

@@ -9,13 +9,13 @@ import torch
 from ...core.policies.base import Session
 from ...core.engines.hf import as_runner
 from ... import methods as registry
-from ..measure import load
-from ..measure import cell as measure
-from ..measure.environment import BandwidthProbe, bound
+from . import load
+from . import cell as measure
+from .environment import BandwidthProbe, bound
 from ..setup.profiles import Profile, models_for
 from ..setup.prompts import authors_prompts, load_prompts
 from ..setup.splits import CATEGORIES
-from ..measure.store import ResultStore
+from .store import ResultStore
 from ..setup.weights import record_weights
 from ..setup.workloads import eos as workload_eos, workload
 

@@ -14,11 +14,11 @@ from ...core.policies.base import Session
 from ...core.engines.hf import as_runner
 from ...core.sampling import Sampling
 from ...methods import REGISTRY, generate
-from ..measure.environment import BandwidthProbe, environment
-from ..measure.metrics import aggregate, loop_share, periodic_tail, prompt_metrics
+from .environment import BandwidthProbe, environment
+from .metrics import aggregate, loop_share, periodic_tail, prompt_metrics
 from ..setup.prompts import Prompt
 from ..setup import variants
-from ..measure.store import config_dict
+from .store import config_dict
 from ..setup.variants import MAIN
 
 GREEDY = Sampling()
@@ -37,7 +37,7 @@ class Cell:
     an ablation step, ...); with the configuration and tags it tells cells of one method apart, and it names what
     tables show (``label``). ``lookup=False``: the draft network alone, without its context lookup (a control row);
     ``split``: which prompts (``prompts.SPLITS``); ``tags``: sweep coordinates and roles ("timed", "exact",
-    "memory", ...); ``draft``: a feature head of its own (``<kind>:<folder>``, a Medusa or Hydra head beside the
+    "memory", ...); ``control``: the controller that sizes its trees (None: none); ``draft``: a feature head of its own (``<kind>:<folder>``, a Medusa or Hydra head beside the
     profile's EAGLE-3 head), loaded over the same target; None: the profile's draft."""
 
     dataset: str
@@ -52,6 +52,7 @@ class Cell:
     lookup: bool = True
     split: str = "test"
     draft: str | None = None
+    control: object = None  # a ``ControlConfig``: each tree's budget chosen by the controller (``variants.CONTROLLED``)
 
     @property
     def label(self) -> str:
@@ -83,7 +84,7 @@ class CellRun:
         gen = None if s.greedy else torch.Generator(dev).manual_seed(seed)
         return generate(self.target, prompt.ids, cell.T, draft=drafter(cell, self.draft), method=cell.config,
                         kv_mode=self.kv_mode, eos_token_id=self.eos, record_trees=record_trees,
-                        sampling=s, generator=gen, session=self.session)
+                        sampling=s, generator=gen, session=self.session, control=cell.control)
 
     def warm_up(self, prompts: list[Prompt], n: int) -> None:
         """``n`` discarded generations (on the first prompts, cycled)."""
@@ -139,6 +140,8 @@ def measure(run: CellRun, prompt: Prompt, ar_tokens: list[int] | None, probe: Ba
         row["divergence_gap"] = divergence_gap(target, prompt.ids, ref, row["first_divergence"])
     if res.trees:
         row["trees"] = res.trees
+    if res.decisions is not None and cell.tags.get("record_decisions"):  # the controller's budget per iteration
+        row |= {"budgets": [d["budget"] for d in res.decisions], "accepted_per_iteration": res.log.accepted}
     return row
 
 

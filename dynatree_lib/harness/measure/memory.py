@@ -88,10 +88,10 @@ def measure_here(profile, cell, prompt_index: int = 0) -> dict:
     """In this process: prepare the prompt (tokenizer, data, imports), note what that runtime holds, load the models
     the method uses, warm up once and measure one generation (fields: module docstring)."""
     from ...methods import REGISTRY
-    from ..measure.cell import CellRun
+    from .cell import CellRun
     from ..setup.models import import_model_code, load_tokenizer
     from ..setup.profiles import models_for
-    from ..measure.bench import Prompts, prompt_seed
+    from .bench import Prompts, prompt_seed
     from ..setup.workloads import eos as workload_eos
 
     if profile.models.threads:
@@ -148,10 +148,10 @@ def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
     processes per cell, one row each."""
     from tqdm.auto import tqdm
 
-    from ..measure.environment import environment
-    from ..measure.cell import make_record
-    from ..measure.metrics import aggregate
-    from ..measure.store import ResultStore
+    from .environment import environment
+    from .cell import make_record
+    from .metrics import aggregate
+    from .store import ResultStore
     from ..setup.weights import record_weights
 
     store = ResultStore(path)

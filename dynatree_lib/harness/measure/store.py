@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from ..measure import load
+from . import load
 from ..setup.paths import RESULTS, written_whole
 
 SCHEMA = 2

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..peers import llamacpp_server as H
+from . import llamacpp_server as H
 from ..setup.paths import HEAD_DIR
 
 HEAD = HEAD_DIR

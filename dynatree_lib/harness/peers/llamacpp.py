@@ -20,9 +20,9 @@ from ..setup import variants
 from ...core.loop import Options
 from ...core.result import GenerationResult, Totals
 from ...core.validate import check_field_types, require
-from ..peers import llamacpp_server as llamacpp
+from . import llamacpp_server as llamacpp
 from ..setup.paths import portable, portable_text
-from ..peers.eagle3_gguf import mode_draft
+from .eagle3_gguf import mode_draft
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from ..peers.eagle3_gguf import mode_draft
-from ..peers.llamacpp_server import CTX, MODES, THREADS, binary, build_info, draft_file, find_llamacpp, mode_args, run_fields, \
+from .eagle3_gguf import mode_draft
+from .llamacpp_server import CTX, MODES, THREADS, binary, build_info, draft_file, find_llamacpp, mode_args, run_fields, \
     target_gguf, timed_row, version_string
 
 

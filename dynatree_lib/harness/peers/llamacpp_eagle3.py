@@ -40,9 +40,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..peers import llamacpp_server as H
-from ..peers import llamacpp_cli as R
-from ..peers.eagle3_gguf import HEAD, convert, verify_gguf
+from . import llamacpp_server as H
+from . import llamacpp_cli as R
+from .eagle3_gguf import HEAD, convert, verify_gguf
 from ..setup.paths import REPO
 from ..setup.workloads import SPEC_BENCH, WIKITEXT2
 

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 
-from ..setup.paths import REPO
+from .paths import REPO
 
 DATASETS = ("wikitext2", "pg19")
 # Hub ids. DeepMind's own PG-19 repository on the hub is a loading-script dataset, which `datasets` 4 refuses; these are

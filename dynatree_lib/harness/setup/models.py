@@ -15,8 +15,8 @@ from ...core.drafts.heads.kinds import HEAD_KINDS
 from ...core.drafts.lookup import LookupRunner
 from ...core.engines.hf import HFRunner, as_runner
 from ...core.engines.runner import check_pair, context_limit
-from ..setup import tiny
-from ..setup.weights import frequent_tokens, head_folder, head_kind, is_head, lookup_config, resolve
+from . import tiny
+from .weights import frequent_tokens, head_folder, head_kind, is_head, lookup_config, resolve
 
 
 

@@ -26,8 +26,8 @@ from ...core.policies.static import FixedTreeConfig
 from ...core.policies.talon import TalonConfig
 from ...core.validate import is_int, is_real, require
 from ... import methods as registry
-from ..setup.models import Engine, load_pair
-from ..setup.workloads import HUMANEVAL, ULTRACHAT_EVAL, WORKLOADS
+from .models import Engine, load_pair
+from .workloads import HUMANEVAL, ULTRACHAT_EVAL, WORKLOADS
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = {"int": is_int, "float": is_real, "bool": lambda x: isinstance(x, bool), "str": lambda x: isinstance(x, str),
@@ -232,7 +232,9 @@ class Extras:
     budget frontier on the head (``frontier_n_prompts`` test prompts per workload without categories, 0: none,
     ``frontier_n_questions`` per Spec-Bench category, ``frontier_T`` new tokens at most, Medusa's and Hydra's heads
     beside it: ``frontier_heads``; DynaTree on a draft model as the reference line: ``frontier_draft``, scoring its
-    ``frontier_draft_vocab`` most frequent tokens where set)."""
+    ``frontier_draft_vocab`` most frequent tokens where set); and notebook 16's controller experiment
+    (``control_n_prompts`` test prompts per workload without categories, 0: none, ``control_n_questions`` per
+    Spec-Bench category)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -262,6 +264,8 @@ class Extras:
     frontier_heads: tuple = ()
     frontier_draft: str = ""
     frontier_draft_vocab: int | None = None
+    control_n_prompts: int = 0
+    control_n_questions: int = 1
     part: ClassVar[str] = "extras"
 
     def __post_init__(self) -> None:
@@ -409,7 +413,8 @@ PROFILES: dict[str, Profile] = {
                talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
                talon_extension=True, vllm_n_prompts=4, frontier_n_prompts=12, frontier_n_questions=2,
                frontier_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"),
-               frontier_draft="embedded:draft", frontier_draft_vocab=8192)),
+               frontier_draft="embedded:draft", frontier_draft_vocab=8192, control_n_prompts=20,
+               control_n_questions=2)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
@@ -425,7 +430,7 @@ PROFILES: dict[str, Profile] = {
         sweeps=Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,
                fixed_grid={"D": (2, 4), "B": (2,), "tau": (0.05, 0.1)}, threshold_pairs=((0.9, 0.4), (0.7, 0.2)),
                breadth_list=((1, 2, 3),), depth_list=((3, 6),)),
-        extras=Extras(trees_n_prompts=1, trees_per_prompt=6, pair_n_questions=1)),
+        extras=Extras(trees_n_prompts=1, trees_per_prompt=6, pair_n_questions=1, control_n_prompts=1)),
 }
 
 

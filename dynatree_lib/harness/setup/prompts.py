@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from ..setup.data import chat_prompt, load_texts
-from ..setup.splits import CATEGORIES, load_splits
-from ..setup.workloads import WORKLOADS, workload as workload_of
+from .data import chat_prompt, load_texts
+from .splits import CATEGORIES, load_splits
+from .workloads import WORKLOADS, workload as workload_of
 
 SPLITS = ("tuning", "dev", "test")
 

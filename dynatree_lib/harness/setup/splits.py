@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 import random
 
-from ..setup.data import REPO_DATA, load_texts, spec_bench_questions
-from ..setup.workloads import CHUNK, MAX_CHARS, WORKLOADS
+from .data import REPO_DATA, load_texts, spec_bench_questions
+from .workloads import CHUNK, MAX_CHARS, WORKLOADS
 
 SPLITS_FILE = REPO_DATA / "splits.json"
 SEED = 2026
@@ -119,7 +119,7 @@ def _number(pid: str) -> int:
 
 
 if __name__ == "__main__":
-    from ..setup.weights import smollm2_folder
+    from .weights import smollm2_folder
     from transformers import AutoTokenizer
 
     SPLITS_FILE.write_text(json.dumps(build(AutoTokenizer.from_pretrained(smollm2_folder())), indent=1) + "\n")

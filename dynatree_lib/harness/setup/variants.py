@@ -60,7 +60,7 @@ def own(method: str, tags: dict) -> str:
 
 MAIN, PAPER_SETTINGS, NETWORK_ALONE, CANDIDATE = "main", "paper_settings", "network_alone", "candidate"
 EVERY_LEVEL_DRAFTED, NO_COPY_RECORD, OWN_HEADS = "every_level_drafted", "no_copy_record", "own_heads"
-BUDGET = "budget"
+BUDGET, CONTROLLED = "budget", "controlled"
 ABLATION_FIXED, ABLATION_MATCHED, ABLATION_DYNAMIC, ABLATION_HISTORY = (
     "ablation_fixed", "ablation_matched", "ablation_dynamic", "ablation_history")
 FIXED_GRID, SWEEP_THRESHOLDS, SWEEP_BREADTH, SWEEP_DEPTH = "fixed_grid", "sweep_thresholds", "sweep_breadth", "sweep_depth"
@@ -74,6 +74,8 @@ for _v in (
     Variant(name=OWN_HEADS, label=lambda m, c, t: own(m, t), rank=0.75),
     # the budget frontier: a method at one budget of verified draft nodes (its own knob, ``Study.budget``)
     Variant(name=BUDGET, label=lambda m, c, t: f"{own(m, t)} @ {t['budget']} nodes"),
+    # the controller (extensions.control) sizing each tree of the method's tuned setting, down to a plain AR step
+    Variant(name=CONTROLLED, label=lambda m, c, t: f"{own(m, t)} · controlled", rank=0.1),
     # the cost-aware extension without its lookup skip, and skipping on the copy's weight alone (no record of copies)
     Variant(name=EVERY_LEVEL_DRAFTED, label=fixed("DynaTree + cost budget, every level drafted (ext.)")),
     Variant(name=NO_COPY_RECORD, label=fixed("DynaTree + cost budget, no copy record (ext.)")),

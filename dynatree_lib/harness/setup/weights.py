@@ -15,7 +15,7 @@ import torch
 
 from ...core.drafts.heads.kinds import HEAD_KINDS
 from ...core.drafts.lookup import LookupConfig
-from ..setup.paths import DRAFT_DIR, REPO, cache_dir
+from .paths import DRAFT_DIR, REPO, cache_dir
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..setup.data import humaneval_problems, load_texts, spec_bench_questions, ultrachat_eval_questions, wikitext_valid_text
+from .data import humaneval_problems, load_texts, spec_bench_questions, ultrachat_eval_questions, wikitext_valid_text
 
 
 CHUNK, MAX_CHARS = 8000, 200_000  # PG-19 prompts: a book's first MAX_CHARS characters in CHUNK-character chunks

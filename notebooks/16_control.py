@@ -1,0 +1,66 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 16 · Speculation that never loses: the controller (our extension)
+# Not in the DynaTree paper. Sampling at T = 1 on a 2-core CPU, every speculative method of the main tables runs
+# slower than AR (notebook 10): a drawn child is accepted about a third of the time. The controller
+# (`dynatree_lib/extensions/control.py`; docs/design.md, "The controller") wraps a drafting policy and, before each
+# tree, chooses its node budget from the acceptance it has seen and the profile's measured costs, down to a plain
+# AR step; while AR leads it probes the best tree within a bounded share of the time. Its choices read only
+# verifications already done, so greedy output stays AR's and sampling keeps the target's law.
+#
+# Here the chain, the fixed tree and DynaTree run at their tuned settings, alone and controlled, on the draft model
+# and on the feature head, greedy and at the first sampling temperature, on continuations (WikiText-2, PG-19) and
+# instructions (Spec-Bench, HumanEval: to EOS), each replicate in its own process, methods interleaved prompt by
+# prompt on sealed test prompts. A workload without tuning of its own takes Spec-Bench's (instructions) settings.
+
+# %% tags=["parameters"]
+profile = "cpu"      # "cpu" | "smoke"; a profile with extras.control_n_prompts = 0 measures none of it
+overrides = {}       # profile field overrides, e.g. {"control_n_prompts": 4}
+rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
+render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
+
+# %%
+from dynatree_lib.reporting.control_tables import control_trace, control_vs_tuned
+from dynatree_lib.reporting.notebook import experiments, results_path, show_fig, show_table, start, tables
+
+prof = start(profile, overrides)
+
+# %% tags=["nbval-ignore-output"]
+df = None
+if not experiments.measures("control", prof):
+    print(f"profile {prof.name!r} has no controller experiment (extras.control_n_prompts = 0)")
+elif render_only and not results_path("control", prof).exists():
+    print(f"not measured yet: {results_path('control', prof)} is missing "
+          f"(`python -m dynatree_lib bench --experiment control --profile {prof.name}` measures it)")
+else:
+    path = experiments.run("control", prof, rerun=rerun, render_only=render_only)
+    df = tables.load(path, prof)
+
+# %% [markdown]
+# Every row at each temperature and workload: τ (tokens per verification), δ (draft forwards per verification),
+# the speedup over AR on the same prompts in each replicate, and (greedy) the prompts whose output equals AR's.
+
+# %%
+if df is not None:
+    show_table(tables.heads_table(df), "table_control", prof)
+
+# %% [markdown]
+# Each controlled row against its own uncontrolled setting on the same prompts, and the share of its iterations
+# that were plain AR steps.
+
+# %%
+if df is not None:
+    show_table(control_vs_tuned(df), "table_control_vs_tuned", prof)
+
+# %% tags=["nbval-ignore-output"]
+if df is not None:
+    show_fig(control_trace(df), "fig_control_trace", prof)
