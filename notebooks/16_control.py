@@ -29,6 +29,7 @@ rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) a
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
 # %%
+from dynatree_lib.harness.setup.paths import portable
 from dynatree_lib.reporting.control_tables import control_trace, control_vs_tuned
 from dynatree_lib.reporting.notebook import experiments, results_path, show_fig, show_table, start, tables
 
@@ -39,7 +40,7 @@ df = None
 if not experiments.measures("control", prof):
     print(f"profile {prof.name!r} has no controller experiment (extras.control_n_prompts = 0)")
 elif render_only and not results_path("control", prof).exists():
-    print(f"not measured yet: {results_path('control', prof)} is missing "
+    print(f"not measured yet: {portable(results_path('control', prof))} is missing "
           f"(`python -m dynatree_lib bench --experiment control --profile {prof.name}` measures it)")
 else:
     path = experiments.run("control", prof, rerun=rerun, render_only=render_only)
