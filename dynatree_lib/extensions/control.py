@@ -2,9 +2,10 @@
 costs, down to budget 0, a plain AR step; it wraps any drafting policy.
 
 Before each tree it picks the budget ("arm") with the most expected committed tokens per modelled ms. An arm's
-tokens per verification are its own recent verifications (decayed), blended with a prediction from the acceptance
-seen at every depth across all arms; its ms are notebook 03's cost model of an iteration (``CostAwareConfig``'s
-terms) at the nodes and draft forwards the arm recently used, plus the controller's own step. AR's tokens per
+tokens per verification are a shared model's prediction (the acceptance seen at every depth, across all arms) at
+the depth its trees reach, times how far its own recent trees beat or missed their predictions; its ms are notebook
+03's cost model of an iteration (``CostAwareConfig``'s terms) at the nodes and draft forwards its trees recently
+used, plus the controller's own step. A tree accepted whole sends the next one to the method's own budget. AR's tokens per
 verification are exactly 1, so AR is the arm to beat. While AR leads it probes the best tree now and then, as
 long as what probes lost against AR stays within a share (``explore``) of the modelled time so far: text where
 drafting pays again is found, a probe that costs little comes back soon, and the loss to AR is bounded.
@@ -22,7 +23,8 @@ from ..core.tree import Tree
 from ..core.validate import check_field_types, is_int, is_real, require
 from .cost_aware import CPU_BF16_DRAFT, CPU_BF16_FIXED, CPU_BF16_VERIFY
 
-PROBE, START, BEST, AR_BEST, CLIMB = "probe", "start", "best", "ar_step", "climb"  # why a budget was chosen (``ControlledPolicy.trace``)
+# why a budget was chosen (``ControlledPolicy.trace``)
+PROBE, START, BEST, AR_BEST, CLIMB = "probe", "start", "best", "ar_step", "climb"
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class ControlledPolicy(DraftPolicy):
         self.best: tuple[float, Arm] | None = None  # the best tree and its rate, until the next drafted tree
         self.spent = self.lost = 0.0  # modelled ms of every iteration so far; of those, what probes lost against AR
         self.probing = self.saturated = False
+        self.last = (0, 0)  # the verified tree's drafted nodes and draft forwards (``trim``)
         self.log: list[tuple[int, str, float]] = []  # (budget, why, expected tokens per ms) per tree
         self.n_max, self.max_depth = top, base.max_depth
 
