@@ -28,7 +28,8 @@ NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_l
              "08_memory": ("memory",), "09_tree_shapes": ("trees",), "10_sampling": ("sampling",),
              "11_authors_code": (), "12_peers": ("peers",), "13_heads": ("heads",),
              "14_talon": (TALON_TUNING, TALON),
-             "15_frontier": ()}  # the frontier is measured by bench --experiment frontier (or the notebook's rerun)
+             "15_frontier": (),  # the frontier is measured by bench --experiment frontier (or the notebook's rerun)
+             "16_control": ("control",)}
 SWEEP_NOTEBOOKS = ("05_length_scaling", "06_sweeps", "07_prompt_length")
 
 
