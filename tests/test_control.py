@@ -187,7 +187,7 @@ def test_after_a_probe_that_wins_it_drafts_again():
 def test_its_own_step_is_priced():
     """A slower decision lowers every arm's rate and AR's, so it is part of what the choice optimises."""
     cheap, dear = (ControlConfig(decide_ms=x).wrap(Stub()) for x in (0.0, 0.5))
-    assert dear.rate(dear.arms[0]) < cheap.rate(cheap.arms[0]) and dear.ar_rate() < cheap.ar_rate()
+    assert dear.rate(dear.arms[0]) < cheap.rate(cheap.arms[0]) and dear.ar_rate < cheap.ar_rate
     assert 0 < decision_ms(200) < 50  # a benchmark's number, bounded only to catch a hang
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from ..core.policies.base import DraftPolicy, Level, Outcome
 from ..core.tree import Tree
-from ..core.validate import check_field_types, is_int, is_real, require
-from .cost_aware import CPU_BF16_DRAFT, CPU_BF16_FIXED, CPU_BF16_VERIFY
+from ..core.validate import check_field_types, is_int, require
+from .cost_aware import CPU_BF16_DRAFT, CPU_BF16_FIXED, CPU_BF16_VERIFY, check_verify_curve, verify_cost
 
 # why a budget was chosen (``ControlledPolicy.trace``)
 PROBE, START, BEST, AR_BEST, CLIMB = "probe", "start", "best", "ar_step", "climb"
@@ -52,11 +52,7 @@ class ControlConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        ok = (isinstance(self.verify_ms, tuple) and len(self.verify_ms) >= 1
-              and all(isinstance(x, tuple) and len(x) == 2 and is_int(x[0]) and is_real(x[1]) and x[1] > 0
-                      for x in self.verify_ms))
-        require(ok and self.verify_ms[0][0] == 1 and all(a[0] < b[0] for a, b in zip(self.verify_ms, self.verify_ms[1:])),
-                f"verify_ms must be (k, ms) pairs with k = 1, then ascending, ms > 0, got {self.verify_ms!r}")
+        check_verify_curve(self.verify_ms, least=1)
         for name in ("draft_ms", "fixed_ms", "step_ms", "decide_ms"):
             require(getattr(self, name) >= 0, f"{name} must be >= 0 ms, got {getattr(self, name)!r}")
         require(isinstance(self.budgets, tuple) and all(is_int(b) and b >= 1 for b in self.budgets)
@@ -70,15 +66,6 @@ class ControlConfig:
     def wrap(self, policy: DraftPolicy) -> "ControlledPolicy":
         """``policy`` with each tree's budget chosen by this controller."""
         return ControlledPolicy(self, policy)
-
-
-def verify_cost(curve: tuple, k: float) -> float:
-    """The k-token forward, linear between the measured points and beyond the last two."""
-    if len(curve) == 1:
-        return curve[0][1] * k
-    i = next((i for i in range(1, len(curve)) if curve[i][0] >= k), len(curve) - 1)
-    (k0, m0), (k1, m1) = curve[i - 1], curve[i]
-    return m0 + (k - k0) * (m1 - m0) / (k1 - k0)
 
 
 class Arm:
@@ -122,6 +109,8 @@ class ControlledPolicy(DraftPolicy):
         self.last = (0, 0)  # the verified tree's drafted nodes and draft forwards (``trim``)
         self.log: list[tuple[int, str, float]] = []  # (budget, why, expected tokens per ms) per tree
         self.n_max, self.max_depth = top, base.max_depth
+        # an AR step commits one token at the one-token forward plus the loop's step: the rate to beat, fixed
+        self.ar_rate = 1.0 / (verify_cost(cfg.verify_ms, 1) + cfg.step_ms + cfg.decide_ms)
 
     # ---- the choice, before each tree ----------------------------------------------------------------------------
 
@@ -134,7 +123,7 @@ class ControlledPolicy(DraftPolicy):
         self.log.append((budget, why, rate))
 
     def choose(self) -> tuple[int, str, float]:
-        ar_rate = self.ar_rate()
+        ar_rate = self.ar_rate
         if len(self.log) < self.cfg.warmup:
             self.chosen = self.arms[-1]
             return self.chosen.budget, START, self.rate(self.chosen)
@@ -158,10 +147,6 @@ class ControlledPolicy(DraftPolicy):
         """The method's own budget (the largest arm), where the last tree was accepted whole: it was too small to
         tell how deep the draft is right now, and the method sizes its own trees; else None."""
         return self.arms[-1] if self.saturated and best is not self.arms[-1] else None
-
-    def ar_rate(self) -> float:
-        """Committed tokens per ms of an AR step: one, at the one-token forward plus the loop's step."""
-        return 1.0 / (verify_cost(self.cfg.verify_ms, 1) + self.cfg.step_ms + self.cfg.decide_ms)
 
     def depth_of(self, arm: Arm) -> float:
         """The depth ``arm``'s trees reach: its own, shrunk towards every tree's capped by its budget (before any
@@ -236,7 +221,7 @@ class ControlledPolicy(DraftPolicy):
         ms = self.cost(*self.last)
         self.spent += ms
         if self.probing:  # what it lost against AR steps committing as many tokens (a gain counts back)
-            self.lost += ms - (outcome.accepted + 1) / self.ar_rate()
+            self.lost += ms - (outcome.accepted + 1) / self.ar_rate
             self.probing = False
 
     def learn_depths(self, accepted: int, tree_depth: int) -> None:

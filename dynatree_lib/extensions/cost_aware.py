@@ -45,16 +45,32 @@ class CostAwareConfig:
         require(0.0 <= self.lookup_skip <= 1.0, f"lookup_skip must be a weight in [0, 1], got {self.lookup_skip!r}")
         require(self.skip_window >= 0, f"skip_window must be >= 0 (0: no record), got {self.skip_window!r}")
         require(isinstance(self.base, DynaTreeConfig), f"base must be a DynaTreeConfig, got {self.base!r}")
-        ok = (isinstance(self.verify_ms, tuple) and len(self.verify_ms) >= 2
-              and all(isinstance(x, tuple) and len(x) == 2 and is_int(x[0]) and is_real(x[1]) and x[1] > 0
-                      for x in self.verify_ms))
-        require(ok and self.verify_ms[0][0] == 1 and all(a[0] < b[0] for a, b in zip(self.verify_ms, self.verify_ms[1:])),
-                f"verify_ms must be (k, ms) pairs with k = 1, then ascending, ms > 0, got {self.verify_ms!r}")
+        check_verify_curve(self.verify_ms, least=2)
         require(self.draft_ms >= 0, f"draft_ms must be >= 0, got {self.draft_ms!r}")
         require(self.fixed_ms >= 0, f"fixed_ms must be >= 0, got {self.fixed_ms!r}")
 
     def policy(self, session: Session | None = None) -> "CostAwarePolicy":
         return CostAwarePolicy(self)
+
+
+def check_verify_curve(verify_ms, least: int) -> None:
+    """A measured verification curve, fwd_target(k): at least ``least`` (k, ms) pairs, k = 1 first, then ascending."""
+    ok = (isinstance(verify_ms, tuple) and len(verify_ms) >= least
+          and all(isinstance(x, tuple) and len(x) == 2 and is_int(x[0]) and is_real(x[1]) and x[1] > 0
+                  for x in verify_ms))
+    require(ok and verify_ms[0][0] == 1 and all(a[0] < b[0] for a, b in zip(verify_ms, verify_ms[1:])),
+            f"verify_ms must be (k, ms) pairs with k = 1, then ascending, ms > 0, got {verify_ms!r}")
+
+
+def verify_cost(curve: tuple, k: float) -> float:
+    """fwd_target(k) from the (k, ms) pairs: linear between the measured points and beyond the last two (a curve of
+    one point: proportional to k)."""
+    if len(curve) == 1:
+        return curve[0][1] * k
+    i = next((i for i in range(1, len(curve)) if curve[i][0] >= k), len(curve) - 1)  # the segment holding k
+    (k0, m0), (k1, m1) = curve[i - 1], curve[i]
+    w = (k - k0) / (k1 - k0)
+    return m0 + w * (m1 - m0)
 
 
 class CostAwarePolicy(DynaTreePolicy):
@@ -65,12 +81,8 @@ class CostAwarePolicy(DynaTreePolicy):
 
     def __init__(self, cfg: CostAwareConfig):
         super().__init__(cfg.base)
-        ks = torch.tensor([k for k, _ in cfg.verify_ms], dtype=torch.float64)
-        ms = torch.tensor([m for _, m in cfg.verify_ms], dtype=torch.float64)
-        k = torch.arange(1, cfg.base.n_max + 3, dtype=torch.float64)   # verified tokens: root + j nodes (+ 1: ``more``)
-        i = torch.searchsorted(ks, k).clamp(1, len(ks) - 1)             # the segment [ks[i-1], ks[i]] holding k
-        w = (k - ks[i - 1]) / (ks[i] - ks[i - 1])
-        self.verify = (ms[i - 1] + w * (ms[i] - ms[i - 1])).float()     # verify[j] = fwd_target(j + 1)
+        # verify[j] = fwd_target(j + 1): the root and j nodes (+ 1 past the budget: ``more``)
+        self.verify = torch.tensor([verify_cost(cfg.verify_ms, k) for k in range(1, cfg.base.n_max + 3)])
         self.verify_list = self.verify.tolist()
         # cheapest verification of at least j + 1 tokens: a measured curve need not rise (an fp32 matmul
         # library may take longer for 2 tokens than for 8), and ``more`` must not stop short of a cheaper, larger tree

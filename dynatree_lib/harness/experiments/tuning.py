@@ -137,19 +137,15 @@ def head_cost_curve(p: Profile, dtype: str, root: Path | None) -> tuple[tuple, f
     return verify, round(level, 3), round(level + loop["commit"], 3)
 
 
-#: the controller's ``step_ms`` (the loop's work on a root-only tree beyond the target's one-token forward) and
-#: ``decide_ms`` (its own decision, ``extensions.control.decision_ms``), as shares of that forward on the cpu profile
-AR_STEP_SHARE, DECIDE_SHARE = 0.015, 0.005
-
-
 def control_config(p: Profile, dtype: str, head: bool, root: Path | None = None) -> ControlConfig:
     """The controller priced by what this profile measured in ``dtype``: the target's verification curve and a
     drafting level of the profile's draft model, or of its feature head (``head``); refused, as the extension is,
-    where the costs are not measured."""
+    where the costs are not measured. The loop's AR step and the decision keep their defaults' shares of the
+    one-token forward (``ControlConfig`` gives them in one-token forwards)."""
     verify, level, fixed = head_cost_curve(p, dtype, root) if head else cost_curve(p, dtype, root)
-    one = verify[0][1]
-    return ControlConfig(verify_ms=verify, draft_ms=level, fixed_ms=fixed, step_ms=round(AR_STEP_SHARE * one, 4),
-                         decide_ms=round(DECIDE_SHARE * one, 4))
+    one, shares = verify[0][1], ControlConfig()
+    return ControlConfig(verify_ms=verify, draft_ms=level, fixed_ms=fixed, step_ms=round(shares.step_ms * one, 4),
+                         decide_ms=round(shares.decide_ms * one, 4))
 
 
 def head_share(p: Profile, root: Path | None = None) -> float:
