@@ -122,7 +122,7 @@ COMMANDS = {
 
 
 def experiment_names() -> list[str]:
-    from .train.reports import names
+    from .harness.experiments.catalog import names
 
     return names()
 
@@ -317,45 +317,24 @@ def decode_control(args, prof):
 
 
 def decode_method(args, prof, sampling):
-    """``--method``'s setting tuned on ``--dataset`` at this sampling law (on a head: its TALON tuning's, notebook
-    14), else the profile's default; the cost-aware extension's, built from the profile's measured forward costs."""
-    from .harness.experiments.tuning import NotTuned, cost_aware, tuned
+    """``--method``'s setting on ``--dataset`` at this sampling law (``experiments.settings.decode_setting``: tuned
+    for the profile's draft, on a head by notebook 14's tuning), else the profile's default."""
+    from .harness.experiments.settings import decode_setting
+    from .harness.experiments.tuning import NotTuned
     from .harness.setup.weights import is_head
 
-    head = is_head(prof.models.draft)
-    if REGISTRY[args.method].for_heads and not head:
+    if REGISTRY[args.method].for_heads and not is_head(prof.models.draft):
         print(f"note: {args.method} was designed for a feature head; it drafts on the draft model "
               f"{prof.models.draft} (--draft eagle3:weights/smollm2-eagle3 drafts on the committed head)",
               file=sys.stderr)
-    if args.method == DYNATREE_COST:
-        try:
-            return cost_aware(prof, args.dataset, args.dtype or prof.models.dtype, sampling=sampling)
-        except NotTuned as e:
+    try:
+        return decode_setting(prof, args.method, args.dataset, sampling=sampling, dtype=args.dtype)
+    except NotTuned as e:
+        if args.method == DYNATREE_COST:
             raise ValueError(f"--method {DYNATREE_COST}: {e}; measure them with `python -m dynatree_lib bench "
                              f"--experiment costs --profile {prof.name}`") from None
-    try:
-        return head_setting(prof, args.method, args.dataset) if head else \
-            tuned(prof, args.method, args.dataset, sampling=sampling)
-    except NotTuned as e:
         print(f"note: {e}; decoding with the profile's default setting", file=sys.stderr)
         return prof.method(args.method, args.dataset)
-
-
-def head_setting(prof, method: str, dataset: str):
-    """``method``'s setting on the head ``prof`` drafts with: its row's fastest candidate in notebook 14's tuning
-    (``talon_experiment.row_setting``), else its published one."""
-    import dataclasses
-
-    from .harness.experiments.talon import row_setting, talon_rows
-    from .harness.experiments.tuning import NotTuned
-
-    ref = prof.models.draft
-    prof = dataclasses.replace(prof, extras=dataclasses.replace(prof.extras, head=ref))
-    rows = [r for r in talon_rows(prof, dataset, None) if r.family == method and r.draft in (None, ref)]
-    rows = [r for r in rows if r.draft == ref] or rows
-    if not rows:
-        raise NotTuned(f"no TALON tuning row for {method} on {ref}")
-    return row_setting(prof, rows[0], dataset)
 
 
 def prompt_ids(args, prof, tok):
@@ -382,7 +361,7 @@ def bench(args, prof) -> None:
     from .harness.experiments import queue
     from .harness.measure.load import ALLOW_BUSY
     from .harness.measure.store import ALLOW_DIRTY
-    from .train.reports import LISTS, names, run
+    from .harness.experiments.catalog import Sequence, get, names, run
 
     if args.status:
         print(queue.status(lambda q: get_profile(q.profile, **overrides(list(q.overrides)))))
@@ -396,7 +375,8 @@ def bench(args, prof) -> None:
     if not args.queue:
         print(run(args.experiment, prof, rerun=args.rerun))
         return
-    todo = [n for name in todo for n in LISTS.get(name, (name,))]  # a list's experiments, each shown apart
+    todo = [n for name in todo for n in (get(name).parts if isinstance(get(name), Sequence) else (name,))]  # a
+    # sequence's experiments, each shown apart
     if args.rerun:
         args.refuse("argument --rerun: a queue resumes what is missing; rerun an experiment alone first")
     q = queue.Queue(tuple(todo), args.profile, tuple(args.set or ()), args.allow_dirty, args.allow_busy)
@@ -428,7 +408,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "build-draft":
             print(build_draft(args))
             return 0
-        prof = get_profile(args.profile, **{**(QUICK if getattr(args, "quick", False) else {}), **overrides(args.set)})
+        from .harness.experiments.catalog import check_settings
+
+        prof = check_settings(get_profile(args.profile, **{**(QUICK if getattr(args, "quick", False) else {}),
+                                                           **overrides(args.set)}))
         check_models(prof)
         if args.cmd == "bench":
             bench(args, prof)

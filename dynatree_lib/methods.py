@@ -38,9 +38,9 @@ from .extensions.cost_aware import CostAwareConfig
 ROLES = ("paper", "seed", "extension", "peer", "opt_in")
 
 
-def tree_decoder(target, draft, prompt, T, cfg, opts: Options) -> GenerationResult:
+def tree_decoder(target, draft, prompt, T, cfg, *, opts: Options) -> GenerationResult:
     """A method whose config has ``policy()``: our speculative loop with that drafting policy."""
-    return speculative_decode(target, draft, prompt, T, cfg.policy(opts.session), opts)
+    return speculative_decode(target, draft, prompt, T, cfg.policy(opts.session), opts=opts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +66,10 @@ class Study:
     ``reported``, ``reported_v1``, ``reported_talon``: its keys in the papers' transcribed tables.
     ``budget(published, n)``: its setting at a budget of ``n`` verified draft nodes, its own budget knob turned from
     its published setting (the budget frontier, ``harness.experiments.frontier``); None: it has no such knob. ``setting_from``:
-    where a method without a paper setting takes its settings (said to whoever asks a profile for one)."""
+    where a method without a paper setting takes its settings (said to whoever asks a profile for one).
+    ``test_config``: a small setting of it for tiny models (trees at least 3 deep and a dozen nodes at most), which the
+    exactness and sampling tests run every registered method with; every method with a config but the peers
+    declares one (a test says so)."""
 
     role: str
     paper: Callable | None = None
@@ -81,6 +84,7 @@ class Study:
     reported_talon: str | None = None
     budget: Callable | None = None
     setting_from: str = "it has no default setting"
+    test_config: object | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,7 +152,8 @@ for _m in (
                        reported="linear_spec", reported_v1="linear_spec_K6", reported_talon="SD",
                        budget=lambda c, n: dataclasses.replace(c, K=n),
                        candidates=_tuning(tuple(LinearConfig(K=k) for k in (8, 3, 4, 5, 6)),
-                                          tuple(LinearConfig(K=k) for k in (3, 4))))),
+                                          tuple(LinearConfig(K=k) for k in (3, 4))),
+                       test_config=LinearConfig(K=3))),
     Method(name=FIXED_TREE, config=FixedTreeConfig, display=Display(label="Fixed Tree", color="#ff7f0e"),
            study=Study(role="paper", paper=lambda s, ds: s.fixed, reported=FIXED_TREE, controls=True, trees=True,
                        budget=lambda c, n: dataclasses.replace(c, tau=0.0, n_max=n),  # its size, unpruned
@@ -156,7 +161,8 @@ for _m in (
                            (FixedTreeConfig(D=8, B=3, tau=0.1, n_max=256), FixedTreeConfig(D=4, B=2, tau=0.0, n_max=16),
                             FixedTreeConfig(D=5, B=2, tau=0.05, n_max=24), FixedTreeConfig(D=6, B=2, tau=0.02, n_max=32),
                             FixedTreeConfig(D=4, B=3, tau=0.05, n_max=24)),
-                           (FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32), FixedTreeConfig(D=3, B=2, tau=0.0, n_max=16))))),
+                           (FixedTreeConfig(D=4, B=2, tau=0.05, n_max=32), FixedTreeConfig(D=3, B=2, tau=0.0, n_max=16))),
+                       test_config=FixedTreeConfig(D=3, B=2, tau=0.0, n_max=10))),
     Method(name=DYNATREE, config=DynaTreeConfig, display=Display(label="DynaTree", color="#2ca02c"),
            study=Study(role="paper", paper=lambda s, ds: s.dynatree[ds], reported=DYNATREE, reported_v1="dynatree_v1",
                        controls=True, trees=True, budget=lambda c, n: dataclasses.replace(c, n_max=n), candidates=_tuning(
@@ -168,13 +174,15 @@ for _m in (
                                            n_max=16),
                             DynaTreeConfig(D0=6, D_max=10, tau_h=0.6, tau_l=0.2, rho_stop=0.02, rho_deep=0.2, n_max=32)),
                            (DynaTreeConfig(D_max=6, n_max=32),
-                            DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16))))),
+                            DynaTreeConfig(D0=3, D_max=6, tau_h=0.7, tau_l=0.2, n_max=16))),
+                       test_config=DynaTreeConfig(D0=3, D_max=4, n_max=12))),
     Method(name=DYNATREE_COST, config=CostAwareConfig,
            display=Display(label="DynaTree + cost budget (ext.)", color="#98df8a"),
            # no budget knob on the frontier: its cut prices each tree on the machine's curves (counts of the machine)
            study=Study(role="extension", family=DYNATREE, controls=True,
                        setting_from="its trees are cut by the forward costs the profile measured (costs.json; "
-                                     "harness.experiments.tuning.cost_aware)")),
+                                     "harness.experiments.tuning.cost_aware)",
+                       test_config=CostAwareConfig(DynaTreeConfig(D0=3, D_max=4, n_max=12)))),
     Method(name=HFAssistedConfig.method, config=HFAssistedConfig, display=Display(label="HF Assisted", color="#9467bd"),
            decode=generate_hf, impl="transformers",
            study=Study(role="seed", reported_v1="hf_assisted",
@@ -183,15 +191,16 @@ for _m in (
                            (HFAssistedConfig(num_assistant_tokens=5, schedule="heuristic"),
                             *(HFAssistedConfig(num_assistant_tokens=k) for k in (3, 4, 5, 6))),
                            (HFAssistedConfig(num_assistant_tokens=3),
-                            HFAssistedConfig(num_assistant_tokens=4, schedule="heuristic"))))),
+                            HFAssistedConfig(num_assistant_tokens=4, schedule="heuristic"))),
+                       test_config=HFAssistedConfig(num_assistant_tokens=3))),
     Method(name=HFARConfig.method, config=HFARConfig, display=Display(label="HF AR", color="#bcbd22"),
            decode=generate_hf, drafts=False, impl="transformers", impl_ar=True,
-           study=Study(role="seed", paper=lambda s, ds: HFARConfig())),
+           study=Study(role="seed", paper=lambda s, ds: HFARConfig(), test_config=HFARConfig())),
     Method(name=StreamingConfig.method, config=StreamingConfig,
            display=Display(label="StreamingLLM + Spec", color="#8c564b"), decode=generate_streaming_spec, exact=False,
            study=Study(role="seed", paper=lambda s, ds: StreamingConfig(s.linear_K[ds], s.streaming_cache, 4),
                        tuning_from=LINEAR, adopt=lambda own, chain: dataclasses.replace(own, K=chain.K),
-                       reported_v1="streamingllm_spec_cache1024")),
+                       reported_v1="streamingllm_spec_cache1024", test_config=StreamingConfig(3, 32, 2))),
     Method(name=TALON, config=TalonConfig, display=Display(label="TALON", color="#d62728"), for_heads=True,
            study=Study(role="seed", paper=lambda s, ds: s.talon, reported_talon="TALON", trees=True,
                        budget=lambda c, n: dataclasses.replace(c, N=n),
@@ -199,7 +208,8 @@ for _m in (
                            (TalonConfig(mu=0.03, N=60, K=10), TalonConfig(mu=0.05, N=16, K=3),
                             TalonConfig(mu=0.1, N=24, K=4), TalonConfig(mu=0.05, N=32, K=5),
                             TalonConfig(mu=0.2, N=12, K=2)),
-                           (TalonConfig(mu=0.1, N=16, K=4), TalonConfig(mu=0.2, N=8, K=2))))),
+                           (TalonConfig(mu=0.1, N=16, K=4), TalonConfig(mu=0.2, N=8, K=2))),
+                       test_config=TalonConfig(mu=0.1, N=8, K=3))),
     Method(name=EAGLE3_TREE, config=Eagle3TreeConfig, display=Display(label="EAGLE-3 tree", color="#e377c2"),
            for_heads=True,
            study=Study(role="opt_in", paper=lambda s, ds: Eagle3TreeConfig(), reported_talon="EAGLE-3", trees=True,
@@ -208,7 +218,8 @@ for _m in (
                            (Eagle3TreeConfig(), *(Eagle3TreeConfig(depth=d, top_k=k, total_tokens=n)
                                                   for d, k, n in ((4, 4, 17), (5, 4, 25), (6, 6, 33), (3, 3, 13)))),
                            (Eagle3TreeConfig(depth=3, top_k=3, total_tokens=17),
-                            Eagle3TreeConfig(depth=2, top_k=2, total_tokens=9))))),
+                            Eagle3TreeConfig(depth=2, top_k=2, total_tokens=9))),
+                       test_config=Eagle3TreeConfig(depth=3, top_k=3, total_tokens=10))),
     Method(name=OPT_TREE, config=OptTreeConfig, display=Display(label="OPT-Tree", color="#393b79"), for_heads=True,
            study=Study(role="opt_in", paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True,
                        budget=lambda c, n: dataclasses.replace(c, n=n),
@@ -216,10 +227,12 @@ for _m in (
                            (OptTreeConfig(), *(OptTreeConfig(n=n, delta=delta, D=d)
                                                for n, delta, d in ((16, 0.1, 8), (24, 0.1, 10), (32, 0.05, 10),
                                                                    (12, 0.0, 8)))),
-                           (OptTreeConfig(n=16, delta=0.1, D=6), OptTreeConfig(n=8, delta=0.0, D=6))))),
+                           (OptTreeConfig(n=16, delta=0.1, D=6), OptTreeConfig(n=8, delta=0.0, D=6))),
+                       test_config=OptTreeConfig(n=8, delta=0.0, D=4))),
     Method(name=HardwareTalonConfig.method, config=HardwareTalonConfig, for_heads=True,
            display=Display(label="TALON, machine budget", color="#ad494a"),
-           study=Study(role="opt_in", paper=lambda s, ds: HardwareTalonConfig(), trees=True)),
+           study=Study(role="opt_in", paper=lambda s, ds: HardwareTalonConfig(), trees=True,
+                       test_config=HardwareTalonConfig(((1, 1.0), (16, 1.2)), mu=0.1, K=3))),
 ):
     register(_m)
 
@@ -299,7 +312,7 @@ def generate(target, prompt, T: int, *, draft=None, method=None, sampling: Sampl
         raise ValueError(f"{type(cfg).__name__} needs a draft model (draft=...)")
     if control is not None:
         return controlled(target, draft, prompt, T, cfg=cfg, opts=opts, control=control)
-    return m.decode(target, draft, prompt, T, cfg, opts)
+    return m.decode(target, draft, prompt, T, cfg, opts=opts)
 
 
 def controlled(target, draft, prompt, T, *, cfg, opts: Options, control: ControlConfig) -> GenerationResult:
@@ -311,7 +324,7 @@ def controlled(target, draft, prompt, T, *, cfg, opts: Options, control: Control
     if m.decode is not tree_decoder:
         raise ValueError(f"control= sizes the trees of our speculative loop; method {m.name!r} decodes through "
                          f"{m.impl}'s own loop, so there is no tree to size. Use one of {controllable()}")
-    return speculative_decode(target, draft, prompt, T, control.wrap(cfg.policy(opts.session)), opts)
+    return speculative_decode(target, draft, prompt, T, control.wrap(cfg.policy(opts.session)), opts=opts)
 
 
 def controllable() -> tuple[str, ...]:

@@ -51,7 +51,7 @@ show_fig(treeviz.side_by_side(trees, methods, prompt_id, position, tok), "fig_tr
 # ## Consecutive iterations of DynaTree on one prompt, from that iteration
 
 # %% tags=["nbval-ignore-output"]
-show_fig(treeviz.strip(trees, DYNATREE, prompt_id, position, 6, tok), "fig_trees_strip", prof)
+show_fig(treeviz.strip(trees, DYNATREE, prompt_id, position, 6, tok=tok), "fig_trees_strip", prof)
 
 # %% [markdown]
 # ## Shape statistics

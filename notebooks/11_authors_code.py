@@ -33,15 +33,14 @@ import os
 from dynatree_lib.harness.authors.code import AUTHORS_ENV, PAIRS
 from dynatree_lib.harness.setup.paths import REPO
 from dynatree_lib.reporting import fidelity
-from dynatree_lib.reporting.notebook import results_path, show_table, start
-from dynatree_lib.train import reports
+from dynatree_lib.reporting.notebook import experiments, results_path, show_table, start
 
 prof = start(profile, overrides)
 if rerun and not render_only and not os.environ.get(AUTHORS_ENV):
     print(f"rerun of the differential test skipped, its records kept: ${AUTHORS_ENV} names no checkout of theirs")
 elif rerun and not render_only:
     for name in ("authors_code", "authors_code_history"):
-        reports.run(name, prof, rerun=True)
+        experiments.run(name, prof, rerun=True)
 
 # %% [markdown]
 # ## The authors' logged Table 1 runs (Pythia-2.8B/70M, fp16, one A100, T = 1500)

@@ -36,7 +36,6 @@ render_only = False  # True: only render tables and figures from the logged JSON
 # %%
 import json
 
-from dynatree_lib.train import reports
 from dynatree_lib.reporting.notebook import (experiments, machines, on_machine, plots, results_path, show_fig,
                                              show_table, start, tables)
 
@@ -48,8 +47,8 @@ print(f"head: {prof.extras.head}" if prof.extras.head else f"profile {prof.name!
 
 # %%
 if prof.extras.head:
-    pair = json.loads(reports.run("pair", prof, render_only=render_only).read_text())
-    head_pair = json.loads(reports.run("pair_eagle3", prof, rerun=rerun, render_only=render_only).read_text())
+    pair = json.loads(experiments.run("pair", prof, render_only=render_only).read_text())
+    head_pair = json.loads(experiments.run("pair_eagle3", prof, rerun=rerun, render_only=render_only).read_text())
     show_table(tables.draft_versions_table(head_pair, {"v4": pair}, "head", overlap=True), "table_head_pair", prof)
 
 # %% [markdown]
@@ -58,7 +57,7 @@ if prof.extras.head:
 # %%
 def logged(name):
     """An experiment's JSON of this profile, measured where missing (or ``rerun``): None without a head."""
-    return json.loads(reports.run(name, prof, rerun=rerun, render_only=render_only).read_text()) \
+    return json.loads(experiments.run(name, prof, rerun=rerun, render_only=render_only).read_text()) \
         if prof.extras.head else None
 
 

@@ -59,7 +59,7 @@ print(f"head: {prof.extras.head}" if prof.extras.head else
 # each method runs with here, beside TALON's N = 60. Its label gives the setting, nodes/iter what it drafted.
 
 # %% tags=["nbval-ignore-output"]
-path_t = experiments.run(experiments.TALON_TUNING, prof, rerun=rerun, render_only=render_only)
+path_t = experiments.run("talon_tuning", prof, rerun=rerun, render_only=render_only)
 if path_t.exists():
     show_table(tables.tuning_table(tables.load(path_t, prof)), "table_talon_tuning", prof)
 

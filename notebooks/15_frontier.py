@@ -57,11 +57,11 @@ print(f"head: {prof.extras.head}" if prof.extras.head else
 # AR's.
 
 # %% tags=["nbval-ignore-output"]
-if rerun and not render_only and experiments.measures(experiments.FRONTIER, prof):
-    experiments.run(experiments.FRONTIER, prof, rerun=True)
+if rerun and not render_only and experiments.measures("frontier", prof):
+    experiments.run("frontier", prof, rerun=True)
 frontiers = {}  # {machine kind: (its profile, the frontier's records, their points)}
 for on_kind in on_kinds:
-    if (path := results_path(experiments.FRONTIER, on_kind)).exists():
+    if (path := results_path("frontier", on_kind)).exists():
         if not (records := tables.load(path, on_kind)).empty:
             frontiers[ft.recorded_kind(path)] = on_kind, records, ft.frontier_points(records)
 print("frontier records: " + (", ".join(f"{k} ({len(v[2])} points)" for k, v in frontiers.items()) or "none committed"))
@@ -105,7 +105,7 @@ else:
 by_costs = {ft.recorded_kind(path): p for p in on_kinds if (path := results_path("costs", profile=p)).exists()}
 curves = {kind: c for kind, p in by_costs.items() if (c := ft.machine_curves(p)) is not None}  # priced for the head
 for kind, on_kind in by_costs.items():
-    checked = {name: results_path(name, on_kind) for name in ("heads", experiments.TALON)}
+    checked = {name: results_path(name, on_kind) for name in ("heads", "talon")}
     if kind not in curves or not all(path.exists() for path in checked.values()):
         continue
     terms = ft.fitted_terms(frontiers[kind][1], curves[kind]) if kind in frontiers else None
@@ -137,7 +137,7 @@ for kind, (on_kind, _, points) in frontiers.items():
 # %% tags=["nbval-ignore-output"]
 walls = {}  # {machine kind: {table: its records}}
 for on_kind in on_kinds:
-    found = {name: path for name in ("heads", experiments.TALON) if (path := results_path(name, on_kind)).exists()}
+    found = {name: path for name in ("heads", "talon") if (path := results_path(name, on_kind)).exists()}
     if found:
         walls[ft.recorded_kind(next(iter(found.values())))] = {n: tables.load(p, on_kind) for n, p in found.items()}
 for kind, (on_kind, _, points) in frontiers.items():

@@ -182,7 +182,7 @@ def add_level(tree: Tree, parent, token, logp) -> tuple[Tree, torch.Tensor]:
     cum = tree.cum_logp[parent] + logp.float()  # in fp32, as the drafter sums path log-probs
     grown = Tree.build(tree.tokens.tolist() + token.tolist(), tree.parents.tolist() + parent.tolist(),
                        tree.logp.tolist() + logp.tolist(), tree.cum_logp.tolist() + cum.tolist(),
-                       tree.tokens.device, tree.root_conf)
+                       tree.tokens.device, root_conf=tree.root_conf)
     return grown, torch.arange(tree.size, grown.size)
 
 

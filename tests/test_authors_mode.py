@@ -7,6 +7,7 @@ import pytest
 from dynatree_lib import DynaTreeConfig, FixedTreeConfig, generate
 from dynatree_lib.core.policies.dynatree import AuthorsHistory
 from dynatree_lib.core.policies.base import Session
+from dynatree_lib import methods as registry
 from dynatree_lib.harness.experiments import catalog as experiments
 from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.harness.setup.prompts import authors_prompts
@@ -83,7 +84,7 @@ def test_authors_dryrun_main_runs_and_equals_ar(tmp_path):
     assert set(df.label) >= {"AR", "Linear Spec", "Fixed Tree", "DynaTree", "TALON"} and (df.dtype == "float32").all()
     exact = df[df.method != "streaming_spec"]
     assert (exact.equals_ar == exact.n).all(), exact[["label", "dataset", "equals_ar", "n"]]
-    ours = df.method.map(lambda m: experiments.registry.REGISTRY[m].impl == "ours")
+    ours = df.method.map(lambda m: registry.REGISTRY[m].impl == "ours")
     slow = max(1, round(2 * prof.protocol.slow_share))  # other engines' methods run on a share of the prompts
     assert (df.n[ours] == 2).all() and (df.n[~ours] == slow).all() and df.rows.map(lambda rs: all(r["prompt_id"].endswith(("@head",)) or "valid-block" in r["prompt_id"] for r in rs)).all()
     assert (df["T"] == 12).all()

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.experiments import tuning as tuning_exp
 from dynatree_lib.harness.measure import cell as measure
 from dynatree_lib.harness.experiments import tuning
 from dynatree_lib.harness.setup import variants
@@ -101,17 +102,19 @@ def expected_rows(prof, rec) -> int:
     """Prompts behind a record: its cell's count, times the categories for Spec-Bench."""
     from dynatree_lib.harness.setup.splits import CATEGORIES
 
-    cell = experiments.Cell(dataset=rec["dataset"], method=rec["method"], variant=rec["variant"], config=None,
-                            T=rec["T"], L_max=rec["L_max"], dtype=rec["dtype"], tags=rec["tags"])
+    from dynatree_lib.harness.measure.cell import Cell
+
+    cell = Cell(dataset=rec["dataset"], method=rec["method"], variant=rec["variant"], config=None,
+                T=rec["T"], L_max=rec["L_max"], dtype=rec["dtype"], tags=rec["tags"])
     per = len(set(CATEGORIES.values())) if rec["dataset"] == "spec_bench" else 1
-    return experiments.n_prompts("main", prof, cell) * per
+    return experiments.prompts("main", prof, cell) * per
 
 
 def test_main_json_schema(smoke_main):
     prof, root, path = smoke_main
     data = json.loads(path.read_text())
     recs = data["records"]
-    assert data["schema"] == 2 and len(recs) == len(experiments.main_cells(prof, root))
+    assert data["schema"] == 2 and len(recs) == len(experiments.cells("main", prof, root))
     assert {r["dtype"] for r in recs} == {"bfloat16", "float32"}
     assert {r["dataset"] for r in recs} == set(prof.workloads)
     assert {r["tags"].get("replicate") for r in recs if r["tags"]["role"] == "timed"} == set(range(prof.protocol.replicates))
@@ -156,13 +159,13 @@ def test_tuned_settings_come_from_the_tuning_json(smoke_main):
             cands = [r for r in recs if r["dataset"] == ds and r["method"] == fam]
             assert len(cands) == len(prof.tuning.candidates[fam])  # equal budget: every candidate measured
             best = max(cands, key=lambda r: r["aggregate"]["tps"]["mean"])
-            assert bench_config(experiments.tuned(prof, fam, ds, root)) == best["config"]
+            assert bench_config(tuning_exp.tuned(prof, fam, ds, root)) == best["config"]
             assert all(r["prompt_ids"] == cands[0]["prompt_ids"] for r in cands)
         # the extension: DynaTree's candidates with the cut on, the same budget; main runs the fastest
         cands = [r for r in recs if r["dataset"] == ds and r["method"] == "dynatree_cost"]
         assert len(cands) == len(prof.tuning.candidates["dynatree"])
         best = max(cands, key=lambda r: r["aggregate"]["tps"]["mean"])
-        assert bench_config(experiments.cost_aware(prof, ds, prof.models.dtype, root)) == best["config"]
+        assert bench_config(tuning_exp.cost_aware(prof, ds, prof.models.dtype, root)) == best["config"]
     main = json.loads((root / "smoke" / "main.json").read_text())["records"]
     tuning_prompts = {p for r in recs for p in r["prompt_ids"]}
     assert not tuning_prompts & {p for r in main for p in r["prompt_ids"]}  # disjoint from the test prompts
@@ -173,7 +176,7 @@ def test_a_tuning_json_from_other_candidates_is_refused(smoke_main, tmp_path):
     setting, however fast they were; a file holding only those says to run the tuning."""
     prof, root, _ = smoke_main
     data = json.loads((root / "smoke" / "tuning.json").read_text())
-    want = experiments.tuned(prof, "linear", "wikitext2", root)
+    want = tuning_exp.tuned(prof, "linear", "wikitext2", root)
     old = [json.loads(json.dumps(r)) for r in data["records"] if r["method"] == "linear"]
     for i, r in enumerate(old):
         r["aggregate"]["tps"]["mean"] *= 100
@@ -185,11 +188,11 @@ def test_a_tuning_json_from_other_candidates_is_refused(smoke_main, tmp_path):
             r["weights"]["draft"] = {"file": "an/earlier/draft.safetensors", "sha256": "0" * 64}
     (tmp_path / "smoke").mkdir()
     (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": data["records"] + old}))
-    assert experiments.tuned(prof, "linear", "wikitext2", tmp_path) == want
+    assert tuning_exp.tuned(prof, "linear", "wikitext2", tmp_path) == want
     (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": [r for r in old if "split" not in r
                                                                                      or r["config"]["K"] > 100]}))
     with pytest.raises(ValueError, match="no tuning records of this code's linear candidates"):
-        experiments.tuned(prof, "linear", "wikitext2", tmp_path)
+        tuning_exp.tuned(prof, "linear", "wikitext2", tmp_path)
 
 
 def test_a_tuning_of_an_earlier_draft_is_used_only_when_there_is_none_of_this_draft(smoke_main, tmp_path, capsys):
@@ -205,13 +208,13 @@ def test_a_tuning_of_an_earlier_draft_is_used_only_when_there_is_none_of_this_dr
     (tmp_path / "smoke").mkdir()
     (tmp_path / "smoke" / "tuning.json").write_text(json.dumps({**data, "records": old}))
     tuning.warn_once.cache_clear()  # said once a process: an earlier test may have said it for tuning.json already
-    assert bench_config(experiments.tuned(prof, "fixed_tree", "wikitext2", tmp_path)) == slowest["config"]
+    assert bench_config(tuning_exp.tuned(prof, "fixed_tree", "wikitext2", tmp_path)) == slowest["config"]
     assert "tuned with an earlier draft's records" in capsys.readouterr().out
 
 
 def test_tuning_labels_say_what_they_run():
     """(The paper profile once labelled an n_max=64 tree "paper".) Labels are made from the configs."""
-    for c in experiments.tuning_cells(get_profile("cpu")):
+    for c in experiments.cells("tuning", get_profile("cpu")):
         cfg = c.config.base if c.method == "dynatree_cost" else c.config  # the extension: its DynaTree settings
         for k, v in bench_config(cfg).items():
             if k not in ("type", "dynamic_breadth", "dynamic_depth", "history", "W", "a_star", "eta_D", "eta_h") and cfg:
@@ -223,7 +226,7 @@ def test_main_runs_the_extension_also_without_its_lookup_skip():
     differs from the first in ``lookup_skip`` alone (what the skipped draft forwards are worth), one in
     ``skip_window`` alone (what the record of the copies is worth)."""
     prof = get_profile("cpu", candidates=None)  # the paper settings stand in for the tuned ones
-    cells = [c for c in experiments.main_cells(prof) if c.method == "dynatree_cost" and not c.tags.get("control")]
+    cells = [c for c in experiments.cells("main", prof) if c.method == "dynatree_cost" and not c.tags.get("control")]
     assert prof.models.draft_lookup and len(cells) == 3 * len(prof.workloads) * (prof.protocol.replicates + 1)
     for ext, off, blind in zip(cells[::3], cells[1::3], cells[2::3]):
         assert ext.config.lookup_skip < 1.0 and off.config == dataclasses.replace(ext.config, lookup_skip=1.0)
@@ -240,7 +243,7 @@ def test_tables_pick_the_current_profiles_run(smoke_main, capsys):
     small = get_profile("smoke", n_prompts=1, T=12, **{"tuning.T": 8})
     experiments.run("main", small, root=root)
     df = tables.load(path, prof)
-    assert len(df) == len(experiments.main_cells(prof, root))
+    assert len(df) == len(experiments.cells("main", prof, root))
     ours = (df.tag_role == "timed") & (df.dataset != "spec_bench") & (df.impl == "ours")
     assert set(df[ours].n) == {2}
     assert "skipped" in capsys.readouterr().out
@@ -274,7 +277,7 @@ def test_resume_skips_finished_and_appends_missing(smoke_main, monkeypatch):
 
 def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, monkeypatch):
     prof = get_profile("smoke", T=8, candidates=None, **{"sweeps.n_prompts": 2})
-    n_cells = len(experiments.ablation_cells(prof))
+    n_cells = len(experiments.cells("ablation", prof))
     real = measure.measure
     calls = []
 

@@ -15,17 +15,17 @@ FLAT = {"target": {"1": 10.0, "2": 10.0, "64": 10.0}, "draft": {"1": 1.0, "64": 
 
 
 def test_prediction_and_ceiling_on_flat_curves():
-    assert predict_ms_per_token(FLAT, "ar", 0, 0, 0, 1) == 10.0
+    assert predict_ms_per_token(FLAT, "ar", 0, 0, 0, L_bar=1) == 10.0
     # 3 drafted nodes in a chain, 3 draft forwards, 2 tokens per iteration: (10 + 1 + 2 * 1) / 2
     assert predict_iteration(FLAT, 3, 3, 3, 2.0) == (3.0, 10.0, 0.0)
-    assert predict_ms_per_token(FLAT, "linear", 3, 3, 3, 2.0) == 6.5
+    assert predict_ms_per_token(FLAT, "linear", 3, 3, 3, L_bar=2.0) == 6.5
     cold = dict(FLAT, **{COLD: {"1": 4.0, "8": 4.0}})  # the first draft forward of an iteration is priced cold
     assert predict_iteration(cold, 3, 3, 3, 2.0) == (6.0, 10.0, 0.0)
     # the loop's own work: per drafting level (one per draft forward) and per commit
     looped = dict(FLAT, loop={"level": 0.5, "commit": 1.0})
     assert predict_iteration(looped, 3, 3, 3, 2.0) == (4.5, 10.0, 1.0)
-    assert predict_ms_per_token(looped, "linear", 3, 3, 3, 2.0) == 7.75
-    assert predict_ms_per_token(looped, "ar", 0, 0, 0, 1) == 10.0
+    assert predict_ms_per_token(looped, "linear", 3, 3, 3, L_bar=2.0) == 7.75
+    assert predict_ms_per_token(looped, "ar", 0, 0, 0, L_bar=1) == 10.0
     # a chain of K accepted with probability a: (1 - a^(K+1)) / (1 - a) tokens for fwd_t + K draft forwards
     a, K = 0.5, 2
     assert chain_speedup(FLAT, a, K) == pytest.approx(10.0 / ((10.0 + K * 1.0) / 1.75))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dynatree_lib import (CostAwareConfig, DynaTreeConfig, Eagle3TreeConfig, FixedTreeConfig, LinearConfig,
-                          OptTreeConfig, StreamingConfig, TalonConfig, generate)
+                          OptTreeConfig, REGISTRY, StreamingConfig, TalonConfig, generate)
 from dynatree_lib.core.loop import KV_MODES
 from dynatree_lib.core.policies.hw_talon import HardwareTalonConfig
 
@@ -79,6 +79,21 @@ def test_speculative_equals_ar(target, draft, ar_out, name, kv_mode):
         assert sum(res.log.committed) == T == len(res.tokens)
         accepted += res.accepted
     assert accepted > 0 or "budget1" in name or name == "linear_k1"
+
+
+# every registered exact method at its declared small setting (``Study.test_config``): a new method joins this
+# matrix by registering, and a method without a test setting fails test_sampling's coverage test
+REGISTERED = [n for n, m in REGISTRY.items() if m.exact and m.config is not None and m.study.role != "peer"]
+
+
+@pytest.mark.parametrize("kv_mode", KV_TIERED)
+@pytest.mark.parametrize("name", REGISTERED)
+def test_every_registered_method_equals_ar(target, draft, fast_pair, ar_out, fast_ar, name, kv_mode):
+    cfg = REGISTRY[name].study.test_config
+    tgt, drf = fast_pair
+    for i, (p, T) in enumerate(CASES):
+        assert generate(target, p, T, draft=draft, method=cfg, kv_mode=kv_mode).tokens == ar_out[i], (name, i)
+        assert generate(tgt, p, T, draft=drf, method=cfg, kv_mode=kv_mode).tokens == fast_ar[i], (name, i)
 
 
 @pytest.fixture(scope="module")

@@ -59,12 +59,12 @@ def test_every_method_at_a_frontier_budget_equals_ar_on_the_head(llama_target, e
 @pytest.mark.parametrize("name", ["smoke", "paper-dryrun", "authors-dryrun", "paper", "authors"])
 def test_a_profile_without_a_head_has_no_frontier(name):
     p = get_profile(name)
-    assert experiments.frontier_cells(p) == [] and experiments.experiment_profile(FRONTIER, p) == p
+    assert experiments.cells("frontier", p) == [] and experiments.measuring_profile(FRONTIER, p) == p
 
 
 def test_the_cpu_frontier_cells():
-    p = experiments.experiment_profile(FRONTIER, get_profile("cpu"))
-    cells = experiments.frontier_cells(p)
+    p = experiments.measuring_profile(FRONTIER, get_profile("cpu"))
+    cells = experiments.cells("frontier", p)
     drafting = [c for c in cells if c.method != registry.AR]
     assert {c.dataset for c in cells} == set(FRONTIER_WORKLOADS)
     assert {c.sampling.temperature for c in cells} == {0.0, 1.0}
@@ -72,7 +72,7 @@ def test_the_cpu_frontier_cells():
     assert all(c.variant == variants.BUDGET and not c.lookup and c.T == p.extras.frontier_T for c in drafting)
     assert sum(c.method == registry.AR for c in cells) == len(FRONTIER_WORKLOADS) * 2
     assert p.models.draft == p.extras.head and p.protocol.warmup == 0
-    assert {experiments.n_prompts(FRONTIER, p, c) * (6 if c.dataset == SPEC_BENCH else 1) for c in cells} == {12}
+    assert {experiments.prompts(FRONTIER, p, c) * (6 if c.dataset == SPEC_BENCH else 1) for c in cells} == {12}
     keys = {experiments.cell_key(FRONTIER, p, c) for c in cells}
     assert len(keys) == len(cells)
 
@@ -80,8 +80,8 @@ def test_the_cpu_frontier_cells():
 def test_the_cpu_frontier_draws_dynatree_on_its_draft_model():
     """The reference line: DynaTree on the profile's draft model (v4, its 8,192 most frequent tokens, no lookup) at
     every budget, workload and temperature; its records name that draft and vocabulary."""
-    p = experiments.experiment_profile(FRONTIER, get_profile("cpu"))
-    ref = [c for c in experiments.frontier_cells(p) if c.draft == p.extras.frontier_draft]
+    p = experiments.measuring_profile(FRONTIER, get_profile("cpu"))
+    ref = [c for c in experiments.cells("frontier", p) if c.draft == p.extras.frontier_draft]
     assert p.extras.frontier_draft == "embedded:draft" and len(ref) == len(BUDGETS) * len(FRONTIER_WORKLOADS) * 2
     assert all(c.method == registry.DYNATREE and not c.lookup and c.tags["draft_vocab"] == 8192 for c in ref)
     assert {c.config.n_max for c in ref} == set(BUDGETS)
@@ -182,7 +182,7 @@ def test_head_curves_price_the_draft_as_the_heads_step():
 def test_the_cost_check_predicts_each_row_and_scales_by_ar():
     curves = head_curves(COSTS, 0.05)
     spec = dict(draft_nodes_per_iter=8.0, depth_per_iter=4.0, draft_forwards_per_iter=4.0, L_bar=3.0)
-    pred = predict_ms_per_token(curves, registry.DYNATREE, 8.0, 4.0, 4.0, 3.0)
+    pred = predict_ms_per_token(curves, registry.DYNATREE, 8.0, 4.0, 4.0, L_bar=3.0)
     rows = [dict(method=registry.AR, label="AR", dataset="spec_bench", temperature=0.0, replicate=0, impl="ours",
                  ms_per_token=11.0, draft_nodes_per_iter=0.0, depth_per_iter=0.0, draft_forwards_per_iter=0.0,
                  L_bar=1.0, variant="main"),

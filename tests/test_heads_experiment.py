@@ -7,6 +7,7 @@ import pytest
 
 from dynatree_lib import methods as registry
 from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.experiments import heads as heads_exp
 from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.reporting import tables
 
@@ -14,8 +15,8 @@ from .conftest import tiny_head_folder
 
 
 def test_a_profile_without_a_head_has_no_head_cells():
-    assert experiments.head_cells(get_profile("smoke")) == []
-    assert get_profile("cpu").extras.head and experiments.head_cells(get_profile("cpu"))
+    assert experiments.cells("heads", get_profile("smoke")) == []
+    assert get_profile("cpu").extras.head and experiments.cells("heads", get_profile("cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def test_the_heads_records_draft_with_the_head_greedy_and_sampled(measured):
     recs = json.loads(path.read_text())["records"]
     assert {r["draft"] for r in recs} == {prof.extras.head}
     assert {r["temperature"] for r in recs} == {0.0, 1.0}
-    assert {r["method"] for r in recs} == {registry.AR, *experiments.head_methods()}
+    assert {r["method"] for r in recs} == {registry.AR, *heads_exp.head_methods()}
     assert all(len(r["prompt_ids"]) == 2 for r in recs)
     greedy = [r for r in recs if r["temperature"] == 0.0 and r["method"] != registry.AR]
     assert all(r["aggregate"]["equals_ar"] == 2 for r in greedy)  # fp32: exact

@@ -157,15 +157,15 @@ def test_the_peers_cells_do_not_depend_on_the_build(monkeypatch):
 
     prof = get_profile("cpu", candidates=None)
     monkeypatch.setattr(peers, "available", lambda: False)
-    without = experiments.peers_cells(prof)
+    without = experiments.cells("peers", prof)
     monkeypatch.setattr(peers, "available", lambda: True)
-    assert experiments.peers_cells(prof) == without
+    assert experiments.cells("peers", prof) == without
     for ws in prof.workloads:
         mine = [c for c in without if c.dataset == ws]
         assert {c.method for c in mine} >= {"ar", "dynatree", "llamacpp"}
         assert sum(c.tags["own_ar"] for c in mine if c.method == "llamacpp") == prof.protocol.replicates
-    assert experiments.n_prompts("peers", prof, without[0]) == prof.extras.peers_n_prompts
-    assert experiments.peers_cells(get_profile("smoke", candidates=None)) == []
+    assert experiments.prompts("peers", prof, without[0]) == prof.extras.peers_n_prompts
+    assert experiments.cells("peers", get_profile("smoke", candidates=None)) == []
 
 
 def test_without_llamacpp_its_cells_are_skipped_by_name_and_a_rerun_keeps_its_records(monkeypatch, tmp_path, capsys):
@@ -175,14 +175,17 @@ def test_without_llamacpp_its_cells_are_skipped_by_name_and_a_rerun_keeps_its_re
 
     prof = get_profile("cpu", candidates=None)
     monkeypatch.setattr(peers, "available", lambda: False)
-    cells = experiments.peers_cells(prof)
-    kept = experiments.measurable("peers", [(c, str(i)) for i, c in enumerate(cells)], prof)
+    from dynatree_lib.harness.measure.bench import measurable
+    from dynatree_lib.harness.measure.store import results_path
+
+    cells = experiments.cells("peers", prof)
+    kept = measurable("peers", [(c, str(i)) for i, c in enumerate(cells)], prof)
     assert [c for c, _ in kept] == [c for c in cells if c.method != "llamacpp"] and kept
     out = capsys.readouterr().out
     assert "'llamacpp' not measured on this machine" in out and "tools/build_llamacpp.sh" in out
 
     (tmp_path / "cpu").mkdir()
-    (tmp_path / "cpu" / "costs.json").write_bytes((experiments.results_path("costs", prof)).read_bytes())
+    (tmp_path / "cpu" / "costs.json").write_bytes((results_path("costs", prof)).read_bytes())
     committed = tmp_path / "cpu" / "peers.json"
     committed.write_text('{"schema": 2, "records": []}')
     measured = []

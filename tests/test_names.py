@@ -82,9 +82,9 @@ def test_the_check_finds_label_selection():
 def test_the_record_key_holds_no_label(monkeypatch):
     """A key hashes the method and the variant: renaming what tables call a method or a variant changes no key."""
     prof = get_profile("smoke", candidates=None, cost_aware=False)
-    cells = experiments.main_cells(prof)
+    cells = experiments.cells("main", prof)
     before = [experiments.cell_key("main", prof, c) for c in cells]
-    assert all("label" not in experiments.key_parts("main", prof, c) for c in cells)
+    assert all("label" not in experiments.key_parts(experiments.prompts("main", prof, c), prof, c) for c in cells)
     dyna = registry.REGISTRY[registry.DYNATREE]
     renamed = {**registry.REGISTRY, registry.DYNATREE: dataclasses.replace(
         dyna, display=dataclasses.replace(dyna.display, label="Renamed"))}
@@ -108,9 +108,11 @@ def current_keys(profile: str) -> dict[str, set[str]]:
     head's for ``heads`` and ``talon``), as ``experiments.missing`` and ``records.records`` key them."""
     peers.register()
     out = {}
-    for name, cells in experiments.EXPERIMENTS.items():
-        prof = experiments.experiment_profile(name, get_profile(profile))
-        out[name] = {experiments.cell_key(name, prof, c) for c in cells(prof)}
+    for name, exp in experiments.EXPERIMENTS.items():
+        if isinstance(exp, (experiments.Document, experiments.Sequence)):
+            continue  # no cells: one document, or other experiments in turn
+        prof = exp.profile(get_profile(profile))
+        out[name] = {experiments.cell_key(name, prof, c) for c in exp.cells(prof)}
     return out
 
 

@@ -111,7 +111,7 @@ def test_a_head_on_the_fast_path_holds_every_weight_once(dtype, tmp_path):
     save_head(tiny_eagle3(target, draft_vocab=80, seed=2), tmp_path, verifier="tiny")
     one = reachable_storages(*target.parameters())
     tgt = on_engine(target, engine(dtype), 64)
-    drf = load_head_draft(f"eagle3:{tmp_path}", tgt, 64, None, False, engine(dtype).fused)
+    drf = load_head_draft(f"eagle3:{tmp_path}", tgt, 64, None, False, fused=engine(dtype).fused)
     assert drf.head.embed_tokens.data_ptr() == tgt.embedding.data_ptr()
     assert drf.engine == ("eagle3+fused" if engine(dtype).fused else "eagle3")
     assert not engine(dtype).fused or drf.net.cos is tgt.net.cos  # the target's RoPE tables, one copy

@@ -50,14 +50,13 @@ def test_plan_prints_generations_and_hours(capsys):
 def test_plan_prices_the_extension_as_dynatree_until_its_tuning_is_logged(monkeypatch):
     """New forward costs change the extension's candidates: until they are tuned, the plan still prints, with a
     cost-aware cell costing what a DynaTree cell does."""
-    from dynatree_lib.harness.experiments import catalog as experiments
-    from dynatree_lib.harness.experiments import tuning
+    from dynatree_lib.harness.experiments import cells, tuning
 
     def not_tuned(*_args, **_kw):
         raise tuning.NotTuned("no tuning records of this code's dynatree_cost candidates")
 
     prof = get_profile("smoke")
-    monkeypatch.setattr(experiments, "cost_aware", not_tuned)
+    monkeypatch.setattr(cells, "cost_aware", not_tuned)
     rows = {r["notebook"]: r for r in plan(prof)}
     assert rows["01_main_results"]["generations"] > 0
 

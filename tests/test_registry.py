@@ -56,7 +56,7 @@ def row(cell, i: int, speed: float) -> dict:
 def logged(name: str, prof, root) -> tuple:
     """The experiment's JSON as the runner would write it (made-up rows, the real cells and keys), loaded."""
     recs = []
-    for c in experiments.EXPERIMENTS[name](prof, root):
+    for c in experiments.cells(name, prof, root):
         rows = [row(c, i, 1.5 if c.method == "toy" else 1.0) for i in range(2)]
         recs.append({"key": experiments.cell_key(name, prof, c), "dataset": c.dataset, "method": c.method,
                      "variant": c.variant, "label": c.label, "config": config_dict(c.config), "T": c.T,
@@ -75,10 +75,10 @@ def test_a_registered_method_runs_everywhere(toy, target, draft, tmp_path):
     assert res.tokens == ar.tokens and res.drafted_depth <= 2 * res.iterations
     assert generate(target, torch.arange(1, 9), 12, draft=draft, method="toy").tokens == ar.tokens
     prof = get_profile("smoke", candidates=None, cost_aware=False)
-    main = [c for c in experiments.main_cells(prof) if c.method == "toy"]
+    main = [c for c in experiments.cells("main", prof) if c.method == "toy"]
     assert len(main) == (prof.protocol.replicates + 1) * len(prof.workloads) and main[0].label == TOY  # timed + exact
-    assert any(c.method == "toy" for c in experiments.sampling_cells(prof))
-    assert any(c.method == "toy" for c in experiments.memory_cells(prof))
+    assert any(c.method == "toy" for c in experiments.cells("sampling", prof))
+    assert any(c.method == "toy" for c in experiments.cells("memory", prof))
     df, sampled, memory = (logged(name, prof, tmp_path) for name in ("main", "sampling", "memory"))
     assert (df.method == "toy").any() and set(df[df.method == "toy"].label) == {TOY}
     for t in (tables.table1(df), tables.table1_exact(df), tables.table2(df), tables.table3(df),
@@ -134,13 +134,19 @@ def test_what_tables_ask_of_a_method_is_declared():
 
 
 @pytest.mark.parametrize("module", ["dynatree_lib.core.loop", "dynatree_lib.methods", "dynatree_lib.cli",
-                                    "dynatree_lib.harness.experiments.catalog", "dynatree_lib.reporting.tables"])
-def test_the_registry_is_the_same_whatever_is_imported(module):
+                                    "dynatree_lib.harness.experiments.catalog", "dynatree_lib.harness.peers.llamacpp",
+                                    "dynatree_lib.reporting.tables", "dynatree_lib.train.reports"])
+def test_the_registries_are_the_same_whatever_is_imported(module):
     """The peers are registered by one explicit call when the package is imported, never as a side effect of
-    importing their module, so every entry point sees the same methods in the same order."""
+    importing their module, and importing the package registers every experiment: every entry point sees the same
+    methods and the same experiments, in the same order."""
     import subprocess
     import sys
 
-    code = f"import {module}; from dynatree_lib import REGISTRY; print(','.join(REGISTRY))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out.split(",") == list(REGISTRY) and {"llamacpp", "vllm"} <= set(out.split(","))
+    code = (f"import {module}; from dynatree_lib import REGISTRY; "
+            "from dynatree_lib.harness.experiments.catalog import EXPERIMENTS; "
+            "print(','.join(REGISTRY)); print(','.join(EXPERIMENTS))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0].split(",") == list(REGISTRY) and {"llamacpp", "vllm"} <= set(out[0].split(","))
+    assert out[1].split(",") == list(experiments.EXPERIMENTS) and {"main", "control", "head_lookup"} <= set(
+        out[1].split(","))

@@ -155,6 +155,18 @@ def test_no_module_is_over_500_lines():
     assert not long, long
 
 
+def test_no_function_takes_more_than_five_positional_parameters():
+    """Past five parameters (self and cls aside), a library function takes keywords: a call names what it passes."""
+    wide = []
+    for f in LIB.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+                if len(names) > 5:
+                    wide.append(f"{module_name(f)}.{node.name}")
+    assert not wide, wide
+
+
 # ---- every test checks something ------------------------------------------------------------------------------
 
 PYTEST_CHECKS = {"raises", "warns", "fail", "deprecated_call"}
@@ -256,7 +268,7 @@ def test_every_record_has_an_experiment_that_makes_it_or_says_it_is_archived():
     report or a list), or it is an archive of weights no longer committed, and says so in its file."""
     import json
 
-    from dynatree_lib.train.reports import names
+    from dynatree_lib.harness.experiments.catalog import names
 
     made = set(names())
     archived = {p.stem for p in RESULTS.glob("*/*.json") if "archived" in json.loads(p.read_text())}

@@ -10,6 +10,7 @@ import pytest
 
 from dynatree_lib import methods as registry
 from dynatree_lib.harness.experiments import catalog as experiments
+from dynatree_lib.harness.experiments import talon as talon_exp
 from dynatree_lib.harness.peers import llamacpp as peers
 from dynatree_lib.harness.setup import variants
 from dynatree_lib.harness.experiments.talon import MEDUSA_TREE, TALON_TUNING
@@ -25,14 +26,14 @@ from .conftest import tiny_head_folder, tiny_mlp_head_folder
 
 @pytest.mark.parametrize("name", ["smoke", "paper-dryrun", "authors-dryrun", "paper", "authors"])
 def test_a_profile_without_a_head_has_no_talon_cells(name):
-    assert experiments.talon_cells(get_profile(name)) == []
+    assert experiments.cells("talon", get_profile(name)) == []
 
 
 def test_without_tuning_the_cpu_cells_are_talons_methods_at_their_published_settings():
     p = get_profile("cpu", **{"tuning.candidates": None})
-    every = experiments.talon_cells(p)
+    every = experiments.cells("talon", p)
     cells = [c for c in every if c.variant == variants.MAIN and c.method not in (peers.METHOD, registry.DYNATREE_COST)]
-    assert {c.method for c in cells} == set(experiments.talon_methods())
+    assert {c.method for c in cells} == set(talon_exp.talon_methods())
     assert {c.dataset for c in cells} == set(TALON_WORKLOADS)
     assert {c.sampling.temperature for c in cells} == {0.0, 1.0} and {c.T for c in cells} == {256}
     assert {c.tags["replicate"] for c in cells} == set(range(p.protocol.replicates))
@@ -40,9 +41,9 @@ def test_without_tuning_the_cpu_cells_are_talons_methods_at_their_published_sett
                if c.method != registry.AR)
     talon = next(c.config for c in cells if c.method == registry.TALON)
     assert (talon.mu, talon.N, talon.K) == (0.03, 60, 10)
-    counts = {c.dataset: experiments.n_prompts("talon", p, c) for c in cells}
+    counts = {c.dataset: experiments.prompts("talon", p, c) for c in cells}
     assert counts == {SPEC_BENCH: 1, HUMANEVAL: 4, ULTRACHAT_EVAL: 4}  # Spec-Bench's: per category
-    measuring = experiments.experiment_profile("talon", p)
+    measuring = experiments.measuring_profile("talon", p)
     assert measuring.models.draft == p.extras.head and measuring.protocol.workloads == TALON_WORKLOADS
     assert all(c.draft is None for c in cells)
     own = [c for c in every if c.variant == variants.OWN_HEADS]
@@ -58,7 +59,7 @@ def test_the_cpu_cells_take_each_rows_fastest_candidate_on_the_heads():
 
     p = get_profile("cpu")
     tuning = json.loads(results_path(TALON_TUNING, p).read_text())["records"]
-    cells = [c for c in experiments.talon_cells(p) if c.method not in (peers.METHOD, registry.AR)]
+    cells = [c for c in experiments.cells("talon", p) if c.method not in (peers.METHOD, registry.AR)]
     assert {c.variant for c in cells} == {variants.MAIN, variants.OWN_HEADS}
     for c in cells:
         recs = [r for r in tuning if r["dataset"] == c.dataset and r["method"] == c.method
@@ -69,27 +70,27 @@ def test_the_cpu_cells_take_each_rows_fastest_candidate_on_the_heads():
 
 def test_the_talon_tuning_gives_every_row_the_same_candidates_count_on_tuning_prompts():
     p = get_profile("cpu")
-    cells = experiments.talon_tuning_cells(p)
+    cells = experiments.cells("talon_tuning", p)
     rows: dict = {}
     for c in cells:
         rows.setdefault((c.dataset, c.method, c.draft), []).append(c)
     assert {len(g) for (_, m, _), g in rows.items() if m != registry.AR} == {5}
-    assert {m for _, m, d in rows if d is None} == set(experiments.talon_methods()) | {registry.DYNATREE_COST}
+    assert {m for _, m, d in rows if d is None} == set(talon_exp.talon_methods()) | {registry.DYNATREE_COST}
     assert {d for _, _, d in rows if d} == set(p.extras.talon_heads)
     assert all(c.split == "tuning" and c.sampling.temperature == 0 and not c.lookup and c.T == 128 for c in cells)
     for (ws, m, d), g in rows.items():  # the head-designed trees' published settings first
         if m in (registry.EAGLE3_TREE, registry.OPT_TREE, registry.TALON):
             assert g[0].config == (MEDUSA_TREE if d else p.method(m, ws))
-    counts = {c.dataset: experiments.n_prompts(TALON_TUNING, p, c) for c in cells}
+    counts = {c.dataset: experiments.prompts(TALON_TUNING, p, c) for c in cells}
     assert counts == {SPEC_BENCH: p.tuning.n_questions, HUMANEVAL: p.tuning.n, ULTRACHAT_EVAL: p.tuning.n}
     keys = {experiments.cell_key(TALON_TUNING, p, c) for c in cells}
     assert len(keys) == len(cells)
-    assert experiments.talon_tuning_cells(get_profile("cpu", **{"tuning.candidates": None})) == []
+    assert experiments.cells("talon_tuning", get_profile("cpu", **{"tuning.candidates": None})) == []
 
 
 def test_the_cpu_cells_add_medusa_hydra_and_llamacpps_eagle3_beside_its_own_ar():
     p = get_profile("cpu")
-    cells = experiments.talon_cells(p)
+    cells = experiments.cells("talon", p)
     own = [c for c in cells if c.variant == variants.OWN_HEADS]
     assert {c.draft for c in own} == set(p.extras.talon_heads) and {c.tags["heads"] for c in own} == {"medusa", "hydra"}
     assert all(c.method == registry.EAGLE3_TREE and not c.lookup for c in own)
@@ -107,7 +108,7 @@ def test_our_extension_on_the_head_prices_its_levels_by_the_heads_measured_step(
     from dynatree_lib.harness.measure.store import results_path
 
     p = get_profile("cpu")
-    ext = [c for c in experiments.talon_cells(p) if c.method == registry.DYNATREE_COST]
+    ext = [c for c in experiments.cells("talon", p) if c.method == registry.DYNATREE_COST]
     assert len(ext) == len(TALON_WORKLOADS) * 2 * p.protocol.replicates and not any(c.lookup for c in ext)
     costs = json.loads(results_path("costs", p).read_text())["curves"][p.models.dtype]
     share = json.loads(results_path("head_cost", p).read_text())["drafts"]["head"]["median"]
@@ -130,16 +131,16 @@ def test_the_plan_counts_the_talon_notebook():
 
 
 def test_the_limit_is_talons_capped_by_the_profile():
-    assert experiments.talon_T(get_profile("cpu"), HUMANEVAL) == 256
-    assert experiments.talon_T(get_profile("cpu", talon_T_cap=0), HUMANEVAL) == 1024  # 0: TALON's own
+    assert talon_exp.talon_T(get_profile("cpu"), HUMANEVAL) == 256
+    assert talon_exp.talon_T(get_profile("cpu", talon_T_cap=0), HUMANEVAL) == 1024  # 0: TALON's own
     with pytest.raises(ValueError, match="talon_T_cap"):
-        experiments.talon_T(get_profile("cpu", talon_T_cap=-1), HUMANEVAL)
-    assert experiments.talon_T(get_profile("cpu"), HUMANEVAL, tuning=True) == 128
-    assert experiments.talon_T(get_profile("cpu", talon_tuning_T=0), HUMANEVAL, tuning=True) == 256
+        talon_exp.talon_T(get_profile("cpu", talon_T_cap=-1), HUMANEVAL)
+    assert talon_exp.talon_T(get_profile("cpu"), HUMANEVAL, tuning=True) == 128
+    assert talon_exp.talon_T(get_profile("cpu", talon_tuning_T=0), HUMANEVAL, tuning=True) == 256
     with pytest.raises(ValueError, match="extras.talon_tuning_T must be an integer >= 0"):
-        experiments.talon_T(get_profile("cpu", talon_tuning_T=-2), HUMANEVAL, tuning=True)
+        talon_exp.talon_T(get_profile("cpu", talon_tuning_T=-2), HUMANEVAL, tuning=True)
     with pytest.raises(ValueError, match=f"'{WIKITEXT2}' has no TALON generation limit"):
-        experiments.talon_T(get_profile("cpu"), WIKITEXT2)
+        talon_exp.talon_T(get_profile("cpu"), WIKITEXT2)
 
 
 def test_a_missing_paper_setting_is_named():
@@ -174,7 +175,7 @@ def test_a_tuning_profile_tunes_every_row_on_its_own_head_first(tmp_path):
     assert not (tmp_path / "smoke" / "tuning.json").exists()  # the profile's own tuning is not this one's
     tuning = json.loads((tmp_path / "smoke" / f"{TALON_TUNING}.json").read_text())["records"]
     assert {r["T"] for r in tuning} == {6} and {r["split"] for r in tuning} == {"tuning"}
-    for c in experiments.talon_cells(prof, tmp_path):
+    for c in experiments.cells("talon", prof, tmp_path):
         if c.method in (registry.AR, peers.METHOD):
             continue
         recs = [r for r in tuning if r["dataset"] == c.dataset and r["method"] == c.method
@@ -192,9 +193,9 @@ def test_the_talon_records_draft_with_the_head_alone_greedy_and_sampled(measured
     recs = [r for r in every if r["variant"] != variants.OWN_HEADS]
     assert {r["draft"] for r in recs} == {prof.extras.head} and not any(r["draft_lookup"] for r in every)
     assert {r["temperature"] for r in every} == {0.0, 1.0} and {r["T"] for r in every} == {8}
-    assert {r["method"] for r in recs} == set(experiments.talon_methods())
+    assert {r["method"] for r in recs} == set(talon_exp.talon_methods())
     assert {r["dataset"] for r in every} == set(TALON_WORKLOADS)
-    assert len(recs) == len(experiments.talon_methods()) * len(TALON_WORKLOADS) * 2
+    assert len(recs) == len(talon_exp.talon_methods()) * len(TALON_WORKLOADS) * 2
     own = [r for r in every if r["variant"] == variants.OWN_HEADS]
     assert {r["draft"] for r in own} == set(prof.extras.talon_heads) and len(own) == 2 * len(TALON_WORKLOADS) * 2
     assert {r["weights"]["draft"]["head"] for r in own} == {"medusa", "hydra"}
@@ -208,7 +209,7 @@ def test_the_talon_tables_and_figure_read_every_record(measured):
     prof, path = measured
     df = tables.load(path, prof)
     t = tables.talon_table(df)
-    assert len(t) == len(experiments.talon_methods()) + 2
+    assert len(t) == len(talon_exp.talon_methods()) + 2
     assert {"Medusa (EAGLE-3 tree over its heads)", "Hydra (EAGLE-3 tree over its heads)"} <= set(t.index)
     assert ("T = 0", "HumanEval", "MAT (τ)") in t.columns and ("T = 1", "Spec-Bench", "speedup r1") in t.columns
     assert ("T = 0", "HumanEval", "= AR") in t.columns and ("T = 1", "HumanEval", "= AR") not in t.columns

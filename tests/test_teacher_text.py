@@ -102,10 +102,10 @@ def test_a_build_writes_missing_texts_and_rebuilds_shards_from_texts(model, tmp_
     monkeypatch.setattr(teacher, "load_target", lambda dtype: (model, None))
     generated = []
     make = lambda m, tok, s: generated.append(s) or continuation_shard(m, {}, spec, s)
-    build_shards(["shard-0000"], spec, make, out, text, "test")
+    build_shards(["shard-0000"], spec, make, out, text, desc="test")
     assert text_path(text, "shard-0000").exists() and not generated
     (out / "shard-0000.pt").unlink()
-    build_shards(["shard-0000"], spec, make, out, text, "test")
+    build_shards(["shard-0000"], spec, make, out, text, desc="test")
     assert not generated
     assert_same_soft_targets(shard, torch.load(out / "shard-0000.pt"))
 
@@ -138,18 +138,18 @@ def test_sampling_at_temperature_1_draws_from_the_recorded_distribution(model, m
 def test_a_sampled_shard_is_its_seeds_and_leaves_the_callers_random_state(byte_model):
     tok = tiny_tokenizer()
     before = torch.get_rng_state()
-    a, again = (sampled_shard(byte_model, tok, ROWS, SAMPLED, 0, 0) for _ in range(2))
+    a, again = (sampled_shard(byte_model, tok, ROWS, SAMPLED, 0, group=0) for _ in range(2))
     assert torch.equal(torch.get_rng_state(), before)
     assert a["answers"] == again["answers"] and all(map(torch.equal, a["top_lp"], again["top_lp"]))
-    other_sample, other_group = sampled_shard(byte_model, tok, ROWS, SAMPLED, 1, 0), \
-        sampled_shard(byte_model, tok, ROWS, SAMPLED, 0, 1)
+    other_sample, other_group = sampled_shard(byte_model, tok, ROWS, SAMPLED, 1, group=0), \
+        sampled_shard(byte_model, tok, ROWS, SAMPLED, 0, group=1)
     assert other_sample["answers"] != a["answers"] and other_group["answers"] != a["answers"]
     assert len({a["seed"], other_sample["seed"], other_group["seed"]}) == 3
     assert a["ids"] == ["q3", "q1", "q2"]  # shortest first: less padding
 
 
 def test_a_sampled_text_is_byte_stable_and_refused_under_another_spec(byte_model, tmp_path):
-    shard = sampled_shard(byte_model, tiny_tokenizer(), ROWS, SAMPLED, 1, 0)
+    shard = sampled_shard(byte_model, tiny_tokenizer(), ROWS, SAMPLED, 1, group=0)
     save_text(shard, SAMPLED, tmp_path / "a.json.gz")
     save_text(shard, SAMPLED, tmp_path / "b.json.gz")
     assert (tmp_path / "a.json.gz").read_bytes() == (tmp_path / "b.json.gz").read_bytes()

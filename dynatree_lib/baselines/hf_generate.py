@@ -83,7 +83,7 @@ class _SubsetHead:
 
 @torch.no_grad()
 def generate_hf(target, draft, prompt, T: int, cfg: HFAssistedConfig | HFARConfig = HFARConfig(),
-                opts: Options = Options()) -> GenerationResult:
+                *, opts: Options = Options()) -> GenerationResult:
     """HF ``generate``, with ``draft`` as its assistant for ``HFAssistedConfig``. The models' own generation
     configs are swapped out for the call. Sampling draws from torch's global generator, which a run forks and
     seeds from ``opts``' generator (HF takes no generator). Iterations = target forwards; accepted = tokens -

@@ -33,7 +33,7 @@ class StreamingConfig:
 
 
 def generate_streaming_spec(target, draft, prompt, T: int, cfg: StreamingConfig = StreamingConfig(),
-                            opts: Options = Options()) -> GenerationResult:
+                            *, opts: Options = Options()) -> GenerationResult:
     """Linear speculative decoding over StreamingLLM caches: the speculative loop with a ``Window``. Sampled, it
     keeps the law of a target that sees only the window, not the full target's."""
     return speculative_decode(target, draft, prompt, T, policy=LinearConfig(cfg.K).policy(), opts=opts,

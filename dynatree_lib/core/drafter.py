@@ -25,7 +25,7 @@ class DraftState:
 
 @torch.no_grad()
 def draft_tree(draft: Runner, state: DraftState, ids: Tensor, policy: DraftPolicy, max_depth: int,
-               sampling: Sampling = GREEDY, generator: torch.Generator | None = None) -> tuple[Tree, int]:
+               *, sampling: Sampling = GREEDY, generator: torch.Generator | None = None) -> tuple[Tree, int]:
     """Grow a draft tree rooted at the last committed token ``ids[-1]``; returns it and the number of
     draft forwards.
 

@@ -81,7 +81,7 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def check_inputs(target, draft, prompt, T, opts: Options, window: Window | None = None) -> Tensor:
+def check_inputs(target, draft, prompt, T, opts: Options, *, window: Window | None = None) -> Tensor:
     """Validate every argument of a decoder with a message naming it; returns the prompt as a 1-D long
     tensor on the target's device (a list or tuple of ints is accepted)."""
     kv_mode, eos_token_id = opts.kv_mode, opts.eos_token_id
@@ -281,12 +281,12 @@ def position_limit(target: Runner, draft: Runner, window: Window | None) -> int:
 
 
 @torch.no_grad()
-def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, opts: Options = Options(),
+def speculative_decode(target, draft, prompt, T: int, policy: DraftPolicy, *, opts: Options = Options(),
                        window: Window | None = None) -> GenerationResult:
     """Speculative decoding with draft trees shaped by ``policy``: greedy (in fp32 its output equals
     ``generate_ar``'s) or sampled (the target's law exactly; ``sampling``)."""
     tgt, drf = as_runner(target), as_runner(draft)
-    prompt = check_inputs(tgt, drf, prompt, T, opts, window)
+    prompt = check_inputs(tgt, drf, prompt, T, opts, window=window)
     limit, dev = position_limit(tgt, drf, window), prompt.device
     check, link = verifier(opts, drf, dev), FeatureLink(tgt, drf, window)
     gen = check.generator

@@ -43,7 +43,7 @@ class Tree:
 
     @staticmethod
     def build(tokens: list[int], parents: list[int], logp: list[float], cum_logp: list[float],
-              device: torch.device | str = "cpu", root_conf: float = float("nan"), copies: tuple = (),
+              device: torch.device | str = "cpu", *, root_conf: float = float("nan"), copies: tuple = (),
               q: Tensor | None = None, q_row: list[int] | None = None) -> "Tree":
         """The tree of the given nodes (BFS order, node 0 the root with parent -1), built in one go: the
         drafter grows a tree of a few nodes in Python lists and makes its tensors once. ``q``, ``q_row``: where

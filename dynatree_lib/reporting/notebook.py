@@ -19,8 +19,9 @@ __all__ = ["experiments", "plots", "tables", "results_path", "start", "show_tabl
 
 
 def start(profile: str, overrides: dict | None = None) -> Profile:
-    """A notebook's profile: the one its ``profile`` parameter names, with its ``overrides`` (``get_profile``)."""
-    return get_profile(profile, **(overrides or {}))
+    """A notebook's profile: the one its ``profile`` parameter names, with its ``overrides`` (``get_profile``; an
+    experiment's own settings checked by it, ``catalog.check_settings``)."""
+    return experiments.check_settings(get_profile(profile, **(overrides or {})))
 
 
 def figures_dir(profile) -> Path:

@@ -14,22 +14,16 @@ import json
 import statistics
 
 from .. import methods as registry
-from ..harness.experiments.catalog import EXPERIMENTS, TALON, TALON_TUNING, n_prompts
-from ..harness.setup.splits import CATEGORIES
+from ..harness.experiments.catalog import EXPERIMENTS, Experiment
+from ..harness.measure.bench import unmeasurable
 from ..harness.measure.store import results_path
 from ..harness.experiments.tuning import NotTuned, tuned
 from ..harness.setup.variants import MAIN
-from ..harness.setup.workloads import count
 from .records import reported
 
-NOTEBOOKS = {"00_setup": ("pair",), "01_main_results": ("tuning", "main"), "02_latency": (), "03_verification_efficiency": (),
-             "04_ablation": ("ablation",), "05_length_scaling": ("length_scaling",),
-             "06_sweeps": ("fixed_sweep", "dynatree_sweep"), "07_prompt_length": ("prompt_length",),
-             "08_memory": ("memory",), "09_tree_shapes": ("trees",), "10_sampling": ("sampling",),
-             "11_authors_code": (), "12_peers": ("peers",), "13_heads": ("heads",),
-             "14_talon": (TALON_TUNING, TALON),
-             "15_frontier": (),  # the frontier is measured by bench --experiment frontier (or the notebook's rerun)
-             "16_control": ("control",)}
+NOTEBOOKS = ("00_setup", "01_main_results", "02_latency", "03_verification_efficiency", "04_ablation",
+             "05_length_scaling", "06_sweeps", "07_prompt_length", "08_memory", "09_tree_shapes", "10_sampling",
+             "11_authors_code", "12_peers", "13_heads", "14_talon", "15_frontier", "16_control")
 SWEEP_NOTEBOOKS = ("05_length_scaling", "06_sweeps", "07_prompt_length")
 
 
@@ -58,7 +52,7 @@ class Rates:
         return tps / 4 if dtype == "float32" else tps
 
 
-def cells_of(profile, name: str):
+def cells_of(profile, exp: Experiment):
     """The experiment's cells; where the tuning or the costs are not logged yet, the paper's settings stand in
     (a cost-aware cell costs what a DynaTree cell does)."""
     p = profile
@@ -68,36 +62,31 @@ def cells_of(profile, name: str):
     except NotTuned:  # no tuning logged for this protocol yet
         p = dataclasses.replace(p, tuning=dataclasses.replace(p.tuning, candidates=None))
     try:
-        return EXPERIMENTS[name](profile if name in ("tuning", TALON_TUNING) else p, None)
+        return exp.cells(profile if exp.picks_settings else p, None)
     except NotTuned:  # the extension's costs, or its tuning on them, not logged yet
         no_ext = dataclasses.replace(p, extras=dataclasses.replace(p.extras, cost_aware=False))
     try:
-        cells = EXPERIMENTS[name](no_ext, None)
+        cells = exp.cells(no_ext, None)
     except NotTuned:  # notebook 14's tuning on the heads (or the head's step) not logged: published settings
         untuned = dataclasses.replace(no_ext, tuning=dataclasses.replace(p.tuning, candidates=None),
                                       extras=dataclasses.replace(no_ext.extras, talon_extension=False))
-        cells = EXPERIMENTS[name](untuned, None)
+        cells = exp.cells(untuned, None)
     return cells + [c for c in cells if c.method == registry.DYNATREE and c.variant == MAIN]
 
 
 def plan(profile, quick: bool = False) -> list[dict]:
-    """One entry per notebook: generations, tokens and estimated hours."""
-    rate, per_category = Rates(profile), len(set(CATEGORIES.values()))
+    """One entry per notebook: generations, tokens and estimated hours of the experiments it measures
+    (``Experiment.notebook``, ``Experiment.planned``), without the rows of a method this machine cannot run."""
+    rate = Rates(profile)
     out = []
-    for nb, exps in NOTEBOOKS.items():
+    for nb in NOTEBOOKS:
         if quick and nb in SWEEP_NOTEBOOKS:
             continue
         gens = toks = secs = 0.0
-        for name in exps:
-            if name == "pair":  # greedy output of the dev prompts, fp32
-                for ws in profile.workloads:
-                    n = profile.extras.pair_n_prompts or profile.protocol.n_prompts
-                    n = count(ws, n, profile.extras.pair_n_questions * per_category)
-                    gens, toks = gens + n, toks + n * profile.protocol.T
-                    secs += n * profile.protocol.T / rate(registry.AR, ws, "float32")
-                continue
-            for c in cells_of(profile, name):
-                n = n_prompts(name, profile, c) * count(c.dataset, 1, per_category) + profile.protocol.warmup
+        for exp in (e for e in EXPERIMENTS.values() if e.notebook == nb):
+            cells = cells_of(profile, exp)
+            lacking = unmeasurable(cells)  # a peer engine not built here: the notebooks skip its rows
+            for c, n in exp.planned(profile, [c for c in cells if c.method not in lacking]):
                 gens, toks = gens + n, toks + n * c.T
                 secs += n * c.T / rate(c.method, c.dataset, c.dtype)
         out.append({"notebook": nb, "generations": int(gens), "tokens": int(toks), "hours": secs / 3600})

@@ -17,7 +17,7 @@ import torch
 from .. import methods as registry
 from ..harness.setup import variants
 from ..harness.setup.data import REPO_DATA
-from ..harness.experiments.catalog import EXPERIMENTS, cell_key, experiment_profile
+from ..harness.experiments.catalog import cell_key, get
 from ..harness.measure.load import is_busy
 from .formatting import BUSY_MARK, DIRTY_MARK
 from ..harness.setup.weights import weights_info
@@ -32,8 +32,8 @@ def records(path: str | Path, profile=None, verbose: bool = True) -> list[dict]:
     if profile is None:
         return recs
     name = Path(path).stem
-    profile = experiment_profile(name, profile)
-    want = {cell_key(name, profile, c) for c in EXPERIMENTS[name](profile, Path(path).parents[1])}
+    profile = get(name).profile(profile)
+    want = {cell_key(name, profile, c) for c in get(name).cells(profile, Path(path).parents[1])}
     keep = [r for r in recs if r["key"] in want]
     if verbose and len(keep) < len(recs):
         print(f"{Path(path).name}: skipped {len(recs) - len(keep)} record(s) of other settings "

@@ -71,7 +71,7 @@ def _cell(rs: list) -> str:
     return " / ".join(f"{r:.2f}{'' if lo > 1 or hi < 1 else '~'}" for r, lo, hi in rs)
 
 
-def comparison(df: pd.DataFrame, a: str, b: str, claim: str, paper: str, lookup: bool = True) -> dict:
+def comparison(df: pd.DataFrame, a: str, b: str, claim: str, paper: str, *, lookup: bool = True) -> dict:
     reps = sorted(df.replicate.unique())
     per_ws = {ws: [x for r in reps if (x := main_ratio(df, a, b, ws=ws, rep=r, lookup=lookup)) is not None]
               for ws in workload_labels()}

@@ -181,7 +181,7 @@ def side_by_side(trees: pd.DataFrame, methods: list[str], prompt_id: str, positi
     return fig
 
 
-def strip(trees: pd.DataFrame, method: str, prompt_id: str, start: int = 0, n: int = 6, tok=None):
+def strip(trees: pd.DataFrame, method: str, prompt_id: str, start: int = 0, n: int = 6, *, tok=None):
     """Consecutive iterations of one method on one prompt: the shape follows the draft's confidence."""
     sub = trees[(trees.method == method) & (trees.prompt_id == prompt_id)].sort_values("position")
     sub = sub[sub.position >= start].head(n)

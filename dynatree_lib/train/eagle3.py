@@ -350,7 +350,7 @@ def learning_rate(spec: HeadSpec, step: int, since: int = 0) -> float:
 
 
 def train_head(spec: HeadRecipe = HeadSpec(), target=None, seconds: float | None = None, steps: int | None = None,
-               out: Path | None = None, seqs: list[Sequence] | None = None, committed: Path | None = None) -> Path:
+               out: Path | None = None, *, seqs: list[Sequence] | None = None, committed: Path | None = None) -> Path:
     """Train (or resume) the head of ``spec``'s kind in ``out`` (default ``spec.folder()``) for at most ``seconds``
     / ``steps`` more steps of this run, then checkpoint and export it to ``out / "head"``; returns that folder.
     ``target``: the transformers target (default: the cpu profile's, bf16); ``seqs``: the training text (default
@@ -382,7 +382,7 @@ def train_head(spec: HeadRecipe = HeadSpec(), target=None, seconds: float | None
     return spec.export(head, out / "head", log)
 
 
-def train_step(head, opt, target, seqs: list[Sequence], spec: HeadRecipe, step: int, clock: float,
+def train_step(head, opt, target, seqs: list[Sequence], spec: HeadRecipe, *, step: int, clock: float,
                since: int = 0) -> dict:
     batch = teacher_pass(target, batch_of(seqs), spec.feature_layers(head), head.vocab())
     for grp in opt.param_groups:
@@ -408,7 +408,7 @@ def mean(log: list[dict], key: str, n: int = 20) -> float:
 
 @torch.no_grad()
 def heldout_rows(head: Eagle3Head, target, spec: HeadSpec, held: list[tuple[str, Sequence]], per_batch: int = 4,
-                 device=None):
+                 *, device=None):
     """Per batch of the held-out sequences ``held`` (``shard_text``'s (kind, sequence) pairs; one seeded window of at
     most ``spec.seq_len`` tokens each, one kind a batch): the logits of the first drafted token at every loss row,
     teacher-forced as training's step 0, whether its argmax is the target's greedy token, and the kind of text

@@ -54,7 +54,7 @@ def resume(out: Path, head: torch.nn.Module, opt, committed: Path | None = None)
     return st["log"], st.get("optimizer_since", 0)
 
 
-def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: HeadRecipe, since: int = 0,
+def checkpoint(out: Path, head: torch.nn.Module, opt, log: list[dict], spec: HeadRecipe, *, since: int = 0,
                committed: Path | None = None) -> None:
     """``ckpt-<steps>.pt`` written atomically, the two newest kept; the weights and log alone to ``committed``."""
     state = {"head": head.state_dict(), "log": log, "spec": spec_record(spec), "optimizer_since": since}

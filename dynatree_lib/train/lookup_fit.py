@@ -48,7 +48,7 @@ LOOKUP_WEIGHTS = tuple(round(0.05 * i, 2) for i in range(20)) + (0.97, 0.99)  # 
 
 @torch.no_grad()
 def fit_lookup(out: Path = DRAFT_DIR / "lookup.json", max_n: int = 12, n_seq: int = 12, n_instructions: int = 24,
-               cont: int = 256, draft_vocab: int = 8192, seed: int = 7) -> Path:
+               cont: int = 256, *, draft_vocab: int = 8192, seed: int = 7) -> Path:
     """The context lookup's weights (``core.drafts.lookup``; minutes, ``build-draft --lookup-only``).
 
     Text no experiment uses: ``n_seq`` prompts from the PG-19 books outside the test split (250 tokens) and

@@ -1,6 +1,7 @@
-"""The feature head's reports that read the training text: one JSON document each, made like every record
-(``bench --experiment NAME``, notebook 13's ``rerun``), for the profile's head (``extras.head``); nothing here is
-timed.
+"""The feature head's reports that read the training text: one JSON document each, registered as experiments and
+made like every record (``bench --experiment NAME``, notebook 13's ``rerun``), for the profile's head
+(``extras.head``); nothing here is timed. The package's ``__init__`` imports this module, so they are registered
+whatever was imported.
 
 - ``head_vocab``: which reduced vocabulary pays: coverage of the target's held-out tokens by the V most frequent
   training tokens (a ceiling on agreement), and the weights one step reads.
@@ -19,6 +20,7 @@ import torch
 from ..core.drafts.heads.eagle3 import Eagle3Config, load_head
 from ..core.drafts.lookup import LookupConfig, column_of, mix
 from ..harness.measure.environment import environment
+from ..harness.experiments.catalog import Document, Sequence, experiment
 from ..harness.experiments.head_reports import report, with_head
 from ..harness.experiments.pair import teacher_forced_head, top1
 from ..harness.setup.profiles import Profile
@@ -77,7 +79,7 @@ def run_head_vocab(profile: Profile, rerun: bool = False, root: Path | None = No
                 "train_tokens": sum(len(s.tokens) - s.start - 1 for s in train), "sizes": rows,
                 "environment": environment("cpu")}
 
-    return report("head_vocab", profile, measure, rerun, root, render_only)
+    return report("head_vocab", profile, measure, rerun, root, render_only=render_only)
 
 
 def heldout_sequences(n: int, max_len: int, seed: int) -> list[tuple[list[int], int]]:
@@ -142,30 +144,27 @@ def run_head_lookup(profile: Profile, rerun: bool = False, root: Path | None = N
                         f"{LOOKUP_SEED}, at most {LOOKUP_MAX_LEN} tokens each), halves A (even) and B (odd)",
                 "fitted": fitted, "scores": scores, "environment": environment("cpu")}
 
-    return report("head_lookup", profile, measure, rerun, root, render_only)
+    return report("head_lookup", profile, measure, rerun, root, render_only=render_only)
 
 
-REPORTS = {"head_vocab": run_head_vocab, "head_lookup": run_head_lookup}
-# Every record drafted with the feature head, in the order a newly published head measures them again
-# (``bench --experiment head_records``; ``build-draft --head eagle3 --publish`` says to)
-LISTS = {"head_records": ("pair_eagle3", "head_cost", "head_tree_depth", "memory_head", "head_lookup", "heads",
-                          "talon_tuning", "talon")}
+@experiment
+class HeadVocab(Document):
+    name = "head_vocab"
+    notebook = "13_heads"
+    make = run_head_vocab
 
 
-def run(name: str, profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False):
-    """Experiment ``name``: one of this layer's ``REPORTS``, a list of experiments (``LISTS``, each in turn), or one of
-    ``harness.experiments.catalog``'."""
-    from ..harness.experiments import catalog as experiments
-
-    if name in LISTS:
-        return [run(n, profile, rerun, root, render_only) for n in LISTS[name]]
-    if name in REPORTS:
-        return REPORTS[name](profile, rerun=rerun, root=root, render_only=render_only)
-    return experiments.run(name, profile, rerun=rerun, root=root, render_only=render_only)
+@experiment
+class HeadLookup(Document):
+    name = "head_lookup"
+    notebook = "13_heads"
+    make = run_head_lookup
 
 
-def names() -> list[str]:
-    """Every name ``run`` takes."""
-    from ..harness.experiments import catalog as experiments
-
-    return sorted(set(experiments.EXPERIMENTS) | set(experiments.reports()) | set(REPORTS) | set(LISTS))
+@experiment
+class HeadRecords(Sequence):
+    """Every record drafted with the feature head, in the order a newly published head measures them again
+    (``bench --experiment head_records``; ``build-draft --head eagle3 --publish`` says to)."""
+    name = "head_records"
+    parts = ("pair_eagle3", "head_cost", "head_tree_depth", "memory_head", "head_lookup", "heads", "talon_tuning",
+             "talon")

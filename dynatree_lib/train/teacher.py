@@ -159,11 +159,11 @@ def build_continuation_teacher(spec: ContinuationSpec = ContinuationSpec(), out:
         return continuation_shard(model, texts, spec, s)
 
     names = [f"shard-{s:04d}" for s in range(spec.shards)]
-    return build_shards(names, spec, make, out, text, "continuation teacher shards")
+    return build_shards(names, spec, make, out, text, desc="continuation teacher shards")
 
 
 def build_shards(names: list[str], spec, make: Callable[[object, object, int], dict], out: Path, text: Path,
-                 desc: str, on_text: Callable[[], object] | None = None) -> Path:
+                 *, desc: str, on_text: Callable[[], object] | None = None) -> Path:
     """Write ``out/<name>.pt`` for each shard missing there: its soft targets recomputed from its committed text
     where ``text`` holds it, else ``make(model, tokenizer, s)`` (generation), whose text is then committed. A
     shard built before its text was committed gets its text written first. ``on_text`` runs after each text
@@ -321,7 +321,7 @@ def generation_config(max_new: int, eos: int, pad: int, temperature: float = 0.0
 
 
 @torch.no_grad()
-def answer_batch(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, k: int = 0,
+def answer_batch(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, *, k: int = 0,
                  temperature: float = 0.0, seed: int = 0) -> list[dict]:
     """Answers to ``prompts`` (token id lists), greedy or sampled at ``temperature`` from ``seed`` (the caller's
     random state is left as it was): for each, ``answer`` (ids, EOS included if reached) and, with ``k``,
@@ -372,7 +372,7 @@ def build_instruction_teacher(out: Path = TEACHER, spec: InstructionSpec = Instr
         return {"kind": "instruction", **answer_group(model, tok, shards[s], spec), "shard": s}
 
     names = [f"instr-{s:04d}" for s in range(len(shards))]
-    return build_shards(names, spec, make, out, text, "instruction teacher shards")
+    return build_shards(names, spec, make, out, text, desc="instruction teacher shards")
 
 
 def instruction_groups(spec) -> list[list[dict]]:
@@ -383,7 +383,7 @@ def instruction_groups(spec) -> list[list[dict]]:
     return [rows[i:i + spec.batch] for i in range(0, len(rows), spec.batch)][:spec.shards]
 
 
-def answer_group(model, tok, group: list[dict], spec, temperature: float = 0.0, seed: int = 0) -> dict:
+def answer_group(model, tok, group: list[dict], spec, temperature: float = 0.0, *, seed: int = 0) -> dict:
     """The target's answers to one group of instructions as one batch, shortest first (less padding): ids,
     chat-template prompts (their last ``spec.max_prompt`` tokens), answers and their top-``spec.k`` log-probs."""
     group = sorted(group, key=lambda r: len(r["text"]))
@@ -432,10 +432,10 @@ def sampled_seed(spec: SampledAnswerSpec, sample: int, group: int) -> int:
     return spec.seed * 1_000_003 + sample * 100_003 + group
 
 
-def sampled_shard(model, tok, group_rows: list[dict], spec: SampledAnswerSpec, sample: int, group: int) -> dict:
+def sampled_shard(model, tok, group_rows: list[dict], spec: SampledAnswerSpec, sample: int, *, group: int) -> dict:
     """One sampled-answer shard: the answers to ``group_rows`` (instruction group ``group``) of sample ``sample``."""
     seed = sampled_seed(spec, sample, group)
-    return {"kind": "sampled", **answer_group(model, tok, group_rows, spec, spec.temperature, seed), "shard": group,
+    return {"kind": "sampled", **answer_group(model, tok, group_rows, spec, spec.temperature, seed=seed), "shard": group,
             "sample": sample, "seed": seed}
 
 
@@ -451,10 +451,10 @@ def build_sampled_teacher(out: Path = TEACHER, spec: SampledAnswerSpec = Sampled
 
     def make(model, tok, s: int) -> dict:
         sample, group = jobs[s]
-        return sampled_shard(model, tok, groups[group], spec, sample, group)
+        return sampled_shard(model, tok, groups[group], spec, sample, group=group)
 
     names = [sampled_name(group, sample) for sample, group in jobs]
-    return build_shards(names, spec, make, out, text, "sampled teacher shards", on_text=lambda: write_manifest(text))
+    return build_shards(names, spec, make, out, text, desc="sampled teacher shards", on_text=lambda: write_manifest(text))
 
 
 def sampled_files(folder: Path = TEACHER, spec: SampledAnswerSpec = SampledAnswerSpec()) -> list[Path]:

@@ -170,7 +170,7 @@ class LookupRunner(Draft):
         return self.logprobs(tokens, positions, visible, tree_start, last_only)
 
     def logprobs(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None, tree_start: int | None = None,
-                 last_only: bool = False, temperature: float = 1.0) -> Tensor:
+                 last_only: bool = False, *, temperature: float = 1.0) -> Tensor:
         """The draft network's log-probabilities at ``temperature``, mixed with the copy of each row's lookup
         (rows whose context matches nothing keep the network's)."""
         logits = self.inner.forward(tokens, positions, visible, tree_start, last_only)

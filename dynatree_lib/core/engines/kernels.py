@@ -244,7 +244,7 @@ def forward_takes(hidden: int, intermediate: int) -> bool:
     return hidden % 16 == 0 and intermediate % 16 == 0
 
 
-def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net, last_only: bool = False,
+def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net, *, last_only: bool = False,
             greedy: bool = False, features: Tensor | None = None, feature_layers: tuple[int, ...] = ()) -> Tensor:
     """A whole Llama forward in one call (``static.StaticLlama`` ``net`` with packed weights, its embedding plain or
     packed): logits [q, V] ([1, V] if ``last_only``) of ``tokens`` at ``positions``, keys and values written to cache
@@ -260,7 +260,7 @@ def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net,
                                           list(feature_layers), net.isa == AMX)
 
 
-def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, inputs: Tensor, input_rows: Tensor,
+def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, inputs: Tensor, *, input_rows: Tensor,
                 net, fc: Tensor | None = None, last_only: bool = False) -> Tensor:
     """An EAGLE-3 head's step in one call (``eagle3_fused.PackedHead`` ``net``, ``core/drafts/heads/eagle3.py``'s
     layer), by the code of ``forward``: row r's residual stream is row ``input_rows[r]`` of ``inputs`` (-1: zeros),

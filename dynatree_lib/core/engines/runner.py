@@ -66,7 +66,7 @@ class Runner:
         return greedy(self.forward(tokens, positions, visible, tree_start, last_only))
 
     def logprobs(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None, tree_start: int | None = None,
-                 last_only: bool = False, temperature: float = 1.0) -> Tensor:
+                 last_only: bool = False, *, temperature: float = 1.0) -> Tensor:
         """Log-probabilities [q, V] of each new row's next token at ``temperature`` (fp32): what a drafter ranks
         and samples children by."""
         logits = self.forward(tokens, positions, visible, tree_start, last_only).float()

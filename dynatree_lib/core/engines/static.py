@@ -137,7 +137,7 @@ class StaticLlama(nn.Module):
     feature_layers: tuple[int, ...] = ()
 
     def __init__(self, hf, max_len: int, compile: bool = False, kernel: bool = False, head_rows: Tensor | None = None,
-                 fused: bool = False, embedding: Tensor | None = None):
+                 *, fused: bool = False, embedding: Tensor | None = None):
         super().__init__()
         check_fast_supported(hf)
         c = hf.config
@@ -293,7 +293,7 @@ class StaticLlama(nn.Module):
         return logits if feats is None else (logits, feats)
 
     def one_call(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, last_only: bool = False,
-                 greedy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                 *, greedy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``forward`` as one kernel call (``kernels.forward``; ``greedy``: argmaxes for logits)."""
         if not self.feature_layers:
             return kernels.forward(tokens, positions, slots, mask, net=self, last_only=last_only, greedy=greedy)
@@ -319,7 +319,7 @@ class StaticRunner(Target, Draft):
     these token ids (a draft head over a subset of the vocabulary; see ``runner``)."""
 
     def __init__(self, hf, max_len: int | None = None, compile: bool = False, tree_slots: int = 320,
-                 kernel: bool | None = None, vocab=None, fused: bool = False, embedding: Tensor | None = None,
+                 kernel: bool | None = None, *, vocab=None, fused: bool = False, embedding: Tensor | None = None,
                  keep_model: bool = False):
         self.model = hf
         self.vocab = check_vocab(vocab, vocab_rows(hf), next(hf.parameters()).device)
@@ -387,16 +387,16 @@ class StaticRunner(Target, Draft):
     @torch.no_grad()
     def forward(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                 tree_start: int | None = None, last_only: bool = False) -> Tensor:
-        return self._run(tokens, positions, visible, tree_start, last_only, False)
+        return self._run(tokens, positions, visible, tree_start, last_only, argmax=False)
 
     @torch.no_grad()
     def argmax(self, tokens: Tensor, positions: Tensor, visible: Tensor | None = None,
                tree_start: int | None = None, last_only: bool = False) -> Tensor:
         """``greedy(forward(..))``; the one-call forward finds the argmax itself and returns no logits."""
-        return self._run(tokens, positions, visible, tree_start, last_only, True)
+        return self._run(tokens, positions, visible, tree_start, last_only, argmax=True)
 
     def _run(self, tokens: Tensor, positions: Tensor, visible: Tensor | None, tree_start: int | None,
-             last_only: bool, argmax: bool) -> Tensor:
+             last_only: bool, *, argmax: bool) -> Tensor:
         q = tokens.numel()
         if self.length + q > self.max_len:
             raise ValueError(f"static cache of {self.max_len} slots is full ({self.length} used, {q} more asked); "

@@ -111,7 +111,7 @@ def authors_denominator(method: str, settings: dict) -> int:
     raise ValueError(f"no authors' acceptance for method {method!r}")
 
 
-def make_run(impl: str, method: str, dataset: str, settings: dict, history: bool, prompt_id: str,
+def make_run(impl: str, method: str, dataset: str, settings: dict, history: bool, *, prompt_id: str,
              tokens: list[int], ar_tokens: list[int] | None, iterations: list[dict], **extra) -> dict:
     """One run record: tokens against AR's, per-iteration log and its means (``acceptance``: ours)."""
     its = [dict(it) for it in iterations]

@@ -1,3 +1,7 @@
-"""The experiments: their cells (``catalog``), tuning, forward costs, the pair report, the head's reports, TALON's
-and vLLM's experiments, the budget frontier, and the queue that runs them one after another. Imports every other
-room."""
+"""The experiments, each declared once in a module of its own and registered in ``catalog`` (the registry and the
+runner): the paper's tables and sweeps, the tuning, forward costs, the pair report, the head's reports, TALON's and
+vLLM's experiments, the budget frontier, the controller; and the queue that runs them one after another. Importing
+this package registers every one of them. Imports every other room of the harness."""
+from . import (ablation, authors_code, control, costs, dynatree_sweep, fixed_sweep, frontier, head_reports,  # noqa: F401
+               heads, length_scaling, main, matmul_costs, memory, pair, peers, prompt_length, sampling, talon, trees,
+               tuning, vllm)

@@ -18,6 +18,7 @@ from ..setup import variants as v
 from ..setup.profiles import Profile
 from ..setup.weights import head_kind
 from ..setup.workloads import HUMANEVAL, PG19, SPEC_BENCH, WIKITEXT2, count, workload
+from .catalog import Experiment, experiment
 from .tuning import control_config, tuned, tuned_families
 
 CONTROL = "control"  # the experiment's name (its JSON file)
@@ -68,7 +69,17 @@ def method_cells(p: Profile, s: Sampling, *, draft: str | None, tags: dict, at: 
     return out
 
 
-def control_prompts(p: Profile, cell: Cell) -> int:
-    """Prompts per cell: ``extras.control_n_prompts`` per workload without categories, ``control_n_questions`` per
-    Spec-Bench category."""
-    return count(cell.dataset, p.extras.control_n_prompts, p.extras.control_n_questions)
+@experiment
+class Control(Experiment):
+    name = CONTROL
+    notebook = "16_control"
+    in_process = True
+    tuning = "tuning"
+
+    def cells(self, p: Profile, root=None) -> list[Cell]:
+        return control_cells(p, root)
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        """``extras.control_n_prompts`` per workload without categories, ``control_n_questions`` per Spec-Bench
+        category."""
+        return count(cell.dataset, p.extras.control_n_prompts, p.extras.control_n_questions)

@@ -35,13 +35,14 @@ from ...core.drafts.lookup import LookupRunner
 from ...core.tree import select_path
 from ..measure.environment import BandwidthProbe, bound, environment
 from ..measure.store import needs_run, results_path, write_report
+from .catalog import Document, experiment
 
 KS = (1, 2, 4, 8, 16, 32, 64)
 COLD = "draft_after_target"  # the curve of a draft forward that follows a target forward
 
 
 @torch.no_grad()
-def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000, seed: int = 0,
+def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000, *, seed: int = 0,
                   between=None, argmax: bool = False, target=None) -> dict:
     """Median milliseconds of one forward of k new tokens over ``context`` cached tokens, per k.
     ``between``: a target runner (holding a cache) whose untimed one-token ``argmax`` precedes each timed
@@ -92,7 +93,7 @@ def hand_features(draft, target, ids) -> None:
     draft.observe_target(target.features, 0)
 
 
-def one_token_ratio(target, draft, context: int, rounds: int = 15, reps: int = 5, span_s: float = 0.0,
+def one_token_ratio(target, draft, context: int, rounds: int = 15, reps: int = 5, *, span_s: float = 0.0,
                     probe: BandwidthProbe | None = None) -> dict:
     """The draft's one-token forward cost over the target's, in ``rounds`` pairs: each round times the target's
     (``argmax``, as the loops call it) and right after it the draft's one-token forward (``forward_costs``,
@@ -143,7 +144,7 @@ class _Replay(Draft):
 
 
 @torch.no_grad()
-def loop_costs(target, draft, policy, context: int, reps: int = 30, vocab: int = 1000, seed: int = 0) -> dict:
+def loop_costs(target, draft, policy, context: int, reps: int = 30, *, vocab: int = 1000, seed: int = 0) -> dict:
     """Median milliseconds of the speculative loop's own work: ``level``, one drafting level without its
     forward (the real draft's logits over ``context`` tokens replayed; ``policy`` shapes the trees), and
     ``commit``, selecting the accepted path of such a tree (the first child at every level accepted, the
@@ -270,7 +271,7 @@ def interp(curve: dict, k: float) -> float:
 
 
 def predict_ms_per_token(curves: dict, method: str, nodes: float, depth: float, draft_forwards: float,
-                         L_bar: float) -> float:
+                         *, L_bar: float) -> float:
     """Predicted milliseconds per generated token (see module docstring); ``curves`` is one precision's
     entry of costs.json, the other arguments are a row's per-iteration means."""
     if method == registry.AR:
@@ -306,4 +307,20 @@ def chain_speedup(curves: dict, alpha: float, K: int) -> float:
     these costs (draft forwards priced back to back)."""
     tokens = (1 - alpha ** (K + 1)) / (1 - alpha) if alpha < 1 else K + 1.0
     # a chain is a tree of K nodes, K levels deep, drafted in K forwards
-    return interp(curves["target"], 1) / predict_ms_per_token(curves, registry.LINEAR, K, K, K, tokens)
+    return interp(curves["target"], 1) / predict_ms_per_token(curves, registry.LINEAR, K, K, K, L_bar=tokens)
+
+
+def costs_first(p, *, rerun: bool, root: Path | None, render_only: bool) -> None:
+    """The forward costs the extension's cells are built from (``costs.json``), where the profile runs the
+    extension (``Experiment.before`` of the experiments with its cells); ``rerun`` measures them again (the tuning's
+    rerun does: the other experiments reuse its costs)."""
+    if p.extras.cost_aware:
+        run_costs(p, rerun=rerun, root=root, render_only=render_only)
+
+
+@experiment
+class Costs(Document):
+    """The forward costs of the target and the draft at each width (notebook 03's curves, the extension's input)."""
+    name = "costs"
+    notebook = "00_setup"
+    make = run_costs

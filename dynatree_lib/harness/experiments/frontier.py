@@ -19,7 +19,8 @@ from ..measure.cell import Cell
 from ..setup.profiles import Profile
 from .talon import MEDUSA_TREE, head_profile
 from ..setup.weights import head_kind
-from ..setup.workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2
+from ..setup.workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2, count
+from .catalog import Experiment, experiment
 
 FRONTIER = "frontier"
 BUDGETS = (4, 8, 16, 32, 60)  # verified draft nodes; 60 is TALON's published N (EAGLE-3's 60 tokens are 59 nodes)
@@ -77,3 +78,18 @@ def reference_cells(p: Profile, ws: str, tags: dict, at: dict) -> list[Cell]:
     model = {"draft_model": ref} | ({"draft_vocab": vocab} if vocab else {})
     return [Cell(method=registry.DYNATREE, variant=v.BUDGET, config=knob(p.method(registry.DYNATREE, ws), n),
                  draft=ref, tags=tags | {"budget": n} | model, **at) for n in BUDGETS]
+
+
+@experiment
+class Frontier(Experiment):
+    """Measured by ``bench --experiment frontier`` (or notebook 15's rerun); notebook 15 renders it."""
+    name = FRONTIER
+
+    def cells(self, p: Profile, root=None) -> list[Cell]:
+        return frontier_cells(p, root)
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        return count(cell.dataset, p.extras.frontier_n_prompts, p.extras.frontier_n_questions)
+
+    def profile(self, p: Profile) -> Profile:
+        return frontier_profile(p) if p.extras.head else p

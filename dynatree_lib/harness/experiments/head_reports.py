@@ -19,7 +19,9 @@ import torch
 from ... import methods as registry
 from ...core.drafts.lookup import LookupRunner
 from ...core.engines.hf import as_runner
+from .catalog import Document, experiment
 from .costs import one_token_ratio
+from .pair import run_pair
 from ..measure.environment import environment
 from ..measure.metrics import prompt_metrics
 from ..setup.profiles import Profile
@@ -40,7 +42,7 @@ def with_head(profile: Profile) -> Profile:
                                                                    draft_vocab=None))
 
 
-def report(name: str, profile: Profile, measure, rerun: bool, root: Path | None, render_only: bool) -> Path:
+def report(name: str, profile: Profile, measure, rerun: bool, root: Path | None, *, render_only: bool) -> Path:
     """``results/<profile>/<name>.json``: made by ``measure()`` where missing (or ``rerun``: the old one kept as
     ``*.bak.json``), through the store's checks (``write_report``)."""
     path = results_path(name, profile, root)
@@ -73,7 +75,7 @@ def run_head_cost(profile: Profile, rerun: bool = False, root: Path | None = Non
             print(f"{name} ({net.engine}): draft / target one-token cost, median {ratio['median']:.3f}")
         return out | {"environment": environment(profile.models.device)}
 
-    return report("head_cost", profile, measure, rerun, root, render_only)
+    return report("head_cost", profile, measure, rerun, root, render_only=render_only)
 
 
 def run_head_tree_depth(profile: Profile, rerun: bool = False, root: Path | None = None,
@@ -108,4 +110,31 @@ def run_head_tree_depth(profile: Profile, rerun: bool = False, root: Path | None
                 "prompt_ids": [p.id for p in prompts], "mean_L_bar": summary, "per_prompt": rows,
                 "environment": environment(prof.models.device)}
 
-    return report("head_tree_depth", profile, measure, rerun, root, render_only)
+    return report("head_tree_depth", profile, measure, rerun, root, render_only=render_only)
+
+
+def run_pair_eagle3(profile: Profile, rerun: bool = False, root: Path | None = None,
+                    render_only: bool = False) -> Path:
+    """Notebook 00's pair report of the profile's feature head (``pair_eagle3.json``)."""
+    return run_pair(with_head(profile), rerun=rerun, root=root, render_only=render_only, name="pair_eagle3")
+
+
+@experiment
+class PairEagle3(Document):
+    name = "pair_eagle3"
+    notebook = "13_heads"
+    make = run_pair_eagle3
+
+
+@experiment
+class HeadCost(Document):
+    name = "head_cost"
+    notebook = "13_heads"
+    make = run_head_cost
+
+
+@experiment
+class HeadTreeDepth(Document):
+    name = "head_tree_depth"
+    notebook = "13_heads"
+    make = run_head_tree_depth

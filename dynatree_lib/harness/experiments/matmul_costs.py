@@ -20,6 +20,7 @@ from ...core.engines import kernels
 from ..measure.environment import environment
 from ..setup.profiles import Profile
 from ..measure.store import needs_run, results_path, write_report
+from .catalog import Document, experiment
 
 ROWS = (1, 2, 16, 32, 64)
 ROUNDS = 7
@@ -78,3 +79,10 @@ def run_matmuls(profile: Profile, rerun: bool = False, root: Path | None = None,
     path.parent.mkdir(parents=True, exist_ok=True)
     write_report(path, doc, replace=rerun)
     return path
+
+
+@experiment
+class Matmuls(Document):
+    name = "matmuls"
+    notebook = "00_setup"  # it renders the record measured on each machine kind
+    make = run_matmuls

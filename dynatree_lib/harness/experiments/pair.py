@@ -30,7 +30,11 @@ from torch import Tensor
 from ...core.drafts.heads.eagle3 import Eagle3Head, first_drafts, fused_features
 from ...core.drafts.heads.eagle3_runner import Eagle3Runner
 from ...core.engines.runner import Runner
+from ... import methods as registry
+from ..measure.cell import Cell
+from ..setup.splits import CATEGORIES
 from ..setup.workloads import POOLED, count, eos, workload
+from .catalog import Document, experiment
 
 
 @torch.no_grad()
@@ -129,7 +133,7 @@ def bits_per_byte(model, tokenizer, text: str, max_tokens: int = 8192) -> float:
 
 
 def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False, name: str = "pair",
-             draft: str | None = None):
+             *, draft: str | None = None):
     """Notebook 00's facts about the profile's pair, measured once into ``results/<profile>/<name>.json``:
     held-out bits/byte of both models, a greedy sample, and teacher-forced agreement and calibration on the
     target's greedy output for the dev prompts of every workload (continuations of the continuation datasets,
@@ -200,7 +204,7 @@ def held_out_bits(profile, target, draft, tok) -> dict:
     return out
 
 
-def target_outputs(profile, target, tok, T: int, report: dict, sample: bool = False) -> list[tuple[str, Tensor, int]]:
+def target_outputs(profile, target, tok, T: int, report: dict, *, sample: bool = False) -> list[tuple[str, Tensor, int]]:
     """(group, prompt + the target's output, the prompt's last row) for every dev prompt: greedy, or with
     ``sample`` drawn at temperature 1 (seeded by the protocol's seed); Spec-Bench's groups are
     ``spec_bench/<category>``. The first greedy continuation is kept as a sample in ``report``."""
@@ -261,7 +265,7 @@ def sampled_overlap(rep: dict, key: str) -> dict[str, float]:
     return {"overlap": at(alone), "overlap_served": at(served)}
 
 
-def agreement_report(profile, draft_ref: str, target, draft, seqs, human: bool = True) -> dict:
+def agreement_report(profile, draft_ref: str, target, draft, seqs, *, human: bool = True) -> dict:
     """Agreement and calibration of each draft head (see ``run_pair``) per group, per workload, and over all,
     on the target's output and (with ``human``) on the human prompt. Teacher-forced once per sequence and text."""
     from ..setup.weights import frequent_tokens, lookup_config
@@ -317,3 +321,20 @@ def sequence_flags(target, draft, x: Tensor, lo: int, heads: dict) -> dict[str, 
         conf, top = top1(d_lp, v)
         out[key] = (conf, top == t_top, overlap(t_lp, d_lp, v))
     return out
+
+
+@experiment
+class Pair(Document):
+    """Notebook 00's report on the profile's pair (``run_pair``)."""
+    name = "pair"
+    notebook = "00_setup"
+    make = run_pair
+
+    def planned(self, p, cells: list[Cell]) -> list[tuple[Cell, int]]:
+        """The target's greedy output of the dev prompts, in fp32."""
+        out, per_category = [], len(set(CATEGORIES.values()))
+        for ws in p.workloads:
+            n = count(ws, p.extras.pair_n_prompts or p.protocol.n_prompts, p.extras.pair_n_questions * per_category)
+            out.append((Cell(dataset=ws, method=registry.AR, config=None, T=p.protocol.T, L_max=p.L_max(ws),
+                             dtype="float32"), n))
+        return out

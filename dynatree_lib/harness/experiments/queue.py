@@ -109,25 +109,26 @@ def run(queue: Queue, run_one, profile, folder: Path = QUEUE_DIR) -> None:
 def progress(name: str, profile, root: Path | None = None) -> dict:
     """An experiment's cells done, in progress and left, its generations left and the mean seconds of the
     generations measured so far; a one-document experiment is one cell (done once its file exists)."""
-    from .catalog import EXPERIMENTS, experiment_profile, missing, n_prompts
+    from .catalog import Document, get, missing
     from ..measure.bench import Prompts
     from ..measure.store import ResultStore, results_path
     from .tuning import NotTuned
 
-    measuring = experiment_profile(name, profile) if name in EXPERIMENTS else profile
+    exp = get(name)
+    measuring = exp.profile(profile)
     path = results_path(name, measuring, root)
-    if name not in EXPERIMENTS:
+    if isinstance(exp, Document):
         return {"cells": 1, "done": int(path.exists()), "in_progress": 0, "left": int(not path.exists()),
                 "generations_left": None, "s_per_generation": None}
     try:
         todo = missing(name, profile, root)
-        total = len(EXPERIMENTS[name](measuring, root))
+        total = len(exp.cells(measuring, root))
     except NotTuned as e:
         return {"waits": str(e)}
     store = ResultStore(path)
     per_cell = Prompts(measuring, None).per_cell
     rows = {k: store.partial(k) for _, k in todo}
-    left_gens = sum(n_prompts(name, measuring, c) * per_cell(c) - len(rows[k]) for c, k in todo)
+    left_gens = sum(exp.prompts(measuring, c) * per_cell(c) - len(rows[k]) for c, k in todo)
     walls = [r["wall_s"] for rec in store.records for r in rec["rows"]] + [r["wall_s"] for v in rows.values()
                                                                              for r in v]
     return {"cells": total, "done": total - len(todo), "in_progress": sum(bool(r) for r in rows.values()),

@@ -1,7 +1,6 @@
 """Notebook 14's experiments (issue 57): TALON's Tables 1 and 3 on the profile's feature head, with the rows of Table 1
-that are heads of their own kind (Medusa, Hydra) and llama.cpp's EAGLE-3 mode as a peer (``EXPERIMENTS[TALON]``),
-every drafting row at the setting its own tuning on the heads picked (``EXPERIMENTS[TALON_TUNING]``), as lists of
-cells that ``experiments.run`` measures."""
+that are heads of their own kind (Medusa, Hydra) and llama.cpp's EAGLE-3 mode as a peer (``Talon``), every drafting
+row at the setting its own tuning on the heads picked (``TalonTuning``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +17,8 @@ from ..measure.cell import Cell
 from ..setup.profiles import Profile
 from .tuning import fastest, head_cost_curve
 from ..setup.weights import head_kind
-from ..setup.workloads import TALON_TEMPERATURES, TALON_WORKLOADS, workload
+from ..setup.workloads import TALON_TEMPERATURES, TALON_WORKLOADS, count, workload
+from .catalog import Experiment, experiment
 
 TALON = "talon"  # the experiment's name (its JSON file, its cells' role)
 TALON_TUNING = "talon_tuning"  # its tuning: every row's candidates on the heads, on the tuning prompts
@@ -168,3 +168,36 @@ def peer_cells(p: Profile, ws: str, s: Sampling, tags: dict) -> list[Cell]:
                  L_max=p.L_max(ws), dtype=p.models.dtype, tags=tags | {"own_ar": mode is peers.EAGLE3_PEERS[0]},
                  sampling=s)
             for mode in peers.EAGLE3_PEERS]
+
+
+@experiment
+class Talon(Experiment):
+    name = TALON
+    notebook = "14_talon"
+    in_process = True
+    tuning = TALON_TUNING
+
+    def cells(self, p: Profile, root=None) -> list[Cell]:
+        return talon_cells(p, root)
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        return count(cell.dataset, p.extras.talon_n_prompts, p.extras.talon_n_questions)
+
+    def profile(self, p: Profile) -> Profile:
+        return talon_profile(p) if p.extras.head else p
+
+
+@experiment
+class TalonTuning(Experiment):
+    name = TALON_TUNING
+    notebook = "14_talon"
+    picks_settings = True
+
+    def cells(self, p: Profile, root=None) -> list[Cell]:
+        return talon_tuning_cells(p, root)
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        return count(cell.dataset, p.tuning.n, p.tuning.n_questions)
+
+    def profile(self, p: Profile) -> Profile:
+        return talon_profile(p) if p.extras.head else p

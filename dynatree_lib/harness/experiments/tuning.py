@@ -3,11 +3,12 @@ setting where a profile does not tune, and the cost-aware extension built from t
 
 Tuning runs greedy and again at a sampling temperature (the tuning experiment's cells); a setting is picked from
 the records of the same workload, precision and sampling law (greedy records serve every temperature the tuning
-did not run at).
+did not run at). The tuning experiment itself (``Tuning``) lives here too: its cells are the candidates.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -16,11 +17,15 @@ from ... import methods as registry
 from ...core.sampling import Sampling
 from ...extensions.control import ControlConfig
 from ...extensions.cost_aware import CostAwareConfig
-from .costs import predict_iteration, stale
+from .costs import costs_first, predict_iteration, stale
 from ..setup.machine import here, kind_of_record
 from ..setup.profiles import Profile
 from ..measure.store import config_dict, results_path
 from ..setup.weights import is_head, weights_info
+from ..setup.workloads import count
+from ..setup import variants as v
+from ..measure.cell import Cell
+from .catalog import Experiment, experiment, get
 
 GREEDY = Sampling()
 
@@ -38,7 +43,7 @@ def tuned(p: Profile, family: str, workload: str, root: Path | None = None, samp
         if study.tuning_from is not None and p.tuning.candidates is not None:
             return study.adopt(p.method(family, workload), tuned(p, study.tuning_from, workload, root, sampling))
         return p.method(family, workload)
-    return fastest(p, family, workload, p.tuning.candidates[family], root, sampling)
+    return fastest(p, family, workload, p.tuning.candidates[family], root, sampling=sampling)
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,7 +57,7 @@ class NotTuned(ValueError):
     measures first (costs.json), which the cost-aware extension's candidates are made from, are missing."""
 
 
-def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, sampling: Sampling = GREEDY,
+def fastest(p: Profile, family: str, workload: str, candidates, root: Path | None, *, sampling: Sampling = GREEDY,
             experiment: str = "tuning", draft: str | None = None):
     """The candidate with the highest mean throughput among ``family``'s records in ``experiment`` (the tuning
     experiment, or notebook 14's tuning on the heads) on ``workload`` at this precision and sampling law (the greedy
@@ -62,7 +67,7 @@ def fastest(p: Profile, family: str, workload: str, candidates, root: Path | Non
     path = machine_tuning(p, experiment, root)
     if not path.exists():
         raise NotTuned(f"{path} is missing: run the {experiment} experiment first (notebook "
-                       f"{'01' if experiment == 'tuning' else '14'} does)")
+                       f"{get(experiment).notebook} does)")
     configs = [config_dict(c) for c in candidates]
     # only this code's candidates on tuning prompts: a file can still hold an older tuning's records
     recs = [r for r in json.loads(path.read_text())["records"]
@@ -170,5 +175,49 @@ def cost_aware(p: Profile, workload: str, dtype: str, root: Path | None = None,
     profile measured in ``dtype``. Its DynaTree settings are, where the profile tunes, the fastest of
     ``cost_candidates`` (tuned with the cut on, as the extension runs), else the paper's."""
     base = (p.method(registry.DYNATREE, workload) if p.tuning.candidates is None
-            else fastest(p, registry.DYNATREE_COST, workload, cost_candidates(p, root), root, sampling).base)
+            else fastest(p, registry.DYNATREE_COST, workload, cost_candidates(p, root), root, sampling=sampling).base)
     return CostAwareConfig(base, *cost_curve(p, dtype, root))
+
+
+# ---- the tuning experiment ---------------------------------------------------------------------------------------
+
+def tuning_families() -> tuple[str, ...]:
+    """The families the tuning experiment measures: every tuned one but the opt-in methods (``methods.Method``'s
+    role), whose candidates wait for an experiment that names them."""
+    return tuple(f for f in tuned_families() if f not in registry.names("opt_in"))
+
+
+@experiment
+class Tuning(Experiment):
+    name = "tuning"
+    notebook = "01_main_results"
+    picks_settings = True
+
+    def cells(self, p: Profile, root: Path | None = None) -> list[Cell]:
+        """AR plus each family's candidates (an equal number each), on the tuning prompts: greedy, and at the first
+        of the sampling experiment's temperatures."""
+        if p.tuning.candidates is None:
+            return []
+        T = p.tuning.T or p.protocol.T
+        cost = cost_candidates(p, root) if p.extras.cost_aware else ()
+        cells = []
+        for s in (GREEDY,) + tuple(Sampling(t) for t in p.protocol.temperatures[:1]):
+            for ws in p.workloads:
+                tags = {} if s.greedy else {"temperature": s.temperature}
+                at = dict(dataset=ws, T=T, L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s, split="tuning")
+                cells.append(Cell(method=registry.AR, config=None, tags=dict(tags), **at))
+                candidates = [(fam, cfg) for fam in tuning_families() for cfg in p.tuning.candidates[fam]]
+                candidates += [(registry.DYNATREE_COST, cfg) for cfg in cost]
+                for fam, group in itertools.groupby(candidates, key=lambda fc: fc[0]):
+                    cells += [Cell(method=fam, variant=v.CANDIDATE, config=cfg, tags={"candidate": i, **tags}, **at)
+                              for i, (_, cfg) in enumerate(group)]
+        return cells
+
+    def applies(self, p: Profile, root: Path | None = None) -> bool:
+        return p.tuning.candidates is not None  # without reading the costs its extension's candidates come from
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        return count(cell.dataset, p.tuning.n, p.tuning.n_questions)
+
+    def before(self, p: Profile, *, rerun: bool, root: Path | None, render_only: bool) -> None:
+        costs_first(p, rerun=rerun, root=root, render_only=render_only)

@@ -22,7 +22,8 @@ from ..measure.cell import Cell
 from ..setup.profiles import Profile
 from .talon import head_profile
 from .tuning import fastest
-from ..setup.workloads import SPEC_BENCH, WIKITEXT2
+from ..setup.workloads import SPEC_BENCH, WIKITEXT2, count
+from .catalog import Document, Experiment, experiment
 
 VLLM, VLLM_TUNING, VLLM_THROUGHPUT = "vllm", "vllm_tuning", "vllm_throughput"
 VLLM_WORKLOADS = (SPEC_BENCH, WIKITEXT2)
@@ -156,3 +157,44 @@ def throughput_record(p: Profile, root=None) -> dict:
                          "ignore_eos": True, "repeats": THROUGHPUT_REPEATS, "order": "repeat, concurrency, mode"},
             "prompt_ids": [q.id for q in prompts], "rows": rows, "weights": record_weights(p, None),
             "environment": environment(p.models.device), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+class OnTheHead(Experiment):
+    """vLLM's experiments draft with the feature head (``vllm_profile``)."""
+
+    def profile(self, p: Profile) -> Profile:
+        return vllm_profile(p)
+
+
+@experiment
+class Vllm(OnTheHead):
+    name = VLLM
+    notebook = "12_peers"
+    in_process = True
+    tuning = VLLM_TUNING
+
+    def cells(self, p: Profile, root=None) -> list[Cell]:
+        return vllm_cells(p, root)
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        return count(cell.dataset, p.extras.vllm_n_prompts, p.extras.vllm_n_questions)
+
+
+@experiment
+class VllmTuning(OnTheHead):
+    name = VLLM_TUNING
+    picks_settings = True
+
+    def cells(self, p: Profile, root=None) -> list[Cell]:
+        return vllm_tuning_cells(p, root)
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        return count(cell.dataset, p.tuning.n, p.tuning.n_questions)
+
+
+@experiment
+class VllmThroughput(Document):
+    """vLLM's aggregate throughput at several concurrent requests."""
+    name = VLLM_THROUGHPUT
+    notebook = "12_peers"
+    make = run_vllm_throughput

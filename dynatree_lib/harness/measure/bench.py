@@ -44,10 +44,10 @@ def measure_cells(name: str, p, todo: list, path, counts: dict) -> None:
     """Measure ``todo`` ((cell, key) pairs), ``counts[key]`` prompts each, one model load per precision."""
     store = ResultStore(path)
     for dtype in dict.fromkeys(c.dtype for c, _ in todo):
-        _measure(name, p, [(c, k) for c, k in todo if c.dtype == dtype], store, dtype, counts)
+        _measure(name, p, [(c, k) for c, k in todo if c.dtype == dtype], store, dtype, counts=counts)
 
 
-def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, counts: dict) -> None:
+def _measure(name: str, p, todo: list, store: ResultStore, dtype: str, *, counts: dict) -> None:
     from tqdm.auto import tqdm
 
     if p.models.threads:
@@ -104,7 +104,7 @@ def own_drafts(p, target, todo: list, dtype: str) -> dict:
 
     def load(ref: str, vocab: int | None):
         if is_head(ref):
-            return load_head_draft(ref, target, p.max_len, None, False, p.models.engine.fused)
+            return load_head_draft(ref, target, p.max_len, None, False, fused=p.models.engine.fused)
         pair = dataclasses.replace(p.models, draft=ref, draft_vocab=vocab, draft_lookup=False)
         return pair.load_pair(dtype, p.max_len)[1]
 

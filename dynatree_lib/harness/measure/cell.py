@@ -119,7 +119,7 @@ def divergence_gap(target, prompt_ids: torch.Tensor, ref: list[int], at: int) ->
 
 
 def measure(run: CellRun, prompt: Prompt, ar_tokens: list[int] | None, probe: BandwidthProbe | None, seed: int,
-            record_trees: int = 0) -> dict:
+            *, record_trees: int = 0) -> dict:
     """One measured generation -> one row: metrics, agreement with AR's tokens (greedy cells), and for AR rows
     their tokens (``output_ids``: later or resumed cells compare with them), how much of their output copies
     earlier text (``loop_share``, ``periodic_tail``) and the memory bandwidth ``probe``d right after them."""
@@ -158,7 +158,7 @@ def ran_on(rows: list[dict], profile_engine: str) -> str:
     return engines.pop() if len(engines) == 1 else profile_engine
 
 
-def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], extra: dict, replicate: int) -> dict:
+def make_record(cell: Cell, key: str, profile, prompts, rows: list[dict], *, extra: dict, replicate: int) -> dict:
     mo, s = profile.models, cell.sampling
     return {"key": key, "dataset": cell.dataset, "method": cell.method, "variant": cell.variant, "label": cell.label,
             "config": config_dict(cell.config), "T": cell.T, "L_max": cell.L_max, "dtype": cell.dtype,

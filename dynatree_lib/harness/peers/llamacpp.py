@@ -119,7 +119,7 @@ def result_of(row: dict, eos: int | None) -> GenerationResult:
 
 
 def generate_llamacpp(target, draft, prompt, T: int, cfg: LlamaCppConfig,
-                      opts: Options = Options()) -> GenerationResult:
+                      *, opts: Options = Options()) -> GenerationResult:
     """``T`` new tokens (or up to ``opts.eos_token_id``) of ``prompt`` from llama.cpp: greedy, or drawn at the
     temperature alone (no top-k or top-p: TALON's T = 1), seeded by the cell's generator (llama.cpp draws with its own
     generator, so a sampled output is not ours token for token). ``target`` and ``draft`` are ours and unused:

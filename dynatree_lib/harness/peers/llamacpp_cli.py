@@ -48,7 +48,7 @@ from .llamacpp_server import CTX, MODES, THREADS, binary, build_info, draft_file
 
 
 def common_args(model: Path | str, prompt: str, n_predict: int, threads: int = THREADS, ctx: int = CTX,
-                ignore_eos: bool = True, seed: int = 0) -> list[str]:
+                *, ignore_eos: bool = True, seed: int = 0) -> list[str]:
     """The arguments every mode shares: model, the exact prompt text, greedy sampling, threads, context."""
     args = ["-m", str(model), "-p", prompt, "--no-escape", "-n", str(n_predict), "-t", str(threads),
             "-tb", str(threads), "-c", str(ctx), "--temp", "0", "--top-k", "1", "-s", str(seed)]
@@ -69,7 +69,7 @@ def command(mode: str, bin_dir: Path | str, target: Path | str, prompt: str, n_n
     if n_new < 1:
         raise ValueError(f"n_new must be >= 1, got {n_new}")
     n_predict = n_new - 1 if m.self_timed else n_new  # the examples stop once they have more than -n tokens
-    argv = [str(Path(bin_dir) / m.binary)] + common_args(target, prompt, n_predict, threads, ctx, ignore_eos)
+    argv = [str(Path(bin_dir) / m.binary)] + common_args(target, prompt, n_predict, threads, ctx, ignore_eos=ignore_eos)
     argv += mode_args(mode, n_draft, draft, threads, branches=branches, p_split=p_split, ngram_n=ngram_n)
     if verbosity is not None:
         argv += ["-lv", str(verbosity)]
@@ -228,7 +228,7 @@ def parse_run(mode: str, stdout: str, stderr: str, prompt: str = "", n_new: int 
         n_acc, n_dr = None, None
         row["timing_source"] = "perf counters: prompt eval; eval + sampling"
         row["prompt_tokens"] = tgt.get("prompt_tokens")
-    row = timed_row(mode, tokens, prefill, decode, n_dr, n_acc, **row)
+    row = timed_row(mode, tokens, prefill, decode, n_dr, accepted=n_acc, **row)
     if n_acc is not None:
         for name, s in spec.get("stats", {}).items():
             if "acc_rate_per_pos" in s:

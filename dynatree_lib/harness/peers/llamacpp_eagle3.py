@@ -69,7 +69,7 @@ def spec_args(head_gguf: Path | str, n_draft: int = 3, threads: int = H.THREADS)
             "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-td", str(threads), "-tbd", str(threads)]
 
 
-def cli_command(bin_dir, target, head_gguf, prompt: str, n_new: int, n_draft: int = 3,
+def cli_command(bin_dir, target, head_gguf, prompt: str, n_new: int, *, n_draft: int = 3,
                 ignore_eos: bool = True) -> list[str]:
     """``llama-speculative-simple`` with the head: ``llamacpp_run.command``'s draft chain with ``--spec-type
     draft-eagle3`` in place of ``draft-simple`` (the option appends to a list: it cannot be given twice)."""
@@ -126,7 +126,7 @@ def acceptance(drafted: int | None, accepted: int | None, tokens: int) -> dict:
 
 # ---- runs ---------------------------------------------------------------------------------------------------------
 
-def server_runs(prompts, head_gguf, n_new, n_draft, bin_dir, tok=None, cli: dict | None = None) -> tuple[dict, dict]:
+def server_runs(prompts, head_gguf, n_new, n_draft, bin_dir, *, tok=None, cli: dict | None = None) -> tuple[dict, dict]:
     """Every prompt through a llama-server EAGLE-3 and then a llama-server AR (models loaded once each): new token
     ids. Where the EAGLE-3 output (the server's, or the command-line example's in ``cli``) leaves AR's, the AR
     server also probes the position (``probe``) under ``("probe", source, id)``."""
@@ -166,7 +166,7 @@ def _top(entry: dict) -> list[list]:
     return [[t["id"], t["token"], round(t["logprob"], 4)] for t in entry["top_logprobs"]]
 
 
-def probe(srv, p: dict, ar: list[int], i: int, n_new: int, k: int = 3) -> dict:
+def probe(srv, p: dict, ar: list[int], i: int, n_new: int, *, k: int = 3) -> dict:
     """llama.cpp's own top-``k`` log-probabilities at AR's token ``i``, two ways: decoding token by token (the AR run
     again with ``n_probs``; None where the server leaves the token out, as it does a piece of a UTF-8 character) and
     in one batched forward (the prompt and AR's first ``i`` tokens as a prompt). A small gap is a near-tie; where the
@@ -200,7 +200,7 @@ def text_divergence(ar: list[int], text: str, tok) -> int | None:
     return None
 
 
-def cli_runs(prompts, tok, head_gguf, n_new, n_draft, bin_dir) -> tuple[dict, dict]:
+def cli_runs(prompts, tok, head_gguf, n_new, n_draft, *, bin_dir) -> tuple[dict, dict]:
     """Every prompt through llama-completion (AR), llama-speculative-simple without drafts (``NO_DRAFT``: its own AR)
     and with the head, as exact text (llama.cpp's tokenization of it checked equal to our ids first)."""
     target = H.target_gguf("q4_1")
@@ -245,7 +245,7 @@ def ours_runs(prompts, head: Path, n_new: int, n_draft: int) -> dict:
 
 
 def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int = 2, L_max: int = 128,
-           outtype: str = "bf16", ours: bool = True, cli: bool = True, bin_dir: Path | None = None) -> dict:
+           *, outtype: str = "bf16", ours: bool = True, cli: bool = True, bin_dir: Path | None = None) -> dict:
     """Convert, run every comparison and return the record (see the module docstring)."""
     from transformers import AutoTokenizer
 
@@ -259,7 +259,7 @@ def record(head: Path = HEAD, n_new: int = 128, n_draft: int = 3, questions: int
     gguf, conv_argv = convert(head, outtype, bin_dir)
     tok = AutoTokenizer.from_pretrained(smollm2_folder())
     prompts = dev_prompts(tok, questions, L_max)
-    cl, cl_argv = cli_runs(prompts, tok, gguf, n_new, n_draft, bin_dir) if cli else ({}, {})
+    cl, cl_argv = cli_runs(prompts, tok, gguf, n_new, n_draft, bin_dir=bin_dir) if cli else ({}, {})
     srv, srv_argv = server_runs(prompts, gguf, n_new, n_draft, bin_dir=bin_dir, tok=tok, cli=cl)
     mine = ours_runs(prompts, head, n_new, n_draft) if ours else {}
     q4 = H.target_gguf("q4_1")

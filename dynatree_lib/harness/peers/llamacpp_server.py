@@ -206,7 +206,7 @@ MODES = {
 
 
 def mode_args(mode: str, n_draft: int = 3, draft: Path | str | None = None, threads: int = THREADS,
-              branches: int = 4, p_split: float = 0.1, ngram_n: int | None = None) -> list[str]:
+              branches: int = 4, *, p_split: float = 0.1, ngram_n: int | None = None) -> list[str]:
     """The mode's own arguments. ``n_draft``: the chain length (``draft-chain``), the tree's token budget
     (``draft-tree``), the longest n-gram drafted (``ngram-simple/map-k/map-k4v/mod``: their ``size-m`` / ``n-max``;
     ``lookup``: ``--spec-draft-n-max``); ``ngram_n``: the n-gram key length of the ``ngram-*`` modes (llama.cpp's
@@ -248,7 +248,7 @@ def shell(argv: list[str]) -> str:
 # ---- rows ---------------------------------------------------------------------------------------------------------
 
 def timed_row(mode: str, tokens: int, prefill: float, decode: float, drafted: int | None = None,
-              accepted: int | None = None, **fields) -> dict:
+              *, accepted: int | None = None, **fields) -> dict:
     """One llama.cpp generation's row (the server's and the command-line examples' alike): ``fields`` (how it was
     timed, the prompt's tokens), ``tokens``, ``prefill_s`` and ``decode_s`` (their sum ``wall_s``), ``tps``,
     ``ms_per_token``; where it drafted (``accepted`` draft tokens of ``drafted``) the verifications it took
@@ -268,7 +268,7 @@ def timed_row(mode: str, tokens: int, prefill: float, decode: float, drafted: in
     return row
 
 
-def run_fields(mode: str, argv: list[str], info: dict, target: Path, draft: Path | None, n_new: int,
+def run_fields(mode: str, argv: list[str], info: dict, target: Path, draft: Path | None, *, n_new: int,
                ignore_eos: bool, threads: int, n_draft: int) -> dict:
     """What a row logs about the run that made it: the request, the command line, the build and the GGUFs."""
     return {"n_new": n_new, "ignore_eos": ignore_eos, "threads": threads, "n_draft": n_draft if mode != "ar" else None,
@@ -316,7 +316,7 @@ def parse_completion(resp: dict, mode: str) -> dict:
     tokens = len(ids) or int(t.get("predicted_n", 0))
     prefill, decode = t.get("prompt_ms", float("nan")) / 1e3, t.get("predicted_ms", float("nan")) / 1e3
     drafted, accepted = (int(t["draft_n"]), int(t.get("draft_n_accepted", 0))) if "draft_n" in t else (None, None)
-    row = timed_row(mode, tokens, prefill, decode, drafted, accepted,
+    row = timed_row(mode, tokens, prefill, decode, drafted, accepted=accepted,
                     timing_source="llama-server timings (prompt_ms, predicted_ms)", prompt_tokens=t.get("prompt_n"))
     return row | {"text": resp.get("content", ""), "token_ids": [int(x) for x in ids] or None,
                   "stop_type": resp.get("stop_type"), "timings": t}
@@ -383,7 +383,7 @@ class LlamaServer:
             return json.loads(r.read())
 
     def complete(self, prompt: list[int] | str, n_new: int, ignore_eos: bool = True, timeout: float = 600,
-                 keep_response: bool = False, temperature: float = 0.0, seed: int = 0) -> dict:
+                 keep_response: bool = False, *, temperature: float = 0.0, seed: int = 0) -> dict:
         """One completion of ``n_new`` tokens (or to EOS with ``ignore_eos=False``), greedy or sampled at
         ``temperature`` (``completion_request``), and its row (with the raw response under ``response`` if
         ``keep_response``)."""

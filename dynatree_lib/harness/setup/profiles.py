@@ -39,17 +39,18 @@ POSITIVE = {"T", "n_prompts", "n_questions", "replicates", "n", "trees_per_promp
             "threads", "frontier_T", "vllm_tuning_T"}  # counts that must be >= 1 (every other count >= 0)
 
 
-def check_part(part) -> None:
+def check_part(part, positive: frozenset | set = POSITIVE) -> None:
     """Every field of a profile part holds a value of its annotated kind (``int``, ``str | None``, ``tuple``, ...; a
     field of another class is its class's to check), and every count is >= 0, or >= 1 where ``POSITIVE`` names it: a
     ``--set`` typo fails here, before anything loads, naming the field and the value."""
     for f in dataclasses.fields(part):
-        value, kinds = getattr(part, f.name), [k.strip() for k in str(f.type).split("|")]
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))  # a class: its name
+        value, kinds = getattr(part, f.name), [k.strip() for k in kind.split("|")]
         where = f"{part.part}.{f.name}"
         if all(k in KINDS for k in kinds) and not any(KINDS[k](value) for k in kinds):
             example = f" such as {EXAMPLES[f.name]}" if f.name in EXAMPLES else ""
             raise ValueError(f"{where} must be {' or '.join(KIND_NAMES[k] for k in kinds)}{example}, got {value!r}")
-        least = 1 if f.name in POSITIVE else 0
+        least = 1 if f.name in positive else 0
         require(not is_int(value) or value >= least, f"{where} must be an integer >= {least}, got {value!r}")
 
 
@@ -284,6 +285,12 @@ class Profile:
     tuning: Tuning = Tuning()
     sweeps: Sweeps = Sweeps()
     extras: Extras = Extras()
+    settings: tuple = ()  # an experiment's own settings: ((experiment, ((field, value), ...)), ...); ``settings_for``
+
+    def settings_for(self, experiment: str) -> dict:
+        """The fields this profile sets of ``experiment``'s own settings (``Experiment.settings``; its defaults
+        fill the rest)."""
+        return dict(dict(self.settings).get(experiment, ()))
 
     def method(self, name: str, dataset: str):
         """A registered method configured with the paper's settings for ``dataset`` (None for AR). A method without
@@ -434,6 +441,18 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+def experiment_settings(**by_experiment: dict) -> tuple:
+    """A profile's ``settings`` from ``experiment={field: value}`` keywords (hashable, as a frozen profile is)."""
+    return tuple((name, tuple(sorted(fields.items()))) for name, fields in sorted(by_experiment.items()))
+
+
+def with_setting(settings: tuple, experiment: str, field_name: str, value) -> tuple:
+    """``settings`` with ``experiment``'s ``field_name`` set to ``value``."""
+    by = {name: dict(fields) for name, fields in settings}
+    by.setdefault(experiment, {})[field_name] = value
+    return experiment_settings(**by)
+
+
 def _part_of(name: str) -> tuple[str, str]:
     """(part, field) of an override key: ``part.field``, or a bare field name: the first part that has it, in
     the order of ``PARTS`` (``T`` is the protocol's; the tuning's is ``tuning.T``)."""
@@ -458,12 +477,16 @@ def get_profile(name: str, **overrides) -> Profile:
     unknown names or fields raise ValueError."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; choose one of {sorted(PROFILES)}")
-    prof, parts = PROFILES[name], {}
+    prof, parts, settings = PROFILES[name], {}, PROFILES[name].settings
     for key, value in overrides.items():
+        if "." in key and key.split(".", 1)[0] not in PARTS:  # an experiment's own setting (``experiment.field``):
+            settings = with_setting(settings, *key.split(".", 1), value)  # the experiment checks it (``catalog``)
+            continue
         part, fld = _part_of(key)
         if fld == "engine" and isinstance(value, str):
             value = Engine(value)
         if isinstance(value, list) and isinstance(getattr(getattr(prof, part), fld), tuple):
             value = tuple(value)  # a notebook's parameters come as JSON, where a tuple is a list
         parts.setdefault(part, {})[fld] = value
-    return dataclasses.replace(prof, **{p: dataclasses.replace(getattr(prof, p), **kw) for p, kw in parts.items()})
+    return dataclasses.replace(prof, settings=settings,
+                               **{p: dataclasses.replace(getattr(prof, p), **kw) for p, kw in parts.items()})

@@ -38,7 +38,7 @@ def candidates(workload: str, split: str, source: str = "local", data_dir: Path 
     return [p for p in pool if p not in held]
 
 
-def load_prompts(workload: str, tokenizer, n: int, L_max: int = 0, split: str = "test", seed: int = 0,
+def load_prompts(workload: str, tokenizer, n: int, L_max: int = 0, split: str = "test", *, seed: int = 0,
                  source: str = "local", data_dir: Path | None = None) -> list[Prompt]:
     """``n`` prompts of ``split`` in an order seeded by ``seed``: continuations of exactly ``L_max`` tokens (texts
     shorter than that are skipped); questions whole, ``n`` per category where they have categories (round-robin
@@ -85,7 +85,7 @@ def _questions(workload: str, ids: list[str], tokenizer, n: int, data_dir) -> li
 
 
 def authors_prompts(workload: str, tokenizer, n: int, chars: int, source: str = "local",
-                    data_dir: Path | None = None, min_chars: int = 200) -> list[Prompt]:
+                    *, data_dir: Path | None = None, min_chars: int = 200) -> list[Prompt]:
     """The authors' prompts (their ``papers/benchmark_main_D8B3.py`` and ``benchmark_adaptive_pg19.py``;
     ``docs/fidelity.md``; ``Workload.authors`` says how each workload's are cut): the first ``n`` texts of at least
     ``min_chars`` characters, each cut to its first ``chars`` characters. Lengths are characters, not tokens."""

@@ -5,7 +5,7 @@ import torch
 
 
 def tiny_gpt_neox(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, layers: int = 2,
-                  heads: int = 4, max_positions: int = 256, init_range: float = 0.3):
+                  heads: int = 4, *, max_positions: int = 256, init_range: float = 0.3):
     """A small random GPT-NeoX (Pythia architecture) in fp32, built from a config (no download).
 
     A large ``init_range`` makes next-token distributions peaked, so greedy argmaxes are far from ties.
@@ -47,7 +47,7 @@ def tiny_tokenizer():
 
 
 def tiny_pythia(seed: int = 0, vocab_size: int = 50304, hidden_size: int = 128, layers: int = 4, heads: int = 4,
-                max_positions: int = 2048, init_range: float = 0.3):
+                *, max_positions: int = 2048, init_range: float = 0.3):
     """A small random GPT-NeoX in Pythia-2.8B's shape family: Pythia's embedding size (50304), rotary on a
     quarter of each head, parallel residual, untied output embedding (the paper-dryrun profile)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
@@ -61,7 +61,7 @@ def tiny_pythia(seed: int = 0, vocab_size: int = 50304, hidden_size: int = 128, 
 
 
 def tiny_llama(seed: int = 0, vocab_size: int = 96, hidden_size: int = 64, layers: int = 2, heads: int = 4,
-               kv_heads: int = 2, max_positions: int = 256, init_range: float = 0.3):
+               *, kv_heads: int = 2, max_positions: int = 256, init_range: float = 0.3):
     """A small random Llama (the fast path's architecture) in fp32, built from a config."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -92,7 +92,7 @@ def tiny_eagle3(target, draft_vocab: int | None = None, seed: int = 0, init_rang
 
 
 def tiny_mlp_heads(target, kind: str, heads: int = 3, draft_vocab: int | None = None, seed: int = 0,
-                   init_range: float = 0.05, layers: int = 1):
+                   *, init_range: float = 0.05, layers: int = 1):
     """Random Medusa or Hydra heads (``core.drafts.heads.mlp``, ``kind``) on a tiny ``target``'s last hidden state and
     embedding: ``heads`` levels, a draft vocabulary of ``draft_vocab`` random token ids (default: all). Their output
     layers are the target's rows at those ids plus noise (Medusa's initialisation, so that the heads' drafts are

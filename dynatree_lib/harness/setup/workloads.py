@@ -9,7 +9,7 @@
   provided." followed by the problem's prompt verbatim (a signature and docstring), sent through the chat template
   as the user's turn. UltraChat's evaluation instructions stand for TALON's "Alpaca" column (data/README.md: the
   Alpaca sets are CC BY-NC 4.0 and not shipped). Neither is in any profile's ``workloads``: the ``talon``
-  experiment (``experiments.talon_cells``, notebook 14) names them.
+  experiment (``experiments.talon``, notebook 14) names them.
 
 Profiles, prompts, experiments, the runner and the tables read ``WORKLOADS``; no other module tests a workload's
 name. Prompt ids name their workload (``<workload>:<id in the source>``; ``splits`` says which is in which split).

@@ -141,14 +141,14 @@ class FusedEagle3Runner(Eagle3Runner):
         return out[-1] if last_only or len(out) == 1 else torch.cat(out)
 
     def _step(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, rows: Tensor,
-              fc: Tensor | None, last_only: bool) -> Tensor:
+              *, fc: Tensor | None, last_only: bool) -> Tensor:
         """One call over rows reading ``rows`` of the target's features (``fc``) or of the outputs buffer."""
         inputs = self.target if fc is not None else self.out
         return kernels.eagle3_step(tokens, positions, slots, mask, inputs=inputs, input_rows=rows, net=self.net, fc=fc,
                                    last_only=last_only)
 
     def _drafted(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, parents: list[int],
-                 last_only: bool) -> Tensor:
+                 *, last_only: bool) -> Tensor:
         """Drafted rows on their ``parents``' outputs: one call when no parent is among them (a tree level), else one
         per wave, the logits put back in row order."""
         rows = self.ring(parents)

@@ -65,7 +65,7 @@ class Eagle3Runner(HeadRunner):
             self.fed()
         else:
             parents = self._parents(positions, visible, tree_start)
-            out = self._drafted(tokens, positions, slots, mask, parents, last_only)
+            out = self._drafted(tokens, positions, slots, mask, parents, last_only=last_only)
         self.length += q
         return out
 
@@ -75,7 +75,7 @@ class Eagle3Runner(HeadRunner):
         return self.head.logits(out[-1:] if last_only else out)
 
     def _drafted(self, tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, parents: list[int],
-                 last_only: bool) -> Tensor:
+                 *, last_only: bool) -> Tensor:
         """Logits of drafted rows, each on its parent's output, a wave at a time (parents before children)."""
         out = torch.empty(tokens.numel(), self.out.shape[1], dtype=self.out.dtype, device=self.out.device)
         for wave in waves(parents, self.length):

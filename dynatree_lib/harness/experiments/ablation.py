@@ -1,0 +1,36 @@
+"""The paper's Table 4 (notebook 04) on the sweeps' workload."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ... import methods as registry
+from ...core.policies.static import FixedTreeConfig
+from ..measure.cell import Cell
+from ..setup import variants as v
+from ..setup.profiles import Profile
+from .catalog import experiment
+from .cells import SweepExperiment
+from .tuning import tuned
+
+
+@experiment
+class Ablation(SweepExperiment):
+    name = "ablation"
+    notebook = "04_ablation"
+
+    def cells(self, p: Profile, root: Path | None = None) -> list[Cell]:
+        """The fixed tree D=5, B=2 (the paper's baseline), the fixed tree that the tuned DynaTree reduces to (D = D0,
+        B = B_mid), + dynamic breadth & depth, + history adaptation."""
+        ws = p.sweeps.workload
+        full = tuned(p, registry.DYNATREE, ws, root)
+        at = dict(dataset=ws, T=p.protocol.T, L_max=p.L_max(ws), dtype=p.models.dtype)
+        fixed = dict(method=registry.FIXED_TREE, **at)
+        paper = FixedTreeConfig(D=5, B=2, tau=full.tau, n_max=full.n_max)
+        matched = FixedTreeConfig(D=full.D0, B=full.B_mid, tau=full.tau, n_max=full.n_max)
+        return [Cell(method=registry.AR, config=None, **at),
+                Cell(variant=v.ABLATION_FIXED, config=paper, tags={"step": 0}, **fixed),
+                Cell(variant=v.ABLATION_MATCHED, config=matched, tags={"step": 0.5}, **fixed),
+                Cell(method=registry.DYNATREE, variant=v.ABLATION_DYNAMIC,
+                     config=dataclasses.replace(full, history=False), tags={"step": 1}, **at),
+                Cell(method=registry.DYNATREE, variant=v.ABLATION_HISTORY, config=full, tags={"step": 2}, **at)]

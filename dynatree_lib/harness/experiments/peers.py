@@ -1,0 +1,51 @@
+"""Notebook 12's rows of llama.cpp (``peers.llamacpp``) beside ours, and notebook 14's record of llama.cpp's EAGLE-3
+mode on our head (``peers.llamacpp_eagle3``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ... import methods as registry
+from ..measure.cell import Cell
+from ..peers import llamacpp
+from ..peers.llamacpp_eagle3 import run_llamacpp_eagle3
+from ..setup.profiles import Profile
+from ..setup.workloads import count
+from .catalog import Document, Experiment, experiment
+from .cells import extension_cells, tuned_cell
+
+
+@experiment
+class Peers(Experiment):
+    name = "peers"
+    notebook = "12_peers"
+    in_process = True
+    tuning = "tuning"
+
+    def cells(self, p: Profile, root: Path | None = None) -> list[Cell]:
+        """llama.cpp's modes (``llamacpp.PEERS``) beside our AR, DynaTree and the extension (without its variants),
+        greedy on the main table's first prompts in the timed precision, each replicate in a fresh process; none
+        where the profile runs no peers. Whether llama.cpp is built decides what ``run`` measures, not the cells."""
+        if not p.extras.peers_n_prompts:
+            return []
+        cells = []
+        for r in range(p.protocol.replicates):
+            tags = {"role": "peer", **({"replicate": r} if r else {})}  # no replicate tag reads as replicate 0
+            for ws in p.workloads:
+                cells += [tuned_cell(p, ws, m, tags=tags, root=root) for m in (registry.AR, registry.DYNATREE)]
+                cells += extension_cells(p, ws, dtype=p.models.dtype, tags=tags, root=root, variants=False)
+                cells += [Cell(dataset=ws, method=llamacpp.METHOD, variant=mode.variant, config=mode.config,
+                               T=p.protocol.T, L_max=p.L_max(ws), dtype=p.models.dtype,
+                               tags={**tags, "own_ar": mode is llamacpp.PEERS[0]})
+                          for mode in llamacpp.PEERS]
+        return cells
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        return count(cell.dataset, p.extras.peers_n_prompts, p.extras.peers_n_questions)
+
+
+@experiment
+class LlamaCppEagle3(Document):
+    """llama.cpp's EAGLE-3 mode with our head, beside our own chain on it."""
+    name = "llamacpp_eagle3"
+    notebook = "14_talon"
+    make = run_llamacpp_eagle3
