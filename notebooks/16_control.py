@@ -23,8 +23,8 @@
 # prompt on sealed test prompts. A workload without tuning of its own takes Spec-Bench's (instructions) settings.
 
 # %% tags=["parameters"]
-profile = "cpu"      # "cpu" | "smoke"; a profile with extras.control_n_prompts = 0 measures none of it
-overrides = {}       # profile field overrides, e.g. {"control_n_prompts": 4}
+profile = "cpu"      # "cpu" | "smoke"; a profile with control.n_prompts = 0 measures none of it
+overrides = {}       # profile field overrides, e.g. {"control.n_prompts": 4}
 rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
@@ -38,7 +38,7 @@ prof = start(profile, overrides)
 # %% tags=["nbval-ignore-output"]
 df = None
 if not experiments.measures("control", prof):
-    print(f"profile {prof.name!r} has no controller experiment (extras.control_n_prompts = 0)")
+    print(f"profile {prof.name!r} has no controller experiment (control.n_prompts = 0)")
 elif render_only and not results_path("control", prof).exists():
     print(f"not measured yet: {portable(results_path('control', prof))} is missing "
           f"(`python -m dynatree_lib bench --experiment control --profile {prof.name}` measures it)")

@@ -5,17 +5,20 @@ the first sampling temperature, on continuations and instructions, every replica
 Settings: each method's tuned one (as tuned with the profile's own draft; an instruction workload without a tuning of
 its own takes Spec-Bench's); the controller is priced by the profile's measured costs for the draft that drafts
 (``tuning.control_config``). A controlled cell's prompts keep the budgets it chose and the tokens it accepted, per
-iteration, for the figure of a generation.
+iteration, for the figure of a generation. Its own settings (``ControlSettings``, a profile's
+``settings=experiment_settings(control=...)`` or ``--set control.n_prompts=...``): how many prompts.
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from ... import methods as registry
 from ...core.sampling import Sampling
 from ..measure.cell import Cell
 from ..setup import variants as v
-from ..setup.profiles import Profile
+from ..setup.profiles import Profile, check_part
 from ..setup.weights import head_kind
 from ..setup.workloads import HUMANEVAL, PG19, SPEC_BENCH, WIKITEXT2, count, workload
 from .catalog import Experiment, experiment
@@ -34,11 +37,24 @@ def setting_workload(p: Profile, ws: str) -> str:
     return WIKITEXT2 if workload(ws).continuation else SPEC_BENCH
 
 
+@dataclass(frozen=True)
+class ControlSettings:
+    """``n_prompts`` sealed test prompts per workload without categories (0: no controller experiment),
+    ``n_questions`` per Spec-Bench category."""
+
+    n_prompts: int = 0
+    n_questions: int = 1
+    part: ClassVar[str] = CONTROL
+
+    def __post_init__(self) -> None:
+        check_part(self, positive={"n_questions"})
+
+
 def control_cells(p: Profile, root=None) -> list[Cell]:
     """AR and every ``CONTROLLED_METHODS`` method, uncontrolled (its tuned setting) and controlled, on the draft
     model and on the feature head (``extras.head``, where the profile has one), per replicate, workload and
-    sampling law; none where ``extras.control_n_prompts`` is 0."""
-    if not p.extras.control_n_prompts:
+    sampling law; none where ``control.n_prompts`` is 0."""
+    if not Control().settings_of(p).n_prompts:
         return []
     drafts = [None] + ([p.extras.head] if p.extras.head else [])
     cells = []
@@ -75,11 +91,11 @@ class Control(Experiment):
     notebook = "16_control"
     in_process = True
     tuning = "tuning"
+    settings = ControlSettings
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return control_cells(p, root)
 
     def prompts(self, p: Profile, cell: Cell) -> int:
-        """``extras.control_n_prompts`` per workload without categories, ``control_n_questions`` per Spec-Bench
-        category."""
-        return count(cell.dataset, p.extras.control_n_prompts, p.extras.control_n_questions)
+        own = self.settings_of(p)
+        return count(cell.dataset, own.n_prompts, own.n_questions)

@@ -233,9 +233,8 @@ class Extras:
     budget frontier on the head (``frontier_n_prompts`` test prompts per workload without categories, 0: none,
     ``frontier_n_questions`` per Spec-Bench category, ``frontier_T`` new tokens at most, Medusa's and Hydra's heads
     beside it: ``frontier_heads``; DynaTree on a draft model as the reference line: ``frontier_draft``, scoring its
-    ``frontier_draft_vocab`` most frequent tokens where set); and notebook 16's controller experiment
-    (``control_n_prompts`` test prompts per workload without categories, 0: none, ``control_n_questions`` per
-    Spec-Bench category)."""
+    ``frontier_draft_vocab`` most frequent tokens where set). An experiment with settings of its own declares them
+    in its module instead (``Experiment.settings``; a profile sets them in ``Profile.settings``)."""
 
     trees_n_prompts: int = 2
     trees_per_prompt: int = 64
@@ -265,8 +264,6 @@ class Extras:
     frontier_heads: tuple = ()
     frontier_draft: str = ""
     frontier_draft_vocab: int | None = None
-    control_n_prompts: int = 0
-    control_n_questions: int = 1
     part: ClassVar[str] = "extras"
 
     def __post_init__(self) -> None:
@@ -346,6 +343,18 @@ class Profile:
         return self.models.load_pair(dtype, self.max_len, with_draft, models_for)
 
 
+def experiment_settings(**by_experiment: dict) -> tuple:
+    """A profile's ``settings`` from ``experiment={field: value}`` keywords (hashable, as a frozen profile is)."""
+    return tuple((name, tuple(sorted(fields.items()))) for name, fields in sorted(by_experiment.items()))
+
+
+def with_setting(settings: tuple, experiment: str, field_name: str, value) -> tuple:
+    """``settings`` with ``experiment``'s ``field_name`` set to ``value``."""
+    by = {name: dict(fields) for name, fields in settings}
+    by.setdefault(experiment, {})[field_name] = value
+    return experiment_settings(**by)
+
+
 def _authors_settings(**over) -> PaperSettings:
     """The authors' code's settings (their Table 1 scripts; ``docs/fidelity.md``): a top-1 root, tau on parents,
     rho_stop 0.1 and tau 0.05 for DynaTree, the per-prompt history controller; their fixed tree "D = 8" drafts a
@@ -420,8 +429,8 @@ PROFILES: dict[str, Profile] = {
                talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
                talon_extension=True, vllm_n_prompts=4, frontier_n_prompts=12, frontier_n_questions=2,
                frontier_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"),
-               frontier_draft="embedded:draft", frontier_draft_vocab=8192, control_n_prompts=20,
-               control_n_questions=2)),
+               frontier_draft="embedded:draft", frontier_draft_vocab=8192),
+        settings=experiment_settings(control=dict(n_prompts=20, n_questions=2))),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
@@ -437,20 +446,9 @@ PROFILES: dict[str, Profile] = {
         sweeps=Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,
                fixed_grid={"D": (2, 4), "B": (2,), "tau": (0.05, 0.1)}, threshold_pairs=((0.9, 0.4), (0.7, 0.2)),
                breadth_list=((1, 2, 3),), depth_list=((3, 6),)),
-        extras=Extras(trees_n_prompts=1, trees_per_prompt=6, pair_n_questions=1, control_n_prompts=1)),
+        extras=Extras(trees_n_prompts=1, trees_per_prompt=6, pair_n_questions=1),
+        settings=experiment_settings(control=dict(n_prompts=1))),
 }
-
-
-def experiment_settings(**by_experiment: dict) -> tuple:
-    """A profile's ``settings`` from ``experiment={field: value}`` keywords (hashable, as a frozen profile is)."""
-    return tuple((name, tuple(sorted(fields.items()))) for name, fields in sorted(by_experiment.items()))
-
-
-def with_setting(settings: tuple, experiment: str, field_name: str, value) -> tuple:
-    """``settings`` with ``experiment``'s ``field_name`` set to ``value``."""
-    by = {name: dict(fields) for name, fields in settings}
-    by.setdefault(experiment, {})[field_name] = value
-    return experiment_settings(**by)
 
 
 def _part_of(name: str) -> tuple[str, str]:
