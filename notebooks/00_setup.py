@@ -27,7 +27,9 @@ import json
 from dynatree_lib.harness.experiments.costs import run_costs
 from dynatree_lib.harness.experiments.pair import run_pair
 from dynatree_lib.harness.setup.machine import kind_of_record
-from dynatree_lib.reporting.notebook import machines, on_machine, plots, results_path, show_fig, show_table, start, tables
+from dynatree_lib.harness.setup.paths import portable
+from dynatree_lib.reporting.notebook import (experiments, machines, on_machine, plots, results_path, show_fig,
+                                             show_table, start, tables)
 
 prof = start(profile, overrides)
 
@@ -178,3 +180,31 @@ for kind in machines(prof):
                    on_kind)
 if len(by_machine) > 1:
     show_table(tables.verification_table(by_machine, prof.models.dtype), "table_verification_by_machine", prof)
+
+# %% [markdown]
+# ## The engine against the machine's roofs
+# What a k-row forward of the target could cost at best on this machine: the larger of its bytes (weights, and the
+# context's keys and values) over the read bandwidth and its FLOPs over the cores' peak bf16 multiply throughput,
+# both measured here by `bench --experiment roofline` (the peak by a register-resident loop of the instruction the
+# kernels multiply with). The floor of c(k) is what verifying k rows could cost over one; above it, the engine leaves
+# speed on the table. Each machine kind's record renders apart: a ratio belongs to its machine.
+
+# %% tags=["nbval-ignore-output"]
+from dynatree_lib.reporting.roofline import roofline_figure, roofline_table, roofs_table
+
+for kind, on_kind in [(None, prof)] + [(k, on_machine(prof, k)) for k in machines(prof)]:
+    if not experiments.measures("roofline", on_kind):
+        print(f"profile {prof.name!r} has no roofline (its roofs are a CPU's)")
+        break
+    path = results_path("roofline", on_kind)
+    if kind is None and not render_only:
+        path = experiments.run("roofline", prof, rerun=rerun)
+    if not path.exists():
+        print(f"not measured yet on {kind or 'the reference machine'}: {portable(path)} is missing "
+              f"(`python -m dynatree_lib bench --experiment roofline --profile {prof.name}"
+              f"{f' --set machine={kind}' if kind else ''}` measures it)")
+        continue
+    doc = json.loads(path.read_text())
+    show_table(roofs_table(doc), "table_roofs", on_kind)
+    show_table(roofline_table(doc), "table_roofline", on_kind)
+    show_fig(roofline_figure(doc), "fig_roofline", on_kind)

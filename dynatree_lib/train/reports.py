@@ -22,6 +22,7 @@ from ..core.drafts.lookup import LookupConfig, column_of, mix
 from ..harness.measure.environment import environment
 from ..harness.experiments.catalog import Document, Sequence, experiment
 from ..harness.experiments.head_reports import report, with_head
+from ..harness.experiments.roofline import target_matmul_params
 from ..harness.experiments.pair import teacher_forced_head, top1
 from ..harness.setup.profiles import Profile
 from ..harness.setup.weights import head_folder, resolve, weights_info
@@ -34,13 +35,6 @@ VOCAB_SIZES = (8192, 16384, 32768)  # head_vocab: the draft vocabularies compare
 LOOKUP_SEQUENCES, LOOKUP_MAX_LEN, LOOKUP_SEED = 160, 1024, 0  # head_lookup: held-out sequences, their cut, the seed
 GREEDY_KINDS = ("instruction", "continuation")
 ALONE, V4, REFITTED = "network alone", "v4's lookup", "refitted lookup"  # head_lookup's rows, as tables name them
-
-
-def target_matmul_params(cfg) -> int:
-    """The weights the target's one-token forward reads: every layer's matmuls and the (tied) output head."""
-    h, i, n = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-    kv = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
-    return n * (h * h * 2 + 2 * h * kv + 3 * h * i) + cfg.vocab_size * h
 
 
 def head_matmul_params(c: Eagle3Config) -> int:

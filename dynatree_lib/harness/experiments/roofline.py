@@ -1,0 +1,113 @@
+"""The engine's roofline on this machine (issue 91): how long a k-row forward of the target could take at best,
+beside how long it takes.
+
+Two roofs, measured here: the read bandwidth (``BandwidthProbe``: every forward reads each weight and the context's
+keys and values once) and the peak bf16 multiply throughput of the cores in use (``core.engines.peak``: the
+instruction the kernels multiply with, on 1 and on the profile's threads). The floor of a k-row forward is
+max(bytes / bandwidth, FLOPs(k) / peak); FLOPs(k) counts the matmuls (2 per weight per row) and attention over the
+context (4 x hidden per cached token per layer per row). The floor of c(k), the k-row forward over the one-row
+forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves time the target's
+(``costs.forward_costs``, argmax and host sync included), in the same process, right after the roofs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...core.engines import kernels, peak
+from ...core.engines.hf import as_runner
+from ..measure.environment import BandwidthProbe, environment, weight_bytes
+from ..measure.store import needs_run, results_path, write_report
+from ..setup.profiles import Profile
+from .catalog import Document, experiment
+from .costs import KS, forward_costs
+
+PROBES = 3  # bandwidth probes (each the best of five sums): the roof is the best of them
+
+
+def kv_width(cfg) -> int:
+    """Key (or value) features per token per layer (a config without grouped-query heads has one per head)."""
+    heads = cfg.num_attention_heads
+    return (getattr(cfg, "num_key_value_heads", None) or heads) * (cfg.hidden_size // heads)
+
+
+def target_matmul_params(cfg) -> int:
+    """The weights a one-token forward multiplies by: every layer's matmuls and the output head (Llama: q, k, v, o
+    and the gated MLP's three; GPT-NeoX: the fused qkv, dense and its two MLP matmuls)."""
+    h, i, n, v = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.vocab_size
+    if cfg.model_type == "gpt_neox":
+        return n * (4 * h * h + 2 * h * i) + v * h
+    if cfg.model_type != "llama":
+        raise ValueError(f"the roofline counts the matmuls of Llama and GPT-NeoX targets, not {cfg.model_type!r}")
+    return n * (h * h * 2 + 2 * h * kv_width(cfg) + 3 * h * i) + v * h
+
+
+def shape(cfg, context: int, element_bytes: int) -> dict:
+    """FLOPs per row (matmuls, attention over ``context`` cached tokens) and the context's key and value bytes."""
+    h, n = cfg.hidden_size, cfg.num_hidden_layers
+    return {"matmul_flops_per_row": 2 * target_matmul_params(cfg), "attention_flops_per_row": 4 * n * context * h,
+            "kv_bytes": 2 * n * context * kv_width(cfg) * element_bytes}
+
+
+def floors(doc: dict) -> list[dict]:
+    """Per k of the measured curve: the floor in ms, which roof sets it, the floor of c(k), and measured / floor."""
+    bw, gflops = doc["bandwidth_gbs"], doc["peak_gflops_used"]
+    nbytes = doc["weight_bytes"] + doc["kv_bytes"]
+    per_row = doc["matmul_flops_per_row"] + doc["attention_flops_per_row"]
+    memory_ms = nbytes / bw / 1e6
+
+    def floor(k: int) -> tuple[float, str]:
+        compute_ms = k * per_row / gflops / 1e6 if gflops else 0.0
+        return (memory_ms, "bandwidth") if memory_ms >= compute_ms else (compute_ms, "compute")
+
+    one, measured_one = floor(1)[0], doc["measured_ms"]["1"]
+    rows = []
+    for k, ms in doc["measured_ms"].items():
+        f, roof = floor(int(k))
+        rows.append({"k": int(k), "measured_ms": ms, "floor_ms": f, "roof": roof, "measured_over_floor": ms / f,
+                     "c": ms / measured_one, "c_floor": f / one, "c_over_floor": (ms / measured_one) / (f / one)})
+    return rows
+
+
+def measure(profile: Profile) -> dict:
+    """The roofs, the target's shape and its measured k-row forwards (module docstring)."""
+    import torch
+
+    if profile.models.threads:
+        torch.set_num_threads(profile.models.threads)
+    target, _, _ = profile.load_pair(profile.models.dtype, with_draft=False)
+    runner = as_runner(target)
+    context = max(profile.protocol.L_max.values())
+    probe = BandwidthProbe(profile.models.device)
+    probes = [probe.read_gbs() for _ in range(PROBES)]
+    probe.release()
+    threads = profile.models.threads or torch.get_num_threads()
+    peaks = {isa: {str(n): peak.peak_gflops(isa, n) for n in dict.fromkeys((1, threads))} for isa in peak.isas()}
+    isa = kernels.default_isa() or kernels.AVX512
+    element = next(runner.model.parameters()).element_size()
+    return {"profile": profile.name, "engine": str(profile.models.engine), "isa": isa, "threads": threads,
+            "context": context, "bandwidth_probes_gbs": probes, "bandwidth_gbs": max(probes),
+            "peak_gflops": peaks, "peak_gflops_used": peaks.get(isa, {}).get(str(threads)),
+            "peak_unavailable": peak.unavailable(), "weight_bytes": weight_bytes(runner.model),
+            **shape(runner.model.config, context, element),
+            "measured_ms": {str(k): v for k, v in forward_costs(runner, context, ks=KS, argmax=True).items()},
+            "environment": environment(profile.models.device)}
+
+
+def run_roofline(profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
+    """``results/<profile>/roofline.json`` (module docstring); a GPU profile has none (its roofs are not these)."""
+    path = results_path(Roofline.name, profile, root)
+    if profile.models.device != "cpu" or not needs_run(path, rerun, render_only, profile):
+        return path
+    write_report(path, measure(profile), replace=rerun)
+    return path
+
+
+@experiment
+class Roofline(Document):
+    """The engine's roofline on the machine at hand, rendered by notebook 00 per machine kind."""
+    name = "roofline"
+    notebook = "00_setup"
+    make = run_roofline
+
+    def applies(self, p: Profile, root: Path | None = None) -> bool:
+        return p.models.device == "cpu"

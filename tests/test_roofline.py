@@ -1,0 +1,66 @@
+"""The roofline experiment (``harness.experiments.roofline``): one module and one registration; its floors follow
+from the roofs and the target's shape as its docstring says; notebook 00 renders it."""
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from dynatree_lib.core.engines import peak
+from dynatree_lib.harness.experiments import catalog
+from dynatree_lib.harness.experiments.roofline import floors, run_roofline, shape, target_matmul_params
+from dynatree_lib.harness.setup.profiles import get_profile
+from dynatree_lib.reporting.roofline import roofline_table, roofs_table
+
+LLAMA = SimpleNamespace(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+NEOX = SimpleNamespace(model_type="gpt_neox", hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                       num_attention_heads=4, vocab_size=100)
+
+
+def doc(**over) -> dict:
+    """A record whose floor is bandwidth-bound at one row and compute-bound at 64."""
+    d = {"bandwidth_gbs": 10.0, "peak_gflops_used": 100.0, "weight_bytes": 10_000_000, "kv_bytes": 0,
+         "matmul_flops_per_row": 50_000_000, "attention_flops_per_row": 0, "isa": "avx512-bf16", "threads": 2,
+         "context": 8, "bandwidth_probes_gbs": [9.0, 10.0], "peak_gflops": {"avx512-bf16": {"1": 60.0, "2": 100.0}},
+         "measured_ms": {"1": 1.5, "8": 2.0, "64": 60.0}}
+    return {**d, **over}
+
+
+def test_the_experiment_is_registered_once_for_cpu_profiles():
+    exp = catalog.get("roofline")
+    assert exp.notebook == "00_setup" and isinstance(exp, catalog.Document)
+    assert exp.applies(get_profile("smoke")) and not exp.applies(get_profile("paper"))
+
+
+def test_the_shape_counts_each_architectures_matmuls_and_attention():
+    h, i, n, kv, v = 64, 128, 2, 32, 100
+    assert target_matmul_params(LLAMA) == n * (2 * h * h + 2 * h * kv + 3 * h * i) + v * h
+    assert target_matmul_params(NEOX) == n * (4 * h * h + 2 * h * 256) + v * h
+    s = shape(LLAMA, context=10, element_bytes=2)
+    assert s["attention_flops_per_row"] == 4 * n * 10 * h and s["kv_bytes"] == 2 * n * 10 * kv * 2
+    assert shape(NEOX, 10, 2)["kv_bytes"] == 2 * n * 10 * h * 2  # one key head per query head
+    with pytest.raises(ValueError, match="not 'mamba'"):
+        target_matmul_params(SimpleNamespace(**{**vars(LLAMA), "model_type": "mamba"}))
+
+
+def test_the_floor_is_the_larger_roof_and_c_is_over_one_row():
+    rows = {r["k"]: r for r in floors(doc())}
+    assert rows[1]["floor_ms"] == pytest.approx(1.0) and rows[1]["roof"] == "bandwidth"  # 10 MB at 10 GB/s
+    assert rows[8]["floor_ms"] == pytest.approx(4.0) and rows[8]["roof"] == "compute"  # 8 x 50 MFLOP at 100 GFLOP/s
+    assert rows[64]["c_floor"] == pytest.approx(32.0) and rows[64]["c"] == pytest.approx(40.0)
+    assert rows[64]["c_over_floor"] == pytest.approx(1.25) and rows[1]["measured_over_floor"] == pytest.approx(1.5)
+    no_peak = {r["k"]: r for r in floors(doc(peak_gflops_used=None, peak_gflops={}))}
+    assert all(r["roof"] == "bandwidth" for r in no_peak.values())
+    assert "not measured" in roofs_table(doc(peak_gflops={}, peak_unavailable="no compiler")).to_string()
+    assert list(roofline_table(doc()).index) == [1, 8, 64]
+
+
+@pytest.mark.full
+@pytest.mark.skipif(peak.unavailable() is not None, reason=str(peak.unavailable()))
+def test_the_smoke_profile_measures_a_record_its_tables_render(tmp_path):
+    path = run_roofline(get_profile("smoke"), root=tmp_path)
+    d = json.loads(path.read_text())
+    assert d["bandwidth_gbs"] > 0 and d["peak_gflops_used"] > 0 and set(d["measured_ms"]) >= {"1", "64"}
+    assert len(roofline_table(d)) == len(d["measured_ms"]) and d["environment"]
+    assert run_roofline(get_profile("paper"), root=tmp_path) == tmp_path / "paper" / "roofline.json"  # GPU: none
+    assert not (tmp_path / "paper").exists()
