@@ -209,3 +209,28 @@ def test_a_method_without_our_tree_or_a_wrong_control_is_refused(target, draft):
         generate(target, p, 4, draft=draft, method=HFAssistedConfig(), control=ControlConfig())
     with pytest.raises(TypeError, match="control must be a ControlConfig"):
         generate(target, p, 4, draft=draft, method="dynatree", control={"decay": 0.5})
+
+
+def test_the_targets_table_reads_each_target_and_the_best_setting_found_afterwards():
+    """Sampled: at least 0.98x AR with no interval below 1; greedy: at least 0.97x the uncontrolled setting; the best
+    setting afterwards is the fastest uncontrolled row or AR on the same prompts."""
+    import pandas as pd
+
+    from dynatree_lib.harness.setup.variants import CONTROLLED, MAIN
+    from dynatree_lib.reporting.control_tables import control_targets
+
+    def row(method, variant, t, tps, speedup):
+        return {"row": f"{method}:{variant}", "method": method, "variant": variant, "dataset": "wikitext2",
+                "temperature": t, "replicate": 0, "label": method, "tps_by_prompt": {"a": tps, "b": tps},
+                "speedup": speedup, "speedup_lo": speedup - 0.05, "speedup_hi": speedup + 0.05}
+
+    df = pd.DataFrame([row("ar", MAIN, 1.0, 10.0, 1.0), row("dynatree", MAIN, 1.0, 9.0, 0.9),
+                       row("dynatree", CONTROLLED, 1.0, 9.9, 0.99), row("linear", MAIN, 1.0, 10.5, 1.05),
+                       row("ar", MAIN, 0.0, 10.0, 1.0), row("dynatree", MAIN, 0.0, 20.0, 2.0),
+                       row("dynatree", CONTROLLED, 0.0, 19.0, 1.9)])
+    t = control_targets(df)
+    sampled, greedy = t.loc[("1", "WikiText-2", "draft model", "DynaTree")], t.loc[("0", "WikiText-2",
+                                                                                     "draft model", "DynaTree")]
+    assert sampled["met"] == "yes" and sampled["best afterwards"] == "linear" and sampled["over AR"].startswith("0.99×")
+    assert sampled["over best afterwards"].startswith("0.94×") and sampled["over uncontrolled"].startswith("1.10×")
+    assert greedy["met"] == "no" and greedy["over uncontrolled"].startswith("0.95×")  # 19 / 20 < 0.97
