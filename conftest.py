@@ -24,7 +24,7 @@ def pytest_configure(config):
 
     tiers.FULL = bool(config.getoption("--full"))
     # tests time nothing a table claims: a cpu-profile experiment they run takes neither the busy-machine check nor
-    # the timed-run lock (tests/test_load.py tests both on their own)
+    # the timed-run lock (tests/harness/test_load.py tests both on their own)
     os.environ[IDLE_CHECKED] = "1"
     if os.environ.get("PYTEST_XDIST_WORKER"):  # test workers side by side (./test.sh): one torch thread each, so
         import torch                           # that they share the cores instead of spinning against each other

@@ -16,7 +16,7 @@
 # recursive rejection sampling, which for a chain is the speculative-sampling rule; levels copied from the context
 # lookup, and the cost-aware extension, which cuts trees by their nodes' probabilities, keep chosen children,
 # verified by drawing from the target at each node, SpecInfer's rule for deterministic candidates;
-# `tests/test_sampling.py` checks every method's empirical law and that the tests catch a broken sampler).
+# `tests/core/test_sampling.py` checks every method's empirical law and that the tests catch a broken sampler).
 # StreamingLLM + spec is not lossless by design once its window slides (here it never does: prompt + T fits).
 # τ is the mean number of tokens per verification (accepted draft tokens plus the bonus token); the speedup is
 # over AR sampling at the same temperature on the same prompts, each generation with its own seeded generator.

@@ -194,9 +194,13 @@ def is_check(node: ast.AST) -> bool:
     return bool(name) and ((name[0] == "pytest" and name[-1] in PYTEST_CHECKS) or name[-1].startswith("assert"))
 
 
+def node_is_relative(node: ast.AST) -> bool:
+    return isinstance(node, ast.ImportFrom) and node.level >= 1
+
+
 class CheckFinder:
     """Which functions of a set of test modules check something, themselves or through the helpers they name
-    (their own module's functions, at any depth, and those they import from a sibling module): a fixed point,
+    (their own module's functions, at any depth, and those they import from another test module): a fixed point,
     starting from the functions that check directly."""
 
     def __init__(self, modules: dict[str, ast.Module]):
@@ -216,9 +220,10 @@ class CheckFinder:
         """id(function) -> the functions of tests/ it names (its module's own, then those it imports)."""
         scope = dict(self.functions[module])
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module in self.functions:
-                scope |= {a.asname or a.name: self.functions[node.module][a.name] for a in node.names
-                          if a.name in self.functions[node.module]}
+            source = node.module.rsplit(".", 1)[-1] if isinstance(node, ast.ImportFrom) and node.module else None
+            if node_is_relative(node) and source in self.functions:  # a sibling's or a parent folder's module
+                scope |= {a.asname or a.name: self.functions[source][a.name] for a in node.names
+                          if a.name in self.functions[source]}
         return {id(fn): [scope[n.id] for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in scope]
                 for fn in self.functions[module].values()}
 
@@ -231,7 +236,7 @@ class CheckFinder:
 def test_every_test_function_checks_something():
     """A test function must assert, expect an exception or a warning, or call a helper of tests/ that does
     (followed through any depth of helpers)."""
-    modules = {f.stem: ast.parse(f.read_text()) for f in sorted(TESTS.glob("*.py"))}
+    modules = {f.stem: ast.parse(f.read_text()) for f in sorted(TESTS.rglob("*.py")) if f.stem != "__init__"}
     assert len(modules) > 20 and "conftest" in modules
     unchecked = CheckFinder(modules).unchecked_tests()
     assert not unchecked, unchecked

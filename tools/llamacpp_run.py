@@ -1,5 +1,5 @@
 """Smoke runs of every llama.cpp mode (uncontrolled timings: they check that everything runs, nothing more), and
-the logs that ``tests/test_llamacpp_run.py`` parses, recorded again with ``--record tests/data/llamacpp``.
+the logs that ``tests/harness/test_llamacpp_run.py`` parses, recorded again with ``--record tests/data/llamacpp``.
 
     python tools/llamacpp_run.py [--n-new 32] [--record tests/data/llamacpp] [--only NAME ...] [--json FILE]
 """

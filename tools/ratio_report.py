@@ -7,7 +7,7 @@ any ratio fail at times; tests stay deterministic). Nothing is asserted: read th
 - ``budget``: an unused node budget costs nothing. Three short generations with n_max=16384 against n_max=256
   (target: about 1x; a budget that allocated for itself took 20x).
 - ``draft``: the cpu profile's draft against its target, one-token forward on the profile's engine (target:
-  at most 1/8, the requirement ``tests/test_draft.py`` checks on the committed measurement).
+  at most 1/8, the requirement ``tests/train/test_draft.py`` checks on the committed measurement).
 - ``memory``: each memory cell runs in a fresh process, so two methods measured in both orders give the same
   peaks (target: within 1%).
 """

@@ -6,7 +6,7 @@ transformers' logits warpers. Every random draw of a decoder comes from one ``to
 reproducible from its seed.
 
 One verification rule, lossless for every way our trees are drafted (the committed tokens follow the target's
-law exactly, whatever the draft proposes; ``tests/test_sampling.py`` checks it by its empirical laws and shows that
+law exactly, whatever the draft proposes; ``tests/core/test_sampling.py`` checks it by its empirical laws and shows that
 the same tests reject broken variants). ``verify_sampled`` walks down from the root; at each node the children
 were either
 

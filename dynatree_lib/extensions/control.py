@@ -11,7 +11,7 @@ long as what probes lost against AR stays within a share (``explore``) of the mo
 drafting pays again is found, a probe that costs little comes back soon, and the loss to AR is bounded.
 
 Every choice depends only on verifications already done, never on the one to come: greedy output stays AR's
-and sampling keeps the target's law (``tests/test_control.py``).
+and sampling keeps the target's law (``tests/methods/test_control.py``).
 """
 from __future__ import annotations
 

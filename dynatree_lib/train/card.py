@@ -118,7 +118,7 @@ def training_section(training: dict) -> str:
 - Instruction answers: the instructions of `data/instructions/instructions.jsonl` (GSM8K train questions,
   Self-Instruct's seed and user-oriented tasks, task templates over topic seeds, summaries and questions over
   passages of the continuation text, translations; none shares a 13-word sequence with an evaluation text,
-  `tests/test_instructions.py`) through SmolLM2's chat template, its greedy answer to each (to EOS, at most
+  `tests/train/test_instructions.py`) through SmolLM2's chat template, its greedy answer to each (to EOS, at most
   {i['max_new']} tokens, {i['dtype']}) and its top-{i['k']} log-probabilities before every answer token.
 - {len(training['shards'])} training shards ({n_instr} of instruction answers), {training['train_tokens']:,} tokens;
   every {s['heldout_every']}th shard of each kind is held out (temperature fit only).

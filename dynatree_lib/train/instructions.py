@@ -16,7 +16,7 @@ Sources (provenance, licences and hashes in ``data/README.md``), each a ``kind``
 Every candidate that shares a 13-word sequence (lower-cased, punctuation dropped: the usual contamination
 test) with an evaluation text (every question workload's questions, every turn: Spec-Bench's 480, HumanEval's and
 UltraChat's evaluation set, added after the file was built; the WikiText-2 test split; the PG-19 test books) is
-dropped. ``tests/test_instructions.py`` checks the committed file against the same texts.
+dropped. ``tests/train/test_instructions.py`` checks the committed file against the same texts.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Publishing a trained head (``build-draft --head <kind> --publish``): its last export (``models/<kind>/v<N>k/head``)
 copied to ``weights/smollm2-<kind>`` with its model card. Every record measured with the weights it replaces is
-stale from then on (``tests/test_records_weights.py`` says which); ``bench --experiment head_records`` measures the
+stale from then on (``tests/harness/test_records_weights.py`` says which); ``bench --experiment head_records`` measures the
 EAGLE-3
 head's again."""
 from __future__ import annotations

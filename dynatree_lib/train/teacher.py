@@ -25,7 +25,7 @@ The sampled answers' texts go to ``data/draft_teacher_sampled/`` (``python -m dy
 --sampled-teacher-only``; a rerun resumes, skipping every shard already in ``models/draft-build-v3/teacher/``). The
 build rewrites that folder's ``SHA256SUMS`` after each shard, so committing a batch is
 ``git add data/draft_teacher_sampled/*.json.gz data/draft_teacher_sampled/SHA256SUMS`` (the texts with the
-manifest that lists them; ``tests/test_data.py`` checks every line of it).
+manifest that lists them; ``tests/harness/test_data.py`` checks every line of it).
 """
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ BURNED = {
              ("10356", 31845), ("10356", 49673), ("10762", 2653), ("10762", 26537), ("10762", 33506),
              ("10762", 58343)],
 }
-# question prompts a training text holds word for word (tests/test_talon_workloads.py finds them): dev prompts
+# question prompts a training text holds word for word (tests/harness/test_talon_workloads.py finds them): dev prompts
 IN_TRAINING = {"ultrachat_eval": [305]}  # "Write a short story about gravity.": the draft's template:1317
 SIZES = {"wikitext2": {"tuning": 6, "dev": 12}, "pg19": {"tuning": 6, "dev": 12},
          "spec_bench": {"tuning": 2, "dev": 6},  # spec_bench: per category
