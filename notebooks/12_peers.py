@@ -32,7 +32,7 @@ from dynatree_lib.reporting.notebook import (experiments, machines, on_machine, 
                                             show_table, start, tables)
 
 prof = start(profile, overrides)
-if not prof.extras.peers_n_prompts:
+if not experiments.get("peers").settings_of(prof).n_prompts:
     print(f"profile {prof.name!r} runs no peers")
 
 # %% tags=["nbval-ignore-output"]

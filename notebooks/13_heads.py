@@ -29,7 +29,7 @@
 
 # %% tags=["parameters"]
 profile = "cpu"      # only "cpu" has a feature head
-overrides = {}       # profile field overrides, e.g. {"head_n_prompts": 2}
+overrides = {}       # profile field overrides, e.g. {"heads.n_prompts": 2}
 rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 

@@ -24,14 +24,14 @@
 #   own trees are static lists calibrated for Vicuna's heads);
 # - every drafting row tuned on the head (`talon_tuning` experiment): five candidates each, the published setting
 #   first (EAGLE-3's and OPT-Tree's authors' defaults, TALON's N = 60, μ = 0.03, K = 10, Medusa's 63 nodes), measured
-#   greedy on the tuning prompts of the same workloads, each to EOS or `extras.talon_tuning_T` new tokens (cpu: 128,
+#   greedy on the tuning prompts of the same workloads, each to EOS or `talon.tuning_T` new tokens (cpu: 128,
 #   half the test's cap, so that the 41 settings fit in an hour); the fastest runs at T = 0 and T = 1;
 # - peers: llama.cpp's own EAGLE-3 speculative mode with the same head (converted by llama.cpp's converter) at its
 #   defaults (a chain of 3), beside llama.cpp's own AR, greedy and at T = 1; and vLLM's EAGLE-3 mode with the same
 #   head beside vLLM's AR, greedy on Spec-Bench (notebook 12's `vllm` run, on the same prompts);
 # - TALON's workloads: Spec-Bench's questions (its MT-Bench, GSM8K, QA and CNN/DM are Spec-Bench categories),
 #   HumanEval, and UltraChat's evaluation set for TALON's "Alpaca" (the work TALON cites for it; not the same
-#   questions), each answered to EOS or TALON's 1,024 new tokens, capped by `extras.talon_T_cap` (cpu: 256);
+#   questions), each answered to EOS or TALON's 1,024 new tokens, capped by `talon.T_cap` (cpu: 256);
 # - greedy and at exactly T = 1 (no top-k or top-p), each replicate in its own process, methods interleaved prompt
 #   by prompt.
 #
@@ -41,7 +41,7 @@
 
 # %% tags=["parameters"]
 profile = "cpu"      # only "cpu" has a feature head
-overrides = {}       # profile field overrides, e.g. {"talon_n_prompts": 2, "talon_T_cap": 128}
+overrides = {}       # profile field overrides, e.g. {"talon.n_prompts": 2, "talon.T_cap": 128}
 rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 
@@ -113,7 +113,7 @@ if df is not None and not df.empty:
 # ## TALON's advantage over EAGLE-3: reported and ours
 # TALON's speedup over EAGLE-3's on each benchmark, as TALON reports it for its smallest model (Llama-3.1-8B-Instruct
 # on an H200, `data/talon_reported.json`), beside TALON's throughput over EAGLE-3's tree on our prompts of that
-# benchmark (a Spec-Bench category holds `talon_n_questions` prompts, so its ratio carries no interval there).
+# benchmark (a Spec-Bench category holds `talon.n_questions` prompts, so its ratio carries no interval there).
 
 # %% tags=["nbval-ignore-output"]
 if df is not None and not df.empty:

@@ -35,7 +35,7 @@
 
 # %% tags=["parameters"]
 profile = "cpu"      # only "cpu" has a feature head
-overrides = {}       # profile field overrides, e.g. {"frontier_n_prompts": 4}
+overrides = {}       # profile field overrides, e.g. {"frontier.n_prompts": 4}
 rerun = False        # True: archive this notebook's JSON (kept as *.bak.json) and measure again
 render_only = False  # True: only render tables and figures from the logged JSON (measure nothing)
 

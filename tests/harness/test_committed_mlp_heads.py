@@ -22,7 +22,7 @@ def test_the_committed_heads_are_documented_and_named_by_the_cpu_profile(kind):
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg["model_type"] == kind and cfg["num_heads"] == 4 and cfg["truncated_vocab_size"] == 8192
     assert (folder / "README.md").read_text() == card(cfg)  # the card is the training record's, as published
-    assert f"{kind}:weights/smollm2-{kind}" in get_profile("cpu").extras.talon_heads
+    assert f"{kind}:weights/smollm2-{kind}" in get_profile("cpu").settings_for("talon")["heads"]
     assert (folder / "model.safetensors").stat().st_size <= 60 * 2 ** 20
 
 

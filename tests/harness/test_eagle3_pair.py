@@ -134,7 +134,7 @@ def test_run_pair_reports_a_head_beside_another_draft(tmp_path):
     folder = save_head(tiny_eagle3(target, draft_vocab=80, seed=5), tmp_path / "head", "tiny-llama:target")
     (folder / "lookup.json").write_text(json.dumps({"weights": [0.5, 0.6, 0.7]}))
     prof = get_profile("smoke", target="tiny-llama:target", draft=f"eagle3:{folder}", draft_vocab=None,
-                       draft_lookup=True, workloads=("wikitext2", "spec_bench"), T=8, pair_n_questions=1)
+                       draft_lookup=True, workloads=("wikitext2", "spec_bench"), T=8, **{"pair.n_questions": 1})
     path = run_pair(prof, root=tmp_path, name="pair_eagle3")
     assert path == tmp_path / "smoke" / "pair_eagle3.json"
     rep = json.loads(path.read_text())

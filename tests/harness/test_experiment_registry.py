@@ -112,15 +112,11 @@ def test_an_experiments_own_settings_come_from_the_profile_and_are_checked(scrat
     import dataclasses
     from typing import ClassVar
 
-    from dynatree_lib.harness.setup.profiles import check_part
-
     @dataclasses.dataclass(frozen=True)
-    class ToySettings:
+    class ToySettings(catalog.Settings):
         n: int = 2
         part: ClassVar[str] = "toy_settings"
-
-        def __post_init__(self) -> None:
-            check_part(self)
+        positive: ClassVar[tuple] = ("n",)
 
     @experiment
     class Toy(Experiment):
@@ -140,6 +136,8 @@ def test_an_experiments_own_settings_come_from_the_profile_and_are_checked(scrat
         catalog.check_settings(get_profile("smoke", **{"toy_setings.n": 1}))
     with pytest.raises(ValueError, match="experiment 'main' has no settings of its own"):
         catalog.check_settings(get_profile("smoke", **{"main.n": 1}))
-    with pytest.raises(TypeError, match="`settings` must be a dataclass whose `part` is 'toy_other'"):
+    with pytest.raises(ValueError, match="toy_settings.n must be an integer >= 1, got 0"):
+        catalog.check_settings(get_profile("smoke", **{"toy_settings.n": 0}))
+    with pytest.raises(TypeError, match="`settings` must be a Settings dataclass whose `part` is 'toy_other'"):
         experiment(type("Other", (Experiment,), {"name": "toy_other", "settings": ToySettings,
                                                  "cells": lambda self, p, root=None: []}))

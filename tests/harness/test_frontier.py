@@ -69,7 +69,7 @@ def test_the_cpu_frontier_cells():
     assert {c.dataset for c in cells} == set(FRONTIER_WORKLOADS)
     assert {c.sampling.temperature for c in cells} == {0.0, 1.0}
     assert {(c.method, c.tags["budget"]) for c in drafting} == {(m, n) for m in KNOBS for n in BUDGETS}
-    assert all(c.variant == variants.BUDGET and not c.lookup and c.T == p.extras.frontier_T for c in drafting)
+    assert all(c.variant == variants.BUDGET and not c.lookup and c.T == experiments.get("frontier").settings_of(p).T for c in drafting)
     assert sum(c.method == registry.AR for c in cells) == len(FRONTIER_WORKLOADS) * 2
     assert p.models.draft == p.extras.head and p.protocol.warmup == 0
     assert {experiments.prompts(FRONTIER, p, c) * (6 if c.dataset == SPEC_BENCH else 1) for c in cells} == {12}
@@ -81,8 +81,8 @@ def test_the_cpu_frontier_draws_dynatree_on_its_draft_model():
     """The reference line: DynaTree on the profile's draft model (v4, its 8,192 most frequent tokens, no lookup) at
     every budget, workload and temperature; its records name that draft and vocabulary."""
     p = experiments.measuring_profile(FRONTIER, get_profile("cpu"))
-    ref = [c for c in experiments.cells("frontier", p) if c.draft == p.extras.frontier_draft]
-    assert p.extras.frontier_draft == "embedded:draft" and len(ref) == len(BUDGETS) * len(FRONTIER_WORKLOADS) * 2
+    ref = [c for c in experiments.cells("frontier", p) if c.draft == p.settings_for("frontier")["draft"]]
+    assert p.settings_for("frontier")["draft"] == "embedded:draft" and len(ref) == len(BUDGETS) * len(FRONTIER_WORKLOADS) * 2
     assert all(c.method == registry.DYNATREE and not c.lookup and c.tags["draft_vocab"] == 8192 for c in ref)
     assert {c.config.n_max for c in ref} == set(BUDGETS)
     assert "on the draft model embedded:draft @ 4 nodes" in min(ref, key=lambda c: c.tags["budget"]).label

@@ -24,8 +24,8 @@ def measured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("heads")
     folder = tiny_head_folder(tmp / "head")
     prof = get_profile("smoke", target="tiny-llama:target", dtype="float32", draft_vocab=None, draft_lookup=True, T=8,
-                       workloads=("wikitext2",), head=f"eagle3:{folder}", head_n_prompts=2, replicates=1,
-                       **{"tuning.candidates": None})  # the paper's settings: no tuning run
+                       workloads=("wikitext2",), head=f"eagle3:{folder}", replicates=1,
+                       **{"tuning.candidates": None, "heads.n_prompts": 2})  # the paper's settings: no tuning run
     path = experiments.run("heads", prof, root=tmp, replicate=0)
     return prof, path
 

@@ -164,7 +164,7 @@ def test_the_peers_cells_do_not_depend_on_the_build(monkeypatch):
         mine = [c for c in without if c.dataset == ws]
         assert {c.method for c in mine} >= {"ar", "dynatree", "llamacpp"}
         assert sum(c.tags["own_ar"] for c in mine if c.method == "llamacpp") == prof.protocol.replicates
-    assert experiments.prompts("peers", prof, without[0]) == prof.extras.peers_n_prompts
+    assert experiments.prompts("peers", prof, without[0]) == prof.settings_for("peers")["n_prompts"]
     assert experiments.cells("peers", get_profile("smoke", candidates=None)) == []
 
 

@@ -76,7 +76,7 @@ def test_the_talon_tuning_gives_every_row_the_same_candidates_count_on_tuning_pr
         rows.setdefault((c.dataset, c.method, c.draft), []).append(c)
     assert {len(g) for (_, m, _), g in rows.items() if m != registry.AR} == {5}
     assert {m for _, m, d in rows if d is None} == set(talon_exp.talon_methods()) | {registry.DYNATREE_COST}
-    assert {d for _, _, d in rows if d} == set(p.extras.talon_heads)
+    assert {d for _, _, d in rows if d} == set(p.settings_for("talon")["heads"])
     assert all(c.split == "tuning" and c.sampling.temperature == 0 and not c.lookup and c.T == 128 for c in cells)
     for (ws, m, d), g in rows.items():  # the head-designed trees' published settings first
         if m in (registry.EAGLE3_TREE, registry.OPT_TREE, registry.TALON):
@@ -92,7 +92,7 @@ def test_the_cpu_cells_add_medusa_hydra_and_llamacpps_eagle3_beside_its_own_ar()
     p = get_profile("cpu")
     cells = experiments.cells("talon", p)
     own = [c for c in cells if c.variant == variants.OWN_HEADS]
-    assert {c.draft for c in own} == set(p.extras.talon_heads) and {c.tags["heads"] for c in own} == {"medusa", "hydra"}
+    assert {c.draft for c in own} == set(p.settings_for("talon")["heads"]) and {c.tags["heads"] for c in own} == {"medusa", "hydra"}
     assert all(c.method == registry.EAGLE3_TREE and not c.lookup for c in own)
     assert len(own) == 2 * len(TALON_WORKLOADS) * 2 * p.protocol.replicates
     peer = [c for c in cells if c.method == peers.METHOD]
@@ -132,13 +132,13 @@ def test_the_plan_counts_the_talon_notebook():
 
 def test_the_limit_is_talons_capped_by_the_profile():
     assert talon_exp.talon_T(get_profile("cpu"), HUMANEVAL) == 256
-    assert talon_exp.talon_T(get_profile("cpu", talon_T_cap=0), HUMANEVAL) == 1024  # 0: TALON's own
-    with pytest.raises(ValueError, match="talon_T_cap"):
-        talon_exp.talon_T(get_profile("cpu", talon_T_cap=-1), HUMANEVAL)
+    assert talon_exp.talon_T(get_profile("cpu", **{"talon.T_cap": 0}), HUMANEVAL) == 1024  # 0: TALON's own
+    with pytest.raises(ValueError, match="talon.T_cap must be an integer >= 0"):
+        talon_exp.talon_T(get_profile("cpu", **{"talon.T_cap": -1}), HUMANEVAL)
     assert talon_exp.talon_T(get_profile("cpu"), HUMANEVAL, tuning=True) == 128
-    assert talon_exp.talon_T(get_profile("cpu", talon_tuning_T=0), HUMANEVAL, tuning=True) == 256
-    with pytest.raises(ValueError, match="extras.talon_tuning_T must be an integer >= 0"):
-        talon_exp.talon_T(get_profile("cpu", talon_tuning_T=-2), HUMANEVAL, tuning=True)
+    assert talon_exp.talon_T(get_profile("cpu", **{"talon.tuning_T": 0}), HUMANEVAL, tuning=True) == 256
+    with pytest.raises(ValueError, match="talon.tuning_T must be an integer >= 0"):
+        talon_exp.talon_T(get_profile("cpu", **{"talon.tuning_T": -2}), HUMANEVAL, tuning=True)
     with pytest.raises(ValueError, match=f"'{WIKITEXT2}' has no TALON generation limit"):
         talon_exp.talon_T(get_profile("cpu"), WIKITEXT2)
 
@@ -154,8 +154,8 @@ def measured(tmp_path_factory):
     folder = tiny_head_folder(tmp / "head")
     heads = tuple(f"{kind}:{tiny_mlp_head_folder(tmp / kind, kind)}" for kind in ("medusa", "hydra"))
     prof = get_profile("smoke", target="tiny-llama:target", dtype="float32", draft_vocab=None, draft_lookup=True,
-                       head=f"eagle3:{folder}", talon_n_prompts=2, talon_T_cap=8, replicates=1, talon_heads=heads,
-                       **{"tuning.candidates": None})
+                       head=f"eagle3:{folder}", replicates=1,
+                       **{"tuning.candidates": None, "talon.n_prompts": 2, "talon.T_cap": 8, "talon.heads": heads})
     path = experiments.run("talon", prof, root=tmp, replicate=0)
     return prof, path
 
@@ -169,8 +169,9 @@ def test_a_tuning_profile_tunes_every_row_on_its_own_head_first(tmp_path):
     folder = tiny_head_folder(tmp_path / "head")
     heads = tuple(f"{kind}:{tiny_mlp_head_folder(tmp_path / kind, kind)}" for kind in ("medusa", "hydra"))
     prof = get_profile("smoke", target="tiny-llama:target", dtype="float32", draft_vocab=None, draft_lookup=True,
-                       head=f"eagle3:{folder}", talon_n_prompts=1, talon_T_cap=8, talon_tuning_T=6, replicates=1,
-                       talon_heads=heads, cost_aware=False, **{"tuning.n": 1, "tuning.n_questions": 1})
+                       head=f"eagle3:{folder}", replicates=1, cost_aware=False,
+                       **{"tuning.n": 1, "tuning.n_questions": 1, "talon.n_prompts": 1, "talon.T_cap": 8,
+                          "talon.tuning_T": 6, "talon.heads": heads})
     experiments.run("talon", prof, root=tmp_path, replicate=0)
     assert not (tmp_path / "smoke" / "tuning.json").exists()  # the profile's own tuning is not this one's
     tuning = json.loads((tmp_path / "smoke" / f"{TALON_TUNING}.json").read_text())["records"]
@@ -197,7 +198,7 @@ def test_the_talon_records_draft_with_the_head_alone_greedy_and_sampled(measured
     assert {r["dataset"] for r in every} == set(TALON_WORKLOADS)
     assert len(recs) == len(talon_exp.talon_methods()) * len(TALON_WORKLOADS) * 2
     own = [r for r in every if r["variant"] == variants.OWN_HEADS]
-    assert {r["draft"] for r in own} == set(prof.extras.talon_heads) and len(own) == 2 * len(TALON_WORKLOADS) * 2
+    assert {r["draft"] for r in own} == set(prof.settings_for("talon")["heads"]) and len(own) == 2 * len(TALON_WORKLOADS) * 2
     assert {r["weights"]["draft"]["head"] for r in own} == {"medusa", "hydra"}
     greedy = [r for r in own if r["temperature"] == 0.0]
     assert all(r["aggregate"]["equals_ar"] == r["aggregate"]["n"] == len(r["prompt_ids"]) for r in greedy)  # exact

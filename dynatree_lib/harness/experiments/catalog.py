@@ -28,9 +28,22 @@ from ..measure import load
 from ..measure.bench import measurable, measure_cells, unmeasurable
 from ..measure.cell import Cell
 from ..measure.store import ResultStore, archive_for_rerun, config_dict, record_key, results_path
-from ..setup.profiles import Profile
+from ..setup.profiles import Profile, check_part
 from ..setup.splits import CATEGORIES
 from ..setup.workloads import count
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Base of an experiment's own settings (``Experiment.settings``): a frozen dataclass whose ``part`` is the
+    experiment's name, every field checked as a profile part's are (``check_part``; ``positive`` names the counts
+    that must be >= 1, every other count >= 0)."""
+
+    part: ClassVar[str] = ""
+    positive: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        check_part(self, positive=set(self.positive))
 
 
 class Experiment:
@@ -42,7 +55,7 @@ class Experiment:
     in_process: ClassVar[bool] = False  # each replicate measured in a fresh Python process
     tuning: ClassVar[str | None] = None  # the tuning whose settings it reads, measured first where it has cells here
     picks_settings: ClassVar[bool] = False  # a tuning: it reads no tuned setting (``plan`` prices its cells as is)
-    settings: ClassVar[type | None] = None  # its own settings: a frozen dataclass whose ``part`` is its name
+    settings: ClassVar[type | None] = None  # its own settings: a ``Settings`` dataclass whose ``part`` is its name
 
     def settings_of(self, p: Profile):
         """Its settings on ``p``: the dataclass's defaults with the fields ``p`` sets (``Profile.settings``,
@@ -139,9 +152,9 @@ def experiment(cls: type) -> type:
     if not issubclass(cls, tuple(kinds)) and cls.cells is Experiment.cells:
         raise TypeError(f"experiment {name!r} ({cls.__qualname__}) measures nothing: it overrides neither `cells` "
                         "nor `run`")
-    if cls.settings is not None and not (dataclasses.is_dataclass(cls.settings)
-                                         and getattr(cls.settings, "part", None) == name):
-        raise TypeError(f"experiment {name!r}: `settings` must be a dataclass whose `part` is {name!r}")
+    if cls.settings is not None and not (isinstance(cls.settings, type) and issubclass(cls.settings, Settings)
+                                         and cls.settings.part == name):
+        raise TypeError(f"experiment {name!r}: `settings` must be a Settings dataclass whose `part` is {name!r}")
     for attr in ("notebook", "tuning"):
         if not isinstance(getattr(cls, attr), (str, type(None))):
             raise TypeError(f"experiment {name!r}: `{attr}` must be a name or None, got {getattr(cls, attr)!r}")

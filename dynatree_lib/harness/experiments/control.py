@@ -18,10 +18,10 @@ from ... import methods as registry
 from ...core.sampling import Sampling
 from ..measure.cell import Cell
 from ..setup import variants as v
-from ..setup.profiles import Profile, check_part
+from ..setup.profiles import Profile
 from ..setup.weights import head_kind
 from ..setup.workloads import HUMANEVAL, PG19, SPEC_BENCH, WIKITEXT2, count, workload
-from .catalog import Experiment, experiment
+from .catalog import Experiment, Settings, experiment, get
 from .tuning import control_config, tuned, tuned_families
 
 CONTROL = "control"  # the experiment's name (its JSON file)
@@ -38,7 +38,7 @@ def setting_workload(p: Profile, ws: str) -> str:
 
 
 @dataclass(frozen=True)
-class ControlSettings:
+class ControlSettings(Settings):
     """``n_prompts`` sealed test prompts per workload without categories (0: no controller experiment),
     ``n_questions`` per Spec-Bench category."""
 
@@ -46,15 +46,12 @@ class ControlSettings:
     n_questions: int = 1
     part: ClassVar[str] = CONTROL
 
-    def __post_init__(self) -> None:
-        check_part(self, positive={"n_questions"})
-
 
 def control_cells(p: Profile, root=None) -> list[Cell]:
     """AR and every ``CONTROLLED_METHODS`` method, uncontrolled (its tuned setting) and controlled, on the draft
     model and on the feature head (``extras.head``, where the profile has one), per replicate, workload and
     sampling law; none where ``control.n_prompts`` is 0."""
-    if not Control().settings_of(p).n_prompts:
+    if not get(CONTROL).settings_of(p).n_prompts:
         return []
     drafts = [None] + ([p.extras.head] if p.extras.head else [])
     cells = []

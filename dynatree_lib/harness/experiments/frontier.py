@@ -11,6 +11,8 @@ fits what its curves leave out of an iteration to these records' times.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from ... import methods as registry
 from ...core.sampling import Sampling
@@ -20,11 +22,31 @@ from ..setup.profiles import Profile
 from .talon import MEDUSA_TREE, head_profile
 from ..setup.weights import head_kind
 from ..setup.workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2, count
-from .catalog import Experiment, experiment
+from .catalog import Experiment, Settings, experiment, get
 
 FRONTIER = "frontier"
 BUDGETS = (4, 8, 16, 32, 60)  # verified draft nodes; 60 is TALON's published N (EAGLE-3's 60 tokens are 59 nodes)
 FRONTIER_WORKLOADS = (SPEC_BENCH, HUMANEVAL, WIKITEXT2)  # two instruction sets and a continuation
+
+
+@dataclass(frozen=True)
+class FrontierSettings(Settings):
+    """``n_prompts`` test prompts per workload without categories (0: no frontier) and ``n_questions`` per Spec-Bench
+    category, ``T`` new tokens at most; Medusa's and Hydra's heads beside the head (``heads``); DynaTree on a draft
+    model as the reference line (``draft``, scoring its ``draft_vocab`` most frequent tokens where set)."""
+
+    n_prompts: int = 0
+    n_questions: int = 1
+    T: int = 64
+    heads: tuple = ()
+    draft: str = ""
+    draft_vocab: int | None = None
+    part: ClassVar[str] = FRONTIER
+    positive: ClassVar[tuple] = ("T", "draft_vocab")
+
+
+def frontier_settings(p: Profile) -> FrontierSettings:
+    return get(FRONTIER).settings_of(p)
 
 
 def frontier_methods() -> tuple[str, ...]:
@@ -34,33 +56,33 @@ def frontier_methods() -> tuple[str, ...]:
 
 
 def frontier_profile(p: Profile) -> Profile:
-    """``p`` drafting with its head (``head_profile``) on the frontier's workloads, decoding ``extras.frontier_T``
+    """``p`` drafting with its head (``head_profile``) on the frontier's workloads, decoding ``frontier.T``
     tokens, with no warm-up generation (no method's time is compared with another's here)."""
-    protocol = dataclasses.replace(p.protocol, workloads=FRONTIER_WORKLOADS, T=p.extras.frontier_T, warmup=0)
+    protocol = dataclasses.replace(p.protocol, workloads=FRONTIER_WORKLOADS, T=frontier_settings(p).T, warmup=0)
     return dataclasses.replace(head_profile(p), protocol=protocol)
 
 
 def frontier_cells(p: Profile, root=None) -> list[Cell]:
     """AR and every ``frontier_methods`` method at each of ``BUDGETS`` on each ``FRONTIER_WORKLOADS`` workload, greedy
-    and at T = 1, the head drafting alone (as in TALON), with Medusa's and Hydra's heads (``extras.frontier_heads``)
+    and at T = 1, the head drafting alone (as in TALON), with Medusa's and Hydra's heads (``frontier.heads``)
     drafting ``MEDUSA_TREE`` at the same budgets, and DynaTree on a draft model (``reference_cells``);
-    ``extras.frontier_n_prompts`` test prompts per workload without categories, ``frontier_n_questions`` per
+    ``frontier.n_prompts`` test prompts per workload without categories, ``frontier.n_questions`` per
     Spec-Bench category; none where the profile has no head or sets no prompts."""
-    if not p.extras.head or not p.extras.frontier_n_prompts:
+    if not p.extras.head or not frontier_settings(p).n_prompts:
         return []
     eagle = registry.REGISTRY[registry.EAGLE3_TREE].study.budget
     cells = []
     for ws in FRONTIER_WORKLOADS:
         for s in map(Sampling, TALON_TEMPERATURES):
             tags = {"role": FRONTIER, "temperature": s.temperature}
-            at = dict(dataset=ws, T=p.extras.frontier_T, L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s,
+            at = dict(dataset=ws, T=frontier_settings(p).T, L_max=p.L_max(ws), dtype=p.models.dtype, sampling=s,
                       lookup=False)
             cells.append(Cell(method=registry.AR, config=None, tags=tags, **at))
             for m in frontier_methods():
                 knob = registry.REGISTRY[m].study.budget
                 cells += [Cell(method=m, variant=v.BUDGET, config=knob(p.method(m, ws), n), tags=tags | {"budget": n},
                                **at) for n in BUDGETS]
-            for ref in p.extras.frontier_heads:
+            for ref in frontier_settings(p).heads:
                 cells += [Cell(method=registry.EAGLE3_TREE, variant=v.BUDGET, config=eagle(MEDUSA_TREE, n), draft=ref,
                                tags=tags | {"budget": n, "heads": head_kind(ref)}, **at) for n in BUDGETS]
             cells += reference_cells(p, ws, tags, at)
@@ -68,13 +90,13 @@ def frontier_cells(p: Profile, root=None) -> list[Cell]:
 
 
 def reference_cells(p: Profile, ws: str, tags: dict, at: dict) -> list[Cell]:
-    """DynaTree drafting with the profile's draft model (``extras.frontier_draft``, its ``frontier_draft_vocab``
+    """DynaTree drafting with the profile's draft model (``frontier.draft``, its ``frontier.draft_vocab``
     most frequent tokens, without its lookup) at each of ``BUDGETS``: the reference line of the method as its paper
     runs it, a draft model beside the target; none where the profile names no such draft."""
-    ref = p.extras.frontier_draft
+    ref = frontier_settings(p).draft
     if not ref:
         return []
-    knob, vocab = registry.REGISTRY[registry.DYNATREE].study.budget, p.extras.frontier_draft_vocab
+    knob, vocab = registry.REGISTRY[registry.DYNATREE].study.budget, frontier_settings(p).draft_vocab
     model = {"draft_model": ref} | ({"draft_vocab": vocab} if vocab else {})
     return [Cell(method=registry.DYNATREE, variant=v.BUDGET, config=knob(p.method(registry.DYNATREE, ws), n),
                  draft=ref, tags=tags | {"budget": n} | model, **at) for n in BUDGETS]
@@ -84,12 +106,13 @@ def reference_cells(p: Profile, ws: str, tags: dict, at: dict) -> list[Cell]:
 class Frontier(Experiment):
     """Measured by ``bench --experiment frontier`` (or notebook 15's rerun); notebook 15 renders it."""
     name = FRONTIER
+    settings = FrontierSettings
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return frontier_cells(p, root)
 
     def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, p.extras.frontier_n_prompts, p.extras.frontier_n_questions)
+        return count(cell.dataset, frontier_settings(p).n_prompts, frontier_settings(p).n_questions)
 
     def profile(self, p: Profile) -> Profile:
         return frontier_profile(p) if p.extras.head else p

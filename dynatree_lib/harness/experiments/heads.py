@@ -1,14 +1,16 @@
 """Notebook 13 (issue 56): every exact method of our loop that drafts, drafting with the profile's feature head."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ... import methods as registry
 from ...core.sampling import Sampling
 from ..measure.cell import Cell
 from ..setup.profiles import Profile
 from ..setup.workloads import count
-from .catalog import Experiment, experiment
+from .catalog import Experiment, Settings, experiment
 from .cells import GREEDY, network_alone, tuned_cell
 from .talon import head_profile
 
@@ -21,12 +23,22 @@ def head_methods() -> tuple[str, ...]:
                  if m.drafts and m.impl == "ours" and m.exact and m.study.role not in ("extension", "opt_in"))
 
 
+@dataclass(frozen=True)
+class HeadsSettings(Settings):
+    """``n_prompts`` test prompts per continuation workload and ``n_questions`` per Spec-Bench category."""
+
+    n_prompts: int = 4
+    n_questions: int = 1
+    part: ClassVar[str] = "heads"
+
+
 @experiment
 class Heads(Experiment):
     name = "heads"
     notebook = "13_heads"
     in_process = True
     tuning = "tuning"
+    settings = HeadsSettings
 
     def cells(self, p: Profile, root: Path | None = None) -> list[Cell]:
         """AR and every ``head_methods`` method drafting with the profile's feature head, greedy (with the draft
@@ -46,8 +58,8 @@ class Heads(Experiment):
         return cells
 
     def prompts(self, p: Profile, cell: Cell) -> int:
-        """``extras.head_n_prompts`` test prompts per workload, ``head_n_questions`` per Spec-Bench category."""
-        return count(cell.dataset, p.extras.head_n_prompts, p.extras.head_n_questions)
+        own = self.settings_of(p)
+        return count(cell.dataset, own.n_prompts, own.n_questions)
 
     def profile(self, p: Profile) -> Profile:
         return head_profile(p) if p.extras.head else p

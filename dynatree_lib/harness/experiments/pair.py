@@ -23,6 +23,8 @@ it has q = 0), so every measure keeps its one definition.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -34,7 +36,7 @@ from ... import methods as registry
 from ..measure.cell import Cell
 from ..setup.splits import CATEGORIES
 from ..setup.workloads import POOLED, count, eos, workload
-from .catalog import Document, experiment
+from .catalog import Document, Settings, experiment, get
 
 
 @torch.no_grad()
@@ -160,13 +162,14 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     draft_ref = draft or profile.models.draft
     target, dm, tok = load_pair(profile.models.target, draft_ref, profile.models.device, "float32",
                                 profile.models.context_override)
-    T = profile.extras.pair_T or profile.protocol.T
+    own = get(Pair.name).settings_of(profile)
+    T = own.T or profile.protocol.T
     head = draft_head(dm)
     if head is None and isinstance(dm, Runner) and dm.reads_features:
         raise ValueError(f"{draft_ref!r}: the pair report teacher-forces EAGLE-3 heads and causal LMs; a Medusa or "
                          "Hydra head's first drafts are not reported yet")
-    report = {"profile": profile.name, "T": T, "n_prompts": profile.extras.pair_n_prompts,
-              "n_questions": profile.extras.pair_n_questions, "split": "dev",
+    report = {"profile": profile.name, "T": T, "n_prompts": own.n_prompts, "n_questions": own.n_questions,
+              "split": "dev",
               "draft_vocab": profile.models.draft_vocab if head is None else head.cfg.draft_vocab,
               "draft_lookup": profile.models.draft_lookup, "models": {}, "bits_per_byte": {}}
     for role, m, ref in (("target", target, profile.models.target), ("draft", dm, draft_ref)):
@@ -215,7 +218,8 @@ def target_outputs(profile, target, tok, T: int, report: dict, *, sample: bool =
     gen = torch.Generator().manual_seed(profile.protocol.seed) if sample else None
     seqs = []
     for ws in profile.workloads:
-        n = count(ws, profile.extras.pair_n_prompts, profile.extras.pair_n_questions) or profile.protocol.n_prompts
+        own = get(Pair.name).settings_of(profile)
+        n = count(ws, own.n_prompts, own.n_questions) or profile.protocol.n_prompts
         for p in load_prompts(ws, tok, n, profile.L_max(ws), split="dev", seed=profile.protocol.seed,
                               source=profile.protocol.data_source):
             ids = p.ids[-profile.protocol.max_prompt:] if profile.protocol.max_prompt else p.ids
@@ -323,18 +327,31 @@ def sequence_flags(target, draft, x: Tensor, lo: int, heads: dict) -> dict[str, 
     return out
 
 
+@dataclass(frozen=True)
+class PairSettings(Settings):
+    """``T`` new tokens of the target's output (0: the protocol's) of ``n_prompts`` dev prompts per continuation
+    workload (0: the protocol's) and ``n_questions`` per Spec-Bench category."""
+
+    T: int = 0
+    n_prompts: int = 0
+    n_questions: int = 2
+    part: ClassVar[str] = "pair"
+
+
 @experiment
 class Pair(Document):
     """Notebook 00's report on the profile's pair (``run_pair``)."""
     name = "pair"
     notebook = "00_setup"
     make = run_pair
+    settings = PairSettings
 
     def planned(self, p, cells: list[Cell]) -> list[tuple[Cell, int]]:
         """The target's greedy output of the dev prompts, in fp32."""
         out, per_category = [], len(set(CATEGORIES.values()))
         for ws in p.workloads:
-            n = count(ws, p.extras.pair_n_prompts or p.protocol.n_prompts, p.extras.pair_n_questions * per_category)
+            own = self.settings_of(p)
+            n = count(ws, own.n_prompts or p.protocol.n_prompts, own.n_questions * per_category)
             out.append((Cell(dataset=ws, method=registry.AR, config=None, T=p.protocol.T, L_max=p.L_max(ws),
                              dtype="float32"), n))
         return out

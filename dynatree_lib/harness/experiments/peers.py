@@ -2,7 +2,9 @@
 mode on our head (``peers.llamacpp_eagle3``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ... import methods as registry
 from ..measure.cell import Cell
@@ -10,8 +12,18 @@ from ..peers import llamacpp
 from ..peers.llamacpp_eagle3 import run_llamacpp_eagle3
 from ..setup.profiles import Profile
 from ..setup.workloads import count
-from .catalog import Document, Experiment, experiment
+from .catalog import Document, Experiment, Settings, experiment
 from .cells import extension_cells, tuned_cell
+
+
+@dataclass(frozen=True)
+class PeersSettings(Settings):
+    """``n_prompts`` of the main table's test prompts per continuation workload (0: no peers experiment) and
+    ``n_questions`` per Spec-Bench category."""
+
+    n_prompts: int = 0
+    n_questions: int = 1
+    part: ClassVar[str] = "peers"
 
 
 @experiment
@@ -20,12 +32,13 @@ class Peers(Experiment):
     notebook = "12_peers"
     in_process = True
     tuning = "tuning"
+    settings = PeersSettings
 
     def cells(self, p: Profile, root: Path | None = None) -> list[Cell]:
         """llama.cpp's modes (``llamacpp.PEERS``) beside our AR, DynaTree and the extension (without its variants),
         greedy on the main table's first prompts in the timed precision, each replicate in a fresh process; none
         where the profile runs no peers. Whether llama.cpp is built decides what ``run`` measures, not the cells."""
-        if not p.extras.peers_n_prompts:
+        if not self.settings_of(p).n_prompts:
             return []
         cells = []
         for r in range(p.protocol.replicates):
@@ -40,7 +53,8 @@ class Peers(Experiment):
         return cells
 
     def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, p.extras.peers_n_prompts, p.extras.peers_n_questions)
+        own = self.settings_of(p)
+        return count(cell.dataset, own.n_prompts, own.n_questions)
 
 
 @experiment

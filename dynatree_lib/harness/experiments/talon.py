@@ -4,12 +4,12 @@ row at the setting its own tuning on the heads picked (``TalonTuning``)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
 
 from ... import methods as registry
 from ...core.policies.eagle_tree import Eagle3TreeConfig
 from ...core.sampling import Sampling
-from ...core.validate import is_int
 from ...extensions.cost_aware import CostAwareConfig
 from ..peers import llamacpp as peers
 from ..setup import variants as v
@@ -18,7 +18,7 @@ from ..setup.profiles import Profile
 from .tuning import fastest, head_cost_curve
 from ..setup.weights import head_kind
 from ..setup.workloads import TALON_TEMPERATURES, TALON_WORKLOADS, count, workload
-from .catalog import Experiment, experiment
+from .catalog import Experiment, Settings, experiment, get
 
 TALON = "talon"  # the experiment's name (its JSON file, its cells' role)
 TALON_TUNING = "talon_tuning"  # its tuning: every row's candidates on the heads, on the tuning prompts
@@ -30,6 +30,28 @@ TALON_TUNING = "talon_tuning"  # its tuning: every row's candidates on the heads
 MEDUSA_TREE = Eagle3TreeConfig(depth=3, top_k=10, total_tokens=64)
 
 
+@dataclass(frozen=True)
+class TalonSettings(Settings):
+    """The talon experiment's own settings (and its tuning's): ``n_prompts`` test prompts per question workload
+    without categories (HumanEval's, UltraChat's) and ``n_questions`` per Spec-Bench category, each decoded to EOS or
+    TALON's limit capped at ``T_cap`` new tokens where above 0 (its tuning at ``tuning_T`` where above 0); Medusa's and
+    Hydra's rows (``heads``: draft references ``medusa:<folder>``, ``hydra:<folder>``), llama.cpp's EAGLE-3 mode with
+    the head beside llama.cpp's AR (``peers``) and our extension on the head (``extension``)."""
+
+    n_prompts: int = 4
+    n_questions: int = 1
+    T_cap: int = 0
+    tuning_T: int = 0
+    heads: tuple = ()
+    peers: bool = False
+    extension: bool = False
+    part: ClassVar[str] = TALON
+
+
+def talon_settings(p: Profile) -> TalonSettings:
+    return get(TALON).settings_of(p)
+
+
 def head_profile(p: Profile) -> Profile:
     """``p`` drafting with its feature head (``extras.head``: the head's own vocabulary, the lookup beside it)."""
     return dataclasses.replace(p, models=dataclasses.replace(p.models, draft=p.extras.head, draft_vocab=None))
@@ -37,17 +59,15 @@ def head_profile(p: Profile) -> Profile:
 
 def talon_T(p: Profile, ws: str, tuning: bool = False) -> int:
     """The talon experiment's new-token limit on workload ``ws``: TALON's (``Workload.talon_T``), capped at
-    ``extras.talon_T_cap`` where that is above 0 (cpu: 256, so that a run on 2 cores takes minutes, not hours); its
-    tuning's (``tuning``), capped again at ``extras.talon_tuning_T`` where above 0 (cpu: 128, so that 41 settings
-    on 12 prompts take under an hour)."""
+    ``talon.T_cap`` where that is above 0 (cpu: 256, so that a run on 2 cores takes minutes, not hours); its
+    tuning's (``tuning``), capped again at ``talon.tuning_T`` where above 0 (cpu: 128, so that 41 settings on 12
+    prompts take under an hour)."""
     limit = workload(ws).talon_T
     if limit is None:
         raise ValueError(f"workload {ws!r} has no TALON generation limit (Workload.talon_T); TALON's are "
                          f"{TALON_WORKLOADS}")
-    caps = {"talon_T_cap": p.extras.talon_T_cap} | ({"talon_tuning_T": p.extras.talon_tuning_T} if tuning else {})
-    for field, cap in caps.items():
-        if not is_int(cap) or cap < 0:
-            raise ValueError(f"extras.{field} must be an integer >= 0 (0: no cap), got {cap!r}")
+    settings = talon_settings(p)
+    for cap in (settings.T_cap, settings.tuning_T) if tuning else (settings.T_cap,):
         limit = min(limit, cap) if cap else limit
     return limit
 
@@ -69,8 +89,8 @@ def talon_methods() -> tuple[str, ...]:
 def talon_cells(p: Profile, root=None) -> list[Cell]:
     """Notebook 14 (issue 57): TALON's Tables 1 and 3 on the profile's feature head (``extras.head``; none without
     one). Every ``talon_methods`` method on each of TALON's workloads (``TALON_WORKLOADS``), greedy and at T = 1,
-    each replicate in a fresh process, methods interleaved prompt by prompt; ``extras.talon_n_prompts`` test prompts
-    per workload without categories and ``talon_n_questions`` per Spec-Bench category, each to EOS or ``talon_T``.
+    each replicate in a fresh process, methods interleaved prompt by prompt; ``talon.n_prompts`` test prompts
+    per workload without categories and ``talon.n_questions`` per Spec-Bench category, each to EOS or ``talon_T``.
 
     Temperatures: exactly 0 and 1 (``TALON_TEMPERATURES``), not the profile's sampling temperatures: TALON's Tables
     1 and 3 are measured at exactly these (no top-k or top-p), and a profile adding a temperature to notebook 10
@@ -82,7 +102,7 @@ def talon_cells(p: Profile, root=None) -> list[Cell]:
     if not p.extras.head:
         return []
     cells = []
-    curve = head_cost_curve(p, p.models.dtype, root) if p.extras.talon_extension else None
+    curve = head_cost_curve(p, p.models.dtype, root) if talon_settings(p).extension else None
     # each row's setting once per workload (it reads the tuning's JSON), shared by every replicate and temperature
     settings = {ws: [(row, row_setting(p, row, ws, root)) for row in talon_rows(p, ws, curve)]
                 for ws in TALON_WORKLOADS}
@@ -113,9 +133,9 @@ class Row(NamedTuple):
 def talon_rows(p: Profile, ws: str, curve: tuple | None) -> list[Row]:
     """Every drafting row of TALON's tables on ``ws``: ``talon_methods`` on the head (published: ``Profile.method``,
     EAGLE-3's and OPT-Tree's authors' defaults, TALON's mu 0.03, N 60, K 10, the profile's paper settings for SD and
-    DynaTree), our extension on the head where ``extras.talon_extension`` (DynaTree's settings cut by ``curve``: the
+    DynaTree), our extension on the head where ``talon.extension`` (DynaTree's settings cut by ``curve``: the
     target's verification curve and the head's measured step per level, ``tuning.head_cost_curve``), and Medusa's
-    and Hydra's rows (``extras.talon_heads``: ``medusa:<folder>``, ``hydra:<folder>``, ``MEDUSA_TREE`` over their
+    and Hydra's rows (``talon.heads``: ``medusa:<folder>``, ``hydra:<folder>``, ``MEDUSA_TREE`` over their
     own levels). Candidates: the profile's tuning's, the same number each, published first (Medusa's and Hydra's:
     ``MEDUSA_TREE``, then EAGLE-3's tree's smaller ones, their depth capped by the heads' four levels); None where
     it does not tune, and AR's (it has no setting)."""
@@ -127,7 +147,7 @@ def talon_rows(p: Profile, ws: str, curve: tuple | None) -> list[Row]:
         rows.append(Row(registry.DYNATREE_COST, None, CostAwareConfig(dyna, *curve), ext, {"extension": True}))
     own = cands and (MEDUSA_TREE,) + tuple(cands[registry.EAGLE3_TREE][1:])
     rows += [Row(registry.EAGLE3_TREE, ref, MEDUSA_TREE, own, {"heads": head_kind(ref)})
-             for ref in p.extras.talon_heads]
+             for ref in talon_settings(p).heads]
     return rows
 
 
@@ -146,7 +166,7 @@ def talon_tuning_cells(p: Profile, root=None) -> list[Cell]:
     none where the profile has no head or does not tune."""
     if not p.extras.head or p.tuning.candidates is None:
         return []
-    curve = head_cost_curve(p, p.models.dtype, root) if p.extras.talon_extension else None
+    curve = head_cost_curve(p, p.models.dtype, root) if talon_settings(p).extension else None
     cells = []
     for ws in TALON_WORKLOADS:
         at = dict(dataset=ws, T=talon_T(p, ws, tuning=True), L_max=p.L_max(ws), dtype=p.models.dtype, split="tuning",
@@ -161,8 +181,8 @@ def talon_tuning_cells(p: Profile, root=None) -> list[Cell]:
 
 def peer_cells(p: Profile, ws: str, s: Sampling, tags: dict) -> list[Cell]:
     """llama.cpp's EAGLE-3 mode with the committed head and llama.cpp's own AR (``peers.EAGLE3_PEERS``), where
-    ``extras.talon_peers``; a machine without llama.cpp measures none of them (``Method.unavailable``)."""
-    if not p.extras.talon_peers:
+    ``talon.peers``; a machine without llama.cpp measures none of them (``Method.unavailable``)."""
+    if not talon_settings(p).peers:
         return []
     return [Cell(dataset=ws, method=peers.METHOD, variant=mode.variant, config=mode.config, T=talon_T(p, ws),
                  L_max=p.L_max(ws), dtype=p.models.dtype, tags=tags | {"own_ar": mode is peers.EAGLE3_PEERS[0]},
@@ -176,12 +196,13 @@ class Talon(Experiment):
     notebook = "14_talon"
     in_process = True
     tuning = TALON_TUNING
+    settings = TalonSettings
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return talon_cells(p, root)
 
     def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, p.extras.talon_n_prompts, p.extras.talon_n_questions)
+        return count(cell.dataset, talon_settings(p).n_prompts, talon_settings(p).n_questions)
 
     def profile(self, p: Profile) -> Profile:
         return talon_profile(p) if p.extras.head else p

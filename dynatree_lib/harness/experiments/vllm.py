@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ... import methods as registry
 from ...core.policies.static import LinearConfig
@@ -23,7 +25,7 @@ from ..setup.profiles import Profile
 from .talon import head_profile
 from .tuning import fastest
 from ..setup.workloads import SPEC_BENCH, WIKITEXT2, count
-from .catalog import Document, Experiment, experiment
+from .catalog import Document, Experiment, Settings, experiment, get
 
 VLLM, VLLM_TUNING, VLLM_THROUGHPUT = "vllm", "vllm_tuning", "vllm_throughput"
 VLLM_WORKLOADS = (SPEC_BENCH, WIKITEXT2)
@@ -32,8 +34,24 @@ THROUGHPUT_TOKENS = 128  # per request, EOS ignored: every request decodes the s
 THROUGHPUT_REPEATS = 3
 
 
+@dataclass(frozen=True)
+class VllmSettings(Settings):
+    """``n_prompts`` test prompts per continuation workload (0: no vLLM rows) and ``n_questions`` per Spec-Bench
+    category; the tuning decodes ``tuning_T`` tokens."""
+
+    n_prompts: int = 0
+    n_questions: int = 1
+    tuning_T: int = 128
+    part: ClassVar[str] = VLLM
+    positive: ClassVar[tuple] = ("tuning_T",)
+
+
+def vllm_settings(p: Profile) -> VllmSettings:
+    return get(VLLM).settings_of(p)
+
+
 def runs_vllm(p: Profile) -> bool:
-    return bool(p.extras.head and p.extras.vllm_n_prompts)
+    return bool(p.extras.head and vllm_settings(p).n_prompts)
 
 
 def chain_candidates(p: Profile) -> tuple:
@@ -48,12 +66,12 @@ def eagle3_candidates(p: Profile) -> tuple:
 def vllm_tuning_cells(p: Profile, root=None) -> list[Cell]:
     """AR, our chain's candidates on the head alone and vLLM's EAGLE-3 candidates on the tuning prompts of
     ``VLLM_WORKLOADS`` (``Tuning.n`` per continuation set, ``n_questions`` per Spec-Bench category), greedy, to
-    ``extras.vllm_tuning_T``; none where the profile does not tune or runs no vLLM rows."""
+    ``vllm.tuning_T``; none where the profile does not tune or runs no vLLM rows."""
     if not runs_vllm(p) or p.tuning.candidates is None:
         return []
     cells = []
     for ws in VLLM_WORKLOADS:
-        at = dict(dataset=ws, T=p.extras.vllm_tuning_T, L_max=p.L_max(ws), dtype=p.models.dtype, split="tuning",
+        at = dict(dataset=ws, T=vllm_settings(p).tuning_T, L_max=p.L_max(ws), dtype=p.models.dtype, split="tuning",
                   lookup=False)
         cells.append(Cell(method=registry.AR, config=None, tags={}, **at))
         cells += [Cell(method=registry.LINEAR, variant=v.CANDIDATE, config=cfg, tags={"candidate": i}, **at)
@@ -74,8 +92,8 @@ def settings(p: Profile, ws: str, root=None) -> tuple:
 
 
 def vllm_cells(p: Profile, root=None) -> list[Cell]:
-    """The ``vllm`` experiment's cells (module docstring): ``extras.vllm_n_prompts`` test prompts per continuation
-    set and ``vllm_n_questions`` per Spec-Bench category, to ``protocol.T`` (Spec-Bench: or EOS), every replicate."""
+    """The ``vllm`` experiment's cells (module docstring): ``vllm.n_prompts`` test prompts per continuation
+    set and ``vllm.n_questions`` per Spec-Bench category, to ``protocol.T`` (Spec-Bench: or EOS), every replicate."""
     if not runs_vllm(p):
         return []
     tuned = {ws: settings(p, ws, root) for ws in VLLM_WORKLOADS}
@@ -172,12 +190,13 @@ class Vllm(OnTheHead):
     notebook = "12_peers"
     in_process = True
     tuning = VLLM_TUNING
+    settings = VllmSettings
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return vllm_cells(p, root)
 
     def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, p.extras.vllm_n_prompts, p.extras.vllm_n_questions)
+        return count(cell.dataset, vllm_settings(p).n_prompts, vllm_settings(p).n_questions)
 
 
 @experiment

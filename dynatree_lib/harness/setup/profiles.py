@@ -35,8 +35,8 @@ KINDS = {"int": is_int, "float": is_real, "bool": lambda x: isinstance(x, bool),
 KIND_NAMES = {"int": "an integer", "float": "a number", "bool": "True or False", "str": "a string", "tuple": "a tuple",
               "dict": "a dict", "None": "None"}
 EXAMPLES = {"L_max": "{'wikitext2': 200, 'pg19': 250}", "temperatures": "(1.0,)", "workloads": "('wikitext2', 'pg19')"}
-POSITIVE = {"T", "n_prompts", "n_questions", "replicates", "n", "trees_per_prompt", "streaming_cache", "draft_vocab",
-            "threads", "frontier_T", "vllm_tuning_T"}  # counts that must be >= 1 (every other count >= 0)
+# counts that must be >= 1 (every other count >= 0)
+POSITIVE = {"T", "n_prompts", "n_questions", "replicates", "n", "streaming_cache", "draft_vocab", "threads"}
 
 
 def check_part(part, positive: frozenset | set = POSITIVE) -> None:
@@ -212,58 +212,17 @@ class Sweeps:
 
 @dataclass(frozen=True)
 class Extras:
-    """Notebook 00's pair report (``pair_T`` tokens of ``pair_n_prompts`` dev prompts per continuation dataset, 0:
-    the protocol's, and ``pair_n_questions`` per Spec-Bench category),
-    notebook 09's recorded trees, and whether the main table adds the cost-aware extension (built from this
-    profile's measured forward costs, ``results/<profile>/costs.json``; tuned over DynaTree's candidates with the
-    cut on where the profile tunes), and notebook 12's llama.cpp peers (``peers_n_prompts`` main-table prompts per
-    continuation dataset and ``peers_n_questions`` per Spec-Bench category; 0: no peers experiment); and the seconds
-    over which ``costs.json`` spreads its paired rounds of the draft/target one-token cost (``cost_span_s``: on a
-    machine whose memory bandwidth drifts, the rounds then meet its phases); and notebook 13's feature head
-    (``head``: a draft reference such as ``eagle3:<folder>``, None: the profile has none) with its prompts
-    (``head_n_prompts`` test prompts per continuation dataset, ``head_n_questions`` per Spec-Bench category); and
-    notebook 14's TALON experiment on that head (``talon_n_prompts`` test prompts per question workload without
-    categories, HumanEval and UltraChat's, ``talon_n_questions`` per Spec-Bench category, each decoded to EOS or
-    TALON's limit, capped at ``talon_T_cap`` new tokens where it is above 0; its tuning on the tuning prompts decodes at
-    most ``talon_tuning_T``, where above 0), with TALON's Medusa and Hydra rows
-    (``talon_heads``: draft references ``medusa:<folder>``, ``hydra:<folder>``) and llama.cpp's EAGLE-3 mode with
-    the head beside llama.cpp's AR (``talon_peers``) and our extension on the head (``talon_extension``)); and
-    notebook 12's vLLM rows on the head (``vllm_n_prompts`` test prompts per continuation dataset, 0: none,
-    ``vllm_n_questions`` per Spec-Bench category; their tuning decodes ``vllm_tuning_T`` tokens); and notebook 15's
-    budget frontier on the head (``frontier_n_prompts`` test prompts per workload without categories, 0: none,
-    ``frontier_n_questions`` per Spec-Bench category, ``frontier_T`` new tokens at most, Medusa's and Hydra's heads
-    beside it: ``frontier_heads``; DynaTree on a draft model as the reference line: ``frontier_draft``, scoring its
-    ``frontier_draft_vocab`` most frequent tokens where set). An experiment with settings of its own declares them
-    in its module instead (``Experiment.settings``; a profile sets them in ``Profile.settings``)."""
+    """What several experiments share: the profile's feature head (``head``: a draft reference such as
+    ``eagle3:<folder>``, None: the profile has none), whether the tables add the cost-aware extension (built from this
+    profile's measured forward costs, ``results/<profile>/costs.json``; tuned over DynaTree's candidates with the cut
+    on where the profile tunes), and the seconds over which ``costs.json`` spreads its paired rounds of the
+    draft/target one-token cost (``cost_span_s``: on a machine whose memory bandwidth drifts, the rounds then meet its
+    phases). An experiment's own settings live in its module (``Experiment.settings``; a profile sets them in
+    ``Profile.settings``, a user with ``--set <experiment>.<field>=...``)."""
 
-    trees_n_prompts: int = 2
-    trees_per_prompt: int = 64
-    pair_T: int = 0
-    pair_n_prompts: int = 0
-    pair_n_questions: int = 2
     cost_aware: bool = True
-    peers_n_prompts: int = 0
-    peers_n_questions: int = 1
     cost_span_s: float = 0.0
     head: str | None = None
-    head_n_prompts: int = 4
-    head_n_questions: int = 1
-    talon_n_prompts: int = 4
-    talon_n_questions: int = 1
-    talon_T_cap: int = 0
-    talon_tuning_T: int = 0
-    talon_heads: tuple = ()
-    talon_peers: bool = False
-    talon_extension: bool = False
-    vllm_n_prompts: int = 0
-    vllm_n_questions: int = 1
-    vllm_tuning_T: int = 128
-    frontier_n_prompts: int = 0
-    frontier_n_questions: int = 1
-    frontier_T: int = 64
-    frontier_heads: tuple = ()
-    frontier_draft: str = ""
-    frontier_draft_vocab: int | None = None
     part: ClassVar[str] = "extras"
 
     def __post_init__(self) -> None:
@@ -351,7 +310,7 @@ def experiment_settings(**by_experiment: dict) -> tuple:
 def with_setting(settings: tuple, experiment: str, field_name: str, value) -> tuple:
     """``settings`` with ``experiment``'s ``field_name`` set to ``value``."""
     by = {name: dict(fields) for name, fields in settings}
-    by.setdefault(experiment, {})[field_name] = value
+    by.setdefault(experiment, {})[field_name] = tuple(value) if isinstance(value, list) else value  # JSON's tuple
     return experiment_settings(**by)
 
 
@@ -388,7 +347,7 @@ PROFILES: dict[str, Profile] = {
         _authors_settings(streaming_cache=102),
         sweeps=Sweeps(T_list=(10, 40), L_max_list=(100, 200), n_prompts=1, fixed_grid={"D": (3,), "B": (2,), "tau": (0.1,)},
                       threshold_pairs=((0.9, 0.4),), breadth_list=((1, 2, 3),), depth_list=((5, 8),)),
-        extras=Extras(trees_n_prompts=1, trees_per_prompt=8, cost_aware=False)),
+        extras=Extras(cost_aware=False), settings=experiment_settings(trees=dict(n_prompts=1, per_prompt=8))),
     "paper-dryrun": Profile(
         "paper-dryrun",
         Models("tiny-pythia:target", "tiny-pythia:draft", dtype="bfloat16", exact_dtype="float32", context_override=2560,
@@ -399,7 +358,7 @@ PROFILES: dict[str, Profile] = {
                       fixed_grid={"D": (3, 8), "B": (2, 4), "tau": (0.01, 0.1)}, threshold_pairs=((0.95, 0.5), (0.6,
                                                                                                   0.1)),
                       breadth_list=((1, 1, 2), (2, 3, 4)), depth_list=((3, 6), (8, 12))),
-        extras=Extras(trees_n_prompts=1, trees_per_prompt=8)),
+        settings=experiment_settings(trees=dict(n_prompts=1, per_prompt=8))),
     # cpu: T=256 (the paper decodes 1500): at T=128 a 200-token prompt's prefill is a large share of AR's wall
     # time and its greedy loops have barely begun. Tuning decodes the test's T: acceptance grows along a
     # generation, so settings tuned on short runs would be tuned for another regime.
@@ -423,14 +382,16 @@ PROFILES: dict[str, Profile] = {
                fixed_grid={"D": (3, 4, 6), "B": (2, 3), "tau": (0.0, 0.05)},
                threshold_pairs=((0.9, 0.4), (0.7, 0.2), (0.5, 0.1), (0.3, 0.05)),
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
-        extras=Extras(trees_n_prompts=1, pair_T=256, pair_n_prompts=10, pair_n_questions=4, peers_n_prompts=8,
-               peers_n_questions=2, cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3", talon_T_cap=256,
-               talon_tuning_T=128,
-               talon_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"), talon_peers=True,
-               talon_extension=True, vllm_n_prompts=4, frontier_n_prompts=12, frontier_n_questions=2,
-               frontier_heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"),
-               frontier_draft="embedded:draft", frontier_draft_vocab=8192),
-        settings=experiment_settings(control=dict(n_prompts=20, n_questions=2))),
+        extras=Extras(cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3"),
+        settings=experiment_settings(
+            trees=dict(n_prompts=1), pair=dict(T=256, n_prompts=10, n_questions=4), peers=dict(n_prompts=8, n_questions=2),
+            talon=dict(T_cap=256, tuning_T=128, heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"),
+                       peers=True, extension=True),
+            vllm=dict(n_prompts=4),
+            frontier=dict(n_prompts=12, n_questions=2, heads=("medusa:weights/smollm2-medusa",
+                                                              "hydra:weights/smollm2-hydra"),
+                          draft="embedded:draft", draft_vocab=8192),
+            control=dict(n_prompts=20, n_questions=2))),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
@@ -446,8 +407,8 @@ PROFILES: dict[str, Profile] = {
         sweeps=Sweeps(T_list=(8, 16, 24), L_max_list=(8, 16), n_prompts=1,
                fixed_grid={"D": (2, 4), "B": (2,), "tau": (0.05, 0.1)}, threshold_pairs=((0.9, 0.4), (0.7, 0.2)),
                breadth_list=((1, 2, 3),), depth_list=((3, 6),)),
-        extras=Extras(trees_n_prompts=1, trees_per_prompt=6, pair_n_questions=1),
-        settings=experiment_settings(control=dict(n_prompts=1))),
+        settings=experiment_settings(trees=dict(n_prompts=1, per_prompt=6), pair=dict(n_questions=1),
+                                     control=dict(n_prompts=1))),
 }
 
 
