@@ -375,8 +375,8 @@ def bench(args, prof) -> None:
     if not args.queue:
         print(run(args.experiment, prof, rerun=args.rerun))
         return
-    todo = [n for name in todo for n in (get(name).parts if isinstance(get(name), Sequence) else (name,))]  # a
-    # sequence's experiments, each shown apart
+    # a sequence's experiments, each shown apart
+    todo = [n for name in todo for n in (get(name).parts if isinstance(get(name), Sequence) else (name,))]
     if args.rerun:
         args.refuse("argument --rerun: a queue resumes what is missing; rerun an experiment alone first")
     q = queue.Queue(tuple(todo), args.profile, tuple(args.set or ()), args.allow_dirty, args.allow_busy)
