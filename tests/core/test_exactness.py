@@ -89,11 +89,14 @@ REGISTERED = [n for n, m in REGISTRY.items() if m.exact and m.config is not None
 @pytest.mark.parametrize("kv_mode", KV_TIERED)
 @pytest.mark.parametrize("name", REGISTERED)
 def test_every_registered_method_equals_ar(target, draft, fast_pair, ar_out, fast_ar, name, kv_mode):
+    """On the eager path, and for the methods of our loop on the fast path too (transformers' own decoders run the
+    eager models: a static runner owns its weights)."""
     cfg = REGISTRY[name].study.test_config
     tgt, drf = fast_pair
     for i, (p, T) in enumerate(CASES):
         assert generate(target, p, T, draft=draft, method=cfg, kv_mode=kv_mode).tokens == ar_out[i], (name, i)
-        assert generate(tgt, p, T, draft=drf, method=cfg, kv_mode=kv_mode).tokens == fast_ar[i], (name, i)
+        if REGISTRY[name].impl == "ours":
+            assert generate(tgt, p, T, draft=drf, method=cfg, kv_mode=kv_mode).tokens == fast_ar[i], (name, i)
 
 
 @pytest.fixture(scope="module")
