@@ -178,7 +178,7 @@ def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
             continue
         c = costs["curves"][prec]
         stats = (r.draft_nodes_per_iter, r.depth_per_iter, r.draft_forwards_per_iter, r.L_bar)
-        pred = predict_ms_per_token(c, r.method, *stats)
+        pred = predict_ms_per_token(c, r.method, *stats[:3], L_bar=stats[3])
         row = {"Dataset": workload_label(r.dataset), "Method": r.label, "precision": prec,
                "replicate": int(r.get("replicate",
                                 0)) + 1, "predicted": pred, "measured": r.ms_per_token, "gap": r.ms_per_token / pred - 1}

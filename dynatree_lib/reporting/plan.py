@@ -18,6 +18,7 @@ from ..harness.experiments.catalog import EXPERIMENTS, Experiment
 from ..harness.measure.bench import unmeasurable
 from ..harness.measure.store import results_path
 from ..harness.experiments.tuning import NotTuned, tuned
+from ..harness.experiments.talon import TALON
 from ..harness.setup.profiles import with_setting
 from ..harness.setup.variants import MAIN
 from .records import reported
@@ -70,7 +71,7 @@ def cells_of(profile, exp: Experiment):
         cells = exp.cells(no_ext, None)
     except NotTuned:  # notebook 14's tuning on the heads (or the head's step) not logged: published settings
         untuned = dataclasses.replace(no_ext, tuning=dataclasses.replace(p.tuning, candidates=None),
-                                      settings=with_setting(no_ext.settings, "talon", "extension", False))
+                                      settings=with_setting(no_ext.settings, TALON, "extension", False))
         cells = exp.cells(untuned, None)
     return cells + [c for c in cells if c.method == registry.DYNATREE and c.variant == MAIN]
 

@@ -23,6 +23,7 @@ from ..harness.measure.environment import environment
 from ..harness.experiments.catalog import Document, Sequence, experiment
 from ..harness.experiments.head_reports import report, with_head
 from ..harness.experiments.roofline import target_matmul_params
+from ..harness.experiments.talon import TALON, TALON_TUNING
 from ..harness.experiments.pair import teacher_forced_head, top1
 from ..harness.setup.profiles import Profile
 from ..harness.setup.weights import head_folder, resolve, weights_info
@@ -160,5 +161,4 @@ class HeadRecords(Sequence):
     """Every record drafted with the feature head, in the order a newly published head measures them again
     (``bench --experiment head_records``; ``build-draft --head eagle3 --publish`` says to)."""
     name = "head_records"
-    parts = ("pair_eagle3", "head_cost", "head_tree_depth", "memory_head", "head_lookup", "heads", "talon_tuning",
-             "talon")
+    parts = ("pair_eagle3", "head_cost", "head_tree_depth", "memory_head", "head_lookup", "heads", TALON_TUNING, TALON)

@@ -213,8 +213,10 @@ def test_a_step_over_no_feature_rows_is_a_step_over_zero_rows(pair):
     r.reset()
     args = torch.tensor([7]), torch.tensor([0]), torch.tensor([0]), r._mask(1, None, None)
     width = 3 * head.cfg.target_hidden
-    none = kernels.eagle3_step(*args, torch.zeros(0, width, dtype=torch.bfloat16), torch.tensor([-1]), r.net, r.net.fc)
-    zero = kernels.eagle3_step(*args, torch.zeros(1, width, dtype=torch.bfloat16), torch.tensor([-1]), r.net, r.net.fc)
+    none = kernels.eagle3_step(*args, torch.zeros(0, width, dtype=torch.bfloat16), input_rows=torch.tensor([-1]),
+                               net=r.net, fc=r.net.fc)
+    zero = kernels.eagle3_step(*args, torch.zeros(1, width, dtype=torch.bfloat16), input_rows=torch.tensor([-1]),
+                               net=r.net, fc=r.net.fc)
     assert torch.equal(none, zero)
 
 

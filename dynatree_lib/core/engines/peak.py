@@ -2,8 +2,8 @@
 (``csrc/peak_bf16.c``: register-resident loops of VDPBF16PS and TDPBF16PS on n threads): the compute roof of the
 engine's roofline (``harness.experiments.roofline``), beside the read bandwidth, the memory roof.
 
-The loop is plain C with no torch headers, built once with the system's C compiler into the user's cache (a name
-that hashes the source and the flags) and loaded with ctypes; AMX where the compiler and the CPU have it and Linux
+The loop is plain C with no torch headers, built once with the system's C compiler beside the kernels' builds (a
+name that hashes the source and the flags) and loaded with ctypes; AMX where the compiler and the CPU have it and Linux
 grants the tile state. ``unavailable()`` says why it cannot run here (no AVX512-BF16, no compiler)."""
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ ISA_CODES = {kernels.AVX512: 0, kernels.AMX: 1}
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dynatree" / "peak"
+    """Beside the kernels' builds (torch's extensions root)."""
+    return kernels.build_folder().parent / "peak_bf16"
 
 
 @functools.cache
