@@ -42,9 +42,11 @@ if not experiments.measures("control", prof):
 elif render_only and not results_path("control", prof).exists():
     print(f"not measured yet: {portable(results_path('control', prof))} is missing "
           f"(`python -m dynatree_lib bench --experiment control --profile {prof.name}` measures it)")
-else:
-    path = experiments.run("control", prof, rerun=rerun, render_only=render_only)
+else:  # rendering shows the replicates measured so far; measuring completes them
+    path = results_path("control", prof) if render_only else experiments.run("control", prof, rerun=rerun)
     df = tables.load(path, prof)
+    if missing := len(experiments.missing("control", prof)):
+        print(f"{missing} cell(s) not measured yet (a replicate to come): the tables show the replicates measured")
 
 # %% [markdown]
 # Every row at each temperature and workload: τ (tokens per verification), δ (draft forwards per verification),
