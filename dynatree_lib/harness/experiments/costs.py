@@ -222,7 +222,6 @@ def run_costs(profile, rerun: bool = False, root: Path | None = None, render_onl
             full = as_runner(on_engine(d.model, profile.models.engine, profile.max_len))
             curves[dtype]["draft_full_vocab"] = forward_costs(full, context)
     probe.release()
-    path.parent.mkdir(parents=True, exist_ok=True)
     out = {"profile": profile.name, "engine": engine, "context": context, "ks": list(KS), "curves": curves,
            "weights": weights, "environment": environment(profile.models.device)}
     write_report(path, {**out, "one_token": _one_token(profile, context, weights)}, replace=rerun)

@@ -48,7 +48,6 @@ def report(name: str, profile: Profile, measure, rerun: bool, root: Path | None,
     path = results_path(name, profile, root)
     if not needs_run(path, rerun, render_only, profile):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
     write_report(path, measure(), replace=rerun)

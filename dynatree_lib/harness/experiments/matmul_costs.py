@@ -76,7 +76,6 @@ def run_matmuls(profile: Profile, rerun: bool = False, root: Path | None = None,
     medians = {p: {k: statistics.median(v) for k, v in per.items()} for p, per in ms.items()}
     doc = {"rows": list(ROWS), "rounds": ROUNDS, "weight_bytes": sum(w.nbytes for w in plain),
            "median_ms": medians, "ms": ms, "environment": environment("cpu")}
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_report(path, doc, replace=rerun)
     return path
 

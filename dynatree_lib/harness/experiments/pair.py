@@ -185,7 +185,6 @@ def run_pair(profile, rerun: bool = False, root=None, render_only: bool = False,
     sampled = target_outputs(profile, target, tok, T, report, sample=True)
     report["sampled"] = agreement_report(profile, draft_ref, target, dm, sampled, human=False)
     report["environment"] = environment(profile.models.device)
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_report(path, report, replace=rerun)
     return path
 

@@ -98,9 +98,7 @@ def run_roofline(profile: Profile, rerun: bool = False, root: Path | None = None
     path = results_path(Roofline.name, profile, root)
     if profile.models.device != "cpu" or not needs_run(path, rerun, render_only, profile):
         return path
-    doc = measure(profile)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_report(path, doc, replace=rerun)
+    write_report(path, measure(profile), replace=rerun)
     return path
 
 

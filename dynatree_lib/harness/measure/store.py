@@ -55,12 +55,13 @@ def write_report(path: Path, doc: dict, *, replace: bool = False) -> None:
     """A one-document experiment's JSON (costs, pair): checked as ``check_clean`` and ``check_one_machine`` do (against
     the file it replaces), with the machine's load while it ran (``load.since_start``), written whole. ``replace`` (a
     rerun): the old file is moved aside first (``*.bak.json``), once the new document exists, so a failed run moves
-    nothing."""
+    nothing; a results folder not made yet is made."""
     check_clean(path, doc)
     doc = {**doc, "load": doc.get("load") or load.since_start()}
     if replace and Path(path).exists():
         os.replace(path, Path(path).with_suffix(".bak.json"))
     check_one_machine(path, doc, [json.loads(Path(path).read_text())] if Path(path).exists() else [])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with written_whole(Path(path)) as tmp:
         tmp.write_text(json.dumps(doc, indent=1))
 
