@@ -59,9 +59,11 @@ def test_the_registration_refuses_what_would_misbehave_later(scratch_registry):
         experiment(type("Seq", (Sequence,), {"name": "seq"}))
     with pytest.raises(TypeError, match="`notebook` must be a name or None"):
         experiment(type("Nb", (Experiment,), {"name": "nb", "notebook": 16, "cells": lambda self, p, root=None: []}))
+    with pytest.raises(TypeError, match="'own' counts its own prompts: its `settings` must be a PromptSettings"):
+        experiment(type("Own", (catalog.CountsOwnPrompts,), {"name": "own", "cells": lambda self, p, root=None: []}))
     with pytest.raises(TypeError, match="registers Experiment subclasses"):
         experiment(lambda p, root=None: [])
-    assert not {"idle", "doc", "seq", "nb"} & set(scratch_registry)
+    assert not {"idle", "doc", "seq", "nb", "own"} & set(scratch_registry)
     with pytest.raises(ValueError, match="unknown experiment 'nope'; choose one of .*control"):
         catalog.run("nope", get_profile("smoke"))
 

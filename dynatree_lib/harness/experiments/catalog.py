@@ -46,6 +46,15 @@ class Settings:
         check_part(self, positive=set(self.positive))
 
 
+@dataclasses.dataclass(frozen=True)
+class PromptSettings(Settings):
+    """Settings that count an experiment's sealed test prompts (``CountsOwnPrompts``): ``n_prompts`` per workload
+    without categories (0: none), ``n_questions`` per Spec-Bench category. A subclass may change the defaults."""
+
+    n_prompts: int = 0
+    n_questions: int = 1
+
+
 class Experiment:
     """One experiment, measured as cells into ``results/<profile>/<name>.json``. Every hook has a default; a
     subclass sets ``name`` and overrides ``cells`` at least."""
@@ -107,6 +116,24 @@ class Experiment:
                                   replicate=replicate)
 
 
+class CountsOwnPrompts(Experiment):
+    """An experiment whose prompt counts are its own settings' (a ``PromptSettings``), not the protocol's."""
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        own = self.settings_of(p)
+        return count(cell.dataset, own.n_prompts, own.n_questions)
+
+
+class PicksSettings(Experiment):
+    """A tuning: it measures candidate settings on the tuning prompts (``Tuning.n`` per workload without categories,
+    ``Tuning.n_questions`` per Spec-Bench category) and reads no tuned setting itself."""
+
+    picks_settings = True
+
+    def prompts(self, p: Profile, cell: Cell) -> int:
+        return count(cell.dataset, p.tuning.n, p.tuning.n_questions)
+
+
 class Document(Experiment):
     """An experiment that makes one JSON document (not a table of cells): ``make(profile, rerun=, root=,
     render_only=) -> Path``."""
@@ -155,6 +182,8 @@ def experiment(cls: type) -> type:
     if cls.settings is not None and not (isinstance(cls.settings, type) and issubclass(cls.settings, Settings)
                                          and cls.settings.part == name):
         raise TypeError(f"experiment {name!r}: `settings` must be a Settings dataclass whose `part` is {name!r}")
+    if issubclass(cls, CountsOwnPrompts) and not (cls.settings and issubclass(cls.settings, PromptSettings)):
+        raise TypeError(f"experiment {name!r} counts its own prompts: its `settings` must be a PromptSettings")
     for attr in ("notebook", "tuning"):
         if not isinstance(getattr(cls, attr), (str, type(None))):
             raise TypeError(f"experiment {name!r}: `{attr}` must be a name or None, got {getattr(cls, attr)!r}")

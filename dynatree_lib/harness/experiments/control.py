@@ -20,8 +20,8 @@ from ..measure.cell import Cell
 from ..setup import variants as v
 from ..setup.profiles import Profile
 from ..setup.weights import head_kind
-from ..setup.workloads import HUMANEVAL, PG19, SPEC_BENCH, WIKITEXT2, count, workload
-from .catalog import Experiment, Settings, experiment, get
+from ..setup.workloads import HUMANEVAL, PG19, SPEC_BENCH, WIKITEXT2, workload
+from .catalog import CountsOwnPrompts, PromptSettings, experiment, get
 from .tuning import control_config, tuned, tuned_families
 
 CONTROL = "control"  # the experiment's name (its JSON file)
@@ -38,12 +38,10 @@ def setting_workload(p: Profile, ws: str) -> str:
 
 
 @dataclass(frozen=True)
-class ControlSettings(Settings):
+class ControlSettings(PromptSettings):
     """``n_prompts`` sealed test prompts per workload without categories (0: no controller experiment),
     ``n_questions`` per Spec-Bench category."""
 
-    n_prompts: int = 0
-    n_questions: int = 1
     part: ClassVar[str] = CONTROL
 
 
@@ -83,7 +81,7 @@ def method_cells(p: Profile, s: Sampling, *, draft: str | None, tags: dict, at: 
 
 
 @experiment
-class Control(Experiment):
+class Control(CountsOwnPrompts):
     name = CONTROL
     notebook = "16_control"
     in_process = True
@@ -92,7 +90,3 @@ class Control(Experiment):
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return control_cells(p, root)
-
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        own = self.settings_of(p)
-        return count(cell.dataset, own.n_prompts, own.n_questions)

@@ -21,8 +21,8 @@ from ..measure.cell import Cell
 from ..setup.profiles import Profile
 from .talon import MEDUSA_TREE, head_profile
 from ..setup.weights import head_kind
-from ..setup.workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2, count
-from .catalog import Experiment, Settings, experiment, get
+from ..setup.workloads import HUMANEVAL, SPEC_BENCH, TALON_TEMPERATURES, WIKITEXT2
+from .catalog import CountsOwnPrompts, PromptSettings, experiment, get
 
 FRONTIER = "frontier"
 BUDGETS = (4, 8, 16, 32, 60)  # verified draft nodes; 60 is TALON's published N (EAGLE-3's 60 tokens are 59 nodes)
@@ -30,13 +30,11 @@ FRONTIER_WORKLOADS = (SPEC_BENCH, HUMANEVAL, WIKITEXT2)  # two instruction sets 
 
 
 @dataclass(frozen=True)
-class FrontierSettings(Settings):
+class FrontierSettings(PromptSettings):
     """``n_prompts`` test prompts per workload without categories (0: no frontier) and ``n_questions`` per Spec-Bench
     category, ``T`` new tokens at most; Medusa's and Hydra's heads beside the head (``heads``); DynaTree on a draft
     model as the reference line (``draft``, scoring its ``draft_vocab`` most frequent tokens where set)."""
 
-    n_prompts: int = 0
-    n_questions: int = 1
     T: int = 64
     heads: tuple = ()
     draft: str = ""
@@ -103,16 +101,13 @@ def reference_cells(p: Profile, ws: str, tags: dict, at: dict) -> list[Cell]:
 
 
 @experiment
-class Frontier(Experiment):
+class Frontier(CountsOwnPrompts):
     """Measured by ``bench --experiment frontier`` (or notebook 15's rerun); notebook 15 renders it."""
     name = FRONTIER
     settings = FrontierSettings
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return frontier_cells(p, root)
-
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, frontier_settings(p).n_prompts, frontier_settings(p).n_questions)
 
     def profile(self, p: Profile) -> Profile:
         return frontier_profile(p) if p.extras.head else p

@@ -9,8 +9,7 @@ from ... import methods as registry
 from ...core.sampling import Sampling
 from ..measure.cell import Cell
 from ..setup.profiles import Profile
-from ..setup.workloads import count
-from .catalog import Experiment, Settings, experiment
+from .catalog import CountsOwnPrompts, PromptSettings, experiment
 from .cells import GREEDY, network_alone, tuned_cell
 from .talon import head_profile
 
@@ -24,16 +23,15 @@ def head_methods() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class HeadsSettings(Settings):
+class HeadsSettings(PromptSettings):
     """``n_prompts`` test prompts per continuation workload and ``n_questions`` per Spec-Bench category."""
 
     n_prompts: int = 4
-    n_questions: int = 1
     part: ClassVar[str] = "heads"
 
 
 @experiment
-class Heads(Experiment):
+class Heads(CountsOwnPrompts):
     name = "heads"
     notebook = "13_heads"
     in_process = True
@@ -56,10 +54,6 @@ class Heads(Experiment):
                            for m in (registry.AR, *head_methods())]
                     cells += row + (network_alone(row) if s is GREEDY else [])
         return cells
-
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        own = self.settings_of(p)
-        return count(cell.dataset, own.n_prompts, own.n_questions)
 
     def profile(self, p: Profile) -> Profile:
         return head_profile(p) if p.extras.head else p

@@ -11,23 +11,20 @@ from ..measure.cell import Cell
 from ..peers import llamacpp
 from ..peers.llamacpp_eagle3 import run_llamacpp_eagle3
 from ..setup.profiles import Profile
-from ..setup.workloads import count
-from .catalog import Document, Experiment, Settings, experiment
+from .catalog import CountsOwnPrompts, Document, PromptSettings, experiment
 from .cells import extension_cells, tuned_cell
 
 
 @dataclass(frozen=True)
-class PeersSettings(Settings):
+class PeersSettings(PromptSettings):
     """``n_prompts`` of the main table's test prompts per continuation workload (0: no peers experiment) and
     ``n_questions`` per Spec-Bench category."""
 
-    n_prompts: int = 0
-    n_questions: int = 1
     part: ClassVar[str] = "peers"
 
 
 @experiment
-class Peers(Experiment):
+class Peers(CountsOwnPrompts):
     name = "peers"
     notebook = "12_peers"
     in_process = True
@@ -51,10 +48,6 @@ class Peers(Experiment):
                                tags={**tags, "own_ar": mode is llamacpp.PEERS[0]})
                           for mode in llamacpp.PEERS]
         return cells
-
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        own = self.settings_of(p)
-        return count(cell.dataset, own.n_prompts, own.n_questions)
 
 
 @experiment

@@ -17,8 +17,8 @@ from ..measure.cell import Cell
 from ..setup.profiles import Profile
 from .tuning import fastest, head_cost_curve
 from ..setup.weights import head_kind
-from ..setup.workloads import TALON_TEMPERATURES, TALON_WORKLOADS, count, workload
-from .catalog import Experiment, Settings, experiment, get
+from ..setup.workloads import TALON_TEMPERATURES, TALON_WORKLOADS, workload
+from .catalog import CountsOwnPrompts, PicksSettings, PromptSettings, experiment, get
 
 TALON = "talon"  # the experiment's name (its JSON file, its cells' role)
 TALON_TUNING = "talon_tuning"  # its tuning: every row's candidates on the heads, on the tuning prompts
@@ -31,7 +31,7 @@ MEDUSA_TREE = Eagle3TreeConfig(depth=3, top_k=10, total_tokens=64)
 
 
 @dataclass(frozen=True)
-class TalonSettings(Settings):
+class TalonSettings(PromptSettings):
     """The talon experiment's own settings (and its tuning's): ``n_prompts`` test prompts per question workload
     without categories (HumanEval's, UltraChat's) and ``n_questions`` per Spec-Bench category, each decoded to EOS or
     TALON's limit capped at ``T_cap`` new tokens where above 0 (its tuning at ``tuning_T`` where above 0); Medusa's and
@@ -39,7 +39,6 @@ class TalonSettings(Settings):
     the head beside llama.cpp's AR (``peers``) and our extension on the head (``extension``)."""
 
     n_prompts: int = 4
-    n_questions: int = 1
     T_cap: int = 0
     tuning_T: int = 0
     heads: tuple = ()
@@ -191,7 +190,7 @@ def peer_cells(p: Profile, ws: str, s: Sampling, tags: dict) -> list[Cell]:
 
 
 @experiment
-class Talon(Experiment):
+class Talon(CountsOwnPrompts):
     name = TALON
     notebook = "14_talon"
     in_process = True
@@ -201,24 +200,17 @@ class Talon(Experiment):
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return talon_cells(p, root)
 
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, talon_settings(p).n_prompts, talon_settings(p).n_questions)
-
     def profile(self, p: Profile) -> Profile:
         return talon_profile(p) if p.extras.head else p
 
 
 @experiment
-class TalonTuning(Experiment):
+class TalonTuning(PicksSettings):
     name = TALON_TUNING
     notebook = "14_talon"
-    picks_settings = True
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return talon_tuning_cells(p, root)
-
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, p.tuning.n, p.tuning.n_questions)
 
     def profile(self, p: Profile) -> Profile:
         return talon_profile(p) if p.extras.head else p

@@ -22,10 +22,9 @@ from ..setup.machine import here, kind_of_record
 from ..setup.profiles import Profile
 from ..measure.store import config_dict, results_path
 from ..setup.weights import is_head, weights_info
-from ..setup.workloads import count
 from ..setup import variants as v
 from ..measure.cell import Cell
-from .catalog import Experiment, experiment, get
+from .catalog import PicksSettings, experiment, get
 
 GREEDY = Sampling()
 
@@ -188,11 +187,9 @@ def tuning_families() -> tuple[str, ...]:
 
 
 @experiment
-class Tuning(Experiment):
+class Tuning(PicksSettings):
     name = "tuning"
     notebook = "01_main_results"
-    picks_settings = True
-
     def cells(self, p: Profile, root: Path | None = None) -> list[Cell]:
         """AR plus each family's candidates (an equal number each), on the tuning prompts: greedy, and at the first
         of the sampling experiment's temperatures."""
@@ -215,9 +212,6 @@ class Tuning(Experiment):
 
     def applies(self, p: Profile, root: Path | None = None) -> bool:
         return p.tuning.candidates is not None  # without reading the costs its extension's candidates come from
-
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, p.tuning.n, p.tuning.n_questions)
 
     def before(self, p: Profile, *, rerun: bool, root: Path | None, render_only: bool) -> None:
         costs_first(p, rerun=rerun, root=root, render_only=render_only)

@@ -24,8 +24,8 @@ from ..measure.cell import Cell
 from ..setup.profiles import Profile
 from .talon import head_profile
 from .tuning import fastest
-from ..setup.workloads import SPEC_BENCH, WIKITEXT2, count
-from .catalog import Document, Experiment, Settings, experiment, get
+from ..setup.workloads import SPEC_BENCH, WIKITEXT2
+from .catalog import CountsOwnPrompts, Document, Experiment, PicksSettings, PromptSettings, experiment, get
 
 VLLM, VLLM_TUNING, VLLM_THROUGHPUT = "vllm", "vllm_tuning", "vllm_throughput"
 VLLM_WORKLOADS = (SPEC_BENCH, WIKITEXT2)
@@ -35,12 +35,10 @@ THROUGHPUT_REPEATS = 3
 
 
 @dataclass(frozen=True)
-class VllmSettings(Settings):
+class VllmSettings(PromptSettings):
     """``n_prompts`` test prompts per continuation workload (0: no vLLM rows) and ``n_questions`` per Spec-Bench
     category; the tuning decodes ``tuning_T`` tokens."""
 
-    n_prompts: int = 0
-    n_questions: int = 1
     tuning_T: int = 128
     part: ClassVar[str] = VLLM
     positive: ClassVar[tuple] = ("tuning_T",)
@@ -185,7 +183,7 @@ class OnTheHead(Experiment):
 
 
 @experiment
-class Vllm(OnTheHead):
+class Vllm(OnTheHead, CountsOwnPrompts):
     name = VLLM
     notebook = "12_peers"
     in_process = True
@@ -195,20 +193,13 @@ class Vllm(OnTheHead):
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return vllm_cells(p, root)
 
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, vllm_settings(p).n_prompts, vllm_settings(p).n_questions)
-
 
 @experiment
-class VllmTuning(OnTheHead):
+class VllmTuning(OnTheHead, PicksSettings):
     name = VLLM_TUNING
-    picks_settings = True
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return vllm_tuning_cells(p, root)
-
-    def prompts(self, p: Profile, cell: Cell) -> int:
-        return count(cell.dataset, p.tuning.n, p.tuning.n_questions)
 
 
 @experiment
