@@ -8,7 +8,7 @@ import pandas as pd
 
 from .. import methods as registry
 from ..harness.setup.variants import CONTROLLED
-from ..harness.setup.workloads import label as workload_label
+from ..harness.setup.workloads import SPEC_BENCH, label as workload_label
 from .formatting import present
 from .main_tables import speedup_ci
 from .records import paired
@@ -87,8 +87,6 @@ def with_interval(estimate: tuple) -> str:
 
 def target_met(t: float, ws: str, head: str, method: str, ratios: dict) -> dict:
     """Issue 94's target for one controlled row and whether every replicate meets it ("–": no target here)."""
-    from ..harness.setup.workloads import SPEC_BENCH
-
     if t == 0:
         got = ratios["over uncontrolled"]
         return {"target": f">= {TARGET_TUNED}x uncontrolled",
