@@ -192,6 +192,23 @@ def test_one_call_forward_computes_what_the_layered_forward_computes(isa):
 
 
 @needs_kernel
+def test_the_profile_times_each_step_of_the_one_call_forward():
+    """``kernels.forward_profile``: on, every thread's steps of the fused forwards since the last call, in
+    ``PROFILE_STEPS``' order; off, nothing is timed."""
+    (f, _), _ = _fused_pair()
+    x = torch.randint(1, 96, (8,), generator=torch.Generator().manual_seed(2))
+    f.reset()
+    kernels.forward_profile(True)
+    f.argmax(x, torch.arange(8))
+    table = kernels.forward_profile(False)
+    assert table.shape[0] >= 1 and table.shape[1] == len(kernels.PROFILE_STEPS) and (table >= 0).all()
+    assert (table[:, kernels.PROFILE_STEPS.index("q, k, v + RoPE")] > 0).all()
+    f.truncate(0)
+    f.argmax(x, torch.arange(8))
+    assert kernels.forward_profile(False).numel() == 0
+
+
+@needs_kernel
 def test_one_call_argmax_is_greedy_of_the_logits(isa):
     """``StaticRunner.argmax`` on the one-call forward (the kernel's own argmax, no logits) returns
     ``greedy(forward(..))`` for a prompt, one token, a tree and last-only rows; with heads whose rows tie (equal

@@ -260,6 +260,19 @@ def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net,
                                           list(feature_layers), net.isa == AMX)
 
 
+# The steps of a fused forward that ``forward_profile`` times, in the order of its columns (csrc: ProfileStep); a wait
+# is the time a thread stood at the barrier after the step before it.
+PROFILE_STEPS = ("embedding", "norms", "q, k, v + RoPE", "wait after q, k, v", "attention", "wait after attention",
+                 "o", "wait after o", "gate, up + silu", "wait after gate, up", "down", "wait after down",
+                 "final norm + head", "argmax")
+
+
+def forward_profile(on: bool) -> Tensor:
+    """Seconds the fused forwards spent per thread and step (``PROFILE_STEPS``) since the last call, [threads,
+    steps], then the profile's clock on (``on``) or off."""
+    return torch.ops.dynatree.forward_profile(on)
+
+
 def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, inputs: Tensor, *, input_rows: Tensor,
                 net, fc: Tensor | None = None, last_only: bool = False) -> Tensor:
     """An EAGLE-3 head's step in one call (``eagle3_fused.PackedHead`` ``net``, ``core/drafts/heads/eagle3.py``'s

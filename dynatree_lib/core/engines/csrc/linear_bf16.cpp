@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -990,6 +992,45 @@ struct Buffer {
   }
 };
 
+// ---- the profile ----
+// dynatree::forward_profile(on): where the forwards' time went since the last call, per thread and step (seconds,
+// [threads, kSteps], the steps in ProfileStep's order; a wait is the time a thread stood at the barrier after the
+// step named), then the clock on or off. Off, a step costs one test of a flag read once per forward.
+enum ProfileStep {
+  kStepEmbed, kStepNorm, kStepQkvRope, kStepWaitQkv, kStepAttention, kStepWaitAttention, kStepWo, kStepWaitWo,
+  kStepMlpIn, kStepWaitMlpIn, kStepW2, kStepWaitW2, kStepHead, kStepArgmax, kSteps
+};
+constexpr int kMaxThreads = 256;
+std::atomic<bool> g_profiling{false};
+std::atomic<int> g_profiled_threads{0};
+double g_profile[kMaxThreads][kSteps];
+
+// A thread's clock: lap(s) adds the time since the last lap to step s.
+struct Clock {
+  bool on;
+  int t;
+  std::chrono::steady_clock::time_point last;
+  explicit Clock(int t_) : on(g_profiling.load(std::memory_order_relaxed) && t_ < kMaxThreads), t(t_),
+                           last(std::chrono::steady_clock::now()) {}
+  void lap(ProfileStep s) {
+    if (!on) return;
+    const auto now = std::chrono::steady_clock::now();
+    g_profile[t][s] += std::chrono::duration<double>(now - last).count();
+    last = now;
+  }
+};
+
+at::Tensor forward_profile(bool on) {
+  const int T = g_profiled_threads.exchange(0);
+  auto out = at::zeros({T, kSteps}, at::kDouble);
+  double* o = out.data_ptr<double>();
+  for (int t = 0; t < T; ++t)
+    for (int s = 0; s < kSteps; ++s) o[t * kSteps + s] = g_profile[t][s];
+  std::memset(g_profile, 0, sizeof(g_profile));
+  g_profiling.store(on);
+  return out;
+}
+
 // One forward_bf16 (or eagle3_bf16) call: its sizes, the model, the request's indices and the activations, with the
 // steps each thread of the one parallel region runs. Threads split each matmul's output blocks and meet at a barrier
 // wherever the next step reads what other threads wrote (each normalises every row itself: no barrier there).
@@ -999,11 +1040,12 @@ class Forward {
   at::Tensor run();
 
  private:
-  // A thread of the region: its index t of T, its own normalised rows [q, kin] and its attention scratch.
+  // A thread of the region: its index t of T, its own normalised rows [q, kin], its attention scratch and its clock.
   struct Thread {
     int t, T;
     bf16* xn;
     float* scratch;
+    mutable Clock clock;
     // this thread's share [b0, b1) of n output blocks (contiguous: one stream per weight)
     std::pair<int64_t, int64_t> share(int64_t n) const { return {n * t / T, n * (t + 1) / T}; }
   };
@@ -1016,7 +1058,11 @@ class Forward {
   void keep_outputs(const Thread& th);
   void matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, Weight w, bf16* out, int64_t n,
               bool add = false, Best* best = nullptr);
-  void rope_to_cache(int64_t i, const Thread& th);
+  void matmul_range(const bf16* x, int64_t rows, int64_t k, Weight w, bf16* out, int64_t n, int64_t b0, int64_t b1,
+                    bool add = false, Best* best = nullptr);
+  void qkv_rope(int64_t i, const Thread& th);
+  void rope_to_cache(int64_t i, int64_t h0, int64_t h1);
+  void mlp_in(int64_t i, const Thread& th);
   void attention(int64_t i, const Thread& th);
   void silu(const Thread& th);
   void head(const Thread& th);
@@ -1077,10 +1123,12 @@ at::Tensor Forward::run() {
 #pragma omp parallel num_threads(nt_)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    const Thread th{t, T, xn_.p + t * qp_ * n_.kin, scratch_.data() + t * attention_scratch(kvp_)};
+    const Thread th{t, T, xn_.p + t * qp_ * n_.kin, scratch_.data() + t * attention_scratch(kvp_), Clock(t)};
+    if (th.clock.on && t == 0) g_profiled_threads.store(std::min(T, kMaxThreads));
     if (head_.on) head_inputs(th);
     else embed(th);
 #pragma omp barrier
+    th.clock.lap(kStepEmbed);
     for (int64_t i = 0; i < n_.L; ++i) {
       if (feat_) keep_features(i, th);
       layer(i, th);
@@ -1088,7 +1136,9 @@ at::Tensor Forward::run() {
     if (head_.on) keep_outputs(th);
     if (feat_) keep_features(n_.L, th);  // the last layer's output, normalised (head() only reads x_)
     head(th);
+    th.clock.lap(kStepHead);
     if (greedy_) argmax(th);
+    th.clock.lap(kStepArgmax);
   }
   return greedy_ ? ids_.t : out_.t;
 }
@@ -1150,26 +1200,37 @@ void Forward::keep_features(int64_t i, const Thread& th) {
 }
 
 // Layer i: attention, then the MLP, each added to the residual stream x. A barrier follows every step whose
-// output the next step reads outside this thread's share.
+// output the next step reads outside this thread's share: five a layer. The q, k, v projections and their RoPE
+// share one step (a thread projects whole heads), as do the gate and up projections and silu (a thread projects
+// the same MLP columns of both).
 void Forward::layer(int64_t i, const Thread& th) {
   const Dims& n = n_;
+  Clock& c = th.clock;
   if (head_.on) normalise_pair(th);
   else normalise(th, m_.ln1 + i * n.d, 0);
-  matmul(th, th.xn, n.q, n.kin, at_layer(m_.wqkv, i, m_.sqkv), qkv_.p, n.ncol);
+  c.lap(kStepNorm);
+  qkv_rope(i, th);
+  c.lap(kStepQkvRope);
 #pragma omp barrier
-  rope_to_cache(i, th);
-#pragma omp barrier
+  c.lap(kStepWaitQkv);
   attention(i, th);
+  c.lap(kStepAttention);
 #pragma omp barrier
+  c.lap(kStepWaitAttention);
   matmul(th, att_.p, n.q, n.H * n.hd, at_layer(m_.wo, i, m_.so), x_.p, n.d, true);
+  c.lap(kStepWo);
 #pragma omp barrier
+  c.lap(kStepWaitWo);
   normalise(th, m_.ln2 + i * n.d, 0);
-  matmul(th, th.xn, n.q, n.d, at_layer(m_.w13, i, m_.s13), h13_.p, 2 * n.inter);
+  c.lap(kStepNorm);
+  mlp_in(i, th);
+  c.lap(kStepMlpIn);
 #pragma omp barrier
-  silu(th);
-#pragma omp barrier
+  c.lap(kStepWaitMlpIn);
   matmul(th, act_.p, n.q, n.inter, at_layer(m_.w2, i, m_.s2), x_.p, n.d, true);
+  c.lap(kStepW2);
 #pragma omp barrier
+  c.lap(kStepWaitW2);
 }
 
 // RMSNorm (weight w) of the residual rows [r0, q) into this thread's rows [0, q - r0).
@@ -1193,25 +1254,42 @@ void Forward::normalise_pair(const Thread& th) {
 void Forward::matmul(const Thread& th, const bf16* x, int64_t rows, int64_t k, Weight w, bf16* out,
                      int64_t n, bool add, Best* best) {
   const auto [b0, b1] = th.share(n / 16);
+  matmul_range(x, rows, k, w, out, n, b0, b1, add, best);
+}
+
+// The same in output blocks [b0, b1).
+void Forward::matmul_range(const bf16* x, int64_t rows, int64_t k, Weight w, bf16* out, int64_t n, int64_t b0,
+                           int64_t b1, bool add, Best* best) {
   matmul_blocks(amx_, reinterpret_cast<const uint32_t*>(x), rows, k / 2, w, out, n, b0, b1, add, best);
 }
 
-// RoPE of the queries in place and of the keys into layer i's cache slots; the values copied there.
-void Forward::rope_to_cache(int64_t i, const Thread& th) {
-  const int64_t H = n_.H, KV = n_.KV, hd = n_.hd, heads = H + 2 * KV;
-  for (int64_t it = th.t; it < n_.q * heads; it += th.T) {
-    const int64_t r = it / heads, hh = it % heads;
-    bf16* src = qkv_.p + r * n_.ncol + hh * hd;
+// Layer i's q, k and v projections of this thread's share of the heads (whole heads: hd is a multiple of 32, so a
+// head is whole blocks), then their RoPE and cache writes, which read only this thread's outputs.
+void Forward::qkv_rope(int64_t i, const Thread& th) {
+  const int64_t blocks = n_.hd / 16;
+  const auto [h0, h1] = th.share(n_.H + 2 * n_.KV);
+  matmul_range(th.xn, n_.q, n_.kin, at_layer(m_.wqkv, i, m_.sqkv), qkv_.p, n_.ncol, h0 * blocks, h1 * blocks);
+  rope_to_cache(i, h0, h1);
+}
+
+// RoPE of heads [h0, h1) of every row: the queries in place, the keys into layer i's cache slots; the values
+// copied there.
+void Forward::rope_to_cache(int64_t i, int64_t h0, int64_t h1) {
+  const int64_t H = n_.H, KV = n_.KV, hd = n_.hd;
+  for (int64_t r = 0; r < n_.q; ++r) {
     const int64_t at = rope_row(pos_[r], head_.on);
     const bf16 *cs = m_.cos + at * hd, *sn = m_.sin + at * hd;
-    if (hh < H) {
-      rope_head(src, cs, sn, hd, src);
-    } else {
-      const bool key = hh < H + KV;
-      const int64_t kh = key ? hh - H : hh - H - KV;
-      bf16* dst = (key ? m_.kc : m_.vc) + ((i * KV + kh) * n_.n_slots + slot_[r]) * hd;
-      if (key) rope_head(src, cs, sn, hd, dst);
-      else std::memcpy(dst, src, hd * sizeof(bf16));
+    for (int64_t hh = h0; hh < h1; ++hh) {
+      bf16* src = qkv_.p + r * n_.ncol + hh * hd;
+      if (hh < H) {
+        rope_head(src, cs, sn, hd, src);
+      } else {
+        const bool key = hh < H + KV;
+        const int64_t kh = key ? hh - H : hh - H - KV;
+        bf16* dst = (key ? m_.kc : m_.vc) + ((i * KV + kh) * n_.n_slots + slot_[r]) * hd;
+        if (key) rope_head(src, cs, sn, hd, dst);
+        else std::memcpy(dst, src, hd * sizeof(bf16));
+      }
     }
   }
 }
@@ -1228,6 +1306,17 @@ void Forward::attention(int64_t i, const Thread& th) {
               kh * a.g, n.q, n.kv, r0, std::min(a.rows, r0 + a.chunk), scale_, th.scratch,
               th.scratch + kChunk * kvp_);
   }
+}
+
+// Layer i's gate and up projections (w13 holds gate's outputs, then up's) of this thread's share of the MLP's
+// columns, then silu(gate) * up of them: silu reads only this thread's outputs.
+void Forward::mlp_in(int64_t i, const Thread& th) {
+  const int64_t nb = n_.inter / 16;
+  const auto [b0, b1] = th.share(nb);
+  const Weight w = at_layer(m_.w13, i, m_.s13);
+  matmul_range(th.xn, n_.q, n_.d, w, h13_.p, 2 * n_.inter, b0, b1);
+  matmul_range(th.xn, n_.q, n_.d, w, h13_.p, 2 * n_.inter, nb + b0, nb + b1);
+  silu(th);
 }
 
 // silu(gate) * up of every row, in this thread's share of the MLP's columns.
@@ -1315,6 +1404,7 @@ TORCH_LIBRARY(dynatree, m) {
   m.def("linear_bf16(Tensor x, Tensor w, bool amx=False) -> Tensor");
   m.def("amx_built() -> bool", amx_built);
   m.def("amx_grant() -> int", amx_grant);
+  m.def("forward_profile(bool on) -> Tensor", forward_profile);
   m.def("int8_rows(Tensor w) -> (Tensor, Tensor)");
   m.def("attention_bf16(Tensor q, Tensor k, Tensor v, Tensor mask, bool amx=False) -> Tensor");
   m.def("forward_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor embed, Tensor wqkv, "
