@@ -186,11 +186,14 @@ if len(by_machine) > 1:
 # What a k-row forward of the target could cost at best on this machine: the larger of its bytes (weights, and the
 # context's keys and values) over the read bandwidth and its FLOPs over the cores' peak bf16 multiply throughput,
 # both measured here by `bench --experiment roofline` (the peak by a register-resident loop of the instruction the
-# kernels multiply with). The floor of c(k) is what verifying k rows could cost over one; above it, the engine leaves
-# speed on the table. Each machine kind's record renders apart: a ratio belongs to its machine.
+# kernels multiply with; the bandwidth the faster of a torch sum and our kernel streaming a weight beyond the caches).
+# The floor of c(k) is what verifying k rows could cost over one; above it, the engine leaves speed on the table.
+# The last table says where the time goes, step by step of the fused forward (the threads' mean; a wait is the time
+# a thread stood at the barrier after a step). Each machine kind's record renders apart: a ratio belongs to its
+# machine.
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_lib.reporting.roofline import roofline_figure, roofline_table, roofs_table
+from dynatree_lib.reporting.roofline import roofline_figure, roofline_table, roofs_table, step_table
 
 for kind, on_kind in [(None, prof)] + [(k, on_machine(prof, k)) for k in machines(prof)]:
     if not experiments.measures("roofline", on_kind):
@@ -208,3 +211,5 @@ for kind, on_kind in [(None, prof)] + [(k, on_machine(prof, k)) for k in machine
     show_table(roofs_table(doc), "table_roofs", on_kind)
     show_table(roofline_table(doc), "table_roofline", on_kind)
     show_fig(roofline_figure(doc), "fig_roofline", on_kind)
+    if (steps := step_table(doc)) is not None:
+        show_table(steps, "table_forward_steps", on_kind)

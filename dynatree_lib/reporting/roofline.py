@@ -11,8 +11,10 @@ from ..harness.experiments.roofline import floors
 def roofs_table(doc: dict) -> pd.DataFrame:
     """The roofs: read bandwidth (best probe), and the peak bf16 GFLOP/s of each instruction set at each thread
     count; which of them the floors use."""
-    rows = [{"roof": "read bandwidth", "value": f"{doc['bandwidth_gbs']:.1f} GB/s",
-             "used": "yes", "note": f"best of {len(doc['bandwidth_probes_gbs'])} probes"}]
+    stream = doc.get("kernel_stream_gbs")
+    rows = [{"roof": "read bandwidth", "value": f"{doc['bandwidth_gbs']:.1f} GB/s", "used": "yes",
+             "note": f"best of {len(doc['bandwidth_probes_gbs'])} probes ({max(doc['bandwidth_probes_gbs']):.1f} GB/s)"
+                     + (f" and our kernel streaming a weight ({stream:.1f} GB/s)" if stream else "")}]
     for isa, by_threads in doc["peak_gflops"].items():
         for threads, gflops in by_threads.items():
             used = isa == doc["isa"] and int(threads) == doc["threads"]
@@ -53,3 +55,21 @@ def roofline_figure(doc: dict):
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def step_table(doc: dict) -> pd.DataFrame | None:
+    """Where a k-row forward's time goes (``roofline.step_profile``): ms per forward per step of the fused forward,
+    the threads' mean, with each step's share; None where the record has no profile."""
+    prof = doc.get("step_profile")
+    if not prof:
+        return None
+    cols = {}
+    for k, p in prof.items():
+        total = sum(p["steps_ms"].values())
+        cols[f"k = {k}: ms"] = {s: f"{ms:.3f}" for s, ms in p["steps_ms"].items()}
+        cols[f"k = {k}: share"] = {s: f"{ms / total:.0%}" for s, ms in p["steps_ms"].items()}
+        cols[f"k = {k}: ms"]["sum of steps"] = f"{total:.3f}"
+        cols[f"k = {k}: ms"]["wall (argmax, sync)"] = f"{p['wall_ms']:.3f}"
+    t = pd.DataFrame(cols).fillna("")
+    t.index.name = "step (threads' mean)"
+    return t

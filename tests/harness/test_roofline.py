@@ -62,5 +62,16 @@ def test_the_smoke_profile_measures_a_record_its_tables_render(tmp_path):
     d = json.loads(path.read_text())
     assert d["bandwidth_gbs"] > 0 and d["peak_gflops_used"] > 0 and set(d["measured_ms"]) >= {"1", "64"}
     assert len(roofline_table(d)) == len(d["measured_ms"]) and d["environment"]
+    assert d["kernel_stream_gbs"] is None or d["bandwidth_gbs"] >= d["kernel_stream_gbs"] > 0
     assert run_roofline(get_profile("paper"), root=tmp_path) == tmp_path / "paper" / "roofline.json"  # GPU: none
     assert not (tmp_path / "paper").exists()
+
+
+def test_the_step_table_gives_each_steps_ms_and_share():
+    from dynatree_lib.core.engines.kernels import PROFILE_STEPS
+    from dynatree_lib.reporting.roofline import step_table
+
+    steps = {s: 1.0 for s in PROFILE_STEPS}
+    t = step_table({"step_profile": {"1": {"wall_ms": 15.0, "steps_ms": steps}}})
+    assert t.loc["sum of steps", "k = 1: ms"] == f"{len(PROFILE_STEPS):.3f}" and t.loc["norms", "k = 1: share"] == "7%"
+    assert step_table({"step_profile": None}) is None and step_table({}) is None

@@ -1,20 +1,25 @@
 """The engine's roofline on this machine (issue 91): how long a k-row forward of the target could take at best,
 beside how long it takes.
 
-Two roofs, measured here: the read bandwidth (``BandwidthProbe``: every forward reads each weight and the context's
-keys and values once) and the peak bf16 multiply throughput of the cores in use (``core.engines.peak``: the
+Two roofs, measured here: the read bandwidth (every forward reads each weight and the context's keys and values once;
+the faster of ``BandwidthProbe``'s sums and our matmul kernel streaming a weight far beyond the caches) and the peak bf16 multiply throughput of the cores in use (``core.engines.peak``: the
 instruction the kernels multiply with, on 1 and on the profile's threads). The floor of a k-row forward is
 max(bytes / bandwidth, FLOPs(k) / peak); FLOPs(k) counts the matmuls (2 per weight per row) and attention over the
 context (4 x hidden per cached token per layer per row). The floor of c(k), the k-row forward over the one-row
 forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves time the target's
-(``costs.forward_costs``, argmax and host sync included), in the same process, right after the roofs.
+(``costs.forward_costs``, argmax and host sync included), in the same process, right after the roofs; then a
+profile of the fused forward says where each k-row forward's time goes, step by step (``step_profile``).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import torch
 
 from ...core.engines import kernels, peak
 from ...core.engines.hf import as_runner
+from ...core.engines.static import StaticRunner
 from ..measure.environment import BandwidthProbe, environment, weight_bytes
 from ..measure.store import needs_run, results_path, write_report
 from ..setup.profiles import Profile
@@ -22,6 +27,8 @@ from .catalog import Document, experiment
 from .costs import KS, forward_costs
 
 PROBES = 3  # bandwidth probes (each the best of five sums): the roof is the best of them
+PROFILE_KS, PROFILE_REPS = (1, 16, 64), 20  # the k-row forwards profiled step by step, and how many of each
+STREAM_MB, STREAM_REPS = 256, 5  # the weight the kernel streams for its own read roof (beyond any cache), best of
 
 
 def kv_width(cfg) -> int:
@@ -70,8 +77,6 @@ def floors(doc: dict) -> list[dict]:
 
 def measure(profile: Profile) -> dict:
     """The roofs, the target's shape and its measured k-row forwards (module docstring)."""
-    import torch
-
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
     target, _, _ = profile.load_pair(profile.models.dtype, with_draft=False)
@@ -80,17 +85,61 @@ def measure(profile: Profile) -> dict:
     probe = BandwidthProbe(profile.models.device)
     probes = [probe.read_gbs() for _ in range(PROBES)]
     probe.release()
+    isa = kernels.default_isa() or kernels.AVX512
+    stream = kernel_stream_gbs(isa)
     threads = profile.models.threads or torch.get_num_threads()
     peaks = {isa: {str(n): peak.peak_gflops(isa, n) for n in dict.fromkeys((1, threads))} for isa in peak.isas()}
-    isa = kernels.default_isa() or kernels.AVX512
     element = next(runner.model.parameters()).element_size()
     return {"profile": profile.name, "engine": str(profile.models.engine), "isa": isa, "threads": threads,
-            "context": context, "bandwidth_probes_gbs": probes, "bandwidth_gbs": max(probes),
+            "context": context, "bandwidth_probes_gbs": probes, "kernel_stream_gbs": stream,
+            "bandwidth_gbs": max(probes + ([stream] if stream else [])),
             "peak_gflops": peaks, "peak_gflops_used": peaks.get(isa, {}).get(str(threads)),
             "peak_unavailable": peak.unavailable(), "weight_bytes": weight_bytes(runner.model),
             **shape(runner.model.config, context, element),
             "measured_ms": {str(k): v for k, v in forward_costs(runner, context, ks=KS, argmax=True).items()},
-            "environment": environment(profile.models.device)}
+            "step_profile": step_profile(runner, context), "environment": environment(profile.models.device)}
+
+
+def kernel_stream_gbs(isa: str, megabytes: int = STREAM_MB, reps: int = STREAM_REPS) -> float | None:
+    """The read bandwidth our matmul kernel reaches: one row against a packed bf16 weight of ``megabytes``, far
+    beyond any cache, best of ``reps`` (None where the kernels are not built). A probe that sums with torch can read
+    slower than the kernel streams; the roof is the faster of the two."""
+    if not kernels.available():
+        return None
+    d = 2048
+    w = kernels.pack(torch.randn(megabytes * 2**20 // (2 * d) // 16 * 16, d, dtype=torch.bfloat16))
+    x = torch.randn(1, d, dtype=torch.bfloat16)
+    best = float("inf")
+    for _ in range(reps + 1):  # the first warms the code, not the weight (it never fits a cache)
+        t0 = time.perf_counter()
+        kernels.linear(x, w, isa)
+        best = min(best, time.perf_counter() - t0)
+    return w.numel() * w.element_size() / best / 1e9
+
+
+def step_profile(runner, context: int, ks=PROFILE_KS, reps: int = PROFILE_REPS) -> dict | None:
+    """Where a k-row forward's time goes, per step of the fused forward (``kernels.PROFILE_STEPS``): ms per
+    forward, the threads' mean, and the wall time of the same forwards (argmax and host sync included); None where
+    the forward is not the fused one."""
+    if not (isinstance(runner, StaticRunner) and runner.net.fused):
+        return None
+    ids = torch.randint(min(1000, runner.model.config.vocab_size), (context + max(ks),),
+                        generator=torch.Generator().manual_seed(0))
+    runner.reset()
+    runner.forward(ids[:context], torch.arange(context), last_only=True)
+    out = {}
+    for k in ks:
+        new, pos = ids[context:context + k], torch.arange(context, context + k)
+        for clock in (False, True):  # two warm-up forwards, then the timed ones
+            kernels.forward_profile(clock)
+            t0 = time.perf_counter()
+            for _ in range(reps if clock else 2):
+                runner.argmax(new, pos).tolist()
+                runner.truncate(context)
+            wall = (time.perf_counter() - t0) / reps
+        steps = kernels.forward_profile(False).mean(0) / reps * 1e3
+        out[str(k)] = {"wall_ms": wall * 1e3, "steps_ms": dict(zip(kernels.PROFILE_STEPS, steps.tolist()))}
+    return out
 
 
 def run_roofline(profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
