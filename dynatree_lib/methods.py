@@ -220,7 +220,7 @@ for _m in (
                            (Eagle3TreeConfig(depth=3, top_k=3, total_tokens=17),
                             Eagle3TreeConfig(depth=2, top_k=2, total_tokens=9))),
                        test_config=Eagle3TreeConfig(depth=3, top_k=3, total_tokens=10))),
-    Method(name=OPT_TREE, config=OptTreeConfig, display=Display(label="OPT-Tree", color="#393b79"), for_heads=True,
+    Method(name=OPT_TREE, config=OptTreeConfig, display=Display(label="OPT-Tree", color="#7b4173"), for_heads=True,
            study=Study(role="opt_in", paper=lambda s, ds: OptTreeConfig(), reported_talon="OPT-Tree", trees=True,
                        budget=lambda c, n: dataclasses.replace(c, n=n),
                        candidates=_tuning(

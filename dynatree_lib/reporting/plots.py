@@ -13,10 +13,11 @@ import pandas as pd  # noqa: E402
 
 from .. import methods as registry  # noqa: E402
 from ..core.drafts.heads.kinds import HEAD_KINDS  # noqa: E402
-from ..harness.setup.variants import MAIN  # noqa: E402
+from ..harness.setup.variants import MAIN, NETWORK_ALONE  # noqa: E402
 from ..harness.setup.workloads import POOLED, label as workload_label  # noqa: E402
 from .formatting import present  # noqa: E402
-from .records import order  # noqa: E402
+from .intervals import paired_measured  # noqa: E402
+from .records import order, row_id  # noqa: E402
 
 
 def color(method: str) -> str:
@@ -345,7 +346,8 @@ def cost_model(t: pd.DataFrame):
 
 
 def sampling(df: pd.DataFrame):
-    """Speedup over AR sampling at each temperature, per workload and method (the draft with its lookup)."""
+    """Speedup over AR sampling at each temperature, per workload and method (the draft with its lookup), with its
+    95% paired bootstrap interval over prompts."""
     temps = sorted(df.temperature.unique())
     dss = present(df.dataset)
     fig, axes = plt.subplots(1, len(dss), figsize=(4.2 * len(dss), 3.6), squeeze=False, sharey=True)
@@ -357,7 +359,9 @@ def sampling(df: pd.DataFrame):
         for j, t in enumerate(temps):
             g = sub[sub.temperature == t].set_index("row").reindex(rows)
             x = np.arange(len(labels)) + (j - (len(temps) - 1) / 2) * w
-            ax.bar(x, g.speedup, w, color=[color(m) for m in g.method.fillna("")], alpha=1.0 if j == 0 else 0.55,
+            err = [(g.speedup - g.speedup_lo).clip(lower=0), (g.speedup_hi - g.speedup).clip(lower=0)]
+            ax.bar(x, g.speedup, w, yerr=err, capsize=2, error_kw={"lw": 0.8},
+                   color=[color(m) for m in g.method.fillna("")], alpha=1.0 if j == 0 else 0.55,
                    edgecolor="black", linewidth=0.5, label=f"T = {t:g}")
         ax.axhline(1, color="gray", lw=0.8)
         ax.set_xticks(np.arange(len(labels)), [tick(lab, 12) for lab in labels], fontsize=6, rotation=90)
@@ -404,10 +408,10 @@ def frontier(points: pd.DataFrame, reported: dict | None = None):
     """The budget frontier: τ (tokens per verification, y) against draft nodes verified per iteration (x, log
     scale), one line per method through its budgets with 95% intervals over prompts (dashed: on a draft model), one
     panel per temperature (rows) and workload (columns). ``reported``: {(workload, temperature): [(label, method,
-    nodes, τ)]}, the papers' numbers at their own setting (hollow stars; nodes None: a dotted line, the paper giving
-    no tree size)."""
+    nodes, τ)]}, the papers' numbers at their own setting, in an inset of each panel with its own τ axis (their τ of
+    6-7 would squeeze ours; hollow stars; nodes None: a dotted line, the paper giving no tree size)."""
     temps, dss = sorted(points.temperature.unique()), present(points.dataset)
-    fig, axes = plt.subplots(len(temps), len(dss), figsize=(3.8 * len(dss) + 1.0, 3.2 * len(temps) + 0.8),
+    fig, axes = plt.subplots(len(temps), len(dss), figsize=(3.8 * len(dss) + 1.0, 3.4 * len(temps) + 0.8),
                              squeeze=False, sharex=True)
     for i, t in enumerate(temps):
         for j, ds in enumerate(dss):
@@ -418,21 +422,66 @@ def frontier(points: pd.DataFrame, reported: dict | None = None):
                 ax.errorbar(g.nodes, g.tau, yerr=[g.tau - g.tau_lo, g.tau_hi - g.tau], marker="s" if on_model else "o",
                             ms=4, lw=1.2, ls="--" if on_model else "-", capsize=2, label=g.label.iloc[0],
                             color=row_color(g.method.iloc[0], g.heads.iloc[0]))
-            for name, method, nodes, tau in (reported or {}).get((ds, t), []):
-                if nodes is None:
-                    ax.axhline(tau, color=color(method), ls=":", lw=1, label=name)
-                else:
-                    ax.scatter([nodes], [tau], marker="*", s=110, facecolors="none", edgecolors=color(method),
-                               linewidths=1.2, label=name, zorder=4)
+            if papers := (reported or {}).get((ds, t)):
+                papers_inset(ax, papers)
             ax.set_xscale("log", base=2)
+            ax.tick_params(labelbottom=True)  # every panel keeps its node ticks
             ax.set_title(f"{workload_label(ds)}, T = {t:g}", fontsize=9)
             ax.set_xlabel("draft nodes verified per iteration", fontsize=8)
         axes[i, 0].set_ylabel("τ: tokens per verification", fontsize=8)
     handles = {}
-    for ax in axes.flat:
+    for ax in (a for panel in axes.flat for a in (panel, *panel.child_axes)):  # the insets hold the papers' points
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 5), fontsize=8,
-               frameon=False, bbox_to_anchor=(0.5, -0.06))
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 4), fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, -0.08))
+    fig.tight_layout()
+    return fig
+
+
+def papers_inset(ax, papers: list) -> None:
+    """The papers' τ at their own settings, in a small inset at the panel's upper left with a τ axis of its own."""
+    inset = ax.inset_axes([0.06, 0.6, 0.34, 0.34])
+    for name, method, nodes, tau in papers:
+        if nodes is None:
+            inset.axhline(tau, color=color(method), ls=":", lw=1, label=name)
+        else:
+            inset.scatter([nodes], [tau], marker="*", s=70, facecolors="none", edgecolors=color(method),
+                          linewidths=1.2, label=name, zorder=4)
+    inset.set_xscale("log", base=2)
+    inset.set_title("papers", fontsize=6, pad=2)
+    inset.tick_params(labelsize=5, pad=1)
+    inset.grid(alpha=0.3)
+    taus = [tau for *_, tau in papers]
+    inset.set_ylim(min(taus) - 1, max(taus) + 1)
+
+
+def dynatree_vs_baselines(df: pd.DataFrame):
+    """The paper's central comparison directly: DynaTree's throughput over linear drafting's and over the tuned
+    fixed tree's on the same prompts, per workload, drafting with the draft model and its lookup and with the
+    network alone; each replicate a marker with its paired bootstrap interval, and the bar behind them the
+    interval that holds the run-to-run noise (``intervals``, the scorecard's)."""
+    pairs = [(f"over {label(b)}{suffix}", row_id(registry.DYNATREE, v), row_id(b, v), color(b))
+             for v, suffix in ((MAIN, ""), (NETWORK_ALONE, ", network alone"))
+             for b in (registry.LINEAR, registry.FIXED_TREE)]
+    dss = present(df.dataset)
+    fig, axes = plt.subplots(1, len(dss), figsize=(3.9 * len(dss) + 1.5, 0.5 * len(pairs) + 1.4), sharex=True,
+                             sharey=True, squeeze=False)
+    for ax, ds in zip(axes[0], dss):
+        for i, (_, a, b, c) in enumerate(pairs):
+            m = paired_measured(df[df.dataset == ds], a, b).get(ds)
+            if m is None:
+                continue
+            ax.barh(-i, m.interval.hi - m.interval.lo, left=m.interval.lo, height=0.6, color=c, alpha=0.25)
+            for j, r in enumerate(m.replicates):
+                yj = -i - (j - (len(m.replicates) - 1) / 2) * 0.25
+                ax.errorbar(r.value, yj, xerr=[[r.value - r.lo], [r.hi - r.value]], fmt=REPLICATE_MARKERS[j % 4],
+                            ms=5, color=c, mfc=c if j == 0 else "white", capsize=2.5, lw=1.2)
+        ax.axvline(1, color=color(registry.AR), ls="--", lw=0.8)
+        ax.set_title(workload_label(ds), fontsize=10)
+        ax.set_xlabel("DynaTree's throughput over the baseline's (×)", fontsize=8)
+        ax.grid(axis="y", visible=False)
+    axes[0, 0].set_yticks(-np.arange(len(pairs)), [p[0] for p in pairs], fontsize=8)
+    fig.suptitle("DynaTree against linear drafting and the fixed tree, same prompts", fontsize=10)
     fig.tight_layout()
     return fig

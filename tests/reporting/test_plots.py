@@ -50,3 +50,23 @@ def test_controls_and_variants_sit_below_their_methods_main_row():
     assert {"TALON", "HF AR", "DynaTree + cost budget, no copy record (ext.)"} <= set(labels)
     greyed = {t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_color() != "black"}
     assert greyed == {"Linear Spec", "DynaTree", plots.tick(EXT, 30)}
+
+
+def test_one_distinct_colour_per_method_across_every_figure():
+    """The registry's colours: no two methods share one, and a head kind drawn beside them (Medusa, Hydra) has its
+    own; the EAGLE-3 head is drawn as EAGLE-3's tree, its method."""
+    import dynatree_lib.harness.peers  # noqa: F401 (registers llama.cpp and vLLM)
+    from dynatree_lib import methods as registry
+    from dynatree_lib.core.drafts.heads.kinds import HEAD_KINDS
+
+    colours = [m.display.color.lower() for m in registry.REGISTRY.values()]
+    heads = [k.color.lower() for name, k in HEAD_KINDS.items() if name != "eagle3"]
+    assert len(set(colours)) == len(colours) and not set(heads) & set(colours) and len(set(heads)) == len(heads)
+
+
+def test_the_main_comparison_figure_draws_dynatree_over_each_baseline():
+    df = main_run()
+    df["tps_by_prompt"] = [{f"p{i}": 10.0 * s + i for i in range(4)} for s in df.speedup]
+    df["lookup"], df["mark"], df["T"], df["L_max"], df["dtype"], df["temperature"] = True, "", 64, 0, "bf16", 0.0
+    fig = plots.dynatree_vs_baselines(df)
+    assert ytick_labels(fig)[:2] == ["over Linear Spec", "over Fixed Tree"]

@@ -352,7 +352,7 @@ def register() -> None:
         return
     study = registry.Study(role="peer", setting_from="it decodes in vLLM's own engine, one mode per setting: "
                                                      "`python -m dynatree_lib bench --experiment vllm` measures them")
-    registry.register(registry.Method(name=METHOD, config=VllmConfig, display=registry.Display(label="vLLM", color="#8c564b"),
+    registry.register(registry.Method(name=METHOD, config=VllmConfig, display=registry.Display(label="vLLM", color="#e7ba52"),
                                       study=study, decode=generate_vllm, drafts=False,
                                       impl="vllm", describe=describe, unavailable=unavailable))
     variants.register(variants.Variant(name=AR_PEER.variant, label=variants.fixed(AR_PEER.label)))

@@ -34,6 +34,6 @@ def eager(runner: type) -> Callable[..., Runner]:
 
 HEAD_KINDS = {
     "eagle3": HeadKind(eagle3.load_head, head_runner, "EAGLE-3", "#e377c2"),
-    "medusa": HeadKind(partial(mlp.load_heads, kind="medusa"), eager(MLPHeadRunner), "Medusa", "#17becf"),
+    "medusa": HeadKind(partial(mlp.load_heads, kind="medusa"), eager(MLPHeadRunner), "Medusa", "#000000"),
     "hydra": HeadKind(partial(mlp.load_heads, kind="hydra"), eager(MLPHeadRunner), "Hydra", "#8c6d31"),
 }
