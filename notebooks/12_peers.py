@@ -94,5 +94,5 @@ for kind in machines(prof):  # another machine kind's (results/cpu@<kind>/): the
 # %% [markdown]
 # What to look for: whether llama.cpp's own AR is ahead of ours at the same precision (the engine alone), whether
 # its draft-model chain beats its own AR with our draft (the algorithm on its engine), and the second table: our
-# fastest method against llama.cpp's fastest mode on the same prompts, with a paired interval, per replicate (a
-# difference counts where both replicates agree).
+# fastest method against llama.cpp's fastest mode on the same prompts, with a paired interval, per replicate (the
+# scorecard's verdict takes both replicates and the run-to-run noise: docs/usage.md#verdicts).

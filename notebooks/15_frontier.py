@@ -128,11 +128,12 @@ for kind, (on_kind, _, points) in frontiers.items():
 
 # %% [markdown]
 # ## Two verdicts per tree claim
-# In the method's own numbers: τ_A / τ_B at equal verified nodes (the most both reach, at most 16; "@ n" gives them),
-# *yes* where A commits more on every workload, *no* where less on every one, *tie* within 2%. In wall time: the
-# scorecard's rule over the heads' table (DynaTree against the fixed tree and the chain, each at its tuned setting) or
-# TALON's (TALON against EAGLE-3's tree), per machine kind, replicate ratios as r1/r2 (the heads' table drafts with the
-# head and its context lookup, the frontier with the head alone). Figure 6's claim in counts: δ / τ at TALON's budget.
+# Both by the one rule (docs/usage.md#verdicts). In the method's own numbers: τ_A / τ_B at equal verified nodes (the
+# most both reach, at most 16), with its interval over prompts (12 per workload needed). In wall time: the heads'
+# table (DynaTree against the fixed tree and the chain, each at its tuned setting) or TALON's (TALON against EAGLE-3's
+# tree), per machine kind, over both replicates with the run-to-run noise (20 prompts per workload needed; the heads'
+# table drafts with the head and its context lookup, the frontier with the head alone). Figure 6's claim in counts:
+# EAGLE-3's δ / τ over TALON's at TALON's budget.
 
 # %% tags=["nbval-ignore-output"]
 walls = {}  # {machine kind: {table: its records}}

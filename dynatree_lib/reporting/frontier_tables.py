@@ -24,11 +24,11 @@ from ..harness.setup.machine import kind_of_record
 from ..harness.experiments.tuning import NotTuned, head_share, measured_curves
 from ..harness.setup.variants import BUDGET, own
 from ..harness.setup.workloads import label as workload_label
-from .records import BOOTSTRAP, main_ratio, order, row_id
-from .verdict import verdict
+from .intervals import main_measured
+from .records import BOOTSTRAP, order, paired, row_id
+from .verdict import COUNTS, TIMING, Evidence, Interval, Measured, shortfall, verdict
 
 EQUAL_NODES_CAP = 16  # own-numbers verdicts compare τ at the nodes both methods reach, at most this many
-TIE_BAND = 0.02       # an own-numbers ratio within 2% of 1 is a tie
 TALON_NODES = TalonConfig().N                   # TALON's published budget: Figure 6's setting
 EAGLE3_NODES = Eagle3TreeConfig().total_tokens - 1  # EAGLE-3's published 60 tokens, the root among them
 
@@ -64,12 +64,15 @@ def frontier_points(df: pd.DataFrame) -> pd.DataFrame:
     for _, r in order(df[df.method != registry.AR]).iterrows():
         heads, model = tag(r, "heads"), tag(r, "draft_model")
         tau, lo, hi = tau_interval(r.rows)
-        label = own(registry.REGISTRY[r.method].display.label,
-                    {k: x for k, x in (("heads", heads), ("draft_model", model)) if x})
+        label = own(registry.REGISTRY[r.method].display.label, {"heads": heads} if heads else {})
+        if model:  # the profile's own draft model by what it is, another by its folder: no internal id in a legend
+            label += " on the draft model" + ("" if model.startswith("embedded:") else f" {Path(model).name}")
         rows.append({"dataset": r.dataset, "temperature": r.temperature, "row": r.row, "method": r.method,
                      "heads": heads, "draft_model": model, "label": label, "budget": int(r.tag_budget), "tau": tau,
                      "tau_lo": lo, "tau_hi": hi, "delta": r.draft_forwards_per_iter, "nodes": r.draft_nodes_per_iter,
-                     "depth": r.depth_per_iter, "equals_ar": r.equals_ar, "n": r.n})
+                     "depth": r.depth_per_iter, "equals_ar": r.equals_ar, "n": r.n, "mark": r.mark,
+                     "tau_by_prompt": {x["prompt_id"]: x["L_bar"] for x in r.rows},
+                     "delta_by_prompt": {x["prompt_id"]: x["draft_forwards_per_iter"] for x in r.rows}})
     return pd.DataFrame(rows)
 
 
@@ -245,85 +248,87 @@ def frontier_of(points: pd.DataFrame, method: str, ws: str, t: float) -> pd.Data
     return points[(points.row == row_id(method, BUDGET)) & (points.dataset == ws) & (points.temperature == t)]
 
 
-def own_ratio(points: pd.DataFrame, a: str, b: str, *, ws: str, t: float) -> tuple[float, float] | None:
-    """(τ_A / τ_B at equal verified nodes, those nodes) on one workload and temperature; None where either has no
-    frontier there or their node ranges do not overlap."""
-    pa, pb = frontier_of(points, a, ws, t), frontier_of(points, b, ws, t)
-    if pa.empty or pb.empty or (n := equal_nodes(pa, pb)) is None:
-        return None
-    return tau_at(pa, n) / tau_at(pb, n), n
+def tau_by_prompt_at(points: pd.DataFrame, nodes: float) -> dict[str, float]:
+    """Each prompt's τ at ``nodes`` verified nodes on one row's frontier, linear between the budgets' mean nodes
+    (the x the frontier is drawn on), over the prompts every budget measured."""
+    p = points.sort_values("nodes")
+    ids = set.intersection(*(set(d) for d in p.tau_by_prompt))
+    return {i: float(np.interp(nodes, p.nodes, [d[i] for d in p.tau_by_prompt])) for i in ids}
 
 
-def own_ratios(points: pd.DataFrame, a: str, b: str, t: float) -> dict[str, tuple[float, float]]:
-    """``own_ratio`` on every frontier workload where it exists."""
-    return {ws: x for ws in points.dataset.unique() if (x := own_ratio(points, a, b, ws=ws, t=t)) is not None}
+def counted(a: dict, b: dict, clean: bool) -> Measured:
+    """mean(a) / mean(b) over the prompts both counted, with its paired bootstrap interval over prompts: counts
+    are deterministic greedy on one engine, so one replicate."""
+    ratio, lo, hi, n = paired(a, b)
+    iv = Interval(ratio, lo, hi)
+    return Measured(iv, (iv,), n, clean)
 
 
-def own_verdict(ratios: list[float]) -> str:
-    """yes: A commits more at equal nodes on every workload; no: less on every one; tie: all within ``TIE_BAND``."""
-    if not ratios:
-        return "–"
-    if all(abs(r - 1) <= TIE_BAND for r in ratios):
-        return "tie"
-    if all(r > 1 for r in ratios):
-        return "yes"
-    return "no" if all(r < 1 for r in ratios) else "partly"
-
-
-def wall_estimates(df: pd.DataFrame, a: str, b: str, t: float) -> dict[str, list]:
-    """{workload: [(ratio, lo, hi) per replicate]} of A's throughput over B's on the same prompts, their main rows
-    (``records.main_ratio``; the heads' table drafts with the head and its lookup, the frontier with the head
-    alone)."""
-    df = df[df.temperature == t]
+def own_measured(points: pd.DataFrame, a: str, b: str, t: float) -> dict[str, Measured]:
+    """{workload: τ_A / τ_B at equal verified nodes (``equal_nodes``)} on every frontier workload where both
+    frontiers exist and overlap, intervals over prompts."""
     out = {}
-    for ws in df.dataset.unique():
-        for rep in sorted(df.replicate.unique()):
-            if (x := main_ratio(df, a, b, ws=ws, rep=rep)) is not None:
-                out.setdefault(ws, []).append(x)
+    for ws in points.dataset.unique():
+        pa, pb = frontier_of(points, a, ws, t), frontier_of(points, b, ws, t)
+        if pa.empty or pb.empty or (n := equal_nodes(pa, pb)) is None:
+            continue
+        clean = bool((pa.mark == "").all() and (pb.mark == "").all())
+        out[ws] = counted(tau_by_prompt_at(pa, n), tau_by_prompt_at(pb, n), clean)
+    return out
+
+
+def figure6_measured(points: pd.DataFrame) -> dict[str, Measured]:
+    """TALON's Figure 6 as a count: EAGLE-3's tree's δ / τ (draft forwards per committed token) over TALON's, each
+    at TALON's published budget (``TALON_NODES``), greedy, per frontier workload; above 1 where TALON drafts
+    fewer."""
+    out = {}
+    for ws in points.dataset.unique():
+        ta, ea = (frontier_of(points, m, ws, 0.0) for m in (registry.TALON, registry.EAGLE3_TREE))
+        ta, ea = ta[ta.budget == TALON_NODES], ea[ea.budget == TALON_NODES]
+        if ta.empty or ea.empty:
+            continue
+        per = lambda p: {i: p.delta_by_prompt[i] / p.tau_by_prompt[i] for i in p.tau_by_prompt}
+        out[ws] = counted(per(ea.iloc[0]), per(ta.iloc[0]), ea.iloc[0].mark == "" and ta.iloc[0].mark == "")
     return out
 
 
 def wall_cells(frames: dict[str, pd.DataFrame], table: str, a: str, b: str, t: float) -> tuple[str, str]:
-    """One machine's wall-time ratios (r1/r2 per workload) and their verdict (``verdict``), "–" without records."""
-    est = wall_estimates(frames[table], a, b, t) if table in frames else {}
-    if not est:
+    """One machine's wall-time ratios of A's main row over B's per workload (``intervals.main_measured``; the
+    heads' table drafts with the head and its lookup, TALON's with the head alone) and their verdict, "–" without
+    records."""
+    df = frames.get(table)
+    measured = {} if df is None else main_measured(df[df.temperature == t], a, b)
+    if not measured:
         return "–", "–"
-    ratios = "; ".join(f"{workload_label(ws)} " + "/".join(f"{r:.2f}" for r, _, _ in rs) for ws, rs in est.items())
-    return ratios, verdict(est).replace("reproduces", "yes")
+    return counted_text(measured, TIMING), verdict(measured, TIMING)
+
+
+def counted_text(measured: dict[str, Measured], need: Evidence) -> str:
+    """'workload ratio [lo, hi]; ...' where the evidence suffices, the points and what is missing elsewhere."""
+    def one(m: Measured) -> str:
+        if m.enough(need):
+            return f"{m.interval.value:.2f} [{m.interval.lo:.2f}, {m.interval.hi:.2f}]"
+        return "/".join(f"{r.value:.2f}" for r in m.replicates) + f" ({shortfall({'': m}, need)})"
+    return "; ".join(f"{workload_label(ws)} {one(m)}" for ws, m in measured.items())
 
 
 def two_verdicts(points: pd.DataFrame, walls: dict[str, dict[str, pd.DataFrame]]) -> pd.DataFrame:
-    """Every ``CLAIMS`` claim, greedy and at T = 1: its verdict in the method's own numbers (τ_A / τ_B at equal
-    verified nodes, "@ n", on each frontier workload) and in wall time on each machine kind (``walls``: {kind:
-    {table: records}}; the scorecard's rule), and TALON's Figure 6 claim in counts (``figure6_row``)."""
+    """Every ``CLAIMS`` claim, greedy and at T = 1, by the one rule (``verdict``): in the method's own numbers (τ_A /
+    τ_B at equal verified nodes on each frontier workload) and in wall time on each machine kind (``walls``: {kind:
+    {table: records}}), and TALON's Figure 6 claim in counts (``figure6_measured``)."""
     rows = []
     for claim, a, b, table in CLAIMS:
         for t in sorted(points.temperature.unique()):
-            own = own_ratios(points, a, b, t)
-            row = {"claim": f"{claim}, T = {t:g}",
-                   "own numbers": "; ".join(f"{workload_label(ws)} {r:.2f} @ {n:.0f}" for ws, (r, n) in own.items())
-                   or "–", "own verdict": own_verdict([r for r, _ in own.values()])}
+            own = own_measured(points, a, b, t)
+            row = {"claim": f"{claim}, T = {t:g}", "own numbers": counted_text(own, COUNTS) or "–",
+                   "own verdict": verdict(own, COUNTS)}
             for kind, frames in walls.items():
                 row[f"wall, {kind}"], row[f"wall verdict, {kind}"] = wall_cells(frames, table, a, b, t)
             rows.append(row)
-    rows.append(figure6_row(points))
+    fig6 = figure6_measured(points)
+    rows.append({"claim": "TALON drafts fewer forwards per committed token than EAGLE-3's tree (Figure 6), T = 0",
+                 "own numbers": counted_text(fig6, COUNTS) or "–", "own verdict": verdict(fig6, COUNTS)})
     return pd.DataFrame(rows).set_index("claim").fillna("–")
-
-
-def figure6_row(points: pd.DataFrame) -> dict:
-    """TALON's Figure 6 as a count: its δ / τ (draft forwards per committed token) below EAGLE-3's tree's, each at
-    its published budget (``TALON_NODES``; EAGLE-3 at the frontier's nearest, one node more), greedy, on every
-    frontier workload."""
-    per = {}
-    for ws in points.dataset.unique():
-        ta, ea = (frontier_of(points, m, ws, 0.0) for m in (registry.TALON, registry.EAGLE3_TREE))
-        ta, ea = ta[ta.budget == TALON_NODES], ea[ea.budget == TALON_NODES]
-        if not ta.empty and not ea.empty:
-            per[ws] = (ta.delta.iloc[0] / ta.tau.iloc[0], ea.delta.iloc[0] / ea.tau.iloc[0])
-    won = [x < y for x, y in per.values()]
-    return {"claim": "TALON drafts fewer forwards per committed token than EAGLE-3's tree (Figure 6), T = 0",
-            "own numbers": "; ".join(f"{workload_label(ws)} δ/τ {x:.2f} vs {y:.2f}" for ws, (x, y) in per.items())
-            or "–", "own verdict": ("yes" if all(won) else "partly" if any(won) else "no") if won else "–"}
 
 
 def frontier_reported() -> dict:

@@ -19,6 +19,7 @@ from ..harness.setup import variants
 from ..harness.setup.data import REPO_DATA
 from ..harness.experiments.catalog import cell_key, get
 from ..harness.measure.load import is_busy
+from ..harness.setup.machine import kind_of_record
 from .formatting import BUSY_MARK, DIRTY_MARK
 from ..harness.setup.weights import weights_info
 
@@ -84,7 +85,9 @@ def load(path: str | Path, profile=None) -> pd.DataFrame:
                "max_divergence_gap": r["aggregate"].get("max_divergence_gap"),
                "bound_ms": bound_ms(r), "bound_ratios": bound_ratios(r), "rows": r["rows"],
                "tps_by_prompt": {row["prompt_id"]: row["tps"] for row in r["rows"] if "tps" in row},
-               "mark": provenance_mark(r),
+               "mark": provenance_mark(r), "draft": r.get("draft"),
+               "machine": kind_of_record(r.get("environment") or {}),
+               "commit": (r.get("environment") or {}).get("git_commit"),
                **{f"tag_{k}": (tuple(v) if isinstance(v, list) else v) for k, v in tags.items()}}
         for k, v in r["aggregate"].items():
             if isinstance(v, dict):

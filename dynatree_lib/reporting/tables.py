@@ -20,6 +20,7 @@ from .pair_tables import (agreement_table, ar_vs_bound, ceiling_table, cost_mode
                           verification_table)
 from .records import (AR_KEY, BOOTSTRAP, add_speedup, bound_ms, bound_ratios, load, order, paired, paired_ratio,
                       ratio_ci, records, replicate, reported, role, row_id, say_other_drafts, shown)
+from .intervals import run_noise_table
 from .vllm_tables import vllm_idle_table, vllm_table, vllm_throughput_table, vllm_tuning_table
 from .talon_tables import (talon_budget_table, talon_peer_table, talon_reported, talon_reported_vs_reproduced,
                            talon_table)
@@ -34,4 +35,4 @@ __all__ = ["TIE_GAP", "CATEGORY_LABELS", "dash", "pm", "present", "save", "scope
            "overlap_table", "pair_table", "verification_table", "AR_KEY", "BOOTSTRAP", "add_speedup", "bound_ms", "bound_ratios", "load", "order", "paired",
            "paired_ratio", "ratio_ci", "records", "replicate", "reported", "role", "row_id", "say_other_drafts",
            "shown", "talon_budget_table", "talon_peer_table", "talon_reported", "talon_reported_vs_reproduced", "talon_table",
-           "vllm_idle_table", "vllm_table", "vllm_throughput_table", "vllm_tuning_table"]
+           "vllm_idle_table", "vllm_table", "vllm_throughput_table", "vllm_tuning_table", "run_noise_table"]

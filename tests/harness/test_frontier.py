@@ -112,13 +112,14 @@ def test_a_cell_of_its_own_loads_a_draft_model_beside_the_profiles_head():
 
 
 def record(method, budget, ws, t, taus, nodes, delta=2.0, heads=None, draft_model=None):
-    rows = [{"L_bar": x, "draft_nodes_per_iter": nodes, "draft_forwards_per_iter": delta} for x in taus]
+    rows = [{"prompt_id": f"{ws}:{i}", "L_bar": x, "draft_nodes_per_iter": nodes, "draft_forwards_per_iter": delta}
+            for i, x in enumerate(taus)]
     own = heads or draft_model
     return {"dataset": ws, "temperature": t, "method": method, "variant": variants.BUDGET,
             "row": f"{method}:budget" + (f":{own}" if own else ""), "label": f"{method} @ {budget} nodes",
             "tag_budget": budget, "tag_heads": heads, "tag_draft_model": draft_model, "rows": rows,
             "draft_forwards_per_iter": delta,
-            "draft_nodes_per_iter": nodes, "depth_per_iter": 3.0, "equals_ar": len(taus), "n": len(taus)}
+            "draft_nodes_per_iter": nodes, "depth_per_iter": 3.0, "equals_ar": len(taus), "n": len(taus), "mark": ""}
 
 
 def frontier_frame():
@@ -142,17 +143,20 @@ def test_frontier_points_table_and_interpolation():
     assert ft.tau_at(dyna, 100.0) != ft.tau_at(dyna, 100.0)  # nan: no extrapolation
 
 
+def own_ratio(points, a, b, ws):
+    return ft.own_measured(points, a, b, 0.0)[ws].interval.value
+
+
 def test_own_numbers_compare_at_the_nodes_both_reach():
     points = ft.frontier_points(frontier_frame())
-    ratio, nodes = ft.own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, ws="spec_bench", t=0.0)
-    assert nodes == 8.0  # DynaTree reaches 8 nodes at most, the fixed tree 16
-    assert ratio == pytest.approx(4.1 / (2.4 + (3.9 - 2.4) * (8 - 4) / (16 - 4)))  # the fixed tree between its points
-    assert ft.own_verdict([1.1, 1.3]) == "yes" and ft.own_verdict([0.9, 1.2]) == "partly"
-    assert ft.own_verdict([1.01, 0.99]) == "tie" and ft.own_verdict([0.8]) == "no"
-    card = ft.two_verdicts(points, {})
-    assert card.loc["DynaTree over a fixed tree, T = 0", "own verdict"] == "yes"
-    assert card.loc["TALON over EAGLE-3's tree, T = 0", "own verdict"] == "tie"
-    assert card.iloc[-1]["own verdict"] == "–"  # no 60-node point: no Figure 6 count
+    pa = ft.frontier_of(points, registry.DYNATREE, "spec_bench", 0.0)
+    pb = ft.frontier_of(points, registry.FIXED_TREE, "spec_bench", 0.0)
+    assert ft.equal_nodes(pa, pb) == 8.0  # DynaTree reaches 8 nodes at most, the fixed tree 16
+    fixed_at_8 = 2.4 + (3.9 - 2.4) * (8 - 4) / (16 - 4)  # the fixed tree's mean τ between its points
+    assert own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, "spec_bench") == pytest.approx(4.1 / fixed_at_8)
+    card = ft.two_verdicts(points, {})  # two prompts: too few for a verdict in counts
+    assert card.loc["DynaTree over a fixed tree, T = 0", "own verdict"] == "not measured"
+    assert "2 prompts of 12" in card.loc["DynaTree over a fixed tree, T = 0", "own numbers"]
 
 
 def test_frontiers_compare_at_fractional_nodes_and_not_outside_their_overlap():
@@ -163,9 +167,29 @@ def test_frontiers_compare_at_fractional_nodes_and_not_outside_their_overlap():
     recs += [record(registry.LINEAR, n, "humaneval", 0.0, [2.0, 2.0], nodes=nodes)
              for n, nodes in ((16, 14.0), (32, 30.0))]
     points = ft.frontier_points(pd.DataFrame(recs))
-    ratio, nodes = ft.own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, ws="humaneval", t=0.0)
-    assert nodes == pytest.approx(7.9) and ratio == pytest.approx((2.0 + (7.9 - 3.7) / (12.4 - 3.7)) / 2.4)
-    assert ft.own_ratio(points, registry.FIXED_TREE, registry.LINEAR, ws="humaneval", t=0.0) is None  # apart
+    ratio = own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, "humaneval")
+    assert ratio == pytest.approx((2.0 + (7.9 - 3.7) / (12.4 - 3.7)) / 2.4)
+    assert ft.own_measured(points, registry.FIXED_TREE, registry.LINEAR, 0.0) == {}  # apart
+
+
+def test_own_numbers_take_intervals_over_prompts_and_the_rule():
+    """Twelve prompts on which DynaTree commits more than the fixed tree at equal nodes on every one: an interval
+    over prompts above 1 on both workloads, so the count reproduces the claim."""
+    recs = []
+    for ws in ("spec_bench", "humaneval"):
+        for n in (4, 16):
+            recs.append(record(registry.DYNATREE, n, ws, 0.0, [2.5 + i / 20 for i in range(12)], nodes=n))
+            recs.append(record(registry.FIXED_TREE, n, ws, 0.0, [2.0 + i / 20 for i in range(12)], nodes=n))
+    own = ft.own_measured(ft.frontier_points(pd.DataFrame(recs)), registry.DYNATREE, registry.FIXED_TREE, 0.0)
+    assert all(m.prompts == 12 and m.interval.lo > 1 for m in own.values())
+    assert ft.verdict(own, ft.COUNTS) == "reproduces"
+
+
+def test_figure_6_counts_draft_forwards_per_committed_token():
+    recs = [record(registry.TALON, ft.TALON_NODES, "spec_bench", 0.0, [2.0] * 12, nodes=60, delta=2.0),
+            record(registry.EAGLE3_TREE, ft.TALON_NODES, "spec_bench", 0.0, [2.0] * 12, nodes=60, delta=8.0)]
+    fig6 = ft.figure6_measured(ft.frontier_points(pd.DataFrame(recs)))
+    assert fig6["spec_bench"].interval.value == pytest.approx(4.0)  # EAGLE-3's δ / τ over TALON's
 
 
 COSTS = {"target": {"1": 10.0, "2": 10.5, "4": 11.0, "8": 12.0, "16": 14.0, "32": 18.0, "64": 30.0},
@@ -224,9 +248,10 @@ def test_rows_on_a_draft_of_their_own_are_their_own_line_and_priced_by_no_head_c
     points = ft.frontier_points(frame)
     model = points[points.draft_model == "embedded:draft"]
     assert len(model) == 1 and model.row.iloc[0] == "dynatree:budget:embedded:draft"
-    assert model.label.iloc[0] == "DynaTree on the draft model embedded:draft"
+    assert model.label.iloc[0] == "DynaTree on the draft model"  # the profile's own draft: no internal id
     assert ft.own_drafts(frame).tolist() == [False] * len(frontier_frame()) + [True, True]
-    assert ft.own_ratio(points, registry.DYNATREE, registry.FIXED_TREE, ws="spec_bench", t=0.0)[1] == 8.0  # the head's
+    pa = ft.frontier_of(points, registry.DYNATREE, "spec_bench", 0.0)  # the head's line, not the draft model's
+    assert ft.equal_nodes(pa, ft.frontier_of(points, registry.FIXED_TREE, "spec_bench", 0.0)) == 8.0
     t = ft.projection_table(points, {"flat": head_curves(COSTS, 0.05)})
     assert not any("draft model" in m or "Medusa" in m for m in t.index.get_level_values("Method"))
     assert plots.frontier(points) is not None
@@ -272,10 +297,12 @@ def test_the_frontier_figure_draws_the_papers_points():
 
 
 def test_the_scorecard_reads_each_tree_claim_in_own_numbers():
+    """The tree claims' rows in counts come from the committed frontier, by the rule, each naming its draft."""
     from dynatree_lib.reporting import scorecard
 
-    points = ft.frontier_points(frontier_frame())
-    assert scorecard.own_numbers("DynaTree is faster than a tuned fixed tree", points).startswith("yes (")
-    assert scorecard.own_numbers(scorecard.TALON_T0, points).startswith("tie (")
-    assert scorecard.own_numbers(scorecard.TALON_T1, points) == "–"  # no T = 1 frontier in this frame
-    assert scorecard.own_numbers("DynaTree is faster than AR", points) == "–"
+    rows = scorecard.counted_rows(get_profile("cpu"), {scorecard.TAU_FIXED: (registry.DYNATREE, registry.FIXED_TREE,
+                                                                             0.0)})
+    assert rows[0]["id"] == "dynatree_vs_fixed_tau" and rows[0]["verdict"] in scorecard.VERDICTS
+    assert rows[0]["rests on"] == "EAGLE-3 head alone · counts" and "Spec-Bench" in rows[0]
+
+

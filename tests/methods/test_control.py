@@ -212,17 +212,18 @@ def test_a_method_without_our_tree_or_a_wrong_control_is_refused(target, draft):
 
 
 def test_the_targets_table_reads_each_target_and_the_best_setting_found_afterwards():
-    """Sampled: at least 0.98x AR with no interval below 1; greedy: at least 0.97x the uncontrolled setting; the best
-    setting afterwards is the fastest uncontrolled row or AR on the same prompts."""
+    """Sampled: at least 0.98x AR with the interval not wholly below 1; greedy: at least 0.97x the uncontrolled
+    setting; the best setting afterwards is the fastest uncontrolled row or AR on the same prompts."""
     import pandas as pd
 
     from dynatree_lib.harness.setup.variants import CONTROLLED, MAIN
     from dynatree_lib.reporting.control_tables import control_targets
 
     def row(method, variant, t, tps, speedup):
+        spread = (0.9, 1.1) if variant == CONTROLLED else (1.1, 0.9)  # prompts differ: the interval has width
         return {"row": f"{method}:{variant}", "method": method, "variant": variant, "dataset": "wikitext2",
-                "temperature": t, "replicate": 0, "label": method, "tps_by_prompt": {"a": tps, "b": tps},
-                "speedup": speedup, "speedup_lo": speedup - 0.05, "speedup_hi": speedup + 0.05}
+                "temperature": t, "replicate": 0, "label": method, "mark": "",
+                "tps_by_prompt": {"a": tps * spread[0], "b": tps * spread[1]}, "speedup": speedup}
 
     df = pd.DataFrame([row("ar", MAIN, 1.0, 10.0, 1.0), row("dynatree", MAIN, 1.0, 9.0, 0.9),
                        row("dynatree", CONTROLLED, 1.0, 9.9, 0.99), row("linear", MAIN, 1.0, 10.5, 1.05),

@@ -13,7 +13,7 @@ from dynatree_lib.harness.setup.paths import REPO
 from dynatree_lib.harness.setup.profiles import get_profile
 from dynatree_lib.reporting import scorecard, tables
 
-N = 8  # prompts per synthetic record
+N = 24  # prompts per synthetic record: enough for a verdict in wall time
 
 
 def ar_tps(ds: str) -> list[float]:
@@ -127,40 +127,50 @@ def test_the_committed_peers_records_render_without_llamacpp(monkeypatch):
     df = tables.load(path, prof)
     assert len(df) == len(json.loads(path.read_text())["records"])
     assert sum(df.method == "llamacpp") and set(tables.peers_table(df).index) >= {peer.label for peer in peers.PEERS}
-    assert scorecard.peers_row(path, prof)
+    row = scorecard.peers_rows(REPO / "results" / "cpu", prof, scorecard.PEERS)[0]
+    assert row["id"] == "peers_llamacpp" and row["verdict"] in scorecard.VERDICTS
 
 
 @pytest.mark.parametrize("ratios, expected", [
     (EVERYWHERE, "reproduces"),
-    ({"wikitext2": 1.5, "pg19": 0.9, "spec_bench": 1.0}, "partly"),
-    ({"wikitext2": 0.9, "pg19": 0.95, "spec_bench": 0.8}, "no"),
+    ({"wikitext2": 1.5, "pg19": 1.0, "spec_bench": 1.0}, "partly"),
+    ({"wikitext2": 0.9, "pg19": 0.95, "spec_bench": 0.8}, "refuted"),
+    ({"wikitext2": 1.5, "pg19": 0.9, "spec_bench": 1.0}, "inconclusive"),
 ])
 def test_scorecard_rows_follow_their_numbers(tmp_path, ratios, expected):
     df = load(tmp_path, main_records({"DynaTree": ratios}))
-    row = scorecard.comparison(df, "dynatree", "ar", "claim", "paper")
+    row = scorecard.versus(df, scorecard.VS_AR, "dynatree", "ar")
     assert row["verdict"] == expected
-    assert row["WikiText-2"] == f"{ratios['wikitext2']:.2f} / {ratios['wikitext2']:.2f}"
+    assert row["WikiText-2"].startswith(f"{ratios['wikitext2']:.2f} [")
 
 
-def test_a_tie_reads_tie(tmp_path):
+def test_noise_everywhere_reads_inconclusive(tmp_path):
     df = load(tmp_path, [record(ds, m, lab, 1.0, replicate=rep, jitter=0.2)
                          for rep in range(2) for ds in ("wikitext2", "pg19")
                          for m, lab in (("ar", "AR"), ("dynatree", "DynaTree"))])
-    row = scorecard.comparison(df, "dynatree", "ar", "claim", "paper")
-    assert row["verdict"] == "tie" and "~" in row["WikiText-2"]
+    row = scorecard.versus(df, scorecard.VS_AR, "dynatree", "ar")
+    assert row["verdict"] == "inconclusive" and row["WikiText-2"].startswith("1.00 [")
 
 
-def test_the_sampling_row_reads_no_when_every_workload_is_slower(tmp_path, monkeypatch):
+def test_one_replicate_is_not_measured_and_shows_no_interval(tmp_path):
+    df = load(tmp_path, main_records({"DynaTree": EVERYWHERE}, replicates=1))
+    row = scorecard.versus(df, scorecard.VS_AR, "dynatree", "ar")
+    assert row["verdict"] == "not measured" and row["WikiText-2"].endswith("(1 replicate of 2)")
+    assert "[" not in row["WikiText-2"]
+
+
+def test_the_sampling_row_is_refuted_when_every_workload_is_slower(tmp_path, monkeypatch):
     recs = []
-    for ds, r in (("wikitext2", 0.88), ("pg19", 0.92), ("spec_bench", 0.95)):
-        for m, lab, ratio in (("ar", "AR", 1.0), ("dynatree", "DynaTree", r)):
-            rec = record(ds, m, lab, ratio, jitter=0.05)
-            recs.append({**rec, "temperature": 1.0, "tags": {"temperature": 1.0}})
+    for rep in range(2):
+        for ds, r in (("wikitext2", 0.88), ("pg19", 0.92), ("spec_bench", 0.95)):
+            for m, lab, ratio in (("ar", "AR", 1.0), ("dynatree", "DynaTree", r)):
+                rec = record(ds, m, lab, ratio, jitter=0.05, replicate=rep)
+                recs.append({**rec, "temperature": 1.0, "tags": {**rec["tags"], "temperature": 1.0}})
     path = tmp_path / "sampling.json"
     path.write_text(json.dumps({"schema": 2, "records": recs}))
     monkeypatch.setattr(scorecard, "current", lambda p, prof: tables.load(p))
-    (row,) = scorecard.sampling_row(path, None)
-    assert row["verdict"] == "no" and row["WikiText-2"].startswith("0.88×")
+    row = scorecard.sampling_row(path, None, scorecard.SAMPLING)
+    assert row["verdict"] == "refuted" and row["WikiText-2"].startswith("0.88 [")
 
 
 @pytest.mark.parametrize("profile", ["cpu", "smoke"])
