@@ -6,8 +6,8 @@ on and its verdict). ``python -m dynatree_lib.reporting.scorecard cpu`` rewrites
 Every claim is a ``Claim`` with an id, always listed: a claim without clean records reads *not measured*. Its
 verdict comes from the one rule (``verdict.verdict``), in wall time on a named machine (ratios of mean
 throughputs, intervals holding the run-to-run noise: ``intervals``) or in the method's own counts (τ, δ at equal
-verified nodes on the budget frontier). Prose that states a verdict marks it ``<!-- verdict: <id> -->``;
-``tests/reporting/test_verdict_markers.py`` holds the prose to the rule.
+verified nodes on the budget frontier). Prose that states a verdict marks it ``<!-- verdict: <id> -->``
+(``markers``).
 """
 from __future__ import annotations
 
@@ -407,24 +407,6 @@ def claims(profile) -> dict[str, list[dict]]:
 def verdicts(profile) -> dict[str, str]:
     """{claim id: verdict}: what the verdict markers in the prose are held to."""
     return {row["id"]: row["verdict"] for rows in claims(profile).values() for row in rows}
-
-
-MARKED = re.compile(r"\*\*([a-z ]+)\*\*\s*(?:#\s*)?<!-- verdict: (\w+) -->")
-MARKER = re.compile(r"<!-- verdict: (\w+) -->")
-PROSE = ("README.md", "FINDINGS.md", "notebooks/*.py")  # where a stated verdict carries its marker
-
-
-def marker_mismatches(text: str, rule: dict[str, str]) -> list[str]:
-    """What a text's verdict markers get wrong against the rule (``verdicts``): a marked word that is not the
-    rule's verdict for its claim, a marker of an unknown claim, a marker without a bold word before it."""
-    flat = re.sub(r"\n#?\s*", " ", text)  # a notebook's Markdown lines are comments
-    marked = MARKED.findall(flat)
-    bad = [f"{cid}: unknown claim" for _, cid in marked if cid not in rule]
-    bad += [f"{cid}: says **{word}**, the rule says {rule[cid]}" for word, cid in marked
-            if cid in rule and word != rule[cid]]
-    if len(MARKER.findall(flat)) > len(marked):
-        bad.append("a verdict marker without a **word** right before it")
-    return bad
 
 
 def table(rows: list[dict]) -> pd.DataFrame:
