@@ -69,7 +69,8 @@ def provenance(profile: str) -> list[str]:
              *rows, "", "| file | records | superseded | commits | machines | dirty tree | busy machine |",
              "|---|---|---|---|---|---|---|"]
     for path in sorted((REPO / "results" / profile).glob("*.json")):
-        lines.append(file_line(path, prof))
+        if not path.name.endswith(".bak.json"):  # a rerun's archive of the file it replaced: never committed
+            lines.append(file_line(path, prof))
     return lines + [""]
 
 
