@@ -137,6 +137,8 @@ def run_noise_table(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     noise added (``agreement``)."""
     rows = {}
     for name, df in frames.items():
+        if df.empty:  # no records of the current cells yet
+            continue
         pairs, var = replicate_pairs(df), experiment_run_variance(df)
         if not pairs or var is None:
             continue
