@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import pandas as pd
 
@@ -52,13 +52,18 @@ def run_variance(groups: Iterable[Sequence[float]]) -> float | None:
     return squares / dof if dof else None
 
 
-def experiment_run_variance(df: pd.DataFrame) -> float | None:
-    """``run_variance`` of an experiment's records (``records.load``): every row's speedup over AR, per replicate.
-    AR's own rows, a ratio of 1 by definition, are left out."""
+def speedup_rows(df: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    """Each timed row's records (``records.load``) with a speedup over AR, in replicate order. AR's own rows, a
+    ratio of 1 by definition, are left out."""
     timed = timed_only(df)
     timed = timed[(timed.method != registry.AR) & timed.speedup.notna()]
     keys = [k for k in ROW_KEY if k in timed]
-    return run_variance(g.sort_values("replicate").speedup.tolist() for _, g in timed.groupby(keys, dropna=False))
+    return (g.sort_values("replicate") for _, g in timed.groupby(keys, dropna=False))
+
+
+def experiment_run_variance(df: pd.DataFrame) -> float | None:
+    """``run_variance`` of an experiment's records: every row's speedup over AR, per replicate (``speedup_rows``)."""
+    return run_variance(g.speedup.tolist() for g in speedup_rows(df))
 
 
 def combine(replicates: Sequence[Interval], run_var: float | None) -> Interval:
@@ -119,12 +124,8 @@ def main_measured(df: pd.DataFrame, a: str, b: str, *, lookup: bool | None = Non
 
 def replicate_pairs(df: pd.DataFrame) -> list[tuple[Interval, Interval]]:
     """Every row's speedup over AR with its bootstrap interval in its first two replicates."""
-    timed = timed_only(df)
-    timed = timed[(timed.method != registry.AR) & timed.speedup.notna()]
-    keys = [k for k in ROW_KEY if k in timed]
     pairs = []
-    for _, g in timed.groupby(keys, dropna=False):
-        g = g.sort_values("replicate")
+    for g in speedup_rows(df):
         if g.replicate.nunique() > 1:
             a, b = (Interval(r.speedup, r.speedup_lo, r.speedup_hi) for r in g.head(2).itertuples())
             pairs.append((a, b))

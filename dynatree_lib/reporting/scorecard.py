@@ -32,7 +32,7 @@ from ..harness.setup.variants import BUDGET, MAIN, NETWORK_ALONE
 from ..harness.setup.weights import head_kind
 from ..harness.setup.workloads import labels as workload_labels
 from . import frontier_tables as ft, tables
-from .intervals import combine, experiment_run_variance, main_measured, paired_measured, timed_only
+from .intervals import main_measured, paired_measured, timed_only
 from .notebook import machines, on_machine
 from .records import paired, ratio_ci, row_id
 from .verdict import (COUNTS, MEMORY, NOT_MEASURED, TIMING, VERDICTS, Evidence, Interval, Measured,
@@ -200,21 +200,14 @@ def ablation_rows(path: Path, profile, claims: tuple[Claim, Claim]) -> list[dict
     claims = tuple(dataclasses.replace(c, paper=f"{gain[s] / gain[s - 1] - 1:+.1%}") for s, c in zip((1, 2), claims))
     if (df := current(path, profile)) is None:
         return [unmeasured(c) for c in claims]
-    ws, rows = profile.sweeps.workload, []
+    rows = []
     for step, claim in zip((1, 2), claims):
         here, before = df[df.tag_step == step], df[df.tag_step == step - 1]
         if here.empty or before.empty:
             rows.append(unmeasured(claim))
             continue
-        reps = []
-        for rep in sorted(here.replicate.unique()):
-            a, b = here[here.replicate == rep], before[before.replicate == rep]
-            if not a.empty and not b.empty:
-                reps.append(paired(a.iloc[0].tps_by_prompt, b.iloc[0].tps_by_prompt))
         used = pd.concat([here, before])
-        measured = {ws: Measured(combine([Interval(*r[:3]) for r in reps], experiment_run_variance(df)),
-                                 tuple(Interval(*r[:3]) for r in reps), min(r[3] for r in reps),
-                                 bool((used.mark == "").all()))} if reps else {}
+        measured = paired_measured(df, here.row.iloc[0], before.row.iloc[0])
         rows.append(claim_row(claim, measured, TIMING, used=used, file="ablation.json", show=change_text))
     return rows
 
