@@ -1,4 +1,4 @@
-"""Command line: ``python -m dynatree_lib {setup,generate,show-tree,bench,plan,build-draft}``.
+"""Command line: ``python -m dynatree_lib {setup,generate,show-tree,bench,plan,serve-plan,build-draft}``.
 
   python -m dynatree_lib setup --profile cpu                 # load the models, check the data
   python -m dynatree_lib generate --method dynatree -T 64 --text "It was a dark night"
@@ -10,6 +10,7 @@
   python -m dynatree_lib bench --queue main,sampling,heads   # one after another, detached, resumable
   python -m dynatree_lib bench --status                      # the queue's cells done and left, the time left
   python -m dynatree_lib plan --profile paper [--quick]      # what a run costs, without running it
+  python -m dynatree_lib serve-plan [--json]                 # vLLM's config for our head, k per batch size
   python -m dynatree_lib build-draft [--instructions-only | --teacher-only | --vocab-only | --lookup-only]
   python -m dynatree_lib build-draft --sampled-teacher-only  # the target's answers sampled at T = 1 (resumable)
   python -m dynatree_lib build-draft --from-gpu DIR          # calibrate and publish tools/gpu_distill.py's output
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import math
 import os
 import signal
@@ -118,6 +120,8 @@ COMMANDS = {
     "bench": "measure an experiment into results/<profile>/ (or a queue of them), or show the queue's progress",
     "plan": "print what a run of the notebooks costs (generations, tokens, hours) without running it",
     "build-draft": "rebuild weights/smollm2-draft (teacher data, distillation, calibration), or train a draft head",
+    "serve-plan": "print the vLLM config that serves our EAGLE-3 head here, its draft length chosen per batch size "
+                  "from this machine kind's measured costs",
 }
 
 
@@ -164,6 +168,14 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["bench"].add_argument("--foreground", action="store_true",
                                       help="with --queue: run here instead of detached")
     sub.choices["plan"].add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK}, no sweeps")
+    sp = sub.choices["serve-plan"]
+    sp.add_argument("--record", metavar="PATH", help="a vllm_throughput.json to plan from (default: this machine "
+                                                     "kind's, committed under results/)")
+    sp.add_argument("--max-num-seqs", type=POSITIVE_INT, default=32, help="the most concurrent requests to plan for "
+                                                                          "(default: 32, the most measured)")
+    sp.add_argument("--model", metavar="DIR", help="the target folder vLLM serves (default: the dequantized "
+                                                   "SmolLM2-135M-Instruct in the user's cache)")
+    sp.add_argument("--json", action="store_true", help="print the plan as JSON")
     bd = sub.add_parser("build-draft", help=COMMANDS["build-draft"], description=COMMANDS["build-draft"])
     for step in BUILD_STEPS:
         bd.add_argument(f"--{step}-only", action="store_true", help=STEP_HELP.get(step, f"only the {step} phase"))
@@ -421,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
             print(format_plan(plan(prof, quick=args.quick), prof))
         elif args.cmd == "setup":
             setup(prof)
+        elif args.cmd == "serve-plan":
+            from .reporting.serve_plan import format_serve_plan, serve_plan
+
+            plan = serve_plan(args.record, args.max_num_seqs, args.model, profile=prof.name)
+            print(json.dumps(plan, indent=1) if args.json else format_serve_plan(plan))
         else:
             prof = with_draft(prof, args.draft)
             check_decode_flags(args, prof)

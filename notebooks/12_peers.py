@@ -75,21 +75,32 @@ if vdf is not None and not vdf.empty:
     show_table(tables.vllm_idle_table(vdf), "table_vllm_idle", prof)
 
 # %% [markdown]
-# Batching is what vLLM is for, and our engine decodes one sequence at a time: aggregate tokens/s of vLLM at 1, 4
-# and 16 concurrent requests (the first Spec-Bench test questions, 128 tokens each, EOS ignored; median of three
-# rounds with the range), its AR and its EAGLE-3 with our head alternating.
+# ## Under load: which draft length pays at which batch size
+# Batching is what vLLM is for, and our engine decodes one sequence at a time. Speculation spends compute to save
+# weight reads, so the more requests share a forward, the less it pays. `harness.peers.vllm_serving` models one vLLM
+# step at b sequences and k draft tokens from curves measured through vLLM itself: its AR step at 1-160 sequences,
+# its EAGLE-3 step at k = 1 and k = 4 per load, and the head's acceptance per draft position, all on Spec-Bench
+# tuning and dev questions. The k it predicts per batch size is the schedule that vLLM's own dynamic speculative
+# decoding applies (`num_speculative_tokens_per_batch_size`; `python -m dynatree_lib serve-plan` prints it).
+# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, three rounds with the modes
+# interleaved: vLLM's AR, fixed k = 1..4 and the schedule at 1, 2, 4, 8, 16 and 32 concurrent requests. Cells give
+# the median tokens/s over the rounds, their range, and a speculative mode's median over AR's; the last column
+# counts the requests whose greedy tokens equal vLLM's AR (its bf16 verification of k + 1 rows need not give the
+# one-row bits). Another machine kind's records follow under their own names.
 
 # %% tags=["nbval-ignore-output"]
 tpath = results_path("vllm_throughput", prof)
 if not render_only or tpath.exists():
     tpath = experiments.run("vllm_throughput", prof, rerun=rerun, render_only=render_only)
-if tpath.exists():
-    show_table(tables.vllm_throughput_table(tpath), "table_vllm_throughput", prof)
-for kind in machines(prof):  # another machine kind's (results/cpu@<kind>/): the file name carries its kind
-    on_kind = on_machine(prof, kind)
-    if results_path("vllm_throughput", on_kind).exists():
-        show_table(tables.vllm_throughput_table(results_path("vllm_throughput", on_kind)), "table_vllm_throughput",
-                   on_kind)
+for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kind>/): the file name carries its kind
+    on_kind = prof if kind is None else on_machine(prof, kind)
+    if not (path := results_path("vllm_throughput", on_kind)).exists():
+        continue
+    show_table(tables.vllm_throughput_table(path), "table_vllm_throughput", on_kind)
+    if not (schedule := tables.vllm_schedule_table(path)).empty:
+        show_table(schedule, "table_vllm_schedule", on_kind)
+        show_table(tables.vllm_tpot_table(path), "table_vllm_tpot", on_kind)  # ms per output token: median / p90
+        show_fig(plots.serving_figure(path), "fig_vllm_serving", on_kind)
 
 # %% [markdown]
 # What to look for: whether llama.cpp's own AR is ahead of ours at the same precision (the engine alone), whether

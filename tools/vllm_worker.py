@@ -8,7 +8,8 @@ Protocol: one JSON object per line on stdin, one per line on a copy of stdout (f
 vLLM's logs and those of the engine processes it spawns never reach the protocol).
 The first line it writes is ``{"ready": true, "vllm": version, ...}`` once the engine is loaded. Requests:
   {"op": "generate", "prompts": [[ids], ...], "max_tokens": N, "ignore_eos": bool, "stop_token_ids": [ids]}
-      -> {"outputs": [[ids], ...], "finish": [...], "wall_s": s, "spec": counter deltas over the call}
+      -> {"outputs": [[ids], ...], "finish": [...], "wall_s": s, "spec": counter deltas over the call,
+          "tpot_s": [each request's time per output token after its first, from vLLM's own timestamps, or null]}
   {"op": "quit"}
 ``wall_s`` is the time of ``LLM.generate`` alone (the prompts already tokenized). Every request is greedy
 (temperature 0): vLLM's sampler is not ours, so a sampled output could not be compared token for token.
@@ -46,6 +47,14 @@ def delta(after: dict, before: dict) -> dict:
     return {k: after[k] - before[k] for k in COUNTERS.values()} | {"per_pos": per_pos}
 
 
+def time_per_output_token(out) -> float | None:
+    """A request's seconds per output token after its first, from the engine's timestamps (None without them)."""
+    stats, n = out.metrics, len(out.outputs[0].token_ids)
+    if stats is None or n < 2 or not stats.last_token_ts:
+        return None
+    return (stats.last_token_ts - stats.first_token_ts) / (n - 1)
+
+
 def generate(llm, req: dict) -> dict:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -60,7 +69,7 @@ def generate(llm, req: dict) -> dict:
     wall = time.perf_counter() - t0
     return {"outputs": [list(o.outputs[0].token_ids) for o in outs],
             "finish": [o.outputs[0].finish_reason for o in outs], "wall_s": wall,
-            "spec": delta(spec_counters(llm), before)}
+            "spec": delta(spec_counters(llm), before), "tpot_s": [time_per_output_token(o) for o in outs]}
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from ..harness.setup.workloads import POOLED, label as workload_label  # noqa: E
 from .formatting import present  # noqa: E402
 from .intervals import paired_measured  # noqa: E402
 from .records import order, row_id  # noqa: E402
+from .serving import serving_figure  # noqa: E402,F401  (notebook 12's, beside its tables)
 
 
 def color(method: str) -> str:

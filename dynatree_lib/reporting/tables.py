@@ -3,7 +3,8 @@
 ``records``: load records (labels from the registry), recompute speedups with paired bootstrap intervals, the
 paper's numbers (``data/paper_reported.json``). ``main_tables``: the measured runs' tables (main, sampling, ablation,
 tuning, peers, "reported vs reproduced"). ``pair_tables``: the model pair and its costs. ``talon_tables``:
-notebook 14's (TALON's Tables 1 and 3 on a feature head, its reported numbers beside ours). ``formatting``: how
+notebook 14's (TALON's Tables 1 and 3 on a feature head, its reported numbers beside ours). ``serving``: vLLM
+under load (notebook 12). ``formatting``: how
 numbers print, Markdown + LaTeX files.
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ from .pair_tables import (agreement_table, ar_vs_bound, ceiling_table, cost_mode
 from .records import (AR_KEY, BOOTSTRAP, add_speedup, bound_ms, bound_ratios, load, order, paired, paired_ratio,
                       ratio_ci, records, replicate, reported, role, row_id, say_other_drafts, shown)
 from .intervals import run_noise_table
-from .vllm_tables import vllm_idle_table, vllm_table, vllm_throughput_table, vllm_tuning_table
+from .vllm_tables import vllm_idle_table, vllm_table, vllm_tuning_table
+from .serving import vllm_schedule_table, vllm_throughput_table, vllm_tpot_table
 from .talon_tables import (talon_budget_table, talon_peer_table, talon_reported, talon_reported_vs_reproduced,
                            talon_table)
 
@@ -35,4 +37,5 @@ __all__ = ["TIE_GAP", "CATEGORY_LABELS", "dash", "pm", "present", "save", "scope
            "overlap_table", "pair_table", "verification_table", "AR_KEY", "BOOTSTRAP", "add_speedup", "bound_ms", "bound_ratios", "load", "order", "paired",
            "paired_ratio", "ratio_ci", "records", "replicate", "reported", "role", "row_id", "say_other_drafts",
            "shown", "talon_budget_table", "talon_peer_table", "talon_reported", "talon_reported_vs_reproduced", "talon_table",
-           "vllm_idle_table", "vllm_table", "vllm_throughput_table", "vllm_tuning_table", "run_noise_table"]
+           "vllm_idle_table", "vllm_table", "vllm_throughput_table", "vllm_tuning_table", "run_noise_table",
+           "vllm_schedule_table", "vllm_tpot_table"]

@@ -1,14 +1,9 @@
-"""Notebook 12's vLLM tables (issue 79), from ``vllm.json`` and ``vllm_throughput.json`` alone."""
+"""Notebook 12's vLLM tables at one request (issue 79), from ``vllm.json`` alone (under load: ``serving``)."""
 from __future__ import annotations
-
-import json
-import statistics
-from pathlib import Path
 
 import pandas as pd
 
 from .. import methods as registry
-from ..harness.peers.vllm import AR_MODE, EAGLE3_MODE
 from ..harness.setup.workloads import label as workload_label
 from .formatting import dash, pm
 from .main_tables import agreement, per_dataset, speedup_ci
@@ -70,28 +65,6 @@ def vllm_idle_table(df: pd.DataFrame) -> pd.DataFrame:
                      "idle CPU s": f"{sum(x['idle_cpu_s'] for x in xs):.2f}",
                      "idle wall s": f"{sum(x['idle_wall_s'] for x in xs):.0f}"})
     return pd.DataFrame(rows).set_index("replicate") if rows else pd.DataFrame()
-
-
-def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
-    """Aggregate tokens/s (median over the repeats, with min-max) per mode and number of concurrent requests,
-    EAGLE-3's ratio over AR at each, and EAGLE-3's tokens per verification."""
-    doc = json.loads(Path(path).read_text())
-    rows = pd.DataFrame(doc["rows"])
-    out = {}
-    for c in doc["settings"]["concurrency"]:
-        at = rows[rows.concurrency == c]
-        med = {m: statistics.median(at[at["mode"] == m].tps) for m in (AR_MODE, EAGLE3_MODE)}
-        k = doc["modes"][EAGLE3_MODE]["config"]["k"]
-        for m, name in ((AR_MODE, "vLLM AR"), (EAGLE3_MODE, f"vLLM EAGLE-3, our head (k={k})")):
-            tps = at[at["mode"] == m].tps
-            out.setdefault(name, {})[c] = f"{med[m]:.1f} ({tps.min():.1f}-{tps.max():.1f})"
-        out.setdefault("EAGLE-3 / AR", {})[c] = f"{med[EAGLE3_MODE] / med[AR_MODE]:.2f}×"
-        spec = [s for s, m in zip(at.spec, at["mode"]) if m == EAGLE3_MODE]
-        drafts, acc = sum(s["drafts"] for s in spec), sum(s["accepted"] for s in spec)
-        out.setdefault("EAGLE-3 accepted per draft", {})[c] = dash(acc / drafts if drafts else float("nan"), "{:.2f}")
-    t = pd.DataFrame(out).T
-    t.columns = [f"{c} concurrent" for c in t.columns]
-    return t
 
 
 def vllm_tuning_table(df: pd.DataFrame) -> pd.DataFrame:

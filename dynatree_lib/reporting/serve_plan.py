@@ -1,0 +1,74 @@
+"""``python -m dynatree_lib serve-plan``: the vLLM configuration that serves our EAGLE-3 head on this machine, with
+the draft length per batch size that the batch cost model predicts (``harness.peers.vllm_serving``) from this
+machine kind's committed calibration (``results/<profile>[@<kind>]/vllm_throughput.json``)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..harness.peers.vllm import HEAD_DIR, VERSION, speculative_config
+from ..harness.peers.vllm_serving import K_MAX, LOADS, MAX_NUM_SEQS, plan_schedule, schedule_config, serve_command
+from ..harness.setup.machine import here, kind_of_record
+from ..harness.setup.paths import RESULTS
+
+
+def find_record(kind: str, profile: str = "cpu") -> Path:
+    """This machine kind's calibrated ``vllm_throughput.json``, or a ``FileNotFoundError`` saying how to measure one."""
+    for path in sorted(RESULTS.glob(f"{profile}*/vllm_throughput.json")):
+        doc = json.loads(path.read_text())
+        if "calibration" in doc and kind_of_record(doc["environment"]) == kind:
+            return path
+    raise FileNotFoundError(f"no calibrated vLLM record for this machine kind ({kind}) under {RESULTS}/{profile}*/: "
+                            "measure one with `python -m dynatree_lib bench --experiment vllm_throughput` (it needs "
+                            "`bash tools/setup_vllm.sh`), or name a record with --record")
+
+
+def load_costs(path: Path):
+    from ..harness.experiments.vllm_throughput import costs_of
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not a JSON record ({e})") from None
+    if "calibration" not in doc:
+        raise ValueError(f"{path}: no calibration in this record (measured before the schedule); measure it again "
+                         "with `python -m dynatree_lib bench --experiment vllm_throughput --rerun`")
+    return doc, costs_of(doc["calibration"])
+
+
+def serve_plan(record: Path | None = None, max_num_seqs: int = MAX_NUM_SEQS, model: str | None = None, *,
+               profile: str = "cpu") -> dict:
+    """The plan: the record it rests on, the predicted tokens/s per load and k, the schedule and vLLM's config."""
+    from ..harness.setup.weights import smollm2_folder
+
+    path = Path(record) if record else find_record(here(), profile)
+    if not path.is_file():
+        raise FileNotFoundError(f"--record {path}: no such file")
+    doc, costs = load_costs(path)
+    schedule = plan_schedule(costs, max_num_seqs)
+    cfg = schedule_config(schedule)
+    model = model or str(smollm2_folder())
+    return {"record": str(path), "machine": kind_of_record(doc["environment"]), "commit": doc["environment"]["git_commit"],
+            "vllm": VERSION, "max_num_seqs": max_num_seqs, "accepted_at": list(costs.accepted_at),
+            "predicted_tps": {b: [costs.throughput(b, k) for k in range(K_MAX + 1)] for b in LOADS if b <= max_num_seqs},
+            "schedule": [list(e) for e in schedule],
+            "speculative_config": None if cfg is None else speculative_config(cfg, HEAD_DIR),
+            "command": serve_command(schedule, model, max_num_seqs=max_num_seqs)}
+
+
+def format_serve_plan(plan: dict) -> str:
+    head = "  ".join(f"k={k:<6}" for k in range(K_MAX + 1))
+    lines = [f"vLLM {plan['vllm']} serving plan for {plan['machine']} (calibration: {plan['record']}, commit "
+             f"{plan['commit'][:10]}); our EAGLE-3 head accepts a_1..a_{K_MAX} = "
+             + " / ".join(f"{a:.2f}" for a in plan["accepted_at"]),
+             "", f"predicted aggregate tokens/s (k = 0: no speculation)", f"  batch  {head}"]
+    for b, tps in plan["predicted_tps"].items():
+        best = max(range(len(tps)), key=tps.__getitem__)
+        lines.append(f"  {b:>5}  " + "  ".join(f"{t:6.1f}{'*' if k == best else ' '}" for k, t in enumerate(tps)))
+    lines += ["", "schedule, (first batch size, last, k): " + json.dumps(plan["schedule"]), "",
+              "speculative_config (LLM(..., speculative_config=...) or --speculative-config):",
+              json.dumps(plan["speculative_config"]) if plan["speculative_config"] else
+              "none: speculation pays at no batch size here; serve without it", "", "serve it:", plan["command"]]
+    if plan["max_num_seqs"] > max(LOADS):
+        lines.append(f"(batch sizes above {max(LOADS)} are extrapolated from the calibration's curves)")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""Notebook 12's serving tables and figure (issues 79 and 90), from ``vllm_throughput.json`` alone: vLLM's aggregate
+tokens/s per mode and load, the schedule against the best fixed mode, the cost model's predicted k against the
+measured best, each request's time per output token, and throughput against concurrency with the crossings marked.
+Records from before the schedule (one EAGLE-3 mode, no calibration) render their throughput table only."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .formatting import dash
+
+AR, SCHEDULE = "ar", "schedule"
+SCHEDULE_TARGET = 0.97   # the schedule's median over the best fixed mode's, at every load (issue 90)
+
+
+def read(path: str | Path) -> tuple[dict, pd.DataFrame]:
+    doc = json.loads(Path(path).read_text())
+    return doc, pd.DataFrame(doc["rows"])
+
+
+def mode_label(name: str, config: dict) -> str:
+    if name == AR:
+        return "vLLM AR"
+    if config.get("schedule"):
+        return "EAGLE-3, k by batch size (schedule)"
+    return f"EAGLE-3, our head, k = {config['k']}"
+
+
+def medians(rows: pd.DataFrame) -> pd.DataFrame:
+    """Median aggregate tokens/s over the rounds: one row per mode, one column per load."""
+    return rows.groupby(["mode", "concurrency"]).tps.median().unstack()
+
+
+def fixed_modes(doc: dict) -> list[str]:
+    return [m for m in doc["modes"] if m != SCHEDULE]
+
+
+def equal_to_ar(doc: dict, rows: pd.DataFrame, mode: str) -> str:
+    """Requests whose greedy tokens equal vLLM's AR on the same prompt, load and round, over every load and round."""
+    if "outputs_sha" not in rows or mode == AR:
+        return "–"
+    ar = {(r.concurrency, r.repeat): r.outputs_sha for r in rows[rows["mode"] == AR].itertuples()}
+    same = [a == b for r in rows[rows["mode"] == mode].itertuples() for a, b in zip(r.outputs_sha,
+                                                                                  ar[r.concurrency, r.repeat])]
+    return f"{sum(same)}/{len(same)}"
+
+
+def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
+    """Aggregate tokens/s per mode and number of concurrent requests: the median over the rounds with their range
+    and, for a speculative mode, its median over AR's; and how many requests' tokens equal vLLM's AR."""
+    doc, rows = read(path)
+    loads, med = doc["settings"]["concurrency"], medians(rows)
+    out = {}
+    for mode, spec in doc["modes"].items():
+        at = rows[rows["mode"] == mode]
+        name = mode_label(mode, spec["config"])
+        for c in loads:
+            tps = at[at.concurrency == c].tps
+            ratio = "" if mode == AR else f" · {tps.median() / med.loc[AR, c]:.2f}×"
+            out.setdefault(name, {})[f"{c} concurrent"] = f"{tps.median():.1f} ({tps.min():.1f}-{tps.max():.1f}){ratio}"
+        out[name]["= vLLM AR"] = equal_to_ar(doc, rows, mode)
+    return pd.DataFrame(out).T
+
+
+def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
+    """Per load: the schedule's k and its median tokens/s against AR's and the best fixed mode's (its range over
+    the rounds beside AR's), and the cost model's best k against the measured best; empty for a record without a
+    schedule."""
+    doc, rows = read(path)
+    if "model" not in doc:
+        return pd.DataFrame()
+    med, fixed = medians(rows), fixed_modes(doc)
+    k_of = {m: 0 if m == AR else doc["modes"][m]["config"]["k"] for m in fixed}
+    k_at = {b: k for first, last, k in doc["model"]["schedule"] for b in range(first, last + 1)}
+    out = {}
+    for c in doc["settings"]["concurrency"]:
+        best = max(fixed, key=lambda m: med.loc[m, c])
+        sched = rows[(rows["mode"] == SCHEDULE) & (rows.concurrency == c)].tps if SCHEDULE in med.index else None
+        ar = rows[(rows["mode"] == AR) & (rows.concurrency == c)].tps
+        predicted = int(doc["model"]["predicted_best_k"][str(c)])
+        out[c] = {"schedule's k": k_at.get(c, "–"), "vLLM AR tok/s": f"{med.loc[AR, c]:.1f} ({ar.min():.1f}-{ar.max():.1f})",
+                  "best fixed": f"k = {k_of[best]}" if best != AR else "AR",
+                  "best fixed tok/s": f"{med.loc[best, c]:.1f}",
+                  "schedule tok/s": "–" if sched is None else f"{sched.median():.1f} ({sched.min():.1f}-{sched.max():.1f})",
+                  "schedule / best": "–" if sched is None else f"{sched.median() / med.loc[best, c]:.2f}×",
+                  "schedule / AR": "–" if sched is None else f"{sched.median() / med.loc[AR, c]:.2f}×",
+                  "predicted best k": predicted, "measured best k": k_of[best],
+                  "match": "yes" if predicted == k_of[best] else "no"}
+    t = pd.DataFrame(out).T
+    t.index = [f"{c} concurrent" for c in t.index]
+    return t
+
+
+def schedule_targets(path: str | Path) -> dict:
+    """Issue 90's targets on a record: per load, the schedule's median over the best fixed mode's, whether its
+    range lies wholly below AR's, its ratio over AR at one request, and the predicted best k's matches."""
+    doc, rows = read(path)
+    med, fixed = medians(rows), fixed_modes(doc)
+    t = vllm_schedule_table(path)
+    per_load = {}
+    for c in doc["settings"]["concurrency"]:
+        sched = rows[(rows["mode"] == SCHEDULE) & (rows.concurrency == c)].tps
+        ar = rows[(rows["mode"] == AR) & (rows.concurrency == c)].tps
+        per_load[c] = {"over_best": sched.median() / max(med.loc[m, c] for m in fixed),
+                       "wholly_below_ar": bool(sched.max() < ar.min())}
+    return {"per_load": per_load, "at_one_over_ar": med.loc[SCHEDULE, 1] / med.loc[AR, 1],
+            "matches": int((t["match"] == "yes").sum()), "loads": len(t)}
+
+
+def vllm_tpot_table(path: str | Path) -> pd.DataFrame:
+    """Each request's time per output token after its first (vLLM's own timestamps), median and p90 over the
+    requests of every round, in ms; empty for a record without it."""
+    doc, rows = read(path)
+    if "tpot_s" not in rows:
+        return pd.DataFrame()
+    out = {}
+    for mode, spec in doc["modes"].items():
+        for c in doc["settings"]["concurrency"]:
+            xs = [x * 1000 for r in rows[(rows["mode"] == mode) & (rows.concurrency == c)].tpot_s for x in r
+                  if x is not None]
+            cell = f"{statistics.median(xs):.1f} / {np.percentile(xs, 90):.1f}" if xs else "–"
+            out.setdefault(mode_label(mode, spec["config"]), {})[f"{c} concurrent"] = cell
+    return pd.DataFrame(out).T
+
+
+def crossings(doc: dict, rows: pd.DataFrame) -> dict:
+    """Per fixed k: the first load (interpolated in log2 of the load) where its median falls below AR's; absent
+    where it never does."""
+    med, out = medians(rows), {}
+    loads = doc["settings"]["concurrency"]
+    for m in fixed_modes(doc):
+        if m == AR:
+            continue
+        ratio = [med.loc[m, c] / med.loc[AR, c] for c in loads]
+        for i in range(1, len(loads)):
+            if ratio[i - 1] >= 1 > ratio[i]:
+                x0, x1 = np.log2(loads[i - 1]), np.log2(loads[i])
+                out[m] = float(2 ** (x0 + (x1 - x0) * (ratio[i - 1] - 1) / (ratio[i - 1] - ratio[i])))
+                break
+    return out
+
+
+def serving_figure(path: str | Path):
+    """Aggregate tokens/s against concurrent requests, one line per mode (median, bars: the rounds' range), and
+    each mode over AR with the crossings marked (where a fixed k falls below AR)."""
+    import matplotlib.pyplot as plt
+
+    doc, rows = read(path)
+    loads, med = doc["settings"]["concurrency"], medians(rows)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    shades = plt.cm.viridis(np.linspace(0.15, 0.85, len(doc["modes"])))
+    for colour, (mode, spec) in zip(shades, doc["modes"].items()):
+        style = dict(color="black", ls="--") if mode == AR else dict(color="#d62728", lw=2.5) if mode == SCHEDULE \
+            else dict(color=colour)
+        at = rows[rows["mode"] == mode].groupby("concurrency").tps
+        y = med.loc[mode, loads].to_numpy()
+        err = [y - at.min()[loads].to_numpy(), at.max()[loads].to_numpy() - y]
+        left.errorbar(loads, y, yerr=err, marker="o", ms=4, capsize=3, label=mode_label(mode, spec["config"]), **style)
+        right.plot(loads, y / med.loc[AR, loads].to_numpy(), marker="o", ms=4, **style)
+    for mode, x in crossings(doc, rows).items():
+        right.axvline(x, color="grey", lw=0.8, ls=":")
+        right.annotate(f"k = {doc['modes'][mode]['config']['k']}", (x, 1), textcoords="offset points",
+                       xytext=(3, 6), fontsize=8, rotation=90)
+    right.axhline(1, color="black", lw=1)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(loads, [str(c) for c in loads])
+        ax.set_xlabel("concurrent requests")
+    left.set_ylabel("aggregate tokens/s")
+    right.set_ylabel("over vLLM AR (median of the rounds)")
+    right.set_title("dotted: where a fixed k falls below AR", fontsize=9)
+    left.legend(fontsize=8)
+    fig.suptitle(f"vLLM on {doc['environment'].get('machine', {}).get('kind', 'this machine')}: our EAGLE-3 head "
+                 "under load")
+    return fig

@@ -1,0 +1,138 @@
+"""Speculation that knows the load (issue 90): the batch cost model, the schedule it plans and the vLLM config that
+applies it (valid by vLLM's rules without vLLM; accepted by vLLM where its environment exists), the serving tables
+and figure from a record, and ``serve-plan``'s output and errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from dynatree_lib.cli import main
+from dynatree_lib.harness.experiments.vllm_throughput import costs_of
+from dynatree_lib.harness.peers import vllm as P
+from dynatree_lib.harness.peers import vllm_serving as S
+from dynatree_lib.reporting import serving, tables
+from dynatree_lib.reporting.serve_plan import format_serve_plan, serve_plan
+
+FORWARD = {1: 19.0, 2: 20.0, 4: 20.0, 8: 22.0, 16: 29.0, 32: 46.0, 64: 73.0, 96: 105.0, 128: 139.0, 160: 164.0}
+ACCEPTED = [0.5, 0.27, 0.21, 0.1]
+
+
+def spec_steps(fixed=3.0, per_token=2.0) -> dict:
+    """EAGLE-3's step at k = 1 and K_MAX made from known draft costs (constant over the batch)."""
+    return {k: {b: S.interpolate(FORWARD, b * (k + 1)) + fixed + k * per_token for b in S.LOADS} for k in (1, S.K_MAX)}
+
+
+def test_the_cost_model_recovers_the_draft_costs_and_picks_k_by_load():
+    costs = S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED)
+    assert costs.draft_fixed_ms[4] == pytest.approx(3.0) and costs.draft_step_ms[32] == pytest.approx(2.0)
+    assert costs.step_ms(1, 0) == 19.0 and costs.tokens_per_step(2) == pytest.approx(1.77)
+    assert costs.throughput(1, 3) == pytest.approx(1 * 1.98 / (20 + 3 + 6) * 1000)
+    assert costs.best_k(1) >= 2 and costs.best_k(32) == 0  # at one request it drafts; at 32 verifying costs too much
+    assert S.interpolate({1: 1.0, 2: 2.0}, 4) == pytest.approx(4.0)  # beyond the points: the end segment's slope
+
+
+def test_the_schedule_is_ranges_vllm_accepts_and_maps_to_its_config():
+    costs = S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED)
+    schedule = S.plan_schedule(costs)
+    assert schedule[0][0] == 1 and schedule[-1][1] == S.MAX_NUM_SEQS
+    assert all(a[1] + 1 == b[0] and a[2] != b[2] for a, b in zip(schedule, schedule[1:]))  # merged, contiguous
+    cfg = S.schedule_config(schedule)
+    spec = P.speculative_config(cfg)
+    assert spec["num_speculative_tokens"] == max(k for *_, k in schedule)
+    assert spec["num_speculative_tokens_per_batch_size"] == [list(e) for e in schedule]
+    assert "--speculative-config" in S.serve_command(schedule, "MODEL")
+    assert S.schedule_config(((1, 32, 0),)) is None  # never drafting: vLLM's AR is the plan
+    assert "--speculative-config" not in S.serve_command(((1, 32, 0),), "MODEL")
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ((), "at least one"), (((2, 32, 1),), "start at batch size 1"), (((1, 4, 2), (3, 8, 1)), "not overlapping"),
+    (((1, 4, 5),), "between 0 and num_speculative_tokens = 3"), (((1, 4, -1),), "between 0"),
+    (((1, 0, 1),), "first <= last"), (((1, 4),), "(first, last, k) integers"), (((1, 4, 1.5),), "integers")])
+def test_a_schedule_vllm_would_refuse_is_refused_by_name(schedule, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        P.check_schedule(schedule, 3)
+    if schedule:
+        with pytest.raises(ValueError, match="schedule: "):
+            P.VllmScheduled(k=3, schedule=schedule)
+    with pytest.raises(ValueError, match="EAGLE-3 only"):
+        P.VllmScheduled("ngram", schedule=((1, 4, 1),))
+
+
+def record(tmp_path, kind="amd-avx512bf16"):
+    """A small ``vllm_throughput.json`` of the current format: two loads, AR, k = 1 and the schedule."""
+    cal = {"forward_ms": FORWARD, "spec_step_ms": spec_steps(), "accepted_at": ACCEPTED}
+    rows = []
+    for rep in range(3):
+        for c in (1, 2):
+            for mode, tps in (("ar", 50.0 * c), ("k1", 70.0 + 10 * c), ("schedule", 72.0 + 28 * c)):
+                rows.append({"mode": mode, "concurrency": c, "repeat": rep, "tokens": 128 * c, "wall_s": 1.0,
+                             "tps": tps + rep, "spec": {}, "tpot_s": [0.02] * c, "idle_cpu_s": 0.0,
+                             "outputs_sha": ["a"] * c if mode != "k1" else ["a", "b"][:c]})
+    doc = {"modes": {"ar": {"config": {"mode": "ar", "k": 3, "schedule": []}},
+                     "k1": {"config": {"mode": "eagle3", "k": 1, "schedule": []}},
+                     "schedule": {"config": {"mode": "eagle3", "k": 3, "schedule": [[1, 1, 3], [2, 32, 0]]}}},
+           "calibration": cal, "model": {"predicted_best_k": {"1": 1, "2": 0}, "schedule": [[1, 1, 3], [2, 32, 0]]},
+           "settings": {"concurrency": [1, 2]}, "rows": rows,
+           "environment": {"machine": {"kind": kind}, "git_commit": "0123456789abcdef"}}
+    path = tmp_path / "vllm_throughput.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_serving_tables_and_figure_render_from_a_record(tmp_path):
+    path = record(tmp_path)
+    t = tables.vllm_throughput_table(path)
+    assert t.loc["vLLM AR", "1 concurrent"] == "51.0 (50.0-52.0)"
+    assert t.loc["EAGLE-3, our head, k = 1", "2 concurrent"].endswith("· 0.90×")
+    assert t.loc["EAGLE-3, our head, k = 1", "= vLLM AR"] == "6/9"  # one of two requests differs at 2 concurrent
+    s = tables.vllm_schedule_table(path)
+    assert list(s["best fixed"]) == ["k = 1", "AR"] and list(s["match"]) == ["yes", "yes"]
+    assert s.loc["1 concurrent", "schedule / AR"] == "1.98×"
+    targets = serving.schedule_targets(path)
+    assert targets["matches"] == 2 and targets["at_one_over_ar"] == pytest.approx(101 / 51)
+    assert not targets["per_load"][2]["wholly_below_ar"]
+    assert tables.vllm_tpot_table(path).loc["vLLM AR", "1 concurrent"] == "20.0 / 20.0"
+    assert serving.crossings(json.loads(path.read_text()), serving.read(path)[1]) == {"k1": pytest.approx(2 ** ((81 / 51 - 1) / (81 / 51 - 91 / 101)))}
+    serving.serving_figure(path)
+
+
+def test_serve_plan_prints_a_config_from_a_record_and_names_what_is_missing(tmp_path, capsys):
+    path = record(tmp_path)
+    plan = serve_plan(path, model="MODEL")
+    assert plan["machine"] == "amd-avx512bf16" and plan["schedule"][0][0] == 1
+    assert plan["speculative_config"]["num_speculative_tokens_per_batch_size"] == plan["schedule"]
+    P.check_schedule([tuple(e) for e in plan["schedule"]], plan["speculative_config"]["num_speculative_tokens"])
+    assert "vllm serve MODEL" in format_serve_plan(plan)
+    assert main(["serve-plan", "--record", str(path), "--model", "MODEL", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schedule"] == plan["schedule"]
+    assert main(["serve-plan", "--record", str(tmp_path / "none.json")]) == 2
+    assert "--record" in capsys.readouterr().err
+    (tmp_path / "old.json").write_text(json.dumps({"rows": [], "environment": {}}))
+    assert main(["serve-plan", "--record", str(tmp_path / "old.json")]) == 2
+    assert "no calibration in this record" in capsys.readouterr().err
+    assert costs_of(json.loads(path.read_text())["calibration"]).best_k(1) >= 1
+
+
+@pytest.mark.full
+@pytest.mark.skipif(P.find_vllm() is None, reason="the vLLM environment is not built (bash tools/setup_vllm.sh)")
+def test_vllm_accepts_the_printed_config_and_drafts_by_batch_size(tmp_path):
+    """serve-plan's config, as printed, in vLLM's own validator and in an engine: it drafts at the batch sizes the
+    schedule gives a k and not at those it gives 0."""
+    schedule = ((1, 1, 2), (2, 32, 0))
+    spec = P.speculative_config(S.schedule_config(schedule))
+    check = ("import json, sys; from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup as b; "
+             "s = json.loads(sys.argv[1]); print(b(s['num_speculative_tokens_per_batch_size'], 32, "
+             "s['num_speculative_tokens'])[1:4])")
+    out = subprocess.run([str(P.find_vllm() / "venv" / "bin" / "python"), "-c", check, json.dumps(spec)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "[2, 0, 0]", out.stderr[-2000:]
+    from dynatree_lib.harness.setup.weights import smollm2_folder
+
+    with P.VllmWorker(smollm2_folder(), spec, threads=min(2, os.cpu_count()), max_num_seqs=4) as w:
+        one = w.generate([[1, 2, 3, 4, 5]], 16)
+        three = w.generate([[1, 2, 3, 4, 5], [1, 6, 7], [1, 8]], 16)
+    assert one["spec"]["drafts"] >= 8 and three["spec"]["drafts"] <= 3  # only a prefill step may draft
