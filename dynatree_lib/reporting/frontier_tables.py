@@ -24,7 +24,7 @@ from ..harness.setup.machine import kind_of_record
 from ..harness.experiments.tuning import NotTuned, head_share, measured_curves
 from ..harness.setup.variants import BUDGET, own
 from ..harness.setup.workloads import label as workload_label
-from .intervals import main_measured
+from .intervals import experiment_run_variance, main_measured
 from .records import BOOTSTRAP, order, paired, row_id
 from .verdict import COUNTS, TIMING, Evidence, Interval, Measured, shortfall, verdict
 
@@ -297,7 +297,7 @@ def wall_cells(frames: dict[str, pd.DataFrame], table: str, a: str, b: str, t: f
     heads' table drafts with the head and its lookup, TALON's with the head alone) and their verdict, "–" without
     records."""
     df = frames.get(table)
-    measured = {} if df is None else main_measured(df[df.temperature == t], a, b)
+    measured = {} if df is None else main_measured(df[df.temperature == t], a, b, run_var=experiment_run_variance(df))
     if not measured:
         return "–", "–"
     return counted_text(measured, TIMING), verdict(measured, TIMING)

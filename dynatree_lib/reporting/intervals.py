@@ -94,7 +94,8 @@ def paired_measured(df: pd.DataFrame, row_a: str, row_b: str, *, lookup: bool | 
                     run_var: float | None = None) -> dict[str, Measured]:
     """{workload: ``Measured``} of one row's throughput over another's (row ids, ``records.row_id``) on the prompts
     both measured, per replicate (``records.paired``) and combined with the experiment's run noise (``run_var``; by
-    default estimated from ``df``). ``lookup``: only the rows drafting with the lookup (True) or without it (False),
+    default estimated from ``df``: a caller that passes a slice passes the whole experiment's
+    ``experiment_run_variance``, so that every row of one experiment shares one estimate). ``lookup``: only the rows drafting with the lookup (True) or without it (False),
     None: either."""
     if run_var is None:
         run_var = experiment_run_variance(df)
@@ -117,9 +118,10 @@ def paired_measured(df: pd.DataFrame, row_a: str, row_b: str, *, lookup: bool | 
     return out
 
 
-def main_measured(df: pd.DataFrame, a: str, b: str, *, lookup: bool | None = None) -> dict[str, Measured]:
+def main_measured(df: pd.DataFrame, a: str, b: str, *, lookup: bool | None = None,
+                  run_var: float | None = None) -> dict[str, Measured]:
     """``paired_measured`` of method ``a``'s main row over method ``b``'s."""
-    return paired_measured(df, row_id(a, MAIN), row_id(b, MAIN), lookup=lookup)
+    return paired_measured(df, row_id(a, MAIN), row_id(b, MAIN), lookup=lookup, run_var=run_var)
 
 
 def replicate_pairs(df: pd.DataFrame) -> list[tuple[Interval, Interval]]:

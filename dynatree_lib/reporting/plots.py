@@ -16,7 +16,7 @@ from ..core.drafts.heads.kinds import HEAD_KINDS  # noqa: E402
 from ..harness.setup.variants import MAIN, NETWORK_ALONE  # noqa: E402
 from ..harness.setup.workloads import POOLED, label as workload_label  # noqa: E402
 from .formatting import present  # noqa: E402
-from .intervals import paired_measured  # noqa: E402
+from .intervals import experiment_run_variance, paired_measured  # noqa: E402
 from .records import order, row_id  # noqa: E402
 from .serving import serving_figure  # noqa: E402,F401  (notebook 12's, beside its tables)
 
@@ -468,9 +468,10 @@ def dynatree_vs_baselines(df: pd.DataFrame):
     dss = present(df.dataset)
     fig, axes = plt.subplots(1, len(dss), figsize=(3.9 * len(dss) + 1.5, 0.5 * len(pairs) + 1.4), sharex=True,
                              sharey=True, squeeze=False)
+    run_var = experiment_run_variance(df)
     for ax, ds in zip(axes[0], dss):
         for i, (_, a, b, c) in enumerate(pairs):
-            m = paired_measured(df[df.dataset == ds], a, b).get(ds)
+            m = paired_measured(df[df.dataset == ds], a, b, run_var=run_var).get(ds)
             if m is None:
                 continue
             ax.barh(-i, m.interval.hi - m.interval.lo, left=m.interval.lo, height=0.6, color=c, alpha=0.25)

@@ -32,7 +32,7 @@ from ..harness.setup.variants import BUDGET, MAIN, NETWORK_ALONE
 from ..harness.setup.weights import head_kind
 from ..harness.setup.workloads import labels as workload_labels
 from . import frontier_tables as ft, tables
-from .intervals import main_measured, paired_measured, timed_only
+from .intervals import experiment_run_variance, main_measured, paired_measured, timed_only
 from .notebook import machines, on_machine
 from .records import paired, ratio_ci, row_id
 from .verdict import (COUNTS, MEMORY, NOT_MEASURED, TIMING, VERDICTS, Evidence, Interval, Measured,
@@ -253,7 +253,8 @@ def sampling_row(path: Path, profile, claim: Claim) -> dict:
         return unmeasured(claim)
     sub = df[df.temperature == df.temperature.max()]
     used = sub[sub.row.isin([row_id(registry.DYNATREE, MAIN), row_id(registry.AR, MAIN)])]
-    return claim_row(claim, main_measured(sub, registry.DYNATREE, registry.AR), TIMING, used=used,
+    return claim_row(claim, main_measured(sub, registry.DYNATREE, registry.AR, run_var=experiment_run_variance(df)),
+                     TIMING, used=used,
                      file="sampling.json")
 
 
@@ -269,7 +270,7 @@ def peers_rows(root: Path, profile, claims: tuple[Claim, Claim]) -> list[dict]:
             ours, peers = w[(w.impl == "ours") & (w.method != registry.AR)], w[w.impl == "llama.cpp"]
             if not ours.empty and not peers.empty:
                 best = [x.groupby("row").tps.mean().idxmax() for x in (ours, peers)]
-                measured |= paired_measured(w, *best)
+                measured |= paired_measured(w, *best, run_var=experiment_run_variance(df))
                 compared |= set(best)
         rows.append(claim_row(claims[0], measured, TIMING, used=df[df.row.isin(compared)], file="peers.json"))
     if (df := current(root / "vllm.json", profile)) is None:
@@ -278,7 +279,8 @@ def peers_rows(root: Path, profile, claims: tuple[Claim, Claim]) -> list[dict]:
         vllm = df[df.method == "vllm"]
         own = vllm[vllm.tag_own_ar.fillna(False).astype(bool)]
         head = vllm[vllm.variant == "vllm_eagle3"]
-        measured = {} if own.empty or head.empty else paired_measured(vllm, head.row.iloc[0], own.row.iloc[0])
+        measured = {} if own.empty or head.empty else paired_measured(vllm, head.row.iloc[0], own.row.iloc[0],
+                                                                      run_var=experiment_run_variance(df))
         rows.append(claim_row(claims[1], measured, TIMING, used=pd.concat([own, head]), file="vllm.json"))
     return rows
 
@@ -304,7 +306,8 @@ def talon_rows(path: Path, profile, claims: tuple[Claim, Claim]) -> list[dict]:
         sub = df[df.temperature == t]
         used = sub[~sub.lookup.astype(bool) & sub.row.isin([row_id(m, MAIN) for m in (registry.TALON,
                                                                                        registry.EAGLE3_TREE)])]
-        rows.append(claim_row(claim, main_measured(sub, registry.TALON, registry.EAGLE3_TREE, lookup=False),
+        rows.append(claim_row(claim, main_measured(sub, registry.TALON, registry.EAGLE3_TREE, lookup=False,
+                                                   run_var=experiment_run_variance(df)),
                               TIMING, used=used, file="talon.json"))
     return rows
 

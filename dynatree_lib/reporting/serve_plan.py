@@ -51,9 +51,23 @@ def serve_plan(record: Path | None = None, max_num_seqs: int = MAX_NUM_SEQS, mod
     return {"record": str(path), "machine": kind_of_record(doc["environment"]), "commit": doc["environment"]["git_commit"],
             "vllm": VERSION, "max_num_seqs": max_num_seqs, "accepted_at": list(costs.accepted_at),
             "predicted_tps": {b: [costs.throughput(b, k) for k in range(K_MAX + 1)] for b in LOADS if b <= max_num_seqs},
-            "schedule": [list(e) for e in schedule],
+            "schedule": [list(e) for e in schedule], "measured": measured(path),
             "speculative_config": None if cfg is None else speculative_config(cfg, HEAD_DIR),
             "command": serve_command(schedule, model, max_num_seqs=max_num_seqs)}
+
+
+def measured(path: Path) -> dict:
+    """The record's own rounds, per load: the measured schedule's and the best fixed mode's median tokens/s over
+    vLLM AR's (empty where the record measured no schedule)."""
+    from .serving import AR, SCHEDULE, fixed_modes, medians, read
+
+    doc, rows = read(path)
+    med = medians(rows)
+    if SCHEDULE not in med.index:
+        return {}
+    return {int(c): {"schedule_over_ar": med.loc[SCHEDULE, c] / med.loc[AR, c],
+                     "best_fixed_over_ar": max(med.loc[m, c] for m in fixed_modes(doc)) / med.loc[AR, c]}
+            for c in doc["settings"]["concurrency"]}
 
 
 def format_serve_plan(plan: dict) -> str:
@@ -69,6 +83,14 @@ def format_serve_plan(plan: dict) -> str:
               "speculative_config (LLM(..., speculative_config=...) or --speculative-config):",
               json.dumps(plan["speculative_config"]) if plan["speculative_config"] else
               "none: speculation pays at no batch size here; serve without it", "", "serve it:", plan["command"]]
+    if plan["measured"]:
+        lines += ["", "measured in this record's rounds, over vLLM AR (median): the schedule / the best of AR and "
+                      "fixed k"]
+        lines += [f"  batch {c:>3}: {m['schedule_over_ar']:.2f}x / {m['best_fixed_over_ar']:.2f}x"
+                  for c, m in plan["measured"].items()]
+        lines.append("(at k = 0 vLLM's dynamic speculation still runs the head's first pass each step, to keep its "
+                     "cache in sync: where the load stays where the schedule drafts nothing, serve without "
+                     "speculation)")
     if plan["max_num_seqs"] > max(LOADS):
         lines.append(f"(batch sizes above {max(LOADS)} are extrapolated from the calibration's curves)")
     return "\n".join(lines)

@@ -68,8 +68,8 @@ def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
 
 def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
     """Per load: the schedule's k and its median tokens/s against AR's and the best fixed mode's (its range over
-    the rounds beside AR's), and the cost model's best k against the measured best; empty for a record without a
-    schedule."""
+    the rounds beside AR's), and the cost model's best k against the measured best, with the tokens/s it predicted
+    for its k; empty for a record without a schedule."""
     doc, rows = read(path)
     if "model" not in doc:
         return pd.DataFrame()
@@ -89,6 +89,7 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
                   "schedule / best": "–" if sched is None else f"{sched.median() / med.loc[best, c]:.2f}×",
                   "schedule / AR": "–" if sched is None else f"{sched.median() / med.loc[AR, c]:.2f}×",
                   "predicted best k": predicted, "measured best k": k_of[best],
+                  "predicted tok/s": f"{doc['model']['predicted_tps'][str(c)][str(predicted)]:.1f}",
                   "match": "yes" if predicted == k_of[best] else "no"}
     t = pd.DataFrame(out).T
     t.index = [f"{c} concurrent" for c in t.index]
@@ -153,18 +154,17 @@ def serving_figure(path: str | Path):
     loads, med = doc["settings"]["concurrency"], medians(rows)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     shades = plt.cm.viridis(np.linspace(0.15, 0.85, len(doc["modes"])))
+    styles = {}
     for colour, (mode, spec) in zip(shades, doc["modes"].items()):
-        style = dict(color="black", ls="--") if mode == AR else dict(color="#d62728", lw=2.5) if mode == SCHEDULE \
-            else dict(color=colour)
+        style = styles[mode] = dict(color="black", ls="--") if mode == AR else dict(color="#d62728", lw=2.5) \
+            if mode == SCHEDULE else dict(color=colour)
         at = rows[rows["mode"] == mode].groupby("concurrency").tps
         y = med.loc[mode, loads].to_numpy()
         err = [y - at.min()[loads].to_numpy(), at.max()[loads].to_numpy() - y]
         left.errorbar(loads, y, yerr=err, marker="o", ms=4, capsize=3, label=mode_label(mode, spec["config"]), **style)
         right.plot(loads, y / med.loc[AR, loads].to_numpy(), marker="o", ms=4, **style)
     for mode, x in crossings(doc, rows).items():
-        right.axvline(x, color="grey", lw=0.8, ls=":")
-        right.annotate(f"k = {doc['modes'][mode]['config']['k']}", (x, 1), textcoords="offset points",
-                       xytext=(3, 6), fontsize=8, rotation=90)
+        right.plot([x], [1], marker="X", ms=9, mec="white", color=styles[mode]["color"], zorder=5)
     right.axhline(1, color="black", lw=1)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
@@ -172,7 +172,7 @@ def serving_figure(path: str | Path):
         ax.set_xlabel("concurrent requests")
     left.set_ylabel("aggregate tokens/s")
     right.set_ylabel("over vLLM AR (median of the rounds)")
-    right.set_title("dotted: where a fixed k falls below AR", fontsize=9)
+    right.set_title("X: where each fixed k falls below AR", fontsize=9)
     left.legend(fontsize=8)
     fig.suptitle(f"vLLM on {doc['environment'].get('machine', {}).get('kind', 'this machine')}: our EAGLE-3 head "
                  "under load")

@@ -75,7 +75,8 @@ def record(tmp_path, kind="amd-avx512bf16"):
     doc = {"modes": {"ar": {"config": {"mode": "ar", "k": 3, "schedule": []}},
                      "k1": {"config": {"mode": "eagle3", "k": 1, "schedule": []}},
                      "schedule": {"config": {"mode": "eagle3", "k": 3, "schedule": [[1, 1, 3], [2, 32, 0]]}}},
-           "calibration": cal, "model": {"predicted_best_k": {"1": 1, "2": 0}, "schedule": [[1, 1, 3], [2, 32, 0]]},
+           "calibration": cal, "model": {"predicted_best_k": {"1": 1, "2": 0}, "schedule": [[1, 1, 3], [2, 32, 0]],
+                                               "predicted_tps": {"1": {"0": 50.0, "1": 80.0}, "2": {"0": 99.0, "1": 90.0}}},
            "settings": {"concurrency": [1, 2]}, "rows": rows,
            "environment": {"machine": {"kind": kind}, "git_commit": "0123456789abcdef"}}
     path = tmp_path / "vllm_throughput.json"
@@ -91,7 +92,7 @@ def test_the_serving_tables_and_figure_render_from_a_record(tmp_path):
     assert t.loc["EAGLE-3, our head, k = 1", "= vLLM AR"] == "6/9"  # one of two requests differs at 2 concurrent
     s = tables.vllm_schedule_table(path)
     assert list(s["best fixed"]) == ["k = 1", "AR"] and list(s["match"]) == ["yes", "yes"]
-    assert s.loc["1 concurrent", "schedule / AR"] == "1.98×"
+    assert s.loc["1 concurrent", "schedule / AR"] == "1.98×" and s.loc["2 concurrent", "predicted tok/s"] == "99.0"
     targets = serving.schedule_targets(path)
     assert targets["matches"] == 2 and targets["at_one_over_ar"] == pytest.approx(101 / 51)
     assert not targets["per_load"][2]["wholly_below_ar"]
@@ -104,6 +105,7 @@ def test_serve_plan_prints_a_config_from_a_record_and_names_what_is_missing(tmp_
     path = record(tmp_path)
     plan = serve_plan(path, model="MODEL")
     assert plan["machine"] == "amd-avx512bf16" and plan["schedule"][0][0] == 1
+    assert plan["measured"][1]["schedule_over_ar"] == pytest.approx(101 / 51)
     assert plan["speculative_config"]["num_speculative_tokens_per_batch_size"] == plan["schedule"]
     P.check_schedule([tuple(e) for e in plan["schedule"]], plan["speculative_config"]["num_speculative_tokens"])
     assert "vllm serve MODEL" in format_serve_plan(plan)
