@@ -97,6 +97,7 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
     if not (path := results_path("vllm_throughput", on_kind)).exists():
         continue
     show_table(tables.vllm_throughput_table(path), "table_vllm_throughput", on_kind)
+    show_table(tables.vllm_accepted_table(path), "table_vllm_accepted", on_kind)  # per draft step and sequence
     if not (schedule := tables.vllm_schedule_table(path)).empty:
         show_table(schedule, "table_vllm_schedule", on_kind)
         show_table(tables.vllm_tpot_table(path), "table_vllm_tpot", on_kind)  # ms per output token: median / p90

@@ -49,7 +49,7 @@ def serve_plan(record: Path | None = None, max_num_seqs: int = MAX_NUM_SEQS, mod
     cfg = schedule_config(schedule)
     model = model or str(smollm2_folder())
     return {"record": str(path), "machine": kind_of_record(doc["environment"]), "commit": doc["environment"]["git_commit"],
-            "vllm": VERSION, "max_num_seqs": max_num_seqs, "accepted_at": list(costs.accepted_at),
+            "vllm_version": VERSION, "max_num_seqs": max_num_seqs, "accepted_at": list(costs.accepted_at),
             "predicted_tps": {b: [costs.throughput(b, k) for k in range(K_MAX + 1)] for b in LOADS if b <= max_num_seqs},
             "schedule": [list(e) for e in schedule], "measured": measured(path),
             "speculative_config": None if cfg is None else speculative_config(cfg, HEAD_DIR),
@@ -72,7 +72,7 @@ def measured(path: Path) -> dict:
 
 def format_serve_plan(plan: dict) -> str:
     head = "  ".join(f"k={k:<6}" for k in range(K_MAX + 1))
-    lines = [f"vLLM {plan['vllm']} serving plan for {plan['machine']} (calibration: {plan['record']}, commit "
+    lines = [f"vLLM {plan['vllm_version']} serving plan for {plan['machine']} (calibration: {plan['record']}, commit "
              f"{plan['commit'][:10]}); our EAGLE-3 head accepts a_1..a_{K_MAX} = "
              + " / ".join(f"{a:.2f}" for a in plan["accepted_at"]),
              "", f"predicted aggregate tokens/s (k = 0: no speculation)", f"  batch  {head}"]

