@@ -29,6 +29,7 @@ import signal
 import sys
 
 from .core.drafts.heads.kinds import HEAD_KINDS
+from .harness.peers.vllm_serving import MAX_NUM_SEQS
 from .harness.setup.profiles import PROFILES, get_profile, models_for
 from .harness.setup.weights import COMMITTED_DRAFTS
 from .harness.setup.workloads import WORKLOADS, continuations, count, eos as workload_eos
@@ -171,8 +172,8 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.choices["serve-plan"]
     sp.add_argument("--record", metavar="PATH", help="a vllm_throughput.json to plan from (default: this machine "
                                                      "kind's, committed under results/)")
-    sp.add_argument("--max-num-seqs", type=POSITIVE_INT, default=32, help="the most concurrent requests to plan for "
-                                                                          "(default: 32, the most measured)")
+    sp.add_argument("--max-num-seqs", type=POSITIVE_INT, default=MAX_NUM_SEQS,
+                    help=f"the most concurrent requests to plan for (default: {MAX_NUM_SEQS}, the most measured)")
     sp.add_argument("--model", metavar="DIR", help="the target folder vLLM serves (default: the dequantized "
                                                    "SmolLM2-135M-Instruct in the user's cache)")
     sp.add_argument("--json", action="store_true", help="print the plan as JSON")

@@ -51,23 +51,20 @@ def serve_plan(record: Path | None = None, max_num_seqs: int = MAX_NUM_SEQS, mod
     return {"record": str(path), "machine": kind_of_record(doc["environment"]), "commit": doc["environment"]["git_commit"],
             "vllm_version": VERSION, "max_num_seqs": max_num_seqs, "accepted_at": list(costs.accepted_at),
             "predicted_tps": {b: [costs.throughput(b, k) for k in range(K_MAX + 1)] for b in LOADS if b <= max_num_seqs},
-            "schedule": [list(e) for e in schedule], "measured": measured(path),
+            "schedule": [list(e) for e in schedule], "measured": measured(doc),
             "speculative_config": None if cfg is None else speculative_config(cfg, HEAD_DIR),
             "command": serve_command(schedule, model, max_num_seqs=max_num_seqs)}
 
 
-def measured(path: Path) -> dict:
+def measured(doc: dict) -> dict:
     """The record's own rounds, per load: the measured schedule's and the best fixed mode's median tokens/s over
-    vLLM AR's (empty where the record measured no schedule)."""
-    from .serving import AR, SCHEDULE, fixed_modes, medians, read
+    vLLM AR's (``serving.schedule_ratios``; empty where the record measured no schedule)."""
+    import pandas as pd
 
-    doc, rows = read(path)
-    med = medians(rows)
-    if SCHEDULE not in med.index:
-        return {}
-    return {int(c): {"schedule_over_ar": med.loc[SCHEDULE, c] / med.loc[AR, c],
-                     "best_fixed_over_ar": max(med.loc[m, c] for m in fixed_modes(doc)) / med.loc[AR, c]}
-            for c in doc["settings"]["concurrency"]}
+    from .serving import schedule_ratios
+
+    return {int(c): {"schedule_over_ar": r["over_ar"], "best_fixed_over_ar": r["best_over_ar"]}
+            for c, r in schedule_ratios(doc, pd.DataFrame(doc["rows"])).items()}
 
 
 def format_serve_plan(plan: dict) -> str:

@@ -38,7 +38,33 @@ def fixed_modes(doc: dict) -> list[str]:
     return [m for m in doc["modes"] if m != SCHEDULE]
 
 
-def equal_to_ar(doc: dict, rows: pd.DataFrame, mode: str) -> str:
+def at(rows: pd.DataFrame, mode: str, c: int) -> pd.DataFrame:
+    """One mode's rows at ``c`` concurrent requests, one per round."""
+    return rows[(rows["mode"] == mode) & (rows.concurrency == c)]
+
+
+def spread(tps: pd.Series) -> str:
+    """Tokens/s over the rounds: the median with the range."""
+    return f"{tps.median():.1f} ({tps.min():.1f}-{tps.max():.1f})"
+
+
+def schedule_ratios(doc: dict, rows: pd.DataFrame) -> dict:
+    """Per load, from the rounds: the best of AR and the fixed k (by median), and the schedule's median over AR's
+    and over the best, with whether its range lies wholly below AR's; empty where no schedule was measured."""
+    med, fixed = medians(rows), fixed_modes(doc)
+    if SCHEDULE not in med.index:
+        return {}
+    out = {}
+    for c in doc["settings"]["concurrency"]:
+        best = max(fixed, key=lambda m: med.loc[m, c])
+        out[c] = {"best": best, "over_ar": med.loc[SCHEDULE, c] / med.loc[AR, c],
+                  "over_best": med.loc[SCHEDULE, c] / med.loc[best, c],
+                  "best_over_ar": med.loc[best, c] / med.loc[AR, c],
+                  "wholly_below_ar": bool(at(rows, SCHEDULE, c).tps.max() < at(rows, AR, c).tps.min())}
+    return out
+
+
+def equal_to_ar(rows: pd.DataFrame, mode: str) -> str:
     """Requests whose greedy tokens equal vLLM's AR on the same prompt, load and round, over every load and round."""
     if "outputs_sha" not in rows or mode == AR:
         return "–"
@@ -55,13 +81,12 @@ def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
     loads, med = doc["settings"]["concurrency"], medians(rows)
     out = {}
     for mode, spec in doc["modes"].items():
-        at = rows[rows["mode"] == mode]
         name = mode_label(mode, spec["config"])
         for c in loads:
-            tps = at[at.concurrency == c].tps
+            tps = at(rows, mode, c).tps
             ratio = "" if mode == AR else f" · {tps.median() / med.loc[AR, c]:.2f}×"
-            out.setdefault(name, {})[f"{c} concurrent"] = f"{tps.median():.1f} ({tps.min():.1f}-{tps.max():.1f}){ratio}"
-        out[name]["= vLLM AR"] = equal_to_ar(doc, rows, mode)
+            out.setdefault(name, {})[f"{c} concurrent"] = spread(tps) + ratio
+        out[name]["= vLLM AR"] = equal_to_ar(rows, mode)
     return pd.DataFrame(out).T
 
 
@@ -74,7 +99,7 @@ def vllm_accepted_table(path: str | Path) -> pd.DataFrame:
         if mode == AR:
             continue
         for c in doc["settings"]["concurrency"]:
-            counts = rows[(rows["mode"] == mode) & (rows.concurrency == c)].spec
+            counts = at(rows, mode, c).spec
             drafts, accepted = (sum(x.get(key, 0) for x in counts) for key in ("drafts", "accepted"))
             ok = drafts > len(counts)  # more than the prefill step's one draft per generation
             out.setdefault(mode_label(mode, spec["config"]), {})[f"{c} concurrent"] = \
@@ -87,23 +112,19 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
     the rounds beside AR's), and the cost model's best k against the measured best, with the tokens/s it predicted
     for its k; empty for a record without a schedule."""
     doc, rows = read(path)
-    if "model" not in doc:
+    if "model" not in doc or not (ratios := schedule_ratios(doc, rows)):
         return pd.DataFrame()
-    med, fixed = medians(rows), fixed_modes(doc)
-    k_of = {m: 0 if m == AR else doc["modes"][m]["config"]["k"] for m in fixed}
+    med = medians(rows)
+    k_of = {m: 0 if m == AR else doc["modes"][m]["config"]["k"] for m in fixed_modes(doc)}
     k_at = {b: k for first, last, k in doc["model"]["schedule"] for b in range(first, last + 1)}
     out = {}
-    for c in doc["settings"]["concurrency"]:
-        best = max(fixed, key=lambda m: med.loc[m, c])
-        sched = rows[(rows["mode"] == SCHEDULE) & (rows.concurrency == c)].tps if SCHEDULE in med.index else None
-        ar = rows[(rows["mode"] == AR) & (rows.concurrency == c)].tps
-        predicted = int(doc["model"]["predicted_best_k"][str(c)])
-        out[c] = {"schedule's k": k_at.get(c, "–"), "vLLM AR tok/s": f"{med.loc[AR, c]:.1f} ({ar.min():.1f}-{ar.max():.1f})",
+    for c, r in ratios.items():
+        best, predicted = r["best"], int(doc["model"]["predicted_best_k"][str(c)])
+        out[c] = {"schedule's k": k_at.get(c, "–"), "vLLM AR tok/s": spread(at(rows, AR, c).tps),
                   "best fixed": f"k = {k_of[best]}" if best != AR else "AR",
                   "best fixed tok/s": f"{med.loc[best, c]:.1f}",
-                  "schedule tok/s": "–" if sched is None else f"{sched.median():.1f} ({sched.min():.1f}-{sched.max():.1f})",
-                  "schedule / best": "–" if sched is None else f"{sched.median() / med.loc[best, c]:.2f}×",
-                  "schedule / AR": "–" if sched is None else f"{sched.median() / med.loc[AR, c]:.2f}×",
+                  "schedule tok/s": spread(at(rows, SCHEDULE, c).tps),
+                  "schedule / best": f"{r['over_best']:.2f}×", "schedule / AR": f"{r['over_ar']:.2f}×",
                   "predicted best k": predicted, "measured best k": k_of[best],
                   "predicted tok/s": f"{doc['model']['predicted_tps'][str(c)][str(predicted)]:.1f}",
                   "match": "yes" if predicted == k_of[best] else "no"}
@@ -115,16 +136,9 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
 def schedule_targets(path: str | Path) -> dict:
     """Issue 90's targets on a record: per load, the schedule's median over the best fixed mode's, whether its
     range lies wholly below AR's, its ratio over AR at one request, and the predicted best k's matches."""
-    doc, rows = read(path)
-    med, fixed = medians(rows), fixed_modes(doc)
     t = vllm_schedule_table(path)
-    per_load = {}
-    for c in doc["settings"]["concurrency"]:
-        sched = rows[(rows["mode"] == SCHEDULE) & (rows.concurrency == c)].tps
-        ar = rows[(rows["mode"] == AR) & (rows.concurrency == c)].tps
-        per_load[c] = {"over_best": sched.median() / max(med.loc[m, c] for m in fixed),
-                       "wholly_below_ar": bool(sched.max() < ar.min())}
-    return {"per_load": per_load, "at_one_over_ar": med.loc[SCHEDULE, 1] / med.loc[AR, 1],
+    per_load = schedule_ratios(*read(path))
+    return {"per_load": per_load, "at_one_over_ar": per_load[1]["over_ar"],
             "matches": int((t["match"] == "yes").sum()), "loads": len(t)}
 
 
@@ -137,8 +151,7 @@ def vllm_tpot_table(path: str | Path) -> pd.DataFrame:
     out = {}
     for mode, spec in doc["modes"].items():
         for c in doc["settings"]["concurrency"]:
-            xs = [x * 1000 for r in rows[(rows["mode"] == mode) & (rows.concurrency == c)].tpot_s for x in r
-                  if x is not None]
+            xs = [x * 1000 for r in at(rows, mode, c).tpot_s for x in r if x is not None]
             cell = f"{statistics.median(xs):.1f} / {np.percentile(xs, 90):.1f}" if xs else "–"
             out.setdefault(mode_label(mode, spec["config"]), {})[f"{c} concurrent"] = cell
     return pd.DataFrame(out).T

@@ -14,10 +14,10 @@ One document, ``vllm_throughput.json``, measured in one process:
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 
+from ..measure.cell import tokens_hash
 from ..peers import vllm as P
 from ..peers.vllm_serving import FORWARD_ROWS, K_MAX, LOADS, MAX_NUM_SEQS, BatchCosts, plan_schedule, schedule_config
 from ..setup.profiles import Profile
@@ -108,10 +108,6 @@ def costs_of(calibration: dict) -> BatchCosts:
                                  calibration["accepted_at"])
 
 
-def digest(tokens: list[int]) -> str:
-    return hashlib.sha1(",".join(map(str, tokens)).encode()).hexdigest()[:16]
-
-
 def measure_round(workers: dict, prompts: list, rep: int, bar) -> list[dict]:
     """One round: every load, the modes in an order rotated by the round and the load."""
     rows, names = [], list(workers)
@@ -122,7 +118,7 @@ def measure_round(workers: dict, prompts: list, rep: int, bar) -> list[dict]:
             tokens = sum(map(len, reply["outputs"]))
             rows.append({"mode": name, "concurrency": c, "repeat": rep, "tokens": tokens, "wall_s": reply["wall_s"],
                          "tps": tokens / reply["wall_s"], "spec": reply["spec"], "tpot_s": reply["tpot_s"],
-                         "outputs_sha": [digest(o) for o in reply["outputs"]], "idle_cpu_s": reply["idle_cpu_s"]})
+                         "outputs_sha": [tokens_hash(o) for o in reply["outputs"]], "idle_cpu_s": reply["idle_cpu_s"]})
             bar.update(1)
     return rows
 

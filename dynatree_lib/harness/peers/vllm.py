@@ -42,6 +42,7 @@ SERVE_COMMAND = ("vllm", "serve")  # vLLM's server, as a user starts it
 WORKER = REPO / "tools" / "vllm_worker.py"
 AR_MODE, EAGLE3_MODE = "ar", "eagle3"  # vLLM's plain decoding and its EAGLE-3 (modes, not our methods)
 MODES = (AR_MODE, EAGLE3_MODE, "ngram", "suffix")
+DEFAULT_MAX_NUM_SEQS = 16       # vLLM's max_num_seqs unless a caller asks for more (the worker's default too)
 KV_CACHE_GB = 1                 # VLLM_CPU_KVCACHE_SPACE: ample for one 2,048-token sequence, 16 at batch
 START_TIMEOUT_S = 420           # a start compiles vLLM's graphs (two to three minutes on 2 cores)
 START_TRIES = 2                 # a start can hang in torch's ISA probe or crash in an engine process; a second
@@ -114,7 +115,7 @@ def check_schedule(schedule, k: int) -> None:
                 f"schedule: each entry must be (first, last, k) integers, got {entry!r}")
         first, last, steps = entry
         require(0 < first <= last, f"schedule: range ({first}, {last}) must be positive with first <= last")
-        require(first == end + 1 if end == 0 else first > end,
+        require(first == 1 if end == 0 else first > end,
                 f"schedule: ranges must start at batch size 1, sorted and not overlapping, got {tuple(schedule)}")
         require(0 <= steps <= k, f"schedule: k must be between 0 and num_speculative_tokens = {k}, got {steps} "
                                  f"for batch sizes {first}-{last}")
@@ -204,7 +205,7 @@ class VllmWorker:
 
     def __init__(self, model: Path, spec: dict | None, *, threads: int = 2, max_model_len: int = 2048,
                  dtype: str = "bfloat16", start_timeout: float = START_TIMEOUT_S, root: Path | None = None,
-                 max_num_seqs: int = 16):
+                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS):
         self.root = root or find_vllm()
         self.info = info(self.root)
         self.argv = [str(self.root / "venv" / "bin" / "python"), str(WORKER), "--model", str(model),
@@ -315,7 +316,7 @@ class VllmWorker:
 _WORKERS: dict[tuple[VllmConfig, int], VllmWorker] = {}
 
 
-def worker(cfg: VllmConfig, max_num_seqs: int = 16) -> VllmWorker:
+def worker(cfg: VllmConfig, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> VllmWorker:
     """One running worker per configuration (and most concurrent requests) for the whole process, started outside
     any timing."""
     from ..setup.weights import smollm2_folder
@@ -326,7 +327,7 @@ def worker(cfg: VllmConfig, max_num_seqs: int = 16) -> VllmWorker:
     return _WORKERS[cfg, max_num_seqs]
 
 
-def release(cfg: VllmConfig, max_num_seqs: int = 16) -> None:
+def release(cfg: VllmConfig, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> None:
     """End ``worker(cfg, max_num_seqs)`` where it runs (its memory back before the next engine starts)."""
     if (w := _WORKERS.pop((cfg, max_num_seqs), None)) is not None:
         w.__exit__(None, None, None)
@@ -369,7 +370,7 @@ def generate_vllm(target, draft, prompt, T: int, cfg: VllmConfig, *, opts: Optio
     return result_of(reply, eos)
 
 
-def describe(cfg: VllmConfig, max_num_seqs: int = 16) -> dict:
+def describe(cfg: VllmConfig, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> dict:
     """What a record logs about vLLM: its versions, the worker's command and environment, and how it is timed."""
     w = worker(cfg, max_num_seqs)
     env = {k: w.env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS")}
