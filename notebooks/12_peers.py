@@ -82,11 +82,15 @@ if vdf is not None and not vdf.empty:
 # its EAGLE-3 step at k = 1 and k = 4 per load, and the head's acceptance per draft position, all on Spec-Bench
 # tuning and dev questions. The k it predicts per batch size is the schedule that vLLM's own dynamic speculative
 # decoding applies (`num_speculative_tokens_per_batch_size`; `python -m dynatree_lib serve-plan` prints it).
-# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, three rounds with the modes
-# interleaved: vLLM's AR, fixed k = 1..4 and the schedule at 1, 2, 4, 8, 16 and 32 concurrent requests. Cells give
+# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, five rounds with the modes
+# interleaved: vLLM's AR, fixed k = 1..4 and the schedule at 1, 2, 4, 8, 16 and 32 concurrent requests. The schedule
+# runs twice: in vLLM as released, whose head still runs over every decoded token at k = 0 to keep its cache in
+# sync, and with our plugin (`tools/vllm_plugin`, what `serve-plan` prints), which skips that pass. Cells give
 # the median tokens/s over the rounds, their range, and a speculative mode's median over AR's; the last column
 # counts the requests whose greedy tokens equal vLLM's AR (its bf16 verification of k + 1 rows need not give the
-# one-row bits). Another machine kind's records follow under their own names.
+# one-row bits). The load-drop table shows what the skip costs: 8 requests where the schedule drafts nothing, 6 of
+# them stopping after 32 tokens, and the acceptance of the 2 that go on, whose head cache lacks the skipped tokens.
+# Another machine kind's records follow under their own names.
 
 # %% tags=["nbval-ignore-output"]
 tpath = results_path("vllm_throughput", prof)
@@ -101,6 +105,8 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
     if not (schedule := tables.vllm_schedule_table(path)).empty:
         show_table(schedule, "table_vllm_schedule", on_kind)
         show_table(tables.vllm_tpot_table(path), "table_vllm_tpot", on_kind)  # ms per output token: median / p90
+    if not (drop := tables.vllm_load_drop_table(path)).empty:
+        show_table(drop, "table_vllm_load_drop", on_kind)  # what skipping the idle head costs after a load drop
         show_fig(plots.serving_figure(path), "fig_vllm_serving", on_kind)
 
 # %% [markdown]

@@ -7,7 +7,8 @@ the interpreter of the optional vLLM environment (``tools/setup_vllm.sh``), whic
 Protocol: one JSON object per line on stdin, one per line on a copy of stdout (fd 1 itself becomes stderr, so
 vLLM's logs and those of the engine processes it spawns never reach the protocol).
 The first line it writes is ``{"ready": true, "vllm": version, ...}`` once the engine is loaded. Requests:
-  {"op": "generate", "prompts": [[ids], ...], "max_tokens": N, "ignore_eos": bool, "stop_token_ids": [ids]}
+  {"op": "generate", "prompts": [[ids], ...], "max_tokens": N or [N per prompt], "ignore_eos": bool,
+   "stop_token_ids": [ids]}
       -> {"outputs": [[ids], ...], "finish": [...], "wall_s": s, "spec": counter deltas over the call,
           "tpot_s": [each request's time per output token after its first, from vLLM's own timestamps, or null]}
   {"op": "quit"}
@@ -59,9 +60,10 @@ def generate(llm, req: dict) -> dict:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    params = SamplingParams(temperature=0.0, max_tokens=int(req["max_tokens"]), ignore_eos=bool(req["ignore_eos"]),
-                            stop_token_ids=[int(t) for t in req.get("stop_token_ids") or []] or None,
-                            detokenize=False)
+    lengths = req["max_tokens"] if isinstance(req["max_tokens"], list) else [req["max_tokens"]] * len(req["prompts"])
+    params = [SamplingParams(temperature=0.0, max_tokens=int(n), ignore_eos=bool(req["ignore_eos"]),
+                             stop_token_ids=[int(t) for t in req.get("stop_token_ids") or []] or None,
+                             detokenize=False) for n in lengths]
     prompts = [TokensPrompt(prompt_token_ids=list(map(int, ids))) for ids in req["prompts"]]
     before = spec_counters(llm)
     t0 = time.perf_counter()

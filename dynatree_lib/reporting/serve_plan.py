@@ -85,9 +85,9 @@ def format_serve_plan(plan: dict) -> str:
                       "fixed k"]
         lines += [f"  batch {c:>3}: {m['schedule_over_ar']:.2f}x / {m['best_fixed_over_ar']:.2f}x"
                   for c, m in plan["measured"].items()]
-        lines.append("(at k = 0 vLLM's dynamic speculation still runs the head's first pass each step, to keep its "
-                     "cache in sync: where the load stays where the schedule drafts nothing, serve without "
-                     "speculation)")
+    if plan["command"].startswith("VLLM_PLUGINS="):
+        lines.append("(the variables before `vllm serve` load our plugin, tools/vllm_plugin: at k = 0 vLLM would still "
+                     "run the head over every decoded token to keep its cache in sync; the plugin skips that pass)")
     if plan["max_num_seqs"] > max(LOADS):
         lines.append(f"(batch sizes above {max(LOADS)} are extrapolated from the calibration's curves)")
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..harness.experiments.vllm_throughput import SCHEDULE
+from ..harness.experiments.vllm_throughput import SCHEDULE, SCHEDULE_VLLM
 from ..harness.peers.vllm import AR_MODE as AR
 from .formatting import dash
 
@@ -25,7 +25,8 @@ def mode_label(name: str, config: dict) -> str:
     if name == AR:
         return "vLLM AR"
     if config.get("schedule"):
-        return "EAGLE-3, k by batch size (schedule)"
+        return "EAGLE-3, k by batch size" + (" + our plugin (serve-plan)" if config.get("skip_idle_head")
+                                             else ", vLLM as released")
     return f"EAGLE-3, our head, k = {config['k']}"
 
 
@@ -35,7 +36,7 @@ def medians(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def fixed_modes(doc: dict) -> list[str]:
-    return [m for m in doc["modes"] if m != SCHEDULE]
+    return [m for m in doc["modes"] if m not in (SCHEDULE, SCHEDULE_VLLM)]
 
 
 def at(rows: pd.DataFrame, mode: str, c: int) -> pd.DataFrame:
@@ -125,6 +126,8 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
                   "best fixed tok/s": f"{med.loc[best, c]:.1f}",
                   "schedule tok/s": spread(at(rows, SCHEDULE, c).tps),
                   "schedule / best": f"{r['over_best']:.2f}×", "schedule / AR": f"{r['over_ar']:.2f}×",
+                  **({"vLLM as released / AR": f"{med.loc[SCHEDULE_VLLM, c] / med.loc[AR, c]:.2f}×"}
+                     if SCHEDULE_VLLM in med.index else {}),
                   "predicted best k": predicted, "measured best k": k_of[best],
                   "predicted tok/s": f"{doc['model']['predicted_tps'][str(c)][str(predicted)]:.1f}",
                   "match": "yes" if predicted == k_of[best] else "no"}
@@ -157,6 +160,28 @@ def vllm_tpot_table(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(out).T
 
 
+def vllm_load_drop_table(path: str | Path) -> pd.DataFrame:
+    """The load drop, per schedule: the survivors' drafts after the drop, their accepted tokens per draft token and
+    per draft, and whether every output equals the other schedule's (empty for a record without it)."""
+    doc = json.loads(Path(path).read_text())
+    if "load_drop" not in doc:
+        return pd.DataFrame()
+    drop, out = doc["load_drop"], {}
+    hashes = {m: d["outputs_sha"] for m, d in drop["modes"].items()}
+    for mode, d in drop["modes"].items():
+        spec = d["spec"]
+        out[mode_label(mode, doc["modes"][mode]["config"])] = {
+            "drafts": spec["drafts"], "draft tokens": spec["draft_tokens"],
+            "accepted / draft token": dash(spec["accepted"] / spec["draft_tokens"] if spec["draft_tokens"] else
+                                           float("nan"), "{:.2f}"),
+            "accepted / draft": dash(spec["accepted"] / spec["drafts"] if spec["drafts"] else float("nan"), "{:.2f}"),
+            "outputs equal": "yes" if len({tuple(h) for h in hashes.values()}) == 1 else "no"}
+    t = pd.DataFrame(out).T
+    t.index.name = (f"{drop['from']} requests, {drop['from'] - drop['to']} stop at {drop['short_tokens']} tokens, "
+                    f"{drop['to']} go on to {drop['long_tokens']}")
+    return t
+
+
 def crossings(doc: dict, rows: pd.DataFrame) -> dict:
     """Per fixed k: the first load (interpolated in log2 of the load) where its median falls below AR's; absent
     where it never does."""
@@ -185,8 +210,8 @@ def serving_figure(path: str | Path):
     shades = plt.cm.viridis(np.linspace(0.15, 0.85, len(doc["modes"])))
     styles = {}
     for colour, (mode, spec) in zip(shades, doc["modes"].items()):
-        style = styles[mode] = dict(color="black", ls="--") if mode == AR else dict(color="#d62728", lw=2.5) \
-            if mode == SCHEDULE else dict(color=colour)
+        style = styles[mode] = {AR: dict(color="black", ls="--"), SCHEDULE: dict(color="#d62728", lw=2.5),
+                                SCHEDULE_VLLM: dict(color="#d62728", ls=":", lw=1.5)}.get(mode, dict(color=colour))
         at = rows[rows["mode"] == mode].groupby("concurrency").tps
         y = med.loc[mode, loads].to_numpy()
         err = [y - at.min()[loads].to_numpy(), at.max()[loads].to_numpy() - y]

@@ -44,9 +44,33 @@ def test_the_schedule_is_ranges_vllm_accepts_and_maps_to_its_config():
     spec = P.speculative_config(cfg)
     assert spec["num_speculative_tokens"] == max(k for *_, k in schedule)
     assert spec["num_speculative_tokens_per_batch_size"] == [list(e) for e in schedule]
-    assert "--speculative-config" in S.serve_command(schedule, "MODEL")
+    assert cfg.plugins() == (P.SKIP_IDLE_HEAD,) and S.schedule_config(schedule, skip_idle_head=False).plugins() == ()
+    assert S.serve_command(schedule, "MODEL").startswith(
+        f"VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH={P.PLUGIN_DIR} vllm serve MODEL ")
     assert S.schedule_config(((1, 32, 0),)) is None  # never drafting: vLLM's AR is the plan
     assert "--speculative-config" not in S.serve_command(((1, 32, 0),), "MODEL")
+
+
+def test_the_plugin_is_found_by_its_entry_point_and_loads_nothing_else():
+    """vLLM finds plugins through entry points: the folder on PYTHONPATH must declare ours under its name, pointing
+    at a function the plugin module defines; without plugins VLLM_PLUGINS names none (no installed one loads)."""
+    import ast
+    from importlib.metadata import distributions
+
+    points = [e for d in distributions(path=[str(P.PLUGIN_DIR)]) for e in d.entry_points
+              if e.group == "vllm.general_plugins"]
+    assert [e.name for e in points] == [P.SKIP_IDLE_HEAD]
+    module, func = points[0].value.split(":")
+    tree = ast.parse((P.PLUGIN_DIR / f"{module}.py").read_text())
+    assert func in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert P.plugin_env(()) == {"VLLM_PLUGINS": ""}
+    assert P.plugin_env((P.SKIP_IDLE_HEAD,)) == {"VLLM_PLUGINS": P.SKIP_IDLE_HEAD, "PYTHONPATH": str(P.PLUGIN_DIR)}
+
+
+def test_one_length_per_prompt_or_a_clear_error():
+    worker = object.__new__(P.VllmWorker)  # the check comes before any request reaches a process
+    with pytest.raises(ValueError, match=r"max_tokens: give one per prompt \(2\)"):
+        worker.generate([[1], [2]], [8])
 
 
 @pytest.mark.parametrize("schedule, message", [
@@ -69,13 +93,20 @@ def record(tmp_path, kind="amd-avx512bf16"):
     rows = []
     for rep in range(3):
         for c in (1, 2):
-            for mode, tps in (("ar", 50.0 * c), ("k1", 70.0 + 10 * c), ("schedule", 72.0 + 28 * c)):
+            for mode, tps in (("ar", 50.0 * c), ("k1", 70.0 + 10 * c), ("schedule", 72.0 + 28 * c),
+                              ("schedule_vllm", 70.0 + 25 * c)):
                 rows.append({"mode": mode, "concurrency": c, "repeat": rep, "tokens": 128 * c, "wall_s": 1.0,
                              "tps": tps + rep, "spec": {}, "tpot_s": [0.02] * c, "idle_cpu_s": 0.0,
                              "outputs_sha": ["a"] * c if mode != "k1" else ["a", "b"][:c]})
     doc = {"modes": {"ar": {"config": {"mode": "ar", "k": 3, "schedule": []}},
                      "k1": {"config": {"mode": "eagle3", "k": 1, "schedule": []}},
-                     "schedule": {"config": {"mode": "eagle3", "k": 3, "schedule": [[1, 1, 3], [2, 32, 0]]}}},
+                     "schedule": {"config": {"mode": "eagle3", "k": 3, "schedule": [[1, 1, 3], [2, 32, 0]],
+                                             "skip_idle_head": True}},
+                     "schedule_vllm": {"config": {"mode": "eagle3", "k": 3, "schedule": [[1, 1, 3], [2, 32, 0]],
+                                                  "skip_idle_head": False}}},
+           "load_drop": {"from": 8, "to": 2, "short_tokens": 32, "long_tokens": 128, "modes": {
+               "schedule": {"spec": {"drafts": 96, "draft_tokens": 96, "accepted": 30}, "outputs_sha": ["a", "b"]},
+               "schedule_vllm": {"spec": {"drafts": 90, "draft_tokens": 90, "accepted": 36}, "outputs_sha": ["a", "b"]}}},
            "calibration": cal, "model": {"predicted_best_k": {"1": 1, "2": 0}, "schedule": [[1, 1, 3], [2, 32, 0]],
                                                "predicted_tps": {"1": {"0": 50.0, "1": 80.0}, "2": {"0": 99.0, "1": 90.0}}},
            "settings": {"concurrency": [1, 2]}, "rows": rows,
@@ -94,6 +125,10 @@ def test_the_serving_tables_and_figure_render_from_a_record(tmp_path):
     s = tables.vllm_schedule_table(path)
     assert list(s["best fixed"]) == ["k = 1", "AR"] and list(s["match"]) == ["yes", "yes"]
     assert s.loc["1 concurrent", "schedule / AR"] == "1.98×" and s.loc["2 concurrent", "predicted tok/s"] == "99.0"
+    assert s.loc["1 concurrent", "vLLM as released / AR"] == f"{96 / 51:.2f}×"  # the schedule without our plugin
+    drop = tables.vllm_load_drop_table(path)
+    assert list(drop["accepted / draft token"]) == ["0.31", "0.40"] and set(drop["outputs equal"]) == {"yes"}
+    assert drop.index[0] == "EAGLE-3, k by batch size + our plugin (serve-plan)"
     targets = serving.schedule_targets(path)
     assert targets["matches"] == 2 and targets["at_one_over_ar"] == pytest.approx(101 / 51)
     assert not targets["per_load"][2]["wholly_below_ar"]
@@ -140,8 +175,13 @@ def test_vllm_accepts_the_printed_config_and_drafts_by_batch_size(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [k_at[b] for b in range(1, 33)]
+    assert plan["command"].startswith(f"VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH=")
     prompts = [[1, 2, 3, 4, 5 + i] for i in range(idle)]
-    with P.VllmWorker(smollm2_folder(), spec, threads=min(2, os.cpu_count()), max_num_seqs=idle) as w:
+    with P.VllmWorker(smollm2_folder(), spec, threads=min(2, os.cpu_count()), max_num_seqs=idle,
+                      plugins=(P.SKIP_IDLE_HEAD,)) as w:
         one = w.generate(prompts[:drafting], 16)
-        many = w.generate(prompts, 16)
+        many = w.generate(prompts, [16] * (idle - 1) + [4])
+        log = open(w.log_path).read()
     assert one["spec"]["drafts"] >= 8 * drafting and many["spec"]["drafts"] <= idle  # only a prefill step drafts
+    assert list(map(len, many["outputs"])) == [16] * (idle - 1) + [4]
+    assert log.count(f"{P.SKIP_IDLE_HEAD}: at k = 0") >= 2  # loaded in the engine core and its worker

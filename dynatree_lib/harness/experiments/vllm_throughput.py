@@ -11,10 +11,17 @@ One document, ``vllm_throughput.json``, measured in one process:
    EAGLE-3 at k = 1..``K_MAX`` and the schedule, ``THROUGHPUT_TOKENS`` tokens per request (EOS ignored, so every
    mode decodes the same work), ``THROUGHPUT_REPEATS`` rounds, the modes interleaved at each load in an order that
    rotates round by round. Each engine starts once, outside any timing, and is paused (SIGSTOP) while another runs.
+   The schedule runs twice: with our plugin that skips the head at k = 0 (``SCHEDULE``, what ``serve-plan`` prints)
+   and in vLLM as released (``SCHEDULE_VLLM``).
+3. **A load drop**, untimed, for both schedules: ``DROP_FROM`` requests of which all but ``DROP_TO`` stop after
+   ``DROP_SHORT`` tokens, the rest going on to ``THROUGHPUT_TOKENS``. Where the schedule drafts nothing at the high
+   load and drafts at the low one, the plugin's head has skipped the survivors' first tokens: their acceptance,
+   against vLLM's with a complete head cache, is what the skip costs.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..measure.cell import tokens_hash
@@ -27,12 +34,14 @@ from .vllm import runs_vllm, vllm_profile
 
 VLLM_THROUGHPUT = "vllm_throughput"
 THROUGHPUT_TOKENS = 128         # per request, EOS ignored: every request decodes the same length
-THROUGHPUT_REPEATS = 3
+THROUGHPUT_REPEATS = 5
 CALIBRATION_SPLITS = (("tuning", 2), ("dev", 5))  # Spec-Bench questions per category of each split
 CALIBRATION_PROMPT_TOKENS = 256  # a calibration prompt's first tokens: 160 of them fit vLLM's KV cache
 CALIBRATION_TOKENS = 64         # tokens per calibration request; a step's time is (wall(64) - wall(1)) / steps
 CALIBRATION_ROUNDS = 2
-SCHEDULE = "schedule"
+SCHEDULE = "schedule"            # the schedule with our plugin (the head skips decode-only steps at k = 0)
+SCHEDULE_VLLM = "schedule_vllm"  # the same schedule in vLLM as released
+DROP_FROM, DROP_TO, DROP_SHORT = 8, 2, 32
 
 
 def mode_configs() -> dict:
@@ -123,6 +132,14 @@ def measure_round(workers: dict, prompts: list, rep: int, bar) -> list[dict]:
     return rows
 
 
+def load_drop(w, prompts: list) -> dict:
+    """The load drop (module docstring, 3) on one engine: vLLM's counters over the call (every draft comes after
+    the drop) and the outputs' hashes."""
+    lengths = [DROP_SHORT] * (DROP_FROM - DROP_TO) + [THROUGHPUT_TOKENS] * DROP_TO
+    reply = w.generate([q.ids.tolist() for q in prompts[:DROP_FROM]], lengths, ignore_eos=True)
+    return {"spec": reply["spec"], "outputs_sha": [tokens_hash(o) for o in reply["outputs"]]}
+
+
 def throughput_record(p: Profile) -> dict:
     from tqdm.auto import tqdm
 
@@ -140,12 +157,13 @@ def throughput_record(p: Profile) -> dict:
     costs = costs_of(calibration)
     schedule = plan_schedule(costs)
     if (cfg := schedule_config(schedule)) is not None:
-        configs[SCHEDULE] = cfg
-        workers[SCHEDULE] = P.worker(cfg, MAX_NUM_SEQS)
+        configs |= {SCHEDULE: cfg, SCHEDULE_VLLM: replace(cfg, skip_idle_head=False)}
+        workers |= {name: P.worker(configs[name], MAX_NUM_SEQS) for name in (SCHEDULE, SCHEDULE_VLLM)}
     rows = []
     with tqdm(total=THROUGHPUT_REPEATS * len(LOADS) * len(workers), desc=VLLM_THROUGHPUT, unit="batch") as bar:
         for rep in range(THROUGHPUT_REPEATS):
             rows += measure_round(workers, prompts, rep, bar)
+    drop = {name: load_drop(workers[name], prompts) for name in (SCHEDULE, SCHEDULE_VLLM) if name in workers}
     return {"what": "vLLM's aggregate throughput under load: its AR, EAGLE-3 with our head at a fixed k, and the k "
                     "per batch size that the batch cost model predicts from a calibration on tuning and dev questions",
             "experiment": VLLM_THROUGHPUT,
@@ -159,6 +177,8 @@ def throughput_record(p: Profile) -> dict:
             "settings": {"concurrency": list(LOADS), "tokens_per_request": THROUGHPUT_TOKENS, "ignore_eos": True,
                          "repeats": THROUGHPUT_REPEATS, "max_num_seqs": MAX_NUM_SEQS,
                          "order": "repeat, concurrency, mode (rotated by repeat + load)"},
+            "load_drop": {"from": DROP_FROM, "to": DROP_TO, "short_tokens": DROP_SHORT, "long_tokens": THROUGHPUT_TOKENS,
+                          "modes": drop},
             "prompt_ids": [q.id for q in prompts], "rows": rows, "weights": record_weights(p, None),
             "environment": environment(p.models.device), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
 

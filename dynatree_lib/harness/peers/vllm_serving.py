@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.validate import require
-from .vllm import HEAD_DIR, SERVE_COMMAND, VllmScheduled, speculative_config
+from .vllm import HEAD_DIR, SERVE_COMMAND, VllmScheduled, plugin_env, speculative_config
 
 K_MAX = 4                          # the longest draft measured and scheduled
 LOADS = (1, 2, 4, 8, 16, 32)       # concurrent requests measured
@@ -94,20 +94,25 @@ def plan_schedule(costs: BatchCosts, max_num_seqs: int = MAX_NUM_SEQS) -> tuple:
     return tuple(out)
 
 
-def schedule_config(schedule: tuple) -> VllmScheduled | None:
-    """vLLM's EAGLE-3 mode drafting by ``schedule`` (its longest k as ``num_speculative_tokens``); None where the
-    schedule never drafts (vLLM's AR is then the plan)."""
+def schedule_config(schedule: tuple, skip_idle_head: bool = True) -> VllmScheduled | None:
+    """vLLM's EAGLE-3 mode drafting by ``schedule`` (its longest k as ``num_speculative_tokens``), with our plugin
+    that skips the head at k = 0 unless ``skip_idle_head`` is False; None where the schedule never drafts (vLLM's AR
+    is then the plan)."""
     top = max(k for _, _, k in schedule)
-    return VllmScheduled(k=top, schedule=tuple(tuple(e) for e in schedule)) if top else None
+    return VllmScheduled(k=top, schedule=tuple(tuple(e) for e in schedule), skip_idle_head=skip_idle_head) \
+        if top else None
 
 
 def serve_command(schedule: tuple, model: str, head: str = str(HEAD_DIR), max_num_seqs: int = MAX_NUM_SEQS) -> str:
-    """The ``vllm serve`` command line that applies ``schedule`` (no speculative config where it never drafts)."""
+    """The ``vllm serve`` command line that applies ``schedule`` (no speculative config where it never drafts),
+    preceded by the variables that load our plugin (``schedule_config``)."""
     import json
     import shlex
 
     cfg = schedule_config(schedule)
     args = [*SERVE_COMMAND, model, "--dtype", "bfloat16", "--max-num-seqs", str(max_num_seqs)]
-    if cfg is not None:
-        args += ["--speculative-config", json.dumps(speculative_config(cfg, head), separators=(",", ":"))]
-    return shlex.join(args)
+    if cfg is None:
+        return shlex.join(args)
+    args += ["--speculative-config", json.dumps(speculative_config(cfg, head), separators=(",", ":"))]
+    env = [f"{k}={v}" for k, v in plugin_env(cfg.plugins()).items()] if cfg.plugins() else []
+    return shlex.join(env + args)
