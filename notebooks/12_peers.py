@@ -84,12 +84,14 @@ if vdf is not None and not vdf.empty:
 # decoding applies (`num_speculative_tokens_per_batch_size`; `python -m dynatree_lib serve-plan` prints it).
 # Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, five rounds with the modes
 # interleaved: vLLM's AR, fixed k = 1..4 and the schedule at 1, 2, 4, 8, 16 and 32 concurrent requests. The schedule
-# runs twice: in vLLM as released, whose head still runs over every decoded token at k = 0 to keep its cache in
-# sync, and with our plugin (`tools/vllm_plugin`, what `serve-plan` prints), which skips that pass. Cells give
+# runs with our plugin (`tools/vllm_plugin`, what `serve-plan` prints): at k = 0 vLLM as released still runs the
+# head over every decoded token to keep its cache in sync, and the plugin skips that pass. Cells give
 # the median tokens/s over the rounds, their range, and a speculative mode's median over AR's; the last column
 # counts the requests whose greedy tokens equal vLLM's AR (its bf16 verification of k + 1 rows need not give the
-# one-row bits). The load-drop table shows what the skip costs: 8 requests where the schedule drafts nothing, 6 of
-# them stopping after 32 tokens, and the acceptance of the 2 that go on, whose head cache lacks the skipped tokens.
+# one-row bits). Then the fixed-k engines stop and three more rounds set the schedule with the plugin beside the
+# same schedule in vLLM as released and AR (the plugin table). The load-drop table shows what the skip costs: 8
+# requests where the schedule drafts nothing, 6 of them stopping after 32 tokens, and the acceptance of the 2 that go
+# on, whose head cache lacks the skipped tokens.
 # Another machine kind's records follow under their own names.
 
 # %% tags=["nbval-ignore-output"]
@@ -105,8 +107,9 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
     if not (schedule := tables.vllm_schedule_table(path)).empty:
         show_table(schedule, "table_vllm_schedule", on_kind)
         show_table(tables.vllm_tpot_table(path), "table_vllm_tpot", on_kind)  # ms per output token: median / p90
-    if not (drop := tables.vllm_load_drop_table(path)).empty:
-        show_table(drop, "table_vllm_load_drop", on_kind)  # what skipping the idle head costs after a load drop
+    if not (plugin := tables.vllm_plugin_table(path)).empty:
+        show_table(plugin, "table_vllm_plugin", on_kind)  # the schedule with and without our plugin, beside AR
+        show_table(tables.vllm_load_drop_table(path), "table_vllm_load_drop", on_kind)  # what the skip costs
         show_fig(plots.serving_figure(path), "fig_vllm_serving", on_kind)
 
 # %% [markdown]

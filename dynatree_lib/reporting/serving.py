@@ -36,7 +36,7 @@ def medians(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def fixed_modes(doc: dict) -> list[str]:
-    return [m for m in doc["modes"] if m not in (SCHEDULE, SCHEDULE_VLLM)]
+    return [m for m in doc["modes"] if m != SCHEDULE]
 
 
 def at(rows: pd.DataFrame, mode: str, c: int) -> pd.DataFrame:
@@ -126,8 +126,6 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
                   "best fixed tok/s": f"{med.loc[best, c]:.1f}",
                   "schedule tok/s": spread(at(rows, SCHEDULE, c).tps),
                   "schedule / best": f"{r['over_best']:.2f}×", "schedule / AR": f"{r['over_ar']:.2f}×",
-                  **({"vLLM as released / AR": f"{med.loc[SCHEDULE_VLLM, c] / med.loc[AR, c]:.2f}×"}
-                     if SCHEDULE_VLLM in med.index else {}),
                   "predicted best k": predicted, "measured best k": k_of[best],
                   "predicted tok/s": f"{doc['model']['predicted_tps'][str(c)][str(predicted)]:.1f}",
                   "match": "yes" if predicted == k_of[best] else "no"}
@@ -160,22 +158,40 @@ def vllm_tpot_table(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(out).T
 
 
-def vllm_load_drop_table(path: str | Path) -> pd.DataFrame:
-    """The load drop, per schedule: the survivors' drafts after the drop, their accepted tokens per draft token and
-    per draft, and whether every output equals the other schedule's (empty for a record without it)."""
+def vllm_plugin_table(path: str | Path) -> pd.DataFrame:
+    """Per load, from the plugin's own interleaved rounds (the fixed k released): vLLM's AR, the schedule with our
+    plugin and the same schedule in vLLM as released, tokens/s median (range) and over AR's median (empty for a
+    record without them)."""
     doc = json.loads(Path(path).read_text())
-    if "load_drop" not in doc:
+    if not doc.get("plugin"):
         return pd.DataFrame()
-    drop, out = doc["load_drop"], {}
-    hashes = {m: d["outputs_sha"] for m, d in drop["modes"].items()}
+    rows, modes = pd.DataFrame(doc["plugin"]["rows"]), doc["modes"] | doc["plugin"]["modes"]
+    med, out = medians(rows), {}
+    for mode in (AR, SCHEDULE, SCHEDULE_VLLM):
+        for c in doc["settings"]["concurrency"]:
+            tps = at(rows, mode, c).tps
+            ratio = "" if mode == AR else f" · {tps.median() / med.loc[AR, c]:.2f}×"
+            out.setdefault(mode_label(mode, modes[mode]["config"]), {})[f"{c} concurrent"] = spread(tps) + ratio
+        out[mode_label(mode, modes[mode]["config"])]["= vLLM AR"] = equal_to_ar(rows, mode)
+    return pd.DataFrame(out).T
+
+
+def vllm_load_drop_table(path: str | Path) -> pd.DataFrame:
+    """The load drop, per schedule: the drafts after the drop, accepted tokens per draft token and per draft, and
+    whether every output equals the other schedule's (empty for a record without it)."""
+    doc = json.loads(Path(path).read_text())
+    if not doc.get("plugin"):
+        return pd.DataFrame()
+    drop, modes, out = doc["plugin"]["load_drop"], doc["modes"] | doc["plugin"]["modes"], {}
+    same = len({tuple(d["outputs_sha"]) for d in drop["modes"].values()}) == 1
     for mode, d in drop["modes"].items():
         spec = d["spec"]
-        out[mode_label(mode, doc["modes"][mode]["config"])] = {
+        out[mode_label(mode, modes[mode]["config"])] = {
             "drafts": spec["drafts"], "draft tokens": spec["draft_tokens"],
             "accepted / draft token": dash(spec["accepted"] / spec["draft_tokens"] if spec["draft_tokens"] else
                                            float("nan"), "{:.2f}"),
             "accepted / draft": dash(spec["accepted"] / spec["drafts"] if spec["drafts"] else float("nan"), "{:.2f}"),
-            "outputs equal": "yes" if len({tuple(h) for h in hashes.values()}) == 1 else "no"}
+            "outputs equal": "yes" if same else "no"}
     t = pd.DataFrame(out).T
     t.index.name = (f"{drop['from']} requests, {drop['from'] - drop['to']} stop at {drop['short_tokens']} tokens, "
                     f"{drop['to']} go on to {drop['long_tokens']}")
@@ -210,8 +226,8 @@ def serving_figure(path: str | Path):
     shades = plt.cm.viridis(np.linspace(0.15, 0.85, len(doc["modes"])))
     styles = {}
     for colour, (mode, spec) in zip(shades, doc["modes"].items()):
-        style = styles[mode] = {AR: dict(color="black", ls="--"), SCHEDULE: dict(color="#d62728", lw=2.5),
-                                SCHEDULE_VLLM: dict(color="#d62728", ls=":", lw=1.5)}.get(mode, dict(color=colour))
+        style = styles[mode] = {AR: dict(color="black", ls="--"),
+                                SCHEDULE: dict(color="#d62728", lw=2.5)}.get(mode, dict(color=colour))
         at = rows[rows["mode"] == mode].groupby("concurrency").tps
         y = med.loc[mode, loads].to_numpy()
         err = [y - at.min()[loads].to_numpy(), at.max()[loads].to_numpy() - y]

@@ -23,8 +23,8 @@ from .records import (AR_KEY, BOOTSTRAP, add_speedup, bound_ms, bound_ratios, lo
                       ratio_ci, records, replicate, reported, role, row_id, say_other_drafts, shown)
 from .intervals import run_noise_table
 from .vllm_tables import vllm_idle_table, vllm_table, vllm_tuning_table
-from .serving import (vllm_accepted_table, vllm_load_drop_table, vllm_schedule_table, vllm_throughput_table,
-                      vllm_tpot_table)
+from .serving import (vllm_accepted_table, vllm_load_drop_table, vllm_plugin_table, vllm_schedule_table,
+                      vllm_throughput_table, vllm_tpot_table)
 from .talon_tables import (talon_budget_table, talon_peer_table, talon_reported, talon_reported_vs_reproduced,
                            talon_table)
 
@@ -39,4 +39,4 @@ __all__ = ["TIE_GAP", "CATEGORY_LABELS", "dash", "pm", "present", "save", "scope
            "paired_ratio", "ratio_ci", "records", "replicate", "reported", "role", "row_id", "say_other_drafts",
            "shown", "talon_budget_table", "talon_peer_table", "talon_reported", "talon_reported_vs_reproduced", "talon_table",
            "vllm_idle_table", "vllm_table", "vllm_throughput_table", "vllm_tuning_table", "run_noise_table",
-           "vllm_accepted_table", "vllm_load_drop_table", "vllm_schedule_table", "vllm_tpot_table"]
+           "vllm_accepted_table", "vllm_load_drop_table", "vllm_plugin_table", "vllm_schedule_table", "vllm_tpot_table"]

@@ -11,9 +11,10 @@ One document, ``vllm_throughput.json``, measured in one process:
    EAGLE-3 at k = 1..``K_MAX`` and the schedule, ``THROUGHPUT_TOKENS`` tokens per request (EOS ignored, so every
    mode decodes the same work), ``THROUGHPUT_REPEATS`` rounds, the modes interleaved at each load in an order that
    rotates round by round. Each engine starts once, outside any timing, and is paused (SIGSTOP) while another runs.
-   The schedule runs twice: with our plugin that skips the head at k = 0 (``SCHEDULE``, what ``serve-plan`` prints)
-   and in vLLM as released (``SCHEDULE_VLLM``).
-3. **A load drop**, untimed, for both schedules: ``DROP_FROM`` requests of which all but ``DROP_TO`` stop after
+   The schedule runs with our plugin that skips the head at k = 0 (``SCHEDULE``, what ``serve-plan`` prints).
+3. **The plugin's effect**: the fixed-k engines released (seven engines do not fit in 24 GiB), ``PLUGIN_REPEATS``
+   rounds of AR, the schedule and the same schedule in vLLM as released (``SCHEDULE_VLLM``), as in 2.
+4. **A load drop**, untimed, for both schedules: ``DROP_FROM`` requests of which all but ``DROP_TO`` stop after
    ``DROP_SHORT`` tokens, the rest going on to ``THROUGHPUT_TOKENS``. Where the schedule drafts nothing at the high
    load and drafts at the low one, the plugin's head has skipped the survivors' first tokens: their acceptance,
    against vLLM's with a complete head cache, is what the skip costs.
@@ -42,6 +43,7 @@ CALIBRATION_ROUNDS = 2
 SCHEDULE = "schedule"            # the schedule with our plugin (the head skips decode-only steps at k = 0)
 SCHEDULE_VLLM = "schedule_vllm"  # the same schedule in vLLM as released
 DROP_FROM, DROP_TO, DROP_SHORT = 8, 2, 32
+PLUGIN_REPEATS = 3
 
 
 def mode_configs() -> dict:
@@ -132,12 +134,36 @@ def measure_round(workers: dict, prompts: list, rep: int, bar) -> list[dict]:
     return rows
 
 
-def load_drop(w, prompts: list) -> dict:
-    """The load drop (module docstring, 3) on one engine: vLLM's counters over the call (every draft comes after
-    the drop) and the outputs' hashes."""
-    lengths = [DROP_SHORT] * (DROP_FROM - DROP_TO) + [THROUGHPUT_TOKENS] * DROP_TO
+def load_drop(w, prompts: list, lengths: list[int]) -> dict:
+    """The load drop (module docstring, 4) on one engine: vLLM's counters over the call (where the schedule drafts
+    nothing at ``DROP_FROM``, every draft comes after the drop) and the outputs' hashes."""
     reply = w.generate([q.ids.tolist() for q in prompts[:DROP_FROM]], lengths, ignore_eos=True)
     return {"spec": reply["spec"], "outputs_sha": [tokens_hash(o) for o in reply["outputs"]]}
+
+
+def mode_info(cfg: P.VllmConfig) -> dict:
+    return {"config": vars(cfg) | {"type": type(cfg).__name__}, "engine_info": P.describe(cfg, MAX_NUM_SEQS)}
+
+
+def plugin_effect(configs: dict, workers: dict, prompts: list) -> dict:
+    """The module docstring's 3 and 4: the fixed-k engines released, the schedule in vLLM as released started, the
+    rounds of AR and both schedules, and the load drop on both."""
+    from tqdm.auto import tqdm
+
+    for name in [m for m in workers if m not in (P.AR_MODE, SCHEDULE)]:
+        P.release(configs[name], MAX_NUM_SEQS)
+    released = replace(configs[SCHEDULE], skip_idle_head=False)
+    workers = {P.AR_MODE: workers[P.AR_MODE], SCHEDULE: workers[SCHEDULE],
+               SCHEDULE_VLLM: P.worker(released, MAX_NUM_SEQS)}
+    rows = []
+    with tqdm(total=PLUGIN_REPEATS * len(LOADS) * len(workers), desc="plugin", unit="batch") as bar:
+        for rep in range(PLUGIN_REPEATS):
+            rows += measure_round(workers, prompts, rep, bar)
+    lengths = [DROP_SHORT] * (DROP_FROM - DROP_TO) + [THROUGHPUT_TOKENS] * DROP_TO
+    drop = {name: load_drop(workers[name], prompts, lengths) for name in (SCHEDULE, SCHEDULE_VLLM)}
+    return {"repeats": PLUGIN_REPEATS, "modes": {SCHEDULE_VLLM: mode_info(released)}, "rows": rows,
+            "load_drop": {"from": DROP_FROM, "to": DROP_TO, "short_tokens": DROP_SHORT,
+                          "long_tokens": THROUGHPUT_TOKENS, "modes": drop}}
 
 
 def throughput_record(p: Profile) -> dict:
@@ -157,18 +183,19 @@ def throughput_record(p: Profile) -> dict:
     costs = costs_of(calibration)
     schedule = plan_schedule(costs)
     if (cfg := schedule_config(schedule)) is not None:
-        configs |= {SCHEDULE: cfg, SCHEDULE_VLLM: replace(cfg, skip_idle_head=False)}
-        workers |= {name: P.worker(configs[name], MAX_NUM_SEQS) for name in (SCHEDULE, SCHEDULE_VLLM)}
-    rows = []
+        configs[SCHEDULE] = cfg
+        workers[SCHEDULE] = P.worker(cfg, MAX_NUM_SEQS)
+    modes = {name: mode_info(c) for name, c in configs.items()}
+    rows, plugin = [], None
     with tqdm(total=THROUGHPUT_REPEATS * len(LOADS) * len(workers), desc=VLLM_THROUGHPUT, unit="batch") as bar:
         for rep in range(THROUGHPUT_REPEATS):
             rows += measure_round(workers, prompts, rep, bar)
-    drop = {name: load_drop(workers[name], prompts) for name in (SCHEDULE, SCHEDULE_VLLM) if name in workers}
+    if cfg is not None:
+        plugin = plugin_effect(configs, workers, prompts)
     return {"what": "vLLM's aggregate throughput under load: its AR, EAGLE-3 with our head at a fixed k, and the k "
                     "per batch size that the batch cost model predicts from a calibration on tuning and dev questions",
             "experiment": VLLM_THROUGHPUT,
-            "modes": {name: {"config": vars(c) | {"type": type(c).__name__}, "engine_info": P.describe(c, MAX_NUM_SEQS)}
-                      for name, c in configs.items()},
+            "modes": modes,
             "calibration": calibration | {"prompt_ids": [q.id for q in cal_prompts],
                                           "prompt_tokens": CALIBRATION_PROMPT_TOKENS, "tokens": CALIBRATION_TOKENS,
                                           "rounds": CALIBRATION_ROUNDS},
@@ -177,9 +204,7 @@ def throughput_record(p: Profile) -> dict:
             "settings": {"concurrency": list(LOADS), "tokens_per_request": THROUGHPUT_TOKENS, "ignore_eos": True,
                          "repeats": THROUGHPUT_REPEATS, "max_num_seqs": MAX_NUM_SEQS,
                          "order": "repeat, concurrency, mode (rotated by repeat + load)"},
-            "load_drop": {"from": DROP_FROM, "to": DROP_TO, "short_tokens": DROP_SHORT, "long_tokens": THROUGHPUT_TOKENS,
-                          "modes": drop},
-            "prompt_ids": [q.id for q in prompts], "rows": rows, "weights": record_weights(p, None),
+            "plugin": plugin, "prompt_ids": [q.id for q in prompts], "rows": rows, "weights": record_weights(p, None),
             "environment": environment(p.models.device), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
