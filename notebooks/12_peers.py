@@ -120,6 +120,7 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 #
 # Under load (the last tables and the figure), against the paper's setting of one sequence: speculation stops paying
 # once a few requests share each forward. On the AMD EPYC kind every fixed k falls below vLLM's AR between 2 and 4
-# concurrent requests. The cost model picks the measured best k at 5 of 6 loads. The schedule matches fixed k = 3 at
-# one request, but from 4 requests on, where it drafts nothing, it still runs a few percent below AR: vLLM's dynamic
-# speculation keeps running the head's first pass at k = 0 (FINDINGS, "Under load").
+# concurrent requests. The cost model picks the measured best k at 4 of 6 loads (its misses, at 1 and 2 requests,
+# are within the rounds' ranges). The schedule matches the best fixed k at one request. From 4 requests on it drafts
+# nothing and runs a few percent below AR: our plugin wins back most of what vLLM's head pass at k = 0 costs, but not
+# at 32 requests (the plugin table; FINDINGS, "Under load").
