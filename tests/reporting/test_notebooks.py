@@ -62,6 +62,7 @@ CPU_ONLY = {"table_peers", "table_peers_r2", "table_peers_best", "fig_peers", "t
             "table_forward_steps",  # only where the target runs the fused bf16 forward
             "table_vllm", "table_vllm_r2", "table_vllm_idle", "table_vllm_tuning", "table_vllm_throughput",  # the head
             "table_vllm_schedule", "table_vllm_tpot", "table_vllm_accepted", "fig_vllm_serving",  # vLLM under load
+            "table_vllm_plugin", "table_vllm_load_drop",
             "table_frontier", "fig_frontier", "table_frontier_projection", "table_two_verdicts",  # notebook 15: the head
             "table_frontier_kinds",  # only where two machine kinds measured the frontier
             "table_cost_check", "table_cost_check_summary"}
