@@ -53,6 +53,7 @@ def serve_plan(record: Path | None = None, max_num_seqs: int = MAX_NUM_SEQS, mod
             "predicted_tps": {b: [costs.throughput(b, k) for k in range(K_MAX + 1)] for b in LOADS if b <= max_num_seqs},
             "schedule": [list(e) for e in schedule], "measured": measured(doc),
             "speculative_config": None if cfg is None else speculative_config(cfg, HEAD_DIR),
+            "plugins": [] if cfg is None else list(cfg.plugins()),
             "command": serve_command(schedule, model, max_num_seqs=max_num_seqs)}
 
 
@@ -85,7 +86,7 @@ def format_serve_plan(plan: dict) -> str:
                       "fixed k"]
         lines += [f"  batch {c:>3}: {m['schedule_over_ar']:.2f}x / {m['best_fixed_over_ar']:.2f}x"
                   for c, m in plan["measured"].items()]
-    if plan["command"].startswith("VLLM_PLUGINS="):
+    if plan["plugins"]:
         lines.append("(the variables before `vllm serve` load our plugin, tools/vllm_plugin: at k = 0 vLLM would still "
                      "run the head over every decoded token to keep its cache in sync; the plugin skips that pass)")
     if plan["max_num_seqs"] > max(LOADS):

@@ -75,13 +75,11 @@ def equal_to_ar(rows: pd.DataFrame, mode: str) -> str:
     return f"{sum(same)}/{len(same)}"
 
 
-def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
-    """Aggregate tokens/s per mode and number of concurrent requests: the median over the rounds with their range
-    and, for a speculative mode, its median over AR's; and how many requests' tokens equal vLLM's AR."""
-    doc, rows = read(path)
-    loads, med = doc["settings"]["concurrency"], medians(rows)
-    out = {}
-    for mode, spec in doc["modes"].items():
+def tps_table(rows: pd.DataFrame, modes: dict, loads: list) -> pd.DataFrame:
+    """Tokens/s of ``modes`` (name -> its record entry, in row order) at each load: the median over the rounds with
+    their range and, for a speculative mode, its median over AR's; and how many requests' tokens equal vLLM's AR."""
+    med, out = medians(rows), {}
+    for mode, spec in modes.items():
         name = mode_label(mode, spec["config"])
         for c in loads:
             tps = at(rows, mode, c).tps
@@ -89,6 +87,12 @@ def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
             out.setdefault(name, {})[f"{c} concurrent"] = spread(tps) + ratio
         out[name]["= vLLM AR"] = equal_to_ar(rows, mode)
     return pd.DataFrame(out).T
+
+
+def vllm_throughput_table(path: str | Path) -> pd.DataFrame:
+    """Aggregate tokens/s per mode and number of concurrent requests (``tps_table``), from the main rounds."""
+    doc, rows = read(path)
+    return tps_table(rows, doc["modes"], doc["settings"]["concurrency"])
 
 
 def vllm_accepted_table(path: str | Path) -> pd.DataFrame:
@@ -158,31 +162,30 @@ def vllm_tpot_table(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(out).T
 
 
+def plugin_part(path: str | Path) -> tuple[dict, dict] | None:
+    """A record's plugin rounds and load drop (``doc["plugin"]``) with every mode's entry, the main rounds' and the
+    schedule in vLLM as released; None for a record without them."""
+    doc = json.loads(Path(path).read_text())
+    return (doc, doc["modes"] | doc["plugin"]["modes"]) if doc.get("plugin") else None
+
+
 def vllm_plugin_table(path: str | Path) -> pd.DataFrame:
     """Per load, from the plugin's own interleaved rounds (the fixed k released): vLLM's AR, the schedule with our
-    plugin and the same schedule in vLLM as released, tokens/s median (range) and over AR's median (empty for a
-    record without them)."""
-    doc = json.loads(Path(path).read_text())
-    if not doc.get("plugin"):
+    plugin and the same schedule in vLLM as released (``tps_table``; empty for a record without them)."""
+    if (part := plugin_part(path)) is None:
         return pd.DataFrame()
-    rows, modes = pd.DataFrame(doc["plugin"]["rows"]), doc["modes"] | doc["plugin"]["modes"]
-    med, out = medians(rows), {}
-    for mode in (AR, SCHEDULE, SCHEDULE_VLLM):
-        for c in doc["settings"]["concurrency"]:
-            tps = at(rows, mode, c).tps
-            ratio = "" if mode == AR else f" · {tps.median() / med.loc[AR, c]:.2f}×"
-            out.setdefault(mode_label(mode, modes[mode]["config"]), {})[f"{c} concurrent"] = spread(tps) + ratio
-        out[mode_label(mode, modes[mode]["config"])]["= vLLM AR"] = equal_to_ar(rows, mode)
-    return pd.DataFrame(out).T
+    doc, modes = part
+    return tps_table(pd.DataFrame(doc["plugin"]["rows"]), {m: modes[m] for m in (AR, SCHEDULE, SCHEDULE_VLLM)},
+                     doc["settings"]["concurrency"])
 
 
 def vllm_load_drop_table(path: str | Path) -> pd.DataFrame:
     """The load drop, per schedule: the drafts after the drop, accepted tokens per draft token and per draft, and
     whether every output equals the other schedule's (empty for a record without it)."""
-    doc = json.loads(Path(path).read_text())
-    if not doc.get("plugin"):
+    if (part := plugin_part(path)) is None:
         return pd.DataFrame()
-    drop, modes, out = doc["plugin"]["load_drop"], doc["modes"] | doc["plugin"]["modes"], {}
+    doc, modes = part
+    drop, out = doc["plugin"]["load_drop"], {}
     same = len({tuple(d["outputs_sha"]) for d in drop["modes"].values()}) == 1
     for mode, d in drop["modes"].items():
         spec = d["spec"]
