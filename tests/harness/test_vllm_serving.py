@@ -197,3 +197,55 @@ def test_vllm_accepts_the_printed_config_and_drafts_by_batch_size(tmp_path):
     assert one["spec"]["drafts"] >= 8 * drafting and many["spec"]["drafts"] <= idle  # only a prefill step drafts
     assert list(map(len, lengths["outputs"])) == [3, 5]
     assert log.count(f"{P.SKIP_IDLE_HEAD}: at k = 0") >= 2  # loaded in the engine core and its worker
+
+
+@pytest.mark.full
+@pytest.mark.skipif(P.find_vllm() is None, reason="the vLLM environment is not built (bash tools/setup_vllm.sh)")
+def test_the_plugin_keeps_vllms_ar_tokens_across_a_load_drop():
+    """fp32, greedy: four requests decode at k = 0 (the head skipping, the runner on its plain path), three stop,
+    the last drafts k = 3 alone; every output equals vLLM's AR token for token."""
+    from dynatree_lib.harness.setup.models import load_tokenizer
+    from dynatree_lib.harness.setup.prompts import load_prompts
+    from dynatree_lib.harness.setup.weights import smollm2_folder
+
+    prompts = [q.ids.tolist() for q in load_prompts("spec_bench", load_tokenizer("embedded:target"), n=1,
+                                                    split="dev")[:4]]
+    lengths = [6, 6, 6, 40]
+    schedule = P.VllmScheduled(k=3, schedule=((1, 1, 3), (2, 4, 0)), skip_idle_head=True)
+    out = {}
+    for name, cfg in (("ar", P.VllmConfig("ar")), ("schedule", schedule)):
+        with P.VllmWorker(smollm2_folder(), P.speculative_config(cfg), threads=min(2, os.cpu_count()),
+                          dtype="float32", max_num_seqs=4, plugins=cfg.plugins()) as w:
+            out[name] = w.generate(prompts, lengths)
+    assert out["schedule"]["outputs"] == out["ar"]["outputs"]
+    assert out["schedule"]["spec"]["drafts"] >= 10  # the survivor drafted after the drop
+
+
+def test_a_small_load_serves_the_same_questions_a_few_at_a_time():
+    """Below ``LOAD_QUESTIONS`` a load's work is those questions, ``c`` per call: outputs and per-request times in
+    order, wall time and vLLM's counters summed over the calls."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dynatree_lib.harness.experiments import vllm_throughput as V
+
+    calls = []
+
+    class Worker:
+        def generate(self, prompts, tokens, ignore_eos):
+            calls.append(len(prompts))
+            k = len(calls)
+            return {"outputs": [[p[0]] * tokens for p in prompts], "tpot_s": [0.01 * k] * len(prompts),
+                    "wall_s": 1.0, "idle_cpu_s": 0.5,
+                    "spec": {"drafts": 2, "draft_tokens": 4, "accepted": 1, "per_pos": [1] * (k % 3)}}
+
+    prompts = [SimpleNamespace(ids=np.array([i, 7])) for i in range(V.LOAD_QUESTIONS + 4)]
+    reply = V.serve_load(Worker(), prompts, 2, tokens=3)
+    assert calls == [2] * (V.LOAD_QUESTIONS // 2)
+    assert [o[0] for o in reply["outputs"]] == list(range(V.LOAD_QUESTIONS))
+    assert reply["wall_s"] == V.LOAD_QUESTIONS // 2 and reply["spec"]["drafts"] == V.LOAD_QUESTIONS
+    assert reply["spec"]["per_pos"] == [sum(1 for k in range(1, len(calls) + 1) if k % 3 > i) for i in range(2)]
+    calls.clear()
+    assert len(V.serve_load(Worker(), prompts, V.LOAD_QUESTIONS + 4, tokens=3)["outputs"]) == V.LOAD_QUESTIONS + 4
+    assert calls == [V.LOAD_QUESTIONS + 4]

@@ -1,12 +1,18 @@
 """dynatree's vLLM plugin (issue 90): where dynamic speculative decoding drafts nothing (k = 0 at this batch size),
-the EAGLE head skips its pass over a step of single-token decodes.
+a step costs what it costs without speculation, as near as vLLM allows.
 
-vLLM 0.32's proposer (``vllm/v1/spec_decode/llm_base_proposer.py``, ``propose``) runs the head's first pass even at
-k = 0, "to keep the drafter KV cache in sync"; at the loads where the schedule drafts nothing that pass costs
-throughput that no draft repays. Here it still runs on every step holding more than one token per request (a
-prefill, or the verification of earlier drafts), so the head holds every prompt; it skips only the steps that
-decode one token per request. The head's cache then lacks those decoded positions, which may lower its acceptance
-after the load drops; outputs cannot change, since the target verifies every draft.
+vLLM 0.32 keeps the speculative path on steps that carry no draft:
+
+- its proposer (``vllm/v1/spec_decode/llm_base_proposer.py``, ``propose``) runs the head's first pass even at
+  k = 0, "to keep the drafter KV cache in sync". Here that pass still runs on every step holding more than one token
+  per request (a prefill, or the verification of earlier drafts), so the head holds every prompt; it is skipped only
+  on steps that decode one token per request. The head's cache then lacks those decoded positions, which may lower
+  its acceptance after the load drops;
+- its model runner (``vllm/v1/worker/gpu_model_runner.py``, ``_prepare_inputs``) builds speculative metadata with
+  zero drafts per request and samples through the rejection sampler. Here a step where no request has a draft takes
+  the runner's plain path: the same logits rows, vLLM's own sampler, as on the step after a prefill.
+
+Outputs cannot change: the target verifies every draft, and a step without drafts samples the same rows.
 
 Not imported by dynatree: vLLM loads it in each of its processes, through the entry point beside this file, when
 this folder is on PYTHONPATH and VLLM_PLUGINS names ``dynatree_skip_idle_head``.
@@ -19,11 +25,8 @@ PLUGIN = "dynatree_skip_idle_head"
 _installed = False
 
 
-def skip_idle_head() -> None:
-    """Wrap the proposer's ``propose`` once per process (vLLM may load a plugin more than once)."""
-    global _installed
-    if _installed:
-        return
+def _skip_idle_head_pass() -> None:
+    """At k = 0 on a step of single-token decodes, the proposer returns no drafts without running the head."""
     import torch
     from vllm.v1.spec_decode import llm_base_proposer
 
@@ -39,5 +42,31 @@ def skip_idle_head() -> None:
         return original(self, num_speculative_tokens, *args, **kwargs)
 
     base.propose = propose
+
+
+def _plain_path_without_drafts() -> None:
+    """A step where no request carries a draft gets no speculative metadata: the runner samples its rows with the
+    plain sampler instead of verifying zero drafts."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = GPUModelRunner._prepare_inputs
+
+    def _prepare_inputs(self, *args, **kwargs):
+        logits_indices, spec_meta, max_sampled = original(self, *args, **kwargs)
+        if spec_meta is not None and not any(spec_meta.num_draft_tokens):
+            spec_meta = None
+        return logits_indices, spec_meta, max_sampled
+
+    GPUModelRunner._prepare_inputs = _prepare_inputs
+
+
+def skip_idle_head() -> None:
+    """Install both changes once per process (vLLM may load a plugin more than once)."""
+    global _installed
+    if _installed:
+        return
+    _skip_idle_head_pass()
+    _plain_path_without_drafts()
     _installed = True
-    logging.getLogger("vllm").info("%s: at k = 0 the head skips decode-only steps", PLUGIN)
+    logging.getLogger("vllm").info("%s: at k = 0 the head skips decode-only steps and the runner samples without "
+                                   "verifying", PLUGIN)

@@ -10,7 +10,9 @@ One document, ``vllm_throughput.json``, measured in one process:
 2. **Rounds**, on the first Spec-Bench test questions: at 1, 2, 4, 8, 16 and 32 concurrent requests, vLLM's AR, its
    EAGLE-3 at k = 1..``K_MAX`` and the schedule, ``THROUGHPUT_TOKENS`` tokens per request (EOS ignored, so every
    mode decodes the same work), ``THROUGHPUT_REPEATS`` rounds, the modes interleaved at each load in an order that
-   rotates round by round. Each engine starts once, outside any timing, and is paused (SIGSTOP) while another runs.
+   rotates round by round. A load below ``LOAD_QUESTIONS`` serves that many questions, ``c`` at a time, so that no
+   load rests on one or two questions. Each engine starts once and serves an untimed call at every load before the
+   rounds; it is paused (SIGSTOP) while another runs.
    The schedule runs with our plugin that skips the head at k = 0 (``SCHEDULE``, what ``serve-plan`` prints).
 3. **The plugin's effect**: the fixed-k engines released (seven engines do not fit in 24 GiB), ``PLUGIN_REPEATS``
    rounds of AR, the schedule and the same schedule in vLLM as released (``SCHEDULE_VLLM``), as in 2.
@@ -35,7 +37,9 @@ from .vllm import runs_vllm, vllm_profile
 
 VLLM_THROUGHPUT = "vllm_throughput"
 THROUGHPUT_TOKENS = 128         # per request, EOS ignored: every request decodes the same length
-THROUGHPUT_REPEATS = 5
+THROUGHPUT_REPEATS = 4
+LOAD_QUESTIONS = 8              # below this load, the same first questions, served ``c`` at a time
+WARM_UP_TOKENS = 8              # per request in the untimed call per engine and load
 CALIBRATION_SPLITS = (("tuning", 2), ("dev", 5))  # Spec-Bench questions per category of each split
 CALIBRATION_PROMPT_TOKENS = 256  # a calibration prompt's first tokens: 160 of them fit vLLM's KV cache
 CALIBRATION_TOKENS = 64         # tokens per calibration request; a step's time is (wall(64) - wall(1)) / steps
@@ -119,13 +123,37 @@ def costs_of(calibration: dict) -> BatchCosts:
                                  calibration["accepted_at"])
 
 
+def summed_counters(counters: list[dict]) -> dict:
+    """vLLM's speculative counters over consecutive calls (``per_pos`` as long as the longest)."""
+    width = max(len(c["per_pos"]) for c in counters)
+    return {k: sum(c[k] for c in counters) for k in counters[0] if k != "per_pos"} | \
+        {"per_pos": [sum(c["per_pos"][i] for c in counters if i < len(c["per_pos"])) for i in range(width)]}
+
+
+def serve_load(w, prompts: list, c: int, tokens: int = THROUGHPUT_TOKENS) -> dict:
+    """The work of load ``c``: the first ``max(c, LOAD_QUESTIONS)`` questions, ``c`` at a time (one call each), as
+    one reply: outputs and times per request in order, wall time and counters summed."""
+    ids = [q.ids.tolist() for q in prompts[:max(c, LOAD_QUESTIONS)]]
+    replies = [w.generate(ids[i:i + c], tokens, ignore_eos=True) for i in range(0, len(ids), c)]
+    return {"outputs": [o for r in replies for o in r["outputs"]], "tpot_s": [t for r in replies for t in r["tpot_s"]],
+            "wall_s": sum(r["wall_s"] for r in replies), "idle_cpu_s": sum(r["idle_cpu_s"] for r in replies),
+            "spec": summed_counters([r["spec"] for r in replies])}
+
+
+def warm_up(workers: dict, prompts: list) -> None:
+    """An untimed call per engine and load, so that no timed round pays for a first batch shape."""
+    for w in workers.values():
+        for c in LOADS:
+            w.generate([q.ids.tolist() for q in prompts[:c]], WARM_UP_TOKENS, ignore_eos=True)
+
+
 def measure_round(workers: dict, prompts: list, rep: int, bar) -> list[dict]:
     """One round: every load, the modes in an order rotated by the round and the load."""
     rows, names = [], list(workers)
     for i, c in enumerate(LOADS):
         shift = (rep + i) % len(names)
         for name in names[shift:] + names[:shift]:
-            reply = workers[name].generate([q.ids.tolist() for q in prompts[:c]], THROUGHPUT_TOKENS, ignore_eos=True)
+            reply = serve_load(workers[name], prompts, c)
             tokens = sum(map(len, reply["outputs"]))
             rows.append({"mode": name, "concurrency": c, "repeat": rep, "tokens": tokens, "wall_s": reply["wall_s"],
                          "tps": tokens / reply["wall_s"], "spec": reply["spec"], "tpot_s": reply["tpot_s"],
@@ -155,6 +183,7 @@ def plugin_effect(configs: dict, workers: dict, prompts: list) -> dict:
     released = replace(configs[SCHEDULE], skip_idle_head=False)
     workers = {P.AR_MODE: workers[P.AR_MODE], SCHEDULE: workers[SCHEDULE],
                SCHEDULE_VLLM: P.worker(released, MAX_NUM_SEQS)}
+    warm_up({SCHEDULE_VLLM: workers[SCHEDULE_VLLM]}, prompts)
     rows = []
     with tqdm(total=PLUGIN_REPEATS * len(LOADS) * len(workers), desc="plugin", unit="batch") as bar:
         for rep in range(PLUGIN_REPEATS):
@@ -186,6 +215,7 @@ def throughput_record(p: Profile) -> dict:
         configs[SCHEDULE] = cfg
         workers[SCHEDULE] = P.worker(cfg, MAX_NUM_SEQS)
     modes = {name: mode_info(c) for name, c in configs.items()}
+    warm_up(workers, prompts)
     rows, plugin = [], None
     with tqdm(total=THROUGHPUT_REPEATS * len(LOADS) * len(workers), desc=VLLM_THROUGHPUT, unit="batch") as bar:
         for rep in range(THROUGHPUT_REPEATS):
@@ -203,6 +233,8 @@ def throughput_record(p: Profile) -> dict:
                       "predicted_best_k": {b: costs.best_k(b) for b in LOADS}, "schedule": [list(e) for e in schedule]},
             "settings": {"concurrency": list(LOADS), "tokens_per_request": THROUGHPUT_TOKENS, "ignore_eos": True,
                          "repeats": THROUGHPUT_REPEATS, "max_num_seqs": MAX_NUM_SEQS,
+                         "questions_per_load": {c: max(c, LOAD_QUESTIONS) for c in LOADS},
+                         "warm_up_tokens": WARM_UP_TOKENS,
                          "order": "repeat, concurrency, mode (rotated by repeat + load)"},
             "plugin": plugin, "prompt_ids": [q.id for q in prompts], "rows": rows, "weights": record_weights(p, None),
             "environment": environment(p.models.device), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
