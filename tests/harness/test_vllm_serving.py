@@ -46,7 +46,7 @@ def test_the_schedule_is_ranges_vllm_accepts_and_maps_to_its_config():
     assert spec["num_speculative_tokens_per_batch_size"] == [list(e) for e in schedule]
     assert cfg.plugins() == (P.SKIP_IDLE_HEAD,) and S.schedule_config(schedule, skip_idle_head=False).plugins() == ()
     assert S.serve_command(schedule, "MODEL").startswith(
-        f"VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH={P.PLUGIN_DIR} vllm serve MODEL ")
+        f"VLLM_USE_AOT_COMPILE=0 VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH={P.PLUGIN_DIR} vllm serve MODEL ")
     assert S.schedule_config(((1, 32, 0),)) is None  # never drafting: vLLM's AR is the plan
     assert "--speculative-config" not in S.serve_command(((1, 32, 0),), "MODEL")
 
@@ -186,7 +186,7 @@ def test_vllm_accepts_the_printed_config_and_drafts_by_batch_size(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [k_at[b] for b in range(1, 33)]
-    assert plan["command"].startswith(f"VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH=")
+    assert plan["command"].startswith(f"VLLM_USE_AOT_COMPILE=0 VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH=")
     prompts = [[1, 2, 3, 4, 5 + i] for i in range(idle)]
     with P.VllmWorker(smollm2_folder(), spec, threads=min(2, os.cpu_count()), max_num_seqs=idle,
                       plugins=(P.SKIP_IDLE_HEAD,)) as w:
@@ -249,3 +249,26 @@ def test_a_small_load_serves_the_same_questions_a_few_at_a_time():
     calls.clear()
     assert len(V.serve_load(Worker(), prompts, V.LOAD_QUESTIONS + 4, tokens=3)["outputs"]) == V.LOAD_QUESTIONS + 4
     assert calls == [V.LOAD_QUESTIONS + 4]
+
+
+def test_a_calibration_point_that_cannot_be_is_measured_again_then_refused():
+    """vLLM's counters can lag a call: a step of negative time or an impossible step count is measured again, and
+    after ``STEP_TRIES`` refused with an error naming the point; the cost model refuses a record holding one."""
+    from dynatree_lib.harness.experiments import vllm_throughput as V
+
+    class Worker:
+        def __init__(self, walls):
+            self.walls = iter(walls)
+
+        def generate(self, prompts, tokens):
+            drafts = 0 if tokens == 1 else len(prompts) * (V.CALIBRATION_TOKENS - 1) // 2
+            return {"wall_s": next(self.walls), "spec": {"drafts": drafts}}
+
+    ms, _ = V.step_ms(Worker([2.0, 1.0, 1.0, 2.0]), [[1]] * 4, k=1)  # the first pair runs backwards
+    assert ms == pytest.approx(1000 / (4 * (V.CALIBRATION_TOKENS - 1) // 2 / 4))
+    with pytest.raises(P.VllmFailed, match="step at 4 sequences, k = 1, could not be measured"):
+        V.step_ms(Worker([2.0, 1.0] * V.STEP_TRIES), [[1]] * 4, k=1)
+    assert V.plausible_steps(V.CALIBRATION_TOKENS - 1, 0) and not V.plausible_steps(3, 1)
+    with pytest.raises(ValueError, match=r"spec_step_ms\[k=1\]\[b=2\] is -77.5 ms"):
+        S.BatchCosts.from_steps({1: 20.0, 2: 21.0, 4: 22.0, 8: 25.0, 16: 30.0}, {1: {2: -77.5}, S.K_MAX: {2: 30.0}},
+                                [0.4, 0.2, 0.1, 0.05])

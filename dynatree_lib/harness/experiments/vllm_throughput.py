@@ -44,6 +44,7 @@ CALIBRATION_SPLITS = (("tuning", 2), ("dev", 5))  # Spec-Bench questions per cat
 CALIBRATION_PROMPT_TOKENS = 256  # a calibration prompt's first tokens: 160 of them fit vLLM's KV cache
 CALIBRATION_TOKENS = 64         # tokens per calibration request; a step's time is (wall(64) - wall(1)) / steps
 CALIBRATION_ROUNDS = 2
+STEP_TRIES = 3                  # measurements of one calibration point before it is refused
 SCHEDULE = "schedule"            # the schedule with our plugin (the head skips decode-only steps at k = 0)
 SCHEDULE_VLLM = "schedule_vllm"  # the same schedule in vLLM as released
 DROP_FROM, DROP_TO, DROP_SHORT = 8, 2, 32
@@ -81,13 +82,29 @@ def cycled(prompts: list, n: int) -> list[list[int]]:
     return [prompts[i % len(prompts)].ids.tolist()[:CALIBRATION_PROMPT_TOKENS] for i in range(n)]
 
 
-def step_ms(w, prompts: list[list[int]]) -> tuple[float, dict]:
+def plausible_steps(steps: float, k: int) -> bool:
+    """Whether ``steps`` decoding steps can produce ``CALIBRATION_TOKENS - 1`` tokens at draft length ``k`` (each
+    step commits 1 to k + 1 tokens; one step of slack)."""
+    return (CALIBRATION_TOKENS - 1) / (k + 1) - 1 <= steps <= CALIBRATION_TOKENS
+
+
+def step_ms(w, prompts: list[list[int]], k: int = 0) -> tuple[float, dict]:
     """One engine's decoding step at ``len(prompts)`` sequences in ms, from a one-token and a
-    ``CALIBRATION_TOKENS`` generation (their difference holds no prefill), and the longer one's counters."""
-    one, full = w.generate(prompts, 1), w.generate(prompts, CALIBRATION_TOKENS)
-    b, drafts = len(prompts), full["spec"]["drafts"] - one["spec"]["drafts"]
-    steps = drafts / b if drafts else CALIBRATION_TOKENS - 1
-    return (full["wall_s"] - one["wall_s"]) / steps * 1000, full["spec"]
+    ``CALIBRATION_TOKENS`` generation (their difference holds no prefill), and the longer one's counters. A pair
+    whose time or step count cannot be (vLLM's counters can lag a call) is measured again, ``STEP_TRIES`` times
+    at most, then refused with an error naming it."""
+    b, seen = len(prompts), []
+    for _ in range(STEP_TRIES):
+        one, full = w.generate(prompts, 1), w.generate(prompts, CALIBRATION_TOKENS)
+        drafts = full["spec"]["drafts"] - one["spec"]["drafts"]
+        steps = drafts / b if k else CALIBRATION_TOKENS - 1
+        ms = (full["wall_s"] - one["wall_s"]) / steps * 1000 if steps > 0 else float("nan")
+        if ms > 0 and plausible_steps(steps, k):
+            return ms, full["spec"]
+        seen.append(f"{ms:.1f} ms over {steps:.1f} steps")
+    raise P.VllmFailed(f"vLLM's step at {b} sequences, k = {k}, could not be measured: {'; '.join(seen)} "
+                       f"(a step must take a positive time, and {CALIBRATION_TOKENS - 1} tokens take "
+                       f"{(CALIBRATION_TOKENS - 1) / (k + 1):.0f}-{CALIBRATION_TOKENS - 1} steps)")
 
 
 def calibrate(forward_worker, workers: dict, prompts: list, bar) -> dict:
@@ -99,11 +116,11 @@ def calibrate(forward_worker, workers: dict, prompts: list, bar) -> dict:
     drafts, per_pos = 0, [0] * K_MAX
     for _ in range(CALIBRATION_ROUNDS):
         for n in FORWARD_ROWS:
-            forward[n].append(step_ms(forward_worker, cycled(prompts, n))[0])
+            forward[n].append(step_ms(forward_worker, cycled(prompts, n), k=0)[0])
             bar.update(1)
         for b in LOADS:
             for k in (1, K_MAX):
-                ms, counts = step_ms(workers[f"k{k}"], cycled(prompts, b))
+                ms, counts = step_ms(workers[f"k{k}"], cycled(prompts, b), k=k)
                 spec[k][b].append(ms)
                 if k == K_MAX:
                     drafts += counts["drafts"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.validate import require
-from .vllm import HEAD_DIR, SERVE_COMMAND, VllmScheduled, plugin_env, speculative_config
+from .vllm import HEAD_DIR, NO_AOT_COMPILE, SERVE_COMMAND, VllmScheduled, plugin_env, speculative_config
 
 K_MAX = 4                          # the longest draft measured and scheduled
 LOADS = (1, 2, 4, 8, 16, 32)       # concurrent requests measured
@@ -56,7 +56,12 @@ class BatchCosts:
     def from_steps(cls, forward_ms: dict, spec_step_ms: dict, accepted_at) -> "BatchCosts":
         """From vLLM's measured steps: ``forward_ms`` (rows -> ms) and ``spec_step_ms`` ({1: {b: ms}, K_MAX: {b: ms}},
         EAGLE-3's step at k = 1 and k = K_MAX): the two equations per batch size give the draft's fixed and per-token
-        parts."""
+        parts. Every time must be positive: a record whose calibration holds another is refused, naming the point."""
+        points = {f"forward_ms[{n}]": v for n, v in forward_ms.items()} | \
+            {f"spec_step_ms[k={k}][b={b}]": v for k, by_b in spec_step_ms.items() for b, v in by_b.items()}
+        for name, ms in points.items():
+            require(ms > 0, f"the calibration's {name} is {ms:.1f} ms: a step takes a positive time; measure "
+                            f"again (bench --experiment vllm_throughput --rerun)")
         fixed, step = {}, {}
         for b in spec_step_ms[1]:
             extra = {k: spec_step_ms[k][b] - interpolate(forward_ms, b * (k + 1)) for k in (1, K_MAX)}
@@ -105,14 +110,15 @@ def schedule_config(schedule: tuple, skip_idle_head: bool = True) -> VllmSchedul
 
 def serve_command(schedule: tuple, model: str, head: str = str(HEAD_DIR), max_num_seqs: int = MAX_NUM_SEQS) -> str:
     """The ``vllm serve`` command line that applies ``schedule`` (no speculative config where it never drafts),
-    preceded by the variables that load our plugin (``schedule_config``)."""
+    preceded by the variables that load our plugin (``schedule_config``) and keep vLLM's AOT compile cache off
+    (``peers.vllm.NO_AOT_COMPILE``)."""
     import json
     import shlex
 
     cfg = schedule_config(schedule)
     args = [*SERVE_COMMAND, model, "--dtype", "bfloat16", "--max-num-seqs", str(max_num_seqs)]
-    if cfg is None:
-        return shlex.join(args)
-    args += ["--speculative-config", json.dumps(speculative_config(cfg, head), separators=(",", ":"))]
-    env = [f"{k}={v}" for k, v in plugin_env(cfg.plugins()).items()] if cfg.plugins() else []
-    return shlex.join(env + args)
+    env = dict(NO_AOT_COMPILE)
+    if cfg is not None:
+        args += ["--speculative-config", json.dumps(speculative_config(cfg, head), separators=(",", ":"))]
+        env |= plugin_env(cfg.plugins()) if cfg.plugins() else {}
+    return shlex.join([f"{k}={v}" for k, v in env.items()] + args)
