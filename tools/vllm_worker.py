@@ -10,9 +10,11 @@ The first line it writes is ``{"ready": true, "vllm": version, ...}`` once the e
   {"op": "generate", "prompts": [[ids], ...], "max_tokens": N or [N per prompt], "ignore_eos": bool,
    "stop_token_ids": [ids]}
       -> {"outputs": [[ids], ...], "finish": [...], "wall_s": s, "spec": counter deltas over the call,
-          "tpot_s": [each request's time per output token after its first, from vLLM's own timestamps, or null]}
+          "tpot_s": [each request's time per output token after its first, from vLLM's own timestamps, or null],
+          "wake_s": the untimed call's seconds}
   {"op": "quit"}
-``wall_s`` is the time of ``LLM.generate`` alone (the prompts already tokenized). Every request is greedy
+``wall_s`` is the time of ``LLM.generate`` alone (the prompts already tokenized), after an untimed one-token call
+(``wake``). Every request is greedy
 (temperature 0): vLLM's sampler is not ours, so a sampled output could not be compared token for token.
 ``spec`` sums vLLM's speculative-decoding counters (``vllm:spec_decode_num_drafts``, ``_num_draft_tokens``,
 ``_num_accepted_tokens`` and ``_num_accepted_tokens_per_pos``) over the call.
@@ -56,6 +58,17 @@ def time_per_output_token(out) -> float | None:
     return (stats.last_token_ts - stats.first_token_ts) / (n - 1)
 
 
+def wake(llm, prompt) -> float:
+    """One untimed token before the timed call. After a pause, vLLM's engine processes wait for a socket ping to
+    read their queue, and a missed ping stalls the next call by their recheck interval (5 s in vLLM 0.32); the
+    call right after a read spins instead (``shm_broadcast.SpinCondition``). Returns its seconds."""
+    from vllm import SamplingParams
+
+    t0 = time.perf_counter()
+    llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=1, detokenize=False), use_tqdm=False)
+    return time.perf_counter() - t0
+
+
 def generate(llm, req: dict) -> dict:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -65,13 +78,15 @@ def generate(llm, req: dict) -> dict:
                              stop_token_ids=[int(t) for t in req.get("stop_token_ids") or []] or None,
                              detokenize=False) for n in lengths]
     prompts = [TokensPrompt(prompt_token_ids=list(map(int, ids))) for ids in req["prompts"]]
+    wake_s = wake(llm, TokensPrompt(prompt_token_ids=[int(req["prompts"][0][0])]))
     before = spec_counters(llm)
     t0 = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
     wall = time.perf_counter() - t0
     return {"outputs": [list(o.outputs[0].token_ids) for o in outs],
             "finish": [o.outputs[0].finish_reason for o in outs], "wall_s": wall,
-            "spec": delta(spec_counters(llm), before), "tpot_s": [time_per_output_token(o) for o in outs]}
+            "spec": delta(spec_counters(llm), before), "tpot_s": [time_per_output_token(o) for o in outs],
+            "wake_s": wake_s}
 
 
 def main() -> None:
