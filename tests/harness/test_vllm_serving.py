@@ -252,8 +252,9 @@ def test_a_small_load_serves_the_same_questions_a_few_at_a_time():
 
 
 def test_a_calibration_point_that_cannot_be_is_measured_again_then_refused():
-    """vLLM's counters can lag a call: a step of negative time or an impossible step count is measured again, and
-    after ``STEP_TRIES`` refused with an error naming the point; the cost model refuses a record holding one."""
+    """After a call stalled by vLLM's idle queue readers, a step of negative time or an impossible step count is
+    measured again, and after ``STEP_TRIES`` refused with an error naming the point; the cost model refuses a record
+    holding one."""
     from dynatree_lib.harness.experiments import vllm_throughput as V
 
     class Worker:

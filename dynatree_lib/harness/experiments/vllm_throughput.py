@@ -91,8 +91,8 @@ def plausible_steps(steps: float, k: int) -> bool:
 def step_ms(w, prompts: list[list[int]], k: int = 0) -> tuple[float, dict]:
     """One engine's decoding step at ``len(prompts)`` sequences in ms, from a one-token and a
     ``CALIBRATION_TOKENS`` generation (their difference holds no prefill), and the longer one's counters. A pair
-    whose time or step count cannot be (vLLM's counters can lag a call) is measured again, ``STEP_TRIES`` times
-    at most, then refused with an error naming it."""
+    whose time or step count cannot be (a call stalled by vLLM's idle queue readers) is measured again,
+    ``STEP_TRIES`` times at most, then refused with an error naming it."""
     b, seen = len(prompts), []
     for _ in range(STEP_TRIES):
         one, full = w.generate(prompts, 1), w.generate(prompts, CALIBRATION_TOKENS)
