@@ -113,7 +113,7 @@ def calibrate(forward_worker, workers: dict, prompts: list, bar) -> dict:
     ``K_MAX`` per load, and the acceptance per position at k = ``K_MAX``."""
     forward = {n: [] for n in FORWARD_ROWS}
     spec = {k: {b: [] for b in LOADS} for k in (1, K_MAX)}
-    drafts, per_pos = 0, [0] * K_MAX
+    longest = []  # vLLM's counters over each k = K_MAX point
     for _ in range(CALIBRATION_ROUNDS):
         for n in FORWARD_ROWS:
             forward[n].append(step_ms(forward_worker, cycled(prompts, n), k=0)[0])
@@ -123,13 +123,14 @@ def calibrate(forward_worker, workers: dict, prompts: list, bar) -> dict:
                 ms, counts = step_ms(workers[f"k{k}"], cycled(prompts, b), k=k)
                 spec[k][b].append(ms)
                 if k == K_MAX:
-                    drafts += counts["drafts"]
-                    per_pos = [a + c for a, c in zip(per_pos, counts["per_pos"] + [0] * K_MAX)]
+                    longest.append(counts)
                 bar.update(1)
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    total = summed_counters(longest)
     return {"forward_ms": {n: mean(v) for n, v in forward.items()},
             "spec_step_ms": {k: {b: mean(v) for b, v in by_b.items()} for k, by_b in spec.items()},
-            "accepted_at": [a / drafts for a in per_pos], "raw_forward_ms": forward, "raw_spec_step_ms": spec}
+            "accepted_at": [a / total["drafts"] for a in (total["per_pos"] + [0] * K_MAX)[:K_MAX]],
+            "raw_forward_ms": forward, "raw_spec_step_ms": spec}
 
 
 def costs_of(calibration: dict) -> BatchCosts:
