@@ -84,11 +84,10 @@ if vdf is not None and not vdf.empty:
 # decoding applies (`num_speculative_tokens_per_batch_size`; `python -m dynatree_lib serve-plan` prints it).
 # Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, four rounds with the modes
 # interleaved: vLLM's AR, fixed k = 1..4 and the schedule at 1, 2, 4, 8, 16 and 32 concurrent requests (below 8, the
-# first 8 questions served that many at a time, so that no load rests on one or two questions; the AMD EPYC record
-# below predates both: five rounds, each load on its first questions). The schedule
-# runs with our plugin (`tools/vllm_plugin`, what `serve-plan` prints): at k = 0 vLLM as released still runs the
-# head over every decoded token to keep its cache in sync and verifies zero drafts through its rejection sampler;
-# the plugin skips that pass on decode-only steps and samples draftless steps on the plain path. Cells give
+# first 8 questions served that many at a time, so that no load rests on one or two questions). The schedule runs
+# with our plugin (`tools/vllm_plugin`, what `serve-plan` prints): at k = 0 vLLM as released still runs the head
+# over every decoded token to keep its cache in sync and verifies zero drafts through its rejection sampler; the
+# plugin skips that pass on decode-only steps and samples draftless steps on the plain path. Cells give
 # the median tokens/s over the rounds, their range, and a speculative mode's median over AR's; the last column
 # counts the requests whose greedy tokens equal vLLM's AR (its bf16 verification of k + 1 rows need not give the
 # one-row bits). Then the fixed-k engines stop and three more rounds set the schedule with the plugin beside the
