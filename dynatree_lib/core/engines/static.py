@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import kernels
+from . import kernels, pages
 from .ownership import hand_over
 from .runner import (Draft, Target, additive_mask, check_feature_layers, check_vocab, context_limit, first_moved,
                      greedy, rerotate, vocab_rows)
@@ -155,6 +155,7 @@ class StaticLlama(nn.Module):
         # the instruction set the packed matmuls run on, chosen once (``kernels.default_isa``)
         self.isa = kernels.default_isa() if kernel and kernels.available() else None
         self._cache_and_rope(len(hf.model.layers), max_len, _rope_theta(c), dtype, dev)
+        pages.back_with_huge_pages([self.wqkv, self.wo, self.w13, self.w2, self.head, self.embed, self.k, self.v])
 
     def _weights(self, hf, kernel: bool, head_rows: Tensor | None, embedding: Tensor | None) -> None:
         """The weights in the layout the forward reads, all the runner's own (the model then keeps views of them or

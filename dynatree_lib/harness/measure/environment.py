@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ...core.engines import kernels
+from ...core.engines import kernels, pages
 from ...core.engines.ownership import ReleasedWeight
 from ..setup import machine
 from ..setup.paths import REPO
@@ -47,14 +47,16 @@ def git_state() -> tuple[str | None, list[str] | None]:
 
 
 def environment(device: str) -> dict:
-    """Device (on a CPU: its ``machine.describe`` and the bf16 kernels' instruction set, ``kernels.default_isa``),
+    """Device (on a CPU: its ``machine.describe``, the bf16 kernels' instruction set, ``kernels.default_isa``, and
+    the process's memory on huge pages, ``pages.huge_page_kib``),
     library versions, git commit (and whether a file that can change a result differed from it: which, up to 20),
     date: attached to every record."""
     import transformers
 
     commit, changed = git_state()
     dev_name = torch.cuda.get_device_name() if device.startswith("cuda") else cpu_name()
-    cpu = {"machine": machine.describe(), "kernels": kernels.default_isa()} if not device.startswith("cuda") else {}
+    cpu = {"machine": machine.describe(), "kernels": kernels.default_isa(),
+           "huge_pages_kib": pages.huge_page_kib()} if not device.startswith("cuda") else {}
     return {"device": device, "device_name": dev_name, **cpu, "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": sys.version.split()[0],
@@ -75,8 +77,9 @@ class BandwidthProbe:
         self.device, self.mib, self.x = device, mib, None
 
     def read_gbs(self) -> float:
-        if self.x is None:
+        if self.x is None:  # on the pages the weights get (core.engines.pages): the same TLB cost per byte
             self.x = torch.rand(self.mib * 2**18, device=self.device)
+            pages.back_with_huge_pages([self.x])
         best = float("inf")
         for _ in range(5):
             t0 = time.perf_counter()
