@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ...core.engines import kernels, peak
+from ...core.engines import kernels, pages, peak
 from ...core.engines.hf import as_runner
 from ...core.engines.static import StaticRunner
 from ..measure.environment import BandwidthProbe, environment, weight_bytes
@@ -108,6 +108,7 @@ def kernel_stream_gbs(isa: str, megabytes: int = STREAM_MB, reps: int = STREAM_R
         return None
     d = 2048
     w = kernels.pack(torch.randn(megabytes * 2**20 // (2 * d) // 16 * 16, d, dtype=torch.bfloat16))
+    pages.back_with_huge_pages([w])  # the pages the engine's weights get
     x = torch.randn(1, d, dtype=torch.bfloat16)
     best = float("inf")
     for _ in range(reps + 1):  # the first warms the code, not the weight (it never fits a cache)
