@@ -246,7 +246,8 @@ def serving_figure(path: str | Path):
     left.set_ylabel("aggregate tokens/s")
     right.set_ylabel("over vLLM AR (median of the rounds)")
     right.set_title("X: where each fixed k falls below AR", fontsize=9)
-    fig.legend(*left.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.01))
+    fig.legend(*left.get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, 0.01), ncol=3, fontsize=8,
+               frameon=False)
     fig.subplots_adjust(bottom=0.25, top=0.9, wspace=0.25)  # the legend below both panels, off every line
     fig.suptitle(f"vLLM on {doc['environment'].get('machine', {}).get('kind', 'this machine')}: our EAGLE-3 head "
                  "under load")

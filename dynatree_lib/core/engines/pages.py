@@ -43,16 +43,16 @@ def back_with_huge_pages(tensors: Iterable[Tensor]) -> int:
     where it declined or there is nothing to do: a tensor under 4 MiB may hold no whole stretch)."""
     if not enabled():
         return 0
-    done, seen = 0, set()
+    madvise, done, seen = _madvise(), 0, set()
     for t in tensors:
         if t.device.type != "cpu" or t.data_ptr() in seen:
             continue
         seen.add(t.data_ptr())
         start = -(-t.data_ptr() // HUGE_PAGE) * HUGE_PAGE
-        end = (t.data_ptr() + t.numel() * t.element_size()) // HUGE_PAGE * HUGE_PAGE
+        end = (t.data_ptr() + t.nbytes) // HUGE_PAGE * HUGE_PAGE
         if end > start:
-            _madvise()(start, end - start, MADV_HUGEPAGE)
-            done += (end - start) if _madvise()(start, end - start, MADV_COLLAPSE) == 0 else 0
+            madvise(start, end - start, MADV_HUGEPAGE)
+            done += (end - start) if madvise(start, end - start, MADV_COLLAPSE) == 0 else 0
     return done
 
 
