@@ -50,6 +50,7 @@ def serve_plan(record: Path | None = None, max_num_seqs: int = MAX_NUM_SEQS, mod
     model = model or str(smollm2_folder())
     return {"record": str(path), "machine": kind_of_record(doc["environment"]), "commit": doc["environment"]["git_commit"],
             "vllm_version": VERSION, "max_num_seqs": max_num_seqs, "accepted_at": list(costs.accepted_at),
+            "margin": costs.margin,
             "predicted_tps": {b: [costs.throughput(b, k) for k in range(K_MAX + 1)] for b in LOADS if b <= max_num_seqs},
             "schedule": [list(e) for e in schedule], "measured": measured(doc),
             "speculative_config": None if cfg is None else speculative_config(cfg, HEAD_DIR),
@@ -77,7 +78,8 @@ def format_serve_plan(plan: dict) -> str:
     for b, tps in plan["predicted_tps"].items():
         best = max(range(len(tps)), key=tps.__getitem__)
         lines.append(f"  {b:>5}  " + "  ".join(f"{t:6.1f}{'*' if k == best else ' '}" for k, t in enumerate(tps)))
-    lines += ["", "schedule, (first batch size, last, k): " + json.dumps(plan["schedule"]), "",
+    lines += ["", f"schedule, (first batch size, last, k): {json.dumps(plan['schedule'])} (speculating only where the "
+                  f"best k beats AR by more than {plan['margin']:.1%}, the calibration's round-to-round spread)", "",
               "speculative_config (LLM(..., speculative_config=...) or --speculative-config):",
               json.dumps(plan["speculative_config"]) if plan["speculative_config"] else
               "none: speculation pays at no batch size here; serve without it", "", "serve it:", plan["command"]]

@@ -93,6 +93,23 @@ def test_a_reply_becomes_our_result_with_vllm_counts():
     assert P.result_of(reply | {"finish": ["length"]}, eos=None).tokens == [5, 6, 7]
 
 
+def test_a_worker_trees_memory_and_cpu_are_read_from_proc():
+    """The row's memory fields sum the worker's whole tree (vLLM's engine core is its child)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in P.tree_pids(os.getpid())
+        mem = P.tree_memory(os.getpid())
+        assert mem["pss_kib"] > 0 and mem["major_faults"] >= 0 and mem["huge_kib"] >= 0
+        assert P.tree_cpu_s(os.getpid()) > 0
+    finally:
+        child.kill()
+        child.wait()
+    assert P.tree_memory(2 ** 22 + 1) == {"major_faults": 0, "pss_kib": 0, "huge_kib": 0}  # gone: nothing, no error
+
+
 def test_position_counts_of_a_chain():
     assert position_counts([3, 3, 3], [0, 3, 1]) == {"drafted_at": [3, 3, 3], "accepted_at": [2, 1, 1]}
     assert position_counts([], []) == {"drafted_at": [], "accepted_at": []}

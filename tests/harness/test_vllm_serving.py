@@ -35,6 +35,22 @@ def test_the_cost_model_recovers_the_draft_costs_and_picks_k_by_load():
     assert S.interpolate({1: 1.0, 2: 2.0}, 4) == pytest.approx(4.0)  # beyond the points: the end segment's slope
 
 
+def test_a_predicted_gain_inside_the_calibrations_noise_schedules_no_speculation():
+    costs = S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED)
+    b = max(b for b in range(1, 33) if costs.best_k(b))  # the largest batch that still drafts
+    gain = costs.throughput(b, costs.best_k(b)) / costs.throughput(b, 0) - 1
+    assert S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=gain * 0.9).best_k(b) > 0
+    assert S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=gain * 1.1).best_k(b) == 0
+    assert S.calibration_noise([[10.0, 11.0], [20.0, 20.0], [5.0, 5.5, 5.2]]) == pytest.approx(0.1)
+    assert S.calibration_noise([[10.0]]) == 0.0  # one round: no spread to read
+    cal = {"forward_ms": {"1": 19.0, "160": 164.0}, "spec_step_ms": {"1": {"1": 25.0}, str(S.K_MAX): {"1": 31.0}},
+           "accepted_at": ACCEPTED, "raw_forward_ms": {"1": [18.0, 20.0], "160": [160.0, 168.0]},
+           "raw_spec_step_ms": {"1": {"1": [25.0, 25.0]}, str(S.K_MAX): {"1": [30.0, 32.0]}}}
+    assert costs_of(cal).margin == pytest.approx(S.calibration_noise([[18, 20], [160, 168], [25, 25], [30, 32]]))
+    with pytest.raises(ValueError, match="margin"):
+        S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=-0.1)
+
+
 def test_the_schedule_is_ranges_vllm_accepts_and_maps_to_its_config():
     costs = S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED)
     schedule = S.plan_schedule(costs)
@@ -46,7 +62,8 @@ def test_the_schedule_is_ranges_vllm_accepts_and_maps_to_its_config():
     assert spec["num_speculative_tokens_per_batch_size"] == [list(e) for e in schedule]
     assert cfg.plugins() == (P.SKIP_IDLE_HEAD,) and S.schedule_config(schedule, skip_idle_head=False).plugins() == ()
     assert S.serve_command(schedule, "MODEL").startswith(
-        f"VLLM_USE_AOT_COMPILE=0 VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH={P.PLUGIN_DIR} vllm serve MODEL ")
+        f"VLLM_USE_AOT_COMPILE=0 THP_MEM_ALLOC_ENABLE=1 VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH={P.PLUGIN_DIR} "
+        "vllm serve MODEL ")
     assert S.schedule_config(((1, 32, 0),)) is None  # never drafting: vLLM's AR is the plan
     assert "--speculative-config" not in S.serve_command(((1, 32, 0),), "MODEL")
 
@@ -73,6 +90,7 @@ def test_the_worker_runs_without_vllms_aot_compile_cache(tmp_path):
     (tmp_path / "vllm_info.json").write_text('{"ld_preload": "libiomp5.so"}')
     env = P.worker_env(tmp_path, threads=2)
     assert env["VLLM_USE_AOT_COMPILE"] == "0" and env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert env["THP_MEM_ALLOC_ENABLE"] == "1"  # vLLM's weights on 2 MiB pages, as our engine's
 
 
 def test_one_length_per_prompt_or_a_clear_error():
@@ -186,7 +204,8 @@ def test_vllm_accepts_the_printed_config_and_drafts_by_batch_size(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [k_at[b] for b in range(1, 33)]
-    assert plan["command"].startswith(f"VLLM_USE_AOT_COMPILE=0 VLLM_PLUGINS={P.SKIP_IDLE_HEAD} PYTHONPATH=")
+    assert plan["command"].startswith(f"VLLM_USE_AOT_COMPILE=0 THP_MEM_ALLOC_ENABLE=1 VLLM_PLUGINS={P.SKIP_IDLE_HEAD} "
+                                      "PYTHONPATH=")
     prompts = [[1, 2, 3, 4, 5 + i] for i in range(idle)]
     with P.VllmWorker(smollm2_folder(), spec, threads=min(2, os.cpu_count()), max_num_seqs=idle,
                       plugins=(P.SKIP_IDLE_HEAD,)) as w:
@@ -237,8 +256,8 @@ def test_a_small_load_serves_the_same_questions_a_few_at_a_time():
             calls.append(len(prompts))
             k = len(calls)
             return {"outputs": [[p[0]] * tokens for p in prompts], "tpot_s": [0.01 * k] * len(prompts),
-                    "wall_s": 1.0, "idle_cpu_s": 0.5,
-                    "spec": {"drafts": 2, "draft_tokens": 4, "accepted": 1, "per_pos": [1] * (k % 3)}}
+                    "wall_s": 1.0, "idle_cpu_s": 0.5, "wake_s": 0.1, "major_faults": k,
+                    "pss_kib": 100 * k, "huge_kib": 10 * k, "spec": {"drafts": 2, "draft_tokens": 4, "accepted": 1, "per_pos": [1] * (k % 3)}}
 
     prompts = [SimpleNamespace(ids=np.array([i, 7])) for i in range(V.LOAD_QUESTIONS + 4)]
     reply = V.serve_load(Worker(), prompts, 2, tokens=3)
@@ -246,6 +265,8 @@ def test_a_small_load_serves_the_same_questions_a_few_at_a_time():
     assert [o[0] for o in reply["outputs"]] == list(range(V.LOAD_QUESTIONS))
     assert reply["wall_s"] == V.LOAD_QUESTIONS // 2 and reply["spec"]["drafts"] == V.LOAD_QUESTIONS
     assert reply["spec"]["per_pos"] == [sum(1 for k in range(1, len(calls) + 1) if k % 3 > i) for i in range(2)]
+    assert reply["major_faults"] == sum(range(1, len(calls) + 1)) and reply["huge_kib"] == 10  # summed; the least
+    assert reply["pss_kib"] == 100 * len(calls)  # the most resident memory over the calls
     calls.clear()
     assert len(V.serve_load(Worker(), prompts, V.LOAD_QUESTIONS + 4, tokens=3)["outputs"]) == V.LOAD_QUESTIONS + 4
     assert calls == [V.LOAD_QUESTIONS + 4]

