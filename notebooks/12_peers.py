@@ -122,7 +122,7 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 #
 # Under load (the last tables and the figure), against the paper's setting of one sequence: speculation stops paying
 # once a few requests share each forward. On the AMD EPYC kind every fixed k falls below vLLM's AR between 2 and 4
-# concurrent requests. The cost model picks the measured best k at 4 of 6 loads (its misses, at 1 and 2 requests,
-# are within the rounds' ranges). The schedule matches the best fixed k at one request. From 4 requests on it drafts
-# nothing and runs a few percent below AR: our plugin wins back most of what vLLM's head pass at k = 0 costs, but not
-# at 32 requests (the plugin table; FINDINGS, "Under load").
+# concurrent requests. The cost model's best k matches the measured best at 4 of 6 loads (its misses, at 1 and 2
+# requests, pick a neighbouring k whose rounds overlap the best one's). The schedule drafts only where the predicted
+# gain clears the calibration's own noise: it matches the best fixed k at one request, drafts nothing from 4 requests
+# on and runs there within a few percent of AR, its rounds overlapping AR's at every load (FINDINGS, "Under load").
