@@ -22,3 +22,4 @@ def test_small_tensors_and_the_switch(monkeypatch):
 @pytest.mark.skipif(not pages.enabled() or pages.huge_page_kib() is None, reason="Linux with madvise only")
 def test_huge_page_kib_is_reported():
     assert pages.huge_page_kib() >= 0
+    assert pages.rollup_kib(names=("Pss", "AnonHugePages"))["Pss"] > 0 and pages.rollup_kib(2 ** 22 + 1) is None

@@ -56,10 +56,18 @@ def back_with_huge_pages(tensors: Iterable[Tensor]) -> int:
     return done
 
 
-def huge_page_kib() -> int | None:
-    """This process's anonymous memory on huge pages, KiB (``AnonHugePages``; None where Linux does not say)."""
+def rollup_kib(pid: int | str = "self", names: tuple = ("AnonHugePages",)) -> dict | None:
+    """The process's ``/proc/<pid>/smaps_rollup`` lines ``names``, KiB each (None where Linux does not say: not Linux,
+    or the process is gone)."""
     try:
-        with open("/proc/self/smaps_rollup") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("AnonHugePages:")), None)
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            found = {name: int(value.split()[0]) for name, _, value in (line.partition(":") for line in f)
+                     if name in names}
     except OSError:
         return None
+    return found if len(found) == len(names) else None
+
+
+def huge_page_kib() -> int | None:
+    """This process's anonymous memory on huge pages, KiB (``AnonHugePages``; None where Linux does not say)."""
+    return (rollup_kib() or {}).get("AnonHugePages")

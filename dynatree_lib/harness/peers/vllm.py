@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ... import methods as registry
+from ...core.engines.pages import rollup_kib
 from ...core.loop import Options
 from ...core.result import GenerationResult, Totals
 from ...core.validate import check_field_types, require
@@ -239,21 +240,16 @@ def tree_cpu_s(pid: int) -> float:
     return sum((int(f[11]) + int(f[12])) / tick for p in tree_pids(pid) if (f := proc_stat(p)))
 
 
+def tree_major_faults(pid: int) -> int:
+    """Major page faults of ``pid``'s process tree so far."""
+    return sum(int(f[9]) for p in tree_pids(pid) if (f := proc_stat(p)))
+
+
 def tree_memory(pid: int) -> dict:
-    """``pid``'s process tree: major page faults so far, its proportional set size (shared pages split among their
-    users) and its anonymous memory on 2 MiB pages, in KiB. A call that faults pages back in, or an engine whose
-    memory sits on 4 KiB pages, runs slower for it."""
-    faults, kib = 0, {"Pss": 0, "AnonHugePages": 0}
-    for p in tree_pids(pid):
-        faults += int(f[9]) if (f := proc_stat(p)) else 0
-        try:
-            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                name, _, value = line.partition(":")
-                if name in kib:
-                    kib[name] += int(value.split()[0])
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return {"major_faults": faults, "pss_kib": kib["Pss"], "huge_kib": kib["AnonHugePages"]}
+    """``pid``'s process tree: its proportional set size (shared pages split among their users) and its anonymous
+    memory on 2 MiB pages, in KiB. An engine whose memory sits on 4 KiB pages runs slower for it."""
+    kib = [rollup_kib(p, ("Pss", "AnonHugePages")) or {} for p in tree_pids(pid)]
+    return {"pss_kib": sum(k.get("Pss", 0) for k in kib), "huge_kib": sum(k.get("AnonHugePages", 0) for k in kib)}
 
 
 class VllmWorker:
@@ -363,16 +359,15 @@ class VllmWorker:
         lengths = int(max_tokens) if isinstance(max_tokens, int) else [int(n) for n in max_tokens]
         require(isinstance(lengths, int) or len(lengths) == len(prompts),
                 f"max_tokens: give one per prompt ({len(prompts)}), got {max_tokens}")
-        before, idle = tree_memory(self.proc.pid), self.resume()
+        faults, idle = tree_major_faults(self.proc.pid), self.resume()
         req = {"op": "generate", "prompts": [[int(t) for t in p] for p in prompts], "max_tokens": lengths,
                "ignore_eos": bool(ignore_eos), "stop_token_ids": [int(t) for t in stop_token_ids]}
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         reply = self._read(timeout, "generate")
         self.pause()
-        after = tree_memory(self.proc.pid)
-        return reply | idle | {"major_faults": after["major_faults"] - before["major_faults"],
-                               "pss_kib": after["pss_kib"], "huge_kib": after["huge_kib"]}
+        # a call that faults pages back in runs slower for it
+        return reply | idle | {"major_faults": tree_major_faults(self.proc.pid) - faults} | tree_memory(self.proc.pid)
 
 
 _WORKERS: dict[tuple[VllmConfig, int], VllmWorker] = {}

@@ -98,11 +98,10 @@ class BatchCosts:
 def calibration_noise(rounds: list[list[float]]) -> float:
     """The median over calibration points of (max - min) / min of the point's rounds: how far one measured step
     moves from round to round (0 where no point has two rounds)."""
-    spreads = sorted((max(xs) - min(xs)) / min(xs) for xs in rounds if len(xs) > 1 and min(xs) > 0)
-    if not spreads:
-        return 0.0
-    mid = len(spreads) // 2
-    return spreads[mid] if len(spreads) % 2 else (spreads[mid - 1] + spreads[mid]) / 2
+    from statistics import median
+
+    spreads = [(max(xs) - min(xs)) / min(xs) for xs in rounds if len(xs) > 1 and min(xs) > 0]
+    return median(spreads) if spreads else 0.0
 
 
 def plan_schedule(costs: BatchCosts, max_num_seqs: int = MAX_NUM_SEQS) -> tuple:
