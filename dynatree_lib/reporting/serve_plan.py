@@ -74,12 +74,14 @@ def format_serve_plan(plan: dict) -> str:
     lines = [f"vLLM {plan['vllm_version']} serving plan for {plan['machine']} (calibration: {plan['record']}, commit "
              f"{plan['commit'][:10]}); our EAGLE-3 head accepts a_1..a_{K_MAX} = "
              + " / ".join(f"{a:.2f}" for a in plan["accepted_at"]),
-             "", f"predicted aggregate tokens/s (k = 0: no speculation)", f"  batch  {head}"]
+             "", "predicted aggregate tokens/s (k = 0: no speculation; *: the schedule's k)", f"  batch  {head}"]
+    scheduled = {b: k for first, last, k in plan["schedule"] for b in range(first, last + 1)}
     for b, tps in plan["predicted_tps"].items():
-        best = max(range(len(tps)), key=tps.__getitem__)
-        lines.append(f"  {b:>5}  " + "  ".join(f"{t:6.1f}{'*' if k == best else ' '}" for k, t in enumerate(tps)))
-    lines += ["", f"schedule, (first batch size, last, k): {json.dumps(plan['schedule'])} (speculating only where the "
-                  f"best k beats AR by more than {plan['margin']:.1%}, the calibration's round-to-round spread)", "",
+        lines.append(f"  {b:>5}  " + "  ".join(f"{t:6.1f}{'*' if k == scheduled[b] else ' '}"
+                                             for k, t in enumerate(tps)))
+    lines += ["", f"schedule, (first batch size, last, k): {json.dumps(plan['schedule'])} (at each batch size the "
+                  f"shortest k predicted within {plan['margin']:.1%} of the best, the calibration's round-to-round "
+                  "spread)", "",
               "speculative_config (LLM(..., speculative_config=...) or --speculative-config):",
               json.dumps(plan["speculative_config"]) if plan["speculative_config"] else
               "none: speculation pays at no batch size here; serve without it", "", "serve it:", plan["command"]]
@@ -90,7 +92,8 @@ def format_serve_plan(plan: dict) -> str:
                   for c, m in plan["measured"].items()]
     if plan["plugins"]:
         lines.append("(the variables before `vllm serve` load our plugin, tools/vllm_plugin: at k = 0 vLLM would still "
-                     "run the head over every decoded token to keep its cache in sync; the plugin skips that pass)")
+                     "run the head over every prefill and decoded token to keep its cache in sync; the plugin skips "
+                     "that pass)")
     if plan["max_num_seqs"] > max(LOADS):
         lines.append(f"(batch sizes above {max(LOADS)} are extrapolated from the calibration's curves)")
     return "\n".join(lines)

@@ -35,12 +35,16 @@ def test_the_cost_model_recovers_the_draft_costs_and_picks_k_by_load():
     assert S.interpolate({1: 1.0, 2: 2.0}, 4) == pytest.approx(4.0)  # beyond the points: the end segment's slope
 
 
-def test_a_predicted_gain_inside_the_calibrations_noise_schedules_no_speculation():
+def test_a_predicted_gain_inside_the_calibrations_noise_takes_the_shorter_draft():
     costs = S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED)
     b = max(b for b in range(1, 33) if costs.best_k(b))  # the largest batch that still drafts
     gain = costs.throughput(b, costs.best_k(b)) / costs.throughput(b, 0) - 1
     assert S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=gain * 0.9).best_k(b) > 0
     assert S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=gain * 1.1).best_k(b) == 0
+    top = max(range(1, S.K_MAX + 1), key=lambda k: costs.throughput(1, k))  # one request: a longer draft pays
+    gain = costs.throughput(1, top) / costs.throughput(1, top - 1) - 1
+    assert top >= 2 and costs.best_k(1) == top
+    assert S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=gain * 1.1).best_k(1) < top
     assert S.calibration_noise([[10.0, 11.0], [20.0, 20.0], [5.0, 5.5, 5.2]]) == pytest.approx(0.1)
     assert S.calibration_noise([[10.0]]) == 0.0  # one round: no spread to read
     cal = {"forward_ms": {"1": 19.0, "160": 164.0}, "spec_step_ms": {"1": {"1": 25.0}, str(S.K_MAX): {"1": 31.0}},

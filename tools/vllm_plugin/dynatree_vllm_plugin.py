@@ -4,10 +4,10 @@ a step costs what it costs without speculation, as near as vLLM allows.
 vLLM 0.32 keeps the speculative path on steps that carry no draft:
 
 - its proposer (``vllm/v1/spec_decode/llm_base_proposer.py``, ``propose``) runs the head's first pass even at
-  k = 0, "to keep the drafter KV cache in sync". Here that pass still runs on every step holding more than one token
-  per request (a prefill, or the verification of earlier drafts), so the head holds every prompt; it is skipped only
-  on steps that decode one token per request. The head's cache then lacks those decoded positions, which may lower
-  its acceptance after the load drops;
+  k = 0, "to keep the drafter KV cache in sync". Here no step at k = 0 runs the head, a prefill's included: under load
+  the prompts' prefills are a large share of the work, and that pass is most of what a step at k = 0 costs beyond
+  AR. The head's cache then lacks what was prefilled or decoded at k = 0, which lowers its acceptance for those
+  requests after the load drops (the record's load drop measures how much);
 - its model runner (``vllm/v1/worker/gpu_model_runner.py``, ``_prepare_inputs``) builds speculative metadata with
   zero drafts per request and samples through the rejection sampler. Here a step where no request has a draft takes
   the runner's plain path: the same logits rows, vLLM's own sampler, as on the step after a prefill.
@@ -26,7 +26,7 @@ _installed = False
 
 
 def _skip_idle_head_pass() -> None:
-    """At k = 0 on a step of single-token decodes, the proposer returns no drafts without running the head."""
+    """At k = 0 the proposer returns no drafts without running the head."""
     import torch
     from vllm.v1.spec_decode import llm_base_proposer
 
@@ -35,8 +35,7 @@ def _skip_idle_head_pass() -> None:
 
     def propose(self, num_speculative_tokens, *args, **kwargs):
         tokens, meta = kwargs.get("target_token_ids"), kwargs.get("common_attn_metadata")
-        if num_speculative_tokens == 0 and tokens is not None and meta is not None \
-                and tokens.shape[0] == meta.batch_size():
+        if num_speculative_tokens == 0 and tokens is not None and meta is not None:
             self.num_speculative_tokens, self._last_draft_probs = 0, None
             return torch.empty(meta.batch_size(), 0, device=tokens.device, dtype=torch.int64)
         return original(self, num_speculative_tokens, *args, **kwargs)
@@ -68,5 +67,5 @@ def skip_idle_head() -> None:
     _skip_idle_head_pass()
     _plain_path_without_drafts()
     _installed = True
-    logging.getLogger("vllm").info("%s: at k = 0 the head skips decode-only steps and the runner samples without "
-                                   "verifying", PLUGIN)
+    logging.getLogger("vllm").info("%s: at k = 0 the head does not run and the runner samples "
+                                   "without verifying", PLUGIN)

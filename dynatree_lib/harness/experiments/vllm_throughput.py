@@ -38,7 +38,7 @@ from .vllm import runs_vllm, vllm_profile
 
 VLLM_THROUGHPUT = "vllm_throughput"
 THROUGHPUT_TOKENS = 128         # per request, EOS ignored: every request decodes the same length
-THROUGHPUT_REPEATS = 4
+THROUGHPUT_REPEATS = 5
 LOAD_QUESTIONS = 8              # below this load, the same first questions, served ``c`` at a time
 WARM_UP_TOKENS = 8              # per request in the untimed call per engine and load
 CALIBRATION_SPLITS = (("tuning", 2), ("dev", 5))  # Spec-Bench questions per category of each split
@@ -46,7 +46,7 @@ CALIBRATION_PROMPT_TOKENS = 256  # a calibration prompt's first tokens: 160 of t
 CALIBRATION_TOKENS = 64         # tokens per calibration request; a step's time is (wall(64) - wall(1)) / steps
 CALIBRATION_ROUNDS = 2
 STEP_TRIES = 3                  # measurements of one calibration point before it is refused
-SCHEDULE = "schedule"            # the schedule with our plugin (the head skips decode-only steps at k = 0)
+SCHEDULE = "schedule"            # the schedule with our plugin (at k = 0 the head does not run)
 SCHEDULE_VLLM = "schedule_vllm"  # the same schedule in vLLM as released
 DROP_FROM, DROP_TO, DROP_SHORT = 8, 2, 32
 PLUGIN_REPEATS = 3

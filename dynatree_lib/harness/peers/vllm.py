@@ -42,7 +42,7 @@ SETUP_SCRIPT = "tools/setup_vllm.sh"
 SERVE_COMMAND = ("vllm", "serve")  # vLLM's server, as a user starts it
 WORKER = REPO / "tools" / "vllm_worker.py"
 PLUGIN_DIR = REPO / "tools" / "vllm_plugin"   # our vLLM plugin and its entry point, found on PYTHONPATH
-SKIP_IDLE_HEAD = "dynatree_skip_idle_head"    # the plugin: at k = 0 the head skips decode-only steps
+SKIP_IDLE_HEAD = "dynatree_skip_idle_head"    # the plugin: at k = 0 the head does not run
 AR_MODE, EAGLE3_MODE = "ar", "eagle3"  # vLLM's plain decoding and its EAGLE-3 (modes, not our methods)
 MODES = (AR_MODE, EAGLE3_MODE, "ngram", "suffix")
 DEFAULT_MAX_NUM_SEQS = 16       # vLLM's max_num_seqs unless a caller asks for more (the worker's default too)
@@ -106,8 +106,8 @@ class VllmConfig:
 class VllmScheduled(VllmConfig):
     """EAGLE-3 with k chosen per batch size: ``schedule`` ``((first, last, k), ...)``, inclusive ranges from batch
     size 1 (vLLM's ``num_speculative_tokens_per_batch_size``; k = 0 drafts nothing, ``k`` is the longest).
-    ``skip_idle_head``: load our plugin ``SKIP_IDLE_HEAD``, so that at k = 0 the head skips the steps that decode one
-    token per request (vLLM runs it there to keep the head's cache in sync: ``tools/vllm_plugin``)."""
+    ``skip_idle_head``: load our plugin ``SKIP_IDLE_HEAD``, so that at k = 0 the head does not run (vLLM runs it
+    over every step there to keep the head's cache in sync: ``tools/vllm_plugin``)."""
 
     mode: str = EAGLE3_MODE
     schedule: tuple = ((1, 1, 3),)

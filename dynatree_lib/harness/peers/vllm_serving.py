@@ -14,9 +14,9 @@ a greedy chain accepts j only after 1..j-1, so the a_j fall). Its time is
 sampler, the head's first pass over the verified rows) and a part per draft token, read off vLLM's EAGLE-3 steps at
 k = 1 and at k = ``K_MAX`` (two equations per batch size). k = 0 is vLLM's AR: forward(b).
 
-The schedule speculates at a batch size only where the best k's predicted throughput beats AR's by more than
-``margin``: the calibration's own round-to-round spread (``calibration_noise``). A predicted gain inside it is a
-gain the measurements cannot tell from none, and drafting where it does not pay loses throughput.
+The schedule takes the shortest draft (k = 0 included) whose predicted throughput comes within ``margin`` of the
+best: the calibration's own round-to-round spread (``calibration_noise``). A longer draft's predicted gain inside it
+is a gain the measurements cannot tell from none, and a draft that does not pay costs throughput.
 """
 from __future__ import annotations
 
@@ -90,9 +90,10 @@ class BatchCosts:
         return b * self.tokens_per_step(k) / self.step_ms(b, k) * 1000
 
     def best_k(self, b: int) -> int:
-        """The k of the highest predicted throughput at ``b``, or 0 where it beats AR's by ``margin`` or less."""
-        k = max(range(K_MAX + 1), key=lambda j: self.throughput(b, j))
-        return k if self.throughput(b, k) > (1 + self.margin) * self.throughput(b, 0) else 0
+        """The shortest draft whose predicted throughput at ``b`` comes within ``margin`` of the highest: a longer
+        draft (AR, k = 0, included) is taken only where it beats every shorter one by more than the noise."""
+        tps = [self.throughput(b, k) for k in range(K_MAX + 1)]
+        return next(k for k, t in enumerate(tps) if (1 + self.margin) * t >= max(tps))
 
 
 def calibration_noise(rounds: list[list[float]]) -> float:
