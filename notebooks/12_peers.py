@@ -81,19 +81,20 @@ if vdf is not None and not vdf.empty:
 # step at b sequences and k draft tokens from curves measured through vLLM itself: its AR step at 1-160 sequences,
 # its EAGLE-3 step at k = 1 and k = 4 per load, and the head's acceptance per draft position, all on Spec-Bench
 # tuning and dev questions. The k it predicts per batch size is the schedule that vLLM's own dynamic speculative
-# decoding applies (`num_speculative_tokens_per_batch_size`; `python -m dynatree_lib serve-plan` prints it).
-# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, four rounds with the modes
+# decoding applies (`num_speculative_tokens_per_batch_size`; `python -m dynatree_lib serve-plan` prints it): at each
+# batch size the shortest k predicted within the calibration's own noise of the best.
+# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, five rounds with the modes
 # interleaved: vLLM's AR, fixed k = 1..4 and the schedule at 1, 2, 4, 8, 16 and 32 concurrent requests (below 8, the
 # first 8 questions served that many at a time, so that no load rests on one or two questions). The schedule runs
 # with our plugin (`tools/vllm_plugin`, what `serve-plan` prints): at k = 0 vLLM as released still runs the head
-# over every decoded token to keep its cache in sync and verifies zero drafts through its rejection sampler; the
-# plugin skips that pass on decode-only steps and samples draftless steps on the plain path. Cells give
+# over every prefill and decoded token to keep its cache in sync and verifies zero drafts through its rejection
+# sampler; the plugin runs no head at k = 0 and samples draftless steps on the plain path. Cells give
 # the median tokens/s over the rounds, their range, and a speculative mode's median over AR's; the last column
 # counts the requests whose greedy tokens equal vLLM's AR (its bf16 verification of k + 1 rows need not give the
 # one-row bits). Then the fixed-k engines stop and three more rounds set the schedule with the plugin beside the
 # same schedule in vLLM as released and AR (the plugin table). The load-drop table shows what the skip costs: 8
 # requests where the schedule drafts nothing, 6 of them stopping after 32 tokens, and the acceptance of the 2 that go
-# on, whose head cache lacks the skipped tokens.
+# on, whose head cache lacks their prompts and first tokens.
 # Another machine kind's records follow under their own names.
 
 # %% tags=["nbval-ignore-output"]
@@ -122,7 +123,8 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 #
 # Under load (the last tables and the figure), against the paper's setting of one sequence: speculation stops paying
 # once a few requests share each forward. On the AMD EPYC kind every fixed k falls below vLLM's AR between 2 and 4
-# concurrent requests. The cost model's best k matches the measured best at 4 of 6 loads (its misses, at 1 and 2
-# requests, pick a neighbouring k whose rounds overlap the best one's). The schedule drafts only where the predicted
-# gain clears the calibration's own noise: it matches the best fixed k at one request, drafts nothing from 4 requests
-# on and runs there within a few percent of AR, its rounds overlapping AR's at every load (FINDINGS, "Under load").
+# concurrent requests (k = 1 at 8 requests aside, inside AR's range). The cost model's best k matches the measured
+# best at 3 of 6 loads (each miss a neighbouring mode within a few percent, the rounds overlapping). The schedule runs
+# 1.32x AR at one request and 1.24x at two, drafts nothing from 4 requests on and runs there within a few percent of
+# AR, its rounds overlapping AR's at every load; its gaps to the best mode (up to 4%) are the size of the gap between
+# two engines that run the same configuration (FINDINGS, "Under load").
