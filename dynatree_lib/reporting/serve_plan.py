@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from ..harness.peers.vllm import HEAD_DIR, VERSION, speculative_config
-from ..harness.peers.vllm_serving import K_MAX, LOADS, MAX_NUM_SEQS, plan_schedule, schedule_config, serve_command
+from ..harness.peers.vllm_serving import (K_MAX, LOADS, MAX_NUM_SEQS, k_by_batch, plan_schedule, schedule_config,
+                                          serve_command)
 from ..harness.setup.machine import here, kind_of_record
 from ..harness.setup.paths import RESULTS
 
@@ -75,7 +76,7 @@ def format_serve_plan(plan: dict) -> str:
              f"{plan['commit'][:10]}); our EAGLE-3 head accepts a_1..a_{K_MAX} = "
              + " / ".join(f"{a:.2f}" for a in plan["accepted_at"]),
              "", "predicted aggregate tokens/s (k = 0: no speculation; *: the schedule's k)", f"  batch  {head}"]
-    scheduled = {b: k for first, last, k in plan["schedule"] for b in range(first, last + 1)}
+    scheduled = k_by_batch(plan["schedule"])
     for b, tps in plan["predicted_tps"].items():
         lines.append(f"  {b:>5}  " + "  ".join(f"{t:6.1f}{'*' if k == scheduled[b] else ' '}"
                                              for k, t in enumerate(tps)))

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..harness.experiments.vllm_throughput import SCHEDULE, SCHEDULE_VLLM
 from ..harness.peers.vllm import AR_MODE as AR
+from ..harness.peers.vllm_serving import k_by_batch
 from .formatting import dash
 
 
@@ -121,7 +122,7 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
         return pd.DataFrame()
     med = medians(rows)
     k_of = {m: 0 if m == AR else doc["modes"][m]["config"]["k"] for m in fixed_modes(doc)}
-    k_at = {b: k for first, last, k in doc["model"]["schedule"] for b in range(first, last + 1)}
+    k_at = k_by_batch(doc["model"]["schedule"])
     out = {}
     for c, r in ratios.items():
         best, predicted = r["best"], int(doc["model"]["predicted_best_k"][str(c)])

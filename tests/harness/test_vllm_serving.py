@@ -60,6 +60,7 @@ def test_the_schedule_is_ranges_vllm_accepts_and_maps_to_its_config():
     schedule = S.plan_schedule(costs)
     assert schedule[0][0] == 1 and schedule[-1][1] == S.MAX_NUM_SEQS
     assert all(a[1] + 1 == b[0] and a[2] != b[2] for a, b in zip(schedule, schedule[1:]))  # merged, contiguous
+    assert S.k_by_batch(schedule) == {b: costs.best_k(b) for b in range(1, S.MAX_NUM_SEQS + 1)}
     cfg = S.schedule_config(schedule)
     spec = P.speculative_config(cfg)
     assert spec["num_speculative_tokens"] == max(k for *_, k in schedule)

@@ -93,7 +93,8 @@ class BatchCosts:
         """The shortest draft whose predicted throughput at ``b`` comes within ``margin`` of the highest: a longer
         draft (AR, k = 0, included) is taken only where it beats every shorter one by more than the noise."""
         tps = [self.throughput(b, k) for k in range(K_MAX + 1)]
-        return next(k for k, t in enumerate(tps) if (1 + self.margin) * t >= max(tps))
+        top = max(tps)
+        return next(k for k, t in enumerate(tps) if (1 + self.margin) * t >= top)
 
 
 def calibration_noise(rounds: list[list[float]]) -> float:
@@ -115,6 +116,11 @@ def plan_schedule(costs: BatchCosts, max_num_seqs: int = MAX_NUM_SEQS) -> tuple:
         else:
             out.append((b, b, k))
     return tuple(out)
+
+
+def k_by_batch(schedule) -> dict:
+    """The k a schedule's ``(first, last, k)`` ranges give each batch size they cover."""
+    return {b: k for first, last, k in schedule for b in range(first, last + 1)}
 
 
 def schedule_config(schedule: tuple, skip_idle_head: bool = True) -> VllmScheduled | None:
