@@ -213,3 +213,21 @@ for kind, on_kind in [(None, prof)] + [(k, on_machine(prof, k)) for k in machine
     show_fig(roofline_figure(doc), "fig_roofline", on_kind)
     if (steps := step_table(doc)) is not None:
         show_table(steps, "table_forward_steps", on_kind)
+
+# %% [markdown]
+# ### AR against its bound on the main experiment's prompts
+# AR alone in the timed precision on every main workload's sealed test prompts, each replicate in its own process
+# (`bench --experiment ar_bound`). The read bandwidth is probed right after each generation, so the last column sets
+# each generation's time per token against the bound of its own moment (weight bytes over that probe): a VM's
+# bandwidth moves between phases within seconds, and a record's mean probe can describe no moment of the run.
+# Notebook 02 gives the same table from the main experiment's AR rows.
+
+# %% tags=["nbval-ignore-output"]
+if not experiments.measures("ar_bound", prof):
+    print(f"profile {prof.name!r} has no AR-bound experiment (its bound is a CPU's)")
+elif render_only and not results_path("ar_bound", prof).exists():
+    print(f"not measured yet: {portable(results_path('ar_bound', prof))} is missing "
+          f"(`python -m dynatree_lib bench --experiment ar_bound --profile {prof.name}` measures it)")
+else:
+    path = results_path("ar_bound", prof) if render_only else experiments.run("ar_bound", prof, rerun=rerun)
+    show_table(tables.ar_vs_bound(tables.load(path, prof)), "table_ar_bound", prof)

@@ -146,11 +146,12 @@ def one_token_table(costs: dict, earlier: dict[str, dict] | None = None, now: st
 
 def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
     """AR's time per token (TPOT) beside the bandwidth bound of the same record (``bound_ms``: record means),
-    and each generation against its own probe (``bound_ratios``: median [min, max])."""
+    and each generation against its own probe (``bound_ratios``: median [min, max]), per replicate."""
     ar = df[df.method == registry.AR]
     bw = ar.read_bandwidth_gbs if "read_bandwidth_gbs" in ar else pd.Series(float("nan"), index=ar.index)
     per = ar.bound_ratios if "bound_ratios" in ar else pd.Series(None, index=ar.index, dtype=object)
     out = pd.DataFrame({"dataset": ar.dataset.map(workload_labels()), "precision": ar.dtype,
+                        "replicate": ar.replicate.map(lambda r: int(r) + 1),
                         "AR TPOT (ms)": ar.tpot_ms.map(lambda x: f"{x:.2f}"),
                         "read bandwidth (GB/s)": bw.map(lambda x: "–" if pd.isna(x) else f"{x:.1f}"),
                         "bound (ms)": ar.bound_ms.map(lambda x: f"{x:.2f}"),
@@ -158,7 +159,7 @@ def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
                         "each generation / its probe": per.map(
                             lambda xs: "–" if not isinstance(xs, list)
                             else f"{statistics.median(xs):.2f}× [{min(xs):.2f}, {max(xs):.2f}]")})
-    return out.set_index(["dataset", "precision"])
+    return out.set_index(["dataset", "precision", "replicate"])
 
 
 def cost_model_table(df: pd.DataFrame, costs: dict) -> pd.DataFrame:
