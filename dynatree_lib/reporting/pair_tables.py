@@ -144,9 +144,18 @@ def one_token_table(costs: dict, earlier: dict[str, dict] | None = None, now: st
     return t
 
 
+def steady_ratios(ratios: list[float] | None, rows: list[dict]) -> str:
+    """Median [min, max] of the steady generations' ratios to their bounds, and how many of the rows were steady."""
+    if not ratios:
+        return "–" if ratios is None else f"none of {len(rows)} steady"
+    return (f"{statistics.median(ratios):.2f}× [{min(ratios):.2f}, {max(ratios):.2f}]"
+            + ("" if len(ratios) == len(rows) else f" ({len(ratios)} of {len(rows)} steady)"))
+
+
 def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
     """AR's time per token (TPOT) beside the bandwidth bound of the same record (``bound_ms``: record means),
-    and each generation against its own probe (``bound_ratios``: median [min, max]), per replicate."""
+    and each generation against its own probes (``bound_ratios``: median [min, max] over the generations whose
+    probes before and after agree, ``records.steady``), per replicate."""
     ar = df[df.method == registry.AR]
     bw = ar.read_bandwidth_gbs if "read_bandwidth_gbs" in ar else pd.Series(float("nan"), index=ar.index)
     per = ar.bound_ratios if "bound_ratios" in ar else pd.Series(None, index=ar.index, dtype=object)
@@ -156,9 +165,7 @@ def ar_vs_bound(df: pd.DataFrame) -> pd.DataFrame:
                         "read bandwidth (GB/s)": bw.map(lambda x: "–" if pd.isna(x) else f"{x:.1f}"),
                         "bound (ms)": ar.bound_ms.map(lambda x: f"{x:.2f}"),
                         "TPOT / bound": (ar.tpot_ms / ar.bound_ms).map(lambda x: f"{x:.2f}×"),
-                        "each generation / its probe": per.map(
-                            lambda xs: "–" if not isinstance(xs, list)
-                            else f"{statistics.median(xs):.2f}× [{min(xs):.2f}, {max(xs):.2f}]")})
+                        "each generation / its probes": [steady_ratios(xs, rows) for xs, rows in zip(per, ar.rows)]})
     return out.set_index(["dataset", "precision", "replicate"])
 
 

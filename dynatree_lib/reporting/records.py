@@ -112,15 +112,28 @@ def bound_ms(record: dict) -> float | None:
     return b["weight_bytes"] / bw / 1e6
 
 
+STEADY = 0.10  # a generation's probes before and after it within 10% of each other: the bandwidth's phase held
+
+
+def steady(row: dict) -> bool:
+    """Whether an AR generation ran in one bandwidth phase: its probes before and after agree within ``STEADY``
+    (a row probed only after it counts as steady: nothing says otherwise)."""
+    a, b = row.get("read_bandwidth_before_gbs"), row["read_bandwidth_gbs"]
+    return a is None or abs(a - b) <= STEADY * max(a, b)
+
+
 def bound_ratios(record: dict) -> list[float] | None:
-    """Each AR generation's TPOT over the bound from the probe taken right after it (None where the rows carry
-    no probes). A VM's read bandwidth can flip between phases within seconds, so a record's mean probe can
-    describe no moment of the run; a generation and its own probe are the closer pair."""
+    """Each steady AR generation's TPOT over the bound from its own probes (``steady``: their mean; a row probed only
+    after it: that probe), None where the rows carry no probes. A VM's read bandwidth can flip between phases within
+    seconds, so a record's mean probe can describe no moment of the run, and a probe after a generation describes it
+    only where the phase held through it: a generation and its own probes are the closer pair."""
     wb = (record.get("bound") or {}).get("weight_bytes")
     rows = record["rows"]
     if not wb or not rows or any(not r.get("read_bandwidth_gbs") for r in rows):
         return None
-    return [r["tpot_ms"] / (wb / r["read_bandwidth_gbs"] / 1e6) for r in rows]
+    gbs = [statistics.fmean([r["read_bandwidth_gbs"], r.get("read_bandwidth_before_gbs", r["read_bandwidth_gbs"])])
+           for r in rows]
+    return [r["tpot_ms"] / (wb / bw / 1e6) for r, bw in zip(rows, gbs) if steady(r)]
 
 
 BOOTSTRAP = 2000  # resamples of the prompts for a confidence interval (seeded: tables are deterministic)

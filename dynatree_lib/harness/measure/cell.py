@@ -122,8 +122,10 @@ def measure(run: CellRun, prompt: Prompt, ar_tokens: list[int] | None, probe: Ba
             *, record_trees: int = 0) -> dict:
     """One measured generation -> one row: metrics, agreement with AR's tokens (greedy cells), and for AR rows
     their tokens (``output_ids``: later or resumed cells compare with them), how much of their output copies
-    earlier text (``loop_share``, ``periodic_tail``) and the memory bandwidth ``probe``d right after them."""
+    earlier text (``loop_share``, ``periodic_tail``) and the memory bandwidth ``probe``d right before and right after
+    them (a VM's bandwidth flips between phases within seconds: two probes that agree say the phase held)."""
     cell, target = run.cell, run.target
+    before = probe.read_gbs() if probe is not None and cell.config is None else None
     res = run.generate(prompt, seed=seed, record_trees=record_trees)
     greedy = cell.sampling.greedy
     ref = res.tokens if cell.config is None else ar_tokens
@@ -135,7 +137,8 @@ def measure(run: CellRun, prompt: Prompt, ar_tokens: list[int] | None, probe: Ba
         row |= {"output_ids": res.tokens, "loop_share": loop_share(prompt.ids.tolist(), res.tokens),
                 "periodic_tail": periodic_tail(res.tokens)}
         if probe is not None:
-            row["read_bandwidth_gbs"] = round(probe.read_gbs(), 2)  # AR's bound, probed next to it
+            row |= {"read_bandwidth_before_gbs": round(before, 2),  # AR's bound, probed on both sides of it
+                    "read_bandwidth_gbs": round(probe.read_gbs(), 2)}
     elif greedy and row["equals_ar"] is False:
         row["divergence_gap"] = divergence_gap(target, prompt.ids, ref, row["first_divergence"])
     if res.trees:

@@ -22,6 +22,7 @@ Per prompt (one generation of T new tokens):
   seconds, between its previous request and this one (while the methods interleaved with it ran).
 - ``read_bandwidth_gbs`` (AR rows): memory read bandwidth probed right after the generation
   (``environment.BandwidthProbe``); AR's bandwidth bound is weight bytes over the mean of these probes.
+  ``read_bandwidth_before_gbs``: the same probed right before it (records from 2026-12-06 on).
 - ``footprint_mb`` (memory rows): one generation's peak memory above the bare runtime, with only the models the
   method uses loaded (weights, caches, the generation's tensors); ``above_start_mb``: its peak above what the
   process held right before it; ``peak_mem_mb``, ``start_mem_mb``, ``runtime_mb``: the absolute figures. A fresh
