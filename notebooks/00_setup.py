@@ -188,12 +188,14 @@ if len(by_machine) > 1:
 # both measured here by `bench --experiment roofline` (the peak by a register-resident loop of the instruction the
 # kernels multiply with; the bandwidth the faster of a torch sum and our kernel streaming a weight beyond the caches).
 # The floor of c(k) is what verifying k rows could cost over one; above it, the engine leaves speed on the table.
-# The last table says where the time goes, step by step of the fused forward (the threads' mean; a wait is the time
-# a thread stood at the barrier after a step). Each machine kind's record renders apart: a ratio belongs to its
+# The third table says where the time goes, step by step of the fused forward (the threads' mean; a wait is the time
+# a thread stood at the barrier after a step). The VM's read bandwidth flips between phases within seconds, so the
+# last table repeats the one-row profile between two probes many times and gives, per phase, the forward against
+# the bound of that phase and what holds it there. Each machine kind's record renders apart: a ratio belongs to its
 # machine.
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_lib.reporting.roofline import roofline_figure, roofline_table, roofs_table, step_table
+from dynatree_lib.reporting.roofline import phase_table, roofline_figure, roofline_table, roofs_table, step_table
 
 for kind, on_kind in [(None, prof)] + [(k, on_machine(prof, k)) for k in machines(prof)]:
     if not experiments.measures("roofline", on_kind):
@@ -213,6 +215,8 @@ for kind, on_kind in [(None, prof)] + [(k, on_machine(prof, k)) for k in machine
     show_fig(roofline_figure(doc), "fig_roofline", on_kind)
     if (steps := step_table(doc)) is not None:
         show_table(steps, "table_forward_steps", on_kind)
+    if (phases := phase_table(doc)) is not None:
+        show_table(phases, "table_forward_phases", on_kind)
 
 # %% [markdown]
 # ### AR against its bound on the main experiment's prompts

@@ -2,10 +2,13 @@
 the floors the machine's bandwidth and peak multiply throughput set, from the committed record alone."""
 from __future__ import annotations
 
+from statistics import median
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..harness.experiments.roofline import floors
+from .records import STEADY
 
 
 def roofs_table(doc: dict) -> pd.DataFrame:
@@ -72,4 +75,43 @@ def step_table(doc: dict) -> pd.DataFrame | None:
         cols[f"k = {k}: ms"]["wall (argmax, sync)"] = f"{p['wall_ms']:.3f}"
     t = pd.DataFrame(cols).fillna("")
     t.index.name = "step (threads' mean)"
+    return t
+
+
+MATMUL_STEPS = ("q, k, v + RoPE", "o", "gate, up + silu", "down", "final norm + head")  # the steps that stream weights
+TWO_PHASES = 1.25  # the steady rounds' fastest probe at least this over their slowest: two phases, split between
+
+
+def phase_table(doc: dict) -> pd.DataFrame | None:
+    """Where a one-row forward's time goes in each bandwidth phase (``roofline.phase_profile``), the medians over the
+    rounds whose probes before and after agree (``records.STEADY``): split at the midpoint of their probes where the
+    fastest reads ``TWO_PHASES`` x the slowest or more. Per phase: the probe, the bound (weight bytes over it), the
+    wall time over it, the weight-streaming steps (their ms and the bandwidth they read at), attention, the barriers'
+    waits, the other steps and the call's time outside the steps. None where the record has no such rounds."""
+    rounds = [r for r in doc.get("phase_profile") or []
+              if abs(r["before_gbs"] - r["after_gbs"]) <= STEADY * max(r["before_gbs"], r["after_gbs"])]
+    if not rounds:
+        return None
+    gbs = [(r["before_gbs"] + r["after_gbs"]) / 2 for r in rounds]
+    cut = (min(gbs) + max(gbs)) / 2 if max(gbs) >= TWO_PHASES * min(gbs) else 0.0
+    phases = {"fast phase": [r for r, g in zip(rounds, gbs) if g >= cut],
+              "slow phase": [r for r, g in zip(rounds, gbs) if g < cut]} if cut else {"one phase": rounds}
+    wb, n = doc["weight_bytes"], len(doc.get("phase_profile"))
+    cols = {}
+    for name, rs in phases.items():
+        if not rs:
+            continue
+        probe = median([(r["before_gbs"] + r["after_gbs"]) / 2 for r in rs])
+        steps = {s: median([r["steps_ms"][s] for r in rs]) for s in rs[0]["steps_ms"]}
+        mm, wall = sum(steps[s] for s in MATMUL_STEPS), median([r["wall_ms"] for r in rs])
+        waits = sum(v for s, v in steps.items() if s.startswith("wait"))
+        cols[f"{name} ({len(rs)} of {n} rounds)"] = {
+            "read bandwidth, probes (GB/s)": f"{probe:.1f}", "bound: weights / probe (ms)": f"{wb / probe / 1e6:.2f}",
+            "wall (ms)": f"{wall:.2f}", "wall / bound": f"{wall / (wb / probe / 1e6):.2f}",
+            "weight-streaming steps (ms)": f"{mm:.2f}", "their read rate (GB/s)": f"{wb / mm / 1e6:.1f}",
+            "attention (ms)": f"{steps['attention']:.2f}", "barrier waits (ms)": f"{waits:.2f}",
+            "other steps (ms)": f"{sum(steps.values()) - mm - waits - steps['attention']:.2f}",
+            "outside the steps (ms)": f"{wall - sum(steps.values()):.2f}"}
+    t = pd.DataFrame(cols)
+    t.index.name = f"one-row forward, context {doc['context']} (medians)"
     return t

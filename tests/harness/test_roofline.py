@@ -75,3 +75,23 @@ def test_the_step_table_gives_each_steps_ms_and_share():
     t = step_table({"step_profile": {"1": {"wall_ms": 15.0, "steps_ms": steps}}})
     assert t.loc["sum of steps", "k = 1: ms"] == f"{len(PROFILE_STEPS):.3f}" and t.loc["norms", "k = 1: share"] == "7%"
     assert step_table({"step_profile": None}) is None and step_table({}) is None
+
+
+def test_the_phase_table_splits_steady_rounds_into_the_two_bandwidth_phases():
+    from dynatree_lib.core.engines.kernels import PROFILE_STEPS
+    from dynatree_lib.reporting.roofline import phase_table
+
+    def one(gbs, after=None, wall=12.0):
+        steps = {s: (2.0 if s in ("o", "down") else 0.5 if s == "attention" else 0.25 if s.startswith("wait") else 0.0)
+                 for s in PROFILE_STEPS}
+        return {"before_gbs": gbs, "after_gbs": after or gbs, "wall_ms": wall, "steps_ms": steps}
+
+    rounds = [one(50.0), one(52.0), one(30.0, wall=14.0), one(50.0, after=30.0)]  # the last one flipped: left out
+    t = phase_table(doc(weight_bytes=200_000_000, phase_profile=rounds))
+    assert list(t.columns) == ["fast phase (2 of 4 rounds)", "slow phase (1 of 4 rounds)"]
+    fast, slow = t["fast phase (2 of 4 rounds)"], t["slow phase (1 of 4 rounds)"]
+    assert fast["read bandwidth, probes (GB/s)"] == "51.0" and slow["bound: weights / probe (ms)"] == "6.67"
+    assert fast["weight-streaming steps (ms)"] == "4.00" and fast["their read rate (GB/s)"] == "50.0"
+    assert fast["barrier waits (ms)"] == "1.25" and fast["outside the steps (ms)"] == "6.25"  # 12 - 5.75
+    assert list(phase_table(doc(phase_profile=rounds[:2])).columns) == ["one phase (2 of 2 rounds)"]
+    assert phase_table(doc()) is None and phase_table(doc(phase_profile=None)) is None

@@ -8,12 +8,16 @@ max(bytes / bandwidth, FLOPs(k) / peak); FLOPs(k) counts the matmuls (2 per weig
 context (4 x hidden per cached token per layer per row). The floor of c(k), the k-row forward over the one-row
 forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves time the target's
 (``costs.forward_costs``, argmax and host sync included), in the same process, right after the roofs; then a
-profile of the fused forward says where each k-row forward's time goes, step by step (``step_profile``).
+profile of the fused forward says where each k-row forward's time goes, step by step (``step_profile``), and
+one-row profiles, each between two probes, say where it goes in each of the VM's bandwidth phases
+(``phase_profile``; how many: ``RooflineSettings``, ``--set roofline.phase_rounds=...``).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -23,12 +27,21 @@ from ...core.engines.static import StaticRunner
 from ..measure.environment import BandwidthProbe, environment, weight_bytes
 from ..measure.store import needs_run, results_path, write_report
 from ..setup.profiles import Profile
-from .catalog import Document, experiment
+from .catalog import Document, Settings, experiment
 from .costs import KS, forward_costs
 
 PROBES = 3  # bandwidth probes (each the best of five sums): the roof is the best of them
 PROFILE_KS, PROFILE_REPS = (1, 16, 64), 20  # the k-row forwards profiled step by step, and how many of each
 STREAM_MB, STREAM_REPS = 256, 5  # the weight the kernel streams for its own read roof (beyond any cache), best of
+
+
+@dataclass(frozen=True)
+class RooflineSettings(Settings):
+    """``phase_rounds``: one-row profiles, each between two probes (``phase_profile``: where a token's time goes in
+    each bandwidth phase; 0: none)."""
+
+    part: ClassVar[str] = "roofline"
+    phase_rounds: int = 240
 
 
 def kv_width(cfg) -> int:
@@ -75,8 +88,9 @@ def floors(doc: dict) -> list[dict]:
     return rows
 
 
-def measure(profile: Profile) -> dict:
-    """The roofs, the target's shape and its measured k-row forwards (module docstring)."""
+def measure(profile: Profile, rounds: int) -> dict:
+    """The roofs, the target's shape and its measured k-row forwards (module docstring); ``rounds`` one-row
+    profiles between probes (``phase_profile``)."""
     if profile.models.threads:
         torch.set_num_threads(profile.models.threads)
     target, _, _ = profile.load_pair(profile.models.dtype, with_draft=False)
@@ -84,7 +98,6 @@ def measure(profile: Profile) -> dict:
     context = max(profile.protocol.L_max.values())
     probe = BandwidthProbe(profile.models.device)
     probes = [probe.read_gbs() for _ in range(PROBES)]
-    probe.release()
     isa = kernels.default_isa() or kernels.AVX512
     stream = kernel_stream_gbs(isa)
     threads = profile.models.threads or torch.get_num_threads()
@@ -97,7 +110,8 @@ def measure(profile: Profile) -> dict:
             "peak_unavailable": peak.unavailable(), "weight_bytes": weight_bytes(runner.model),
             **shape(runner.model.config, context, element),
             "measured_ms": {str(k): v for k, v in forward_costs(runner, context, ks=KS, argmax=True).items()},
-            "step_profile": step_profile(runner, context), "environment": environment(profile.models.device)}
+            "step_profile": step_profile(runner, context), "phase_profile": phase_profile(runner, probe, context, rounds),
+            "environment": environment(profile.models.device)}
 
 
 def kernel_stream_gbs(isa: str, megabytes: int = STREAM_MB, reps: int = STREAM_REPS) -> float | None:
@@ -122,7 +136,7 @@ def step_profile(runner, context: int, ks=PROFILE_KS, reps: int = PROFILE_REPS) 
     """Where a k-row forward's time goes, per step of the fused forward (``kernels.PROFILE_STEPS``): ms per
     forward, the threads' mean, and the wall time of the same forwards (argmax and host sync included); None where
     the forward is not the fused one."""
-    if not (isinstance(runner, StaticRunner) and runner.net.fused):
+    if not profiled(runner):
         return None
     ids = torch.randint(min(1000, runner.model.config.vocab_size), (context + max(ks),),
                         generator=torch.Generator().manual_seed(0))
@@ -143,12 +157,31 @@ def step_profile(runner, context: int, ks=PROFILE_KS, reps: int = PROFILE_REPS) 
     return out
 
 
+def profiled(runner) -> bool:
+    """Whether the runner's forward is the fused one, whose steps ``kernels.forward_profile`` times."""
+    return isinstance(runner, StaticRunner) and runner.net.fused
+
+
+def phase_profile(runner, probe: BandwidthProbe, context: int, rounds: int) -> list[dict] | None:
+    """``rounds`` one-row step profiles (``step_profile``), each between two bandwidth probes (``before_gbs``,
+    ``after_gbs``): a VM's read bandwidth flips between phases within seconds, so one profile describes one phase;
+    these say where a token's time goes against the bound of each (``reporting.roofline.phase_table``). Releases
+    the probe's buffer. None where the forward is not the fused one, or no rounds."""
+    out = []
+    for _ in range(rounds if profiled(runner) else 0):
+        before = probe.read_gbs()
+        one = step_profile(runner, context, ks=(1,))["1"]
+        out.append({"before_gbs": before, "after_gbs": probe.read_gbs(), **one})
+    probe.release()
+    return out or None
+
+
 def run_roofline(profile: Profile, rerun: bool = False, root: Path | None = None, render_only: bool = False) -> Path:
     """``results/<profile>/roofline.json`` (module docstring); a GPU profile has none (its roofs are not these)."""
     path = results_path(Roofline.name, profile, root)
     if profile.models.device != "cpu" or not needs_run(path, rerun, render_only, profile):
         return path
-    write_report(path, measure(profile), replace=rerun)
+    write_report(path, measure(profile, Roofline().settings_of(profile).phase_rounds), replace=rerun)
     return path
 
 
@@ -158,6 +191,7 @@ class Roofline(Document):
     name = "roofline"
     notebook = "00_setup"
     make = run_roofline
+    settings = RooflineSettings
 
     def applies(self, p: Profile, root: Path | None = None) -> bool:
         return p.models.device == "cpu"

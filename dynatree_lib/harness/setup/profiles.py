@@ -408,7 +408,7 @@ PROFILES: dict[str, Profile] = {
                fixed_grid={"D": (2, 4), "B": (2,), "tau": (0.05, 0.1)}, threshold_pairs=((0.9, 0.4), (0.7, 0.2)),
                breadth_list=((1, 2, 3),), depth_list=((3, 6),)),
         settings=experiment_settings(trees=dict(n_prompts=1, per_prompt=6), pair=dict(n_questions=1),
-                                     control=dict(n_prompts=1))),
+                                     control=dict(n_prompts=1), roofline=dict(phase_rounds=2))),
 }
 
 
