@@ -12,11 +12,13 @@ from .records import STEADY
 
 
 def roofs_table(doc: dict) -> pd.DataFrame:
-    """The roofs: read bandwidth (best probe), and the peak bf16 GFLOP/s of each instruction set at each thread
-    count; which of them the floors use."""
+    """The roofs: read bandwidth (the best probe or kernel stream), and the peak bf16 GFLOP/s of each instruction set
+    at each thread count; which of them the floors use."""
     stream = doc.get("kernel_stream_gbs")
+    phases = [g for r in doc.get("phase_profile") or [] for g in (r["before_gbs"], r["after_gbs"])]
     rows = [{"roof": "read bandwidth", "value": f"{doc['bandwidth_gbs']:.1f} GB/s", "used": "yes",
              "note": f"best of {len(doc['bandwidth_probes_gbs'])} probes ({max(doc['bandwidth_probes_gbs']):.1f} GB/s)"
+                     + (f", of the phase profiles' ({max(phases):.1f} GB/s)" if phases else "")
                      + (f" and our kernel streaming a weight ({stream:.1f} GB/s)" if stream else "")}]
     for isa, by_threads in doc["peak_gflops"].items():
         for threads, gflops in by_threads.items():

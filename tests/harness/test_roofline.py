@@ -95,3 +95,9 @@ def test_the_phase_table_splits_steady_rounds_into_the_two_bandwidth_phases():
     assert fast["barrier waits (ms)"] == "1.25" and fast["outside the steps (ms)"] == "6.25"  # 12 - 5.75
     assert list(phase_table(doc(phase_profile=rounds[:2])).columns) == ["one phase (2 of 2 rounds)"]
     assert phase_table(doc()) is None and phase_table(doc(phase_profile=None)) is None
+
+
+def test_c_is_the_median_of_its_paired_rounds_where_the_record_has_them():
+    rows = {r["k"]: r for r in floors(doc(c_paired={"1": 1.0, "8": 1.2, "64": 30.0}))}
+    assert rows[8]["c"] == pytest.approx(1.2) and rows[64]["c_over_floor"] == pytest.approx(30.0 / 32.0)
+    assert rows[1]["measured_over_floor"] == pytest.approx(1.5)  # the forward's own time is still its median

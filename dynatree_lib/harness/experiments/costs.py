@@ -43,13 +43,14 @@ COLD = "draft_after_target"  # the curve of a draft forward that follows a targe
 
 @torch.no_grad()
 def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000, *, seed: int = 0,
-                  between=None, argmax: bool = False, target=None) -> dict:
+                  between=None, argmax: bool = False, target=None, per_round: bool = False) -> dict:
     """Median milliseconds of one forward of k new tokens over ``context`` cached tokens, per k.
     ``between``: a target runner (holding a cache) whose untimed one-token ``argmax`` precedes each timed
     forward, as the decoding loop alternates target and draft (its weights push the timed model's out of the
     CPU caches). ``argmax``: time ``runner.argmax`` (a target's call in the loops) instead of the logits and
     their ``greedy`` (a draft's). A draft on the target's features (``reads_features``: an EAGLE-3 head) is handed
-    those of the tokens it reads by ``target`` (default ``between``), untimed (``hand_features``)."""
+    those of the tokens it reads by ``target`` (default ``between``), untimed (``hand_features``). ``per_round``: each
+    k's milliseconds in every timed round (warm-ups dropped) instead of their median."""
     g = torch.Generator().manual_seed(seed)
     dev = next(runner.model.parameters()).device
     vocab = min(vocab, runner.model.config.vocab_size)
@@ -77,6 +78,8 @@ def forward_costs(runner, context: int, ks=KS, reps: int = 15, vocab: int = 1000
             (runner.argmax(new, pos[k]) if argmax else greedy(runner.forward(new, pos[k]))).tolist()
             ts[k].append(time.perf_counter() - t0)
             runner.truncate(context)
+    if per_round:
+        return {k: [1e3 * x for x in t[2:]] for k, t in ts.items()}
     return {k: _warm_median_ms(t) for k, t in ts.items()}
 
 

@@ -2,20 +2,23 @@
 beside how long it takes.
 
 Two roofs, measured here: the read bandwidth (every forward reads each weight and the context's keys and values once;
-the faster of ``BandwidthProbe``'s sums and our matmul kernel streaming a weight far beyond the caches) and the peak bf16 multiply throughput of the cores in use (``core.engines.peak``: the
-instruction the kernels multiply with, on 1 and on the profile's threads). The floor of a k-row forward is
-max(bytes / bandwidth, FLOPs(k) / peak); FLOPs(k) counts the matmuls (2 per weight per row) and attention over the
-context (4 x hidden per cached token per layer per row). The floor of c(k), the k-row forward over the one-row
-forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves time the target's
-(``costs.forward_costs``, argmax and host sync included), in the same process, right after the roofs; then a
-profile of the fused forward says where each k-row forward's time goes, step by step (``step_profile``), and
-one-row profiles, each between two probes, say where it goes in each of the VM's bandwidth phases
-(``phase_profile``; how many: ``RooflineSettings``, ``--set roofline.phase_rounds=...``).
+the fastest of ``BandwidthProbe``'s sums, here and around the phase profiles below, and our matmul kernel streaming a
+weight far beyond the caches: a roof is the best the machine gave) and the peak bf16 multiply throughput of the cores
+in use (``core.engines.peak``: the instruction the kernels multiply with, on 1 and on the profile's threads). The
+floor of a k-row forward is max(bytes / bandwidth, FLOPs(k) / peak); FLOPs(k) counts the matmuls (2 per weight per
+row) and attention over the context (4 x hidden per cached token per layer per row). The floor of c(k), the k-row
+forward over the one-row forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves
+time the target's (``costs.forward_costs``, argmax and host sync included), in the same process, right after the
+roofs, and c(k) is the median over its rounds of the k-row forward over the one-row forward of the same round (a
+phase of the VM then hits both alike); then a profile of the fused forward says where each k-row forward's time goes,
+step by step (``step_profile``), and one-row profiles, each between two probes, say where it goes in each of the VM's
+bandwidth phases (``phase_profile``; how many: ``RooflineSettings``, ``--set roofline.phase_rounds=...``).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from statistics import median
 from pathlib import Path
 from typing import ClassVar
 
@@ -81,10 +84,12 @@ def floors(doc: dict) -> list[dict]:
 
     one, measured_one = floor(1)[0], doc["measured_ms"]["1"]
     rows = []
+    paired = doc.get("c_paired") or {}
     for k, ms in doc["measured_ms"].items():
         f, roof = floor(int(k))
+        c = paired.get(k, ms / measured_one)
         rows.append({"k": int(k), "measured_ms": ms, "floor_ms": f, "roof": roof, "measured_over_floor": ms / f,
-                     "c": ms / measured_one, "c_floor": f / one, "c_over_floor": (ms / measured_one) / (f / one)})
+                     "c": c, "c_floor": f / one, "c_over_floor": c / (f / one)})
     return rows
 
 
@@ -103,14 +108,18 @@ def measure(profile: Profile, rounds: int) -> dict:
     threads = profile.models.threads or torch.get_num_threads()
     peaks = {isa: {str(n): peak.peak_gflops(isa, n) for n in dict.fromkeys((1, threads))} for isa in peak.isas()}
     element = next(runner.model.parameters()).element_size()
+    per_round = forward_costs(runner, context, ks=KS, argmax=True, per_round=True)
+    phases = phase_profile(runner, probe, context, rounds)
+    phase_probes = [g for r in phases or [] for g in (r["before_gbs"], r["after_gbs"])]
     return {"profile": profile.name, "engine": str(profile.models.engine), "isa": isa, "threads": threads,
             "context": context, "bandwidth_probes_gbs": probes, "kernel_stream_gbs": stream,
-            "bandwidth_gbs": max(probes + ([stream] if stream else [])),
+            "bandwidth_gbs": max(probes + phase_probes + ([stream] if stream else [])),
             "peak_gflops": peaks, "peak_gflops_used": peaks.get(isa, {}).get(str(threads)),
             "peak_unavailable": peak.unavailable(), "weight_bytes": weight_bytes(runner.model),
             **shape(runner.model.config, context, element),
-            "measured_ms": {str(k): v for k, v in forward_costs(runner, context, ks=KS, argmax=True).items()},
-            "step_profile": step_profile(runner, context), "phase_profile": phase_profile(runner, probe, context, rounds),
+            "measured_ms": {str(k): median(ms) for k, ms in per_round.items()},
+            "c_paired": {str(k): median(a / b for a, b in zip(ms, per_round[1])) for k, ms in per_round.items()},
+            "step_profile": step_profile(runner, context), "phase_profile": phases,
             "environment": environment(profile.models.device)}
 
 
