@@ -59,7 +59,7 @@ CPU_ONLY = {"table_peers", "table_peers_r2", "table_peers_best", "fig_peers", "t
             "fig_heads_T1", "table_talon_T0", "table_talon_T1", "fig_talon_T0", "fig_talon_T1", "fig_talon_delta_tau",
             "table_talon_reported_vs_reproduced", "table_talon_peer", "table_talon_tuning", "table_talon_budget",
             "table_verification_by_machine",  # only where another machine kind's costs are committed
-            "table_forward_steps",  # only where the target runs the fused bf16 forward
+            "table_forward_steps", "table_forward_phases",  # only where the target runs the fused bf16 forward
             "table_vllm", "table_vllm_r2", "table_vllm_idle", "table_vllm_tuning", "table_vllm_throughput",  # the head
             "table_vllm_schedule", "table_vllm_tpot", "table_vllm_accepted", "fig_vllm_serving",  # vLLM under load
             "table_vllm_plugin", "table_vllm_load_drop",
