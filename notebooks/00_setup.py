@@ -186,7 +186,8 @@ if len(by_machine) > 1:
 # What a k-row forward of the target could cost at best on this machine: the larger of its bytes (weights, and the
 # context's keys and values) over the read bandwidth and its FLOPs over the cores' peak bf16 multiply throughput,
 # both measured here by `bench --experiment roofline` (the peak by a register-resident loop of the instruction the
-# kernels multiply with; the bandwidth the faster of a torch sum and our kernel streaming a weight beyond the caches).
+# kernels multiply with; the bandwidth the fastest of the torch sums, those around the phase profiles included, and
+# our kernel streaming a weight beyond the caches).
 # The floor of c(k) is what verifying k rows could cost over one; above it, the engine leaves speed on the table.
 # The third table says where the time goes, step by step of the fused forward (the threads' mean; a wait is the time
 # a thread stood at the barrier after a step). The VM's read bandwidth flips between phases within seconds, so the
@@ -221,9 +222,10 @@ for kind, on_kind in [(None, prof)] + [(k, on_machine(prof, k)) for k in machine
 # %% [markdown]
 # ### AR against its bound on the main experiment's prompts
 # AR alone in the timed precision on every main workload's sealed test prompts, each replicate in its own process
-# (`bench --experiment ar_bound`). The read bandwidth is probed right after each generation, so the last column sets
-# each generation's time per token against the bound of its own moment (weight bytes over that probe): a VM's
-# bandwidth moves between phases within seconds, and a record's mean probe can describe no moment of the run.
+# (`bench --experiment ar_bound`). The read bandwidth is probed right before and right after each generation, so the
+# last column sets each generation's time per token against the bound of its own moment (weight bytes over its
+# probes), counting only the generations whose two probes agree within 10%: a VM's bandwidth moves between phases
+# within seconds, and a record's mean probe can describe no moment of the run.
 # Notebook 02 gives the same table from the main experiment's AR rows.
 
 # %% tags=["nbval-ignore-output"]

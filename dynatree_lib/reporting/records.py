@@ -115,11 +115,16 @@ def bound_ms(record: dict) -> float | None:
 STEADY = 0.10  # a generation's probes before and after it within 10% of each other: the bandwidth's phase held
 
 
+def probes_agree(before: float, after: float) -> bool:
+    """Whether two bandwidth probes around one measurement agree within ``STEADY``: the phase held through it."""
+    return abs(before - after) <= STEADY * max(before, after)
+
+
 def steady(row: dict) -> bool:
-    """Whether an AR generation ran in one bandwidth phase: its probes before and after agree within ``STEADY``
-    (a row probed only after it counts as steady: nothing says otherwise)."""
-    a, b = row.get("read_bandwidth_before_gbs"), row["read_bandwidth_gbs"]
-    return a is None or abs(a - b) <= STEADY * max(a, b)
+    """Whether an AR generation ran in one bandwidth phase (``probes_agree``; a row probed only after it counts as
+    steady: nothing says otherwise)."""
+    before = row.get("read_bandwidth_before_gbs")
+    return before is None or probes_agree(before, row["read_bandwidth_gbs"])
 
 
 def bound_ratios(record: dict) -> list[float] | None:

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..harness.experiments.roofline import floors
-from .records import STEADY
+from .records import probes_agree
 
 
 def roofs_table(doc: dict) -> pd.DataFrame:
@@ -86,24 +86,24 @@ TWO_PHASES = 1.25  # the steady rounds' fastest probe at least this over their s
 
 def phase_table(doc: dict) -> pd.DataFrame | None:
     """Where a one-row forward's time goes in each bandwidth phase (``roofline.phase_profile``), the medians over the
-    rounds whose probes before and after agree (``records.STEADY``): split at the midpoint of their probes where the
+    rounds whose probes before and after agree (``records.probes_agree``): split at the midpoint of their probes where the
     fastest reads ``TWO_PHASES`` x the slowest or more. Per phase: the probe, the bound (weight bytes over it), the
     wall time over it, the weight-streaming steps (their ms and the bandwidth they read at), attention, the barriers'
     waits, the other steps and the call's time outside the steps. None where the record has no such rounds."""
-    rounds = [r for r in doc.get("phase_profile") or []
-              if abs(r["before_gbs"] - r["after_gbs"]) <= STEADY * max(r["before_gbs"], r["after_gbs"])]
+    rounds = [(r, (r["before_gbs"] + r["after_gbs"]) / 2) for r in doc.get("phase_profile") or []
+              if probes_agree(r["before_gbs"], r["after_gbs"])]  # (round, its mean probe)
     if not rounds:
         return None
-    gbs = [(r["before_gbs"] + r["after_gbs"]) / 2 for r in rounds]
+    gbs = [g for _, g in rounds]
     cut = (min(gbs) + max(gbs)) / 2 if max(gbs) >= TWO_PHASES * min(gbs) else 0.0
-    phases = {"fast phase": [r for r, g in zip(rounds, gbs) if g >= cut],
-              "slow phase": [r for r, g in zip(rounds, gbs) if g < cut]} if cut else {"one phase": rounds}
-    wb, n = doc["weight_bytes"], len(doc.get("phase_profile"))
+    phases = {"fast phase": [(r, g) for r, g in rounds if g >= cut],
+              "slow phase": [(r, g) for r, g in rounds if g < cut]} if cut else {"one phase": rounds}
+    wb, n = doc["weight_bytes"], len(doc["phase_profile"])
     cols = {}
-    for name, rs in phases.items():
-        if not rs:
+    for name, pairs in phases.items():
+        if not pairs:
             continue
-        probe = median([(r["before_gbs"] + r["after_gbs"]) / 2 for r in rs])
+        rs, probe = [r for r, _ in pairs], median(g for _, g in pairs)
         steps = {s: median([r["steps_ms"][s] for r in rs]) for s in rs[0]["steps_ms"]}
         mm, wall = sum(steps[s] for s in MATMUL_STEPS), median([r["wall_ms"] for r in rs])
         waits = sum(v for s, v in steps.items() if s.startswith("wait"))

@@ -1,10 +1,10 @@
 """AR against its bandwidth bound on the main experiment's prompts (issue 91, notebook 00).
 
 AR alone, in the timed precision, on every main workload's sealed test prompts (as many as the main experiment
-measures), each replicate in a fresh process. The bandwidth is probed right after each generation
-(``measure.cell``), so each generation's time per token meets the bound of its own moment: weight bytes over that
-probe. The main experiment's AR rows carry the same probes; this experiment measures them apart so that an engine
-change is checked against its bound without rerunning every method.
+measures), each replicate in a fresh process. The bandwidth is probed right before and right after each generation
+(``measure.cell``), so each generation's time per token meets the bound of its own moment: weight bytes over its
+probes, where they agree (``reporting.records.steady``). The main experiment's AR rows carry the same probes; this
+experiment measures them apart so that an engine change is checked against its bound without rerunning every method.
 """
 from __future__ import annotations
 
