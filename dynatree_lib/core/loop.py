@@ -182,18 +182,21 @@ def generate_ar(target, prompt, T: int, opts: Options = Options()) -> Generation
     res = GenerationResult([], engine=tgt.engine, target_forwards=prefill(tgt, prompt[:-1]))
     res.prefill_s = clock(dev) - t0
     tok = prompt[-1:]
-    out = []
-    for i in range(int(T)):
-        pos = tgt.length + torch.zeros(1, dtype=torch.long, device=dev)
-        if opts.sampling.greedy:
-            tok = tgt.argmax(tok, pos, last_only=True)
-        else:
+    if opts.sampling.greedy:  # the first token alone (its time is the TTFT), then the rest in one go
+        out = [tgt.greedy_steps(tok, 1, eos)]
+        res.ttft_s = clock(dev) - t0
+        if T > 1 and (eos is None or int(out[0]) != eos):
+            out.append(tgt.greedy_steps(out[0], T - 1, eos))
+    else:
+        out = []
+        for i in range(int(T)):
+            pos = tgt.length + torch.zeros(1, dtype=torch.long, device=dev)
             tok = draw(target_probs(tgt.forward(tok, pos, last_only=True), opts.sampling), gen)
-        out.append(tok)
-        if i == 0:
-            res.ttft_s = clock(dev) - t0
-        if eos is not None and int(tok) == eos:  # the only per-token host sync, and only when asked
-            break
+            out.append(tok)
+            if i == 0:
+                res.ttft_s = clock(dev) - t0
+            if eos is not None and int(tok) == eos:  # the only per-token host sync, and only when asked
+                break
     res.tokens = torch.cat(out).tolist()
     res.wall_s = clock(dev) - t0
     res.target_forwards += len(res.tokens)

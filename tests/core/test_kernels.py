@@ -241,6 +241,39 @@ def test_one_call_argmax_is_greedy_of_the_logits(isa):
 
 
 @needs_kernel
+def test_greedy_decoding_in_one_call_is_the_token_by_token_loop(isa):
+    """``StaticRunner.greedy_steps`` (``kernels.greedy_decode``: every one-token forward in one call) gives the tokens
+    and cache bits of ``Target.greedy_steps``' loop of ``argmax`` calls; it stops right after EOS, takes 0 and 1
+    steps, refuses what the cache cannot hold, and leaves a runner keeping features to the loop."""
+    from dynatree_lib.core.engines.runner import Target
+
+    (r, _), _ = _fused_pair()
+    assert r.isa == isa
+    x = torch.randint(1, 96, (12,), generator=torch.Generator().manual_seed(4))
+
+    def decode(one_call: bool, steps: int, eos=None):
+        r.reset()
+        r.forward(x[:-1], torch.arange(11), last_only=True)
+        out = (r.greedy_steps if one_call else lambda *a: Target.greedy_steps(r, *a))(x[-1:], steps, eos)
+        return out.tolist(), r.length, [c[:, :, :r.length].clone() for c in r.net.cache()]
+
+    loop, length, cache = decode(False, 60)
+    fast = decode(True, 60)
+    assert fast[0] == loop and fast[1] == length == 71 and all(map(torch.equal, fast[2], cache))
+    eos = loop[20]
+    assert decode(True, 60, eos)[:2] == (loop[:loop.index(eos) + 1], 12 + loop.index(eos))
+    assert decode(True, 1)[0] == loop[:1] and decode(True, 0)[:2] == ([], 11)
+    r.reset()
+    with pytest.raises(ValueError, match="static cache of .* slots is full"):
+        r.greedy_steps(x[-1:], r.max_len + 1)
+    r.net.feature_layers = (1,)  # features are kept by the loop's forwards only
+    try:
+        assert decode(True, 5)[0] == loop[:5] and r.features is not None
+    finally:
+        r.net.feature_layers = ()
+
+
+@needs_kernel
 def test_one_call_forward_falls_back_where_it_cannot_run():
     m = tiny_llama(layers=1, vocab_size=96)  # head size 16: the attention kernel does not take it
     assert StaticRunner(m.to(torch.bfloat16), fused=True).engine == "static+dpbf16"

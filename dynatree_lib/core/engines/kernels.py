@@ -260,6 +260,15 @@ def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net,
                                           list(feature_layers), net.isa == AMX)
 
 
+def greedy_decode(token: Tensor, start: int, steps: int, eos: int | None, net) -> Tensor:
+    """Greedy decoding by ``forward`` in one call: from ``token`` ([1], not yet cached) at slot and position
+    ``start``, each forward's argmax is the next one's token, for ``steps`` tokens or up to and including ``eos``;
+    the tokens, int64 [n <= steps]. The host does nothing between two forwards (csrc: greedy_bf16)."""
+    return torch.ops.dynatree.greedy_bf16(token, start, steps, -1 if eos is None else eos, net.embed, net.wqkv,
+                                          net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm, net.head, net.k,
+                                          net.v, net.cos, net.sin, net.H, net.KV, net.eps, net.isa == AMX)
+
+
 # The steps of a fused forward that ``forward_profile`` times, in the order of its columns (csrc: ProfileStep); a wait
 # is the time a thread stood at the barrier after the step before it.
 PROFILE_STEPS = ("embedding", "norms", "q, k, v + RoPE", "wait after q, k, v", "attention", "wait after attention",

@@ -92,6 +92,19 @@ class Target(Runner):
 
     features: Tensor | None = None  # asked to keep features: [rows, layers * hidden] of its last forward
 
+    def greedy_steps(self, token: Tensor, steps: int, eos: int | None = None) -> Tensor:
+        """Greedy decoding: from ``token`` ([1], the last committed token, not yet cached) at slot ``length``, each
+        forward's argmax is the next one's token, for ``steps`` tokens or up to and including ``eos``; returns them
+        ([n <= steps]), cached after it. One forward a token; a runner that can runs them in one call."""
+        out = []
+        for _ in range(steps):
+            token = self.argmax(token, self.length + torch.zeros(1, dtype=torch.long, device=token.device),
+                                last_only=True)
+            out.append(token)
+            if eos is not None and int(token) == eos:  # the only per-token host sync, and only when asked
+                break
+        return torch.cat(out) if out else token.new_empty(0)
+
     def keep_features(self, layers: tuple[int, ...]) -> None:
         """From now on, keep the hidden states of ``layers`` (layer ids, see module docstring) of every row each
         forward processes in ``features`` (the layers concatenated in this order along the last dim)."""

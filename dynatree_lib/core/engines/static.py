@@ -396,12 +396,26 @@ class StaticRunner(Target, Draft):
         """``greedy(forward(..))``; the one-call forward finds the argmax itself and returns no logits."""
         return self._run(tokens, positions, visible, tree_start, last_only, argmax=True)
 
-    def _run(self, tokens: Tensor, positions: Tensor, visible: Tensor | None, tree_start: int | None,
-             last_only: bool, *, argmax: bool) -> Tensor:
-        q = tokens.numel()
+    @torch.no_grad()
+    def greedy_steps(self, token: Tensor, steps: int, eos: int | None = None) -> Tensor:
+        """``Target.greedy_steps`` in one kernel call where the forward is the fused one and keeps no features
+        (``kernels.greedy_decode``: the same forwards, nothing on the host between them)."""
+        if not self.net.fused or self.net.feature_layers:
+            return super().greedy_steps(token, steps, eos)
+        self._check_room(steps)
+        out = kernels.greedy_decode(token, self.length, steps, eos, net=self.net)
+        self.length += out.numel()
+        return out
+
+    def _check_room(self, q: int) -> None:
         if self.length + q > self.max_len:
             raise ValueError(f"static cache of {self.max_len} slots is full ({self.length} used, {q} more asked); "
                              "build the runner with a larger max_len or tree_slots")
+
+    def _run(self, tokens: Tensor, positions: Tensor, visible: Tensor | None, tree_start: int | None,
+             last_only: bool, *, argmax: bool) -> Tensor:
+        q = tokens.numel()
+        self._check_room(q)
         slots = torch.arange(self.length, self.length + q, device=tokens.device)
         mask, last = self._mask(q, visible, tree_start), last_only and q > 1
         if argmax and self.net.fused:

@@ -18,6 +18,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -515,6 +516,14 @@ constexpr int kChunk = 16;  // rows per attention task: the per-task arrays belo
 // computed by the same operations in the same order whatever the rows around it, so the layout of the loops
 // below is free: it is chosen for throughput (several rows' dot-product chains at once, the softmax weights
 // packed in a register, the value sums in registers), and gives the bits a one-row-at-a-time loop gives.
+// A cached key or value row of hd features into L1. The cache rows of a layer come from L3 or memory (the weights
+// streamed since evict them), and each 16-slot step of the scores (or each value row) waits for its loads: asking
+// for the next step's rows first keeps the loads ahead of the arithmetic.
+constexpr int64_t kValuesAhead = 8;  // value rows
+inline void prefetch_row(const c10::BFloat16* row, int64_t hd) {
+  for (int64_t b = 0; b < hd * 2; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row) + b, _MM_HINT_T0);
+}
+
 template <int C, bool Amx>
 void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat16* K, int64_t ks,
             const c10::BFloat16* V, int64_t vs, const c10::BFloat16* mp, int64_t ms, c10::BFloat16* op, int64_t os,
@@ -537,6 +546,7 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
   if constexpr (Amx) configure_score_tiles(static_cast<int>(R));
   for (int64_t j = 0; j < kvp; j += 16) {
     const int64_t m = std::min<int64_t>(16, kv - j);
+    for (int64_t l = j + 16; l < std::min(j + 32, kv); ++l) prefetch_row(K + l * ks, hd);  // the next 16 keys
     for (int c = 0; c < P; c += 16) {
       __m512i* t = T + c;
       for (int64_t l = 0; l < 16; ++l)
@@ -615,6 +625,7 @@ void attend(const c10::BFloat16* qp, int64_t qs0, int64_t qs1, const c10::BFloat
       const int64_t m = std::min<int64_t>(16, kv - j);
       for (int64_t l = j; l < j + m; ++l) {
         const auto* vr = V + l * vs;
+        if (l + kValuesAhead < kv) prefetch_row(V + (l + kValuesAhead) * vs, hd);
         __m512 vf[C];
         for (int c = 0; c < C; ++c)
           vf[c] = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i*)(vr + 16 * c)));
@@ -1031,6 +1042,46 @@ at::Tensor forward_profile(bool on) {
   return out;
 }
 
+// ---- the barrier ----
+// Why: a thread that reaches a barrier first would stand idle while the weight it streams next sits in memory, and
+// so would the bus. Instead, while it waits, it prefetches the first lines of its share of that weight (Ahead, at
+// most kAheadBytes: they stay in its L2), so the next step starts from cache. One arrival counter and a generation
+// number: the last thread to arrive resets the counter and starts the next generation (acquire and release order
+// every thread's writes before the barrier before every read after it, as an OpenMP barrier's flush does). A thread
+// that has nothing left to prefetch spins, and yields its core after kSpins (more threads than cores).
+struct Ahead {
+  const char* p = nullptr;  // the next line to prefetch
+  int64_t left = 0;         // bytes left to prefetch
+};
+constexpr int64_t kAheadBytes = 256 << 10, kAheadLines = 8, kSpins = 4096;
+
+class Barrier {
+ public:
+  void wait(int T, Ahead& ahead) {
+    const int gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == T - 1) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.store(gen + 1, std::memory_order_release);
+      return;
+    }
+    for (int64_t spins = 0; generation_.load(std::memory_order_acquire) == gen; ++spins) {
+      if (ahead.left > 0) {
+        for (int64_t j = 0; j < kAheadLines; ++j) _mm_prefetch(ahead.p + 64 * j, _MM_HINT_T1);
+        ahead.p += 64 * kAheadLines;
+        ahead.left -= 64 * kAheadLines;
+      } else if (spins < kSpins) {
+        _mm_pause();
+      } else {
+        sched_yield();
+      }
+    }
+  }
+
+ private:
+  alignas(64) std::atomic<int> arrived_{0};
+  alignas(64) std::atomic<int> generation_{0};
+};
+
 // One forward_bf16 (or eagle3_bf16) call: its sizes, the model, the request's indices and the activations, with the
 // steps each thread of the one parallel region runs. Threads split each matmul's output blocks and meet at a barrier
 // wherever the next step reads what other threads wrote (each normalises every row itself: no barrier there).
@@ -1046,9 +1097,14 @@ class Forward {
     bf16* xn;
     float* scratch;
     mutable Clock clock;
+    mutable Ahead ahead;  // what it prefetches while it waits at the next barrier
     // this thread's share [b0, b1) of n output blocks (contiguous: one stream per weight)
     std::pair<int64_t, int64_t> share(int64_t n) const { return {n * t / T, n * (t + 1) / T}; }
   };
+  void sync(const Thread& th) { barrier_.wait(th.T, th.ahead); }
+  void prefetch_next(const Thread& th, Weight w, int64_t k, int64_t b0, int64_t b1) const;
+  void prefetch_qkv(int64_t i, const Thread& th) const;
+  void prefetch_head(const Thread& th) const;
   void embedding_row(int64_t t, bf16* out) const;
   void embed(const Thread& th);
   void head_inputs(const Thread& th);
@@ -1091,6 +1147,7 @@ class Forward {
   Buffer<bf16> in_;                               // a head's gathered inputs to fc [q, 3d], where it has them
   std::vector<Best> best_;                        // [thread, row]: each thread's argmax over its columns
   std::vector<float> scratch_;                    // [thread, attention_scratch(kvp)]
+  Barrier barrier_;
 };
 
 HeadIO head_io(const HeadRequest* h, const at::Tensor* scales) {
@@ -1123,11 +1180,12 @@ at::Tensor Forward::run() {
 #pragma omp parallel num_threads(nt_)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    const Thread th{t, T, xn_.p + t * qp_ * n_.kin, scratch_.data() + t * attention_scratch(kvp_), Clock(t)};
+    const Thread th{t, T, xn_.p + t * qp_ * n_.kin, scratch_.data() + t * attention_scratch(kvp_), Clock(t), {}};
     if (th.clock.on && t == 0) g_profiled_threads.store(std::min(T, kMaxThreads));
     if (head_.on) head_inputs(th);
     else embed(th);
-#pragma omp barrier
+    prefetch_qkv(0, th);
+    sync(th);
     th.clock.lap(kStepEmbed);
     for (int64_t i = 0; i < n_.L; ++i) {
       if (feat_) keep_features(i, th);
@@ -1170,7 +1228,9 @@ void Forward::head_inputs(const Thread& th) {
     else std::memcpy(rows + r * w, head_.inputs + src * w, w * sizeof(bf16));
   }
   if (!head_.fc.lines) return;
-#pragma omp barrier
+  const auto [b0, b1] = th.share(n_.d / 16);
+  prefetch_next(th, head_.fc, w, b0, b1);
+  sync(th);
   matmul(th, in_.p, n_.q, w, head_.fc, x_.p, n_.d);
 }
 
@@ -1211,26 +1271,53 @@ void Forward::layer(int64_t i, const Thread& th) {
   c.lap(kStepNorm);
   qkv_rope(i, th);
   c.lap(kStepQkvRope);
-#pragma omp barrier
+  const Weight wo = at_layer(m_.wo, i, m_.so), w13 = at_layer(m_.w13, i, m_.s13), w2 = at_layer(m_.w2, i, m_.s2);
+  const auto [o0, o1] = th.share(n.d / 16);
+  prefetch_next(th, wo, n.H * n.hd, o0, o1);  // through attention's barriers too
+  sync(th);
   c.lap(kStepWaitQkv);
   attention(i, th);
   c.lap(kStepAttention);
-#pragma omp barrier
+  sync(th);
   c.lap(kStepWaitAttention);
-  matmul(th, att_.p, n.q, n.H * n.hd, at_layer(m_.wo, i, m_.so), x_.p, n.d, true);
+  matmul(th, att_.p, n.q, n.H * n.hd, wo, x_.p, n.d, true);
   c.lap(kStepWo);
-#pragma omp barrier
+  const auto [m0, m1] = th.share(n.inter / 16);
+  prefetch_next(th, w13, n.d, m0, m1);
+  sync(th);
   c.lap(kStepWaitWo);
   normalise(th, m_.ln2 + i * n.d, 0);
   c.lap(kStepNorm);
   mlp_in(i, th);
   c.lap(kStepMlpIn);
-#pragma omp barrier
+  prefetch_next(th, w2, n.inter, o0, o1);
+  sync(th);
   c.lap(kStepWaitMlpIn);
-  matmul(th, act_.p, n.q, n.inter, at_layer(m_.w2, i, m_.s2), x_.p, n.d, true);
+  matmul(th, act_.p, n.q, n.inter, w2, x_.p, n.d, true);
   c.lap(kStepW2);
-#pragma omp barrier
+  if (i + 1 < n.L) prefetch_qkv(i + 1, th);
+  else prefetch_head(th);
+  sync(th);
   c.lap(kStepWaitW2);
+}
+
+// What this thread streams first in the next step, for it to prefetch while it waits at the barrier before it:
+// its blocks [b0, b1) of weight w over k inputs, at most kAheadBytes of them.
+void Forward::prefetch_next(const Thread& th, Weight w, int64_t k, int64_t b0, int64_t b1) const {
+  const int64_t line = w.scale ? 32 : 64, block = k / 2 * line;
+  th.ahead = {w.lines + b0 * block, std::min((b1 - b0) * block, kAheadBytes)};
+}
+
+// The same for layer i's q, k and v projection (this thread's heads, see qkv_rope) and for the head.
+void Forward::prefetch_qkv(int64_t i, const Thread& th) const {
+  const int64_t blocks = n_.hd / 16;
+  const auto [h0, h1] = th.share(n_.H + 2 * n_.KV);
+  prefetch_next(th, at_layer(m_.wqkv, i, m_.sqkv), n_.kin, h0 * blocks, h1 * blocks);
+}
+
+void Forward::prefetch_head(const Thread& th) const {
+  const auto [b0, b1] = th.share(n_.V / 16);
+  prefetch_next(th, m_.head, n_.d, b0, b1);
 }
 
 // RMSNorm (weight w) of the residual rows [r0, q) into this thread's rows [0, q - r0).
@@ -1340,7 +1427,8 @@ void Forward::head(const Thread& th) {
 // keeps the earlier thread's index.
 void Forward::argmax(const Thread& th) {
   const int64_t nout = n_.nout;
-#pragma omp barrier
+  th.ahead = {};
+  sync(th);
 #pragma omp for
   for (int64_t r = 0; r < nout; ++r) {
     std::pair<float, int64_t> b{-INFINITY, -1};
@@ -1364,6 +1452,39 @@ at::Tensor forward_bf16(const at::Tensor& tokens, const at::Tensor& positions, c
   check_amx(amx);
   const Request r{tokens, positions, slots, mask, last_only, greedy, features, feature_layers, amx};
   return Forward(check_inputs(w, r), w, r).run();
+}
+
+// dynatree::greedy_bf16: greedy decoding in one call. From `token` (int64 [1], not yet cached) at slot and position
+// `start`, each one-token forward's argmax is the next forward's token, at the next slot and position, for `steps`
+// tokens or up to and including `eos` (-1: none); returns them (int64 [n], n <= steps). Each forward is exactly
+// forward_bf16's (greedy, the last row, every cached slot visible). Why: between two one-token forwards called from
+// Python, the host builds the next call's positions, slots and mask and crosses the dispatcher twice, on caches that
+// the forward's weight stream has just emptied; here none of that runs.
+at::Tensor greedy_bf16(const at::Tensor& token, int64_t start, int64_t steps, int64_t eos, const at::Tensor& embed,
+                       const at::Tensor& wqkv, const at::Tensor& wo, const at::Tensor& w13, const at::Tensor& w2,
+                       const at::Tensor& ln1, const at::Tensor& ln2, const at::Tensor& norm, const at::Tensor& head,
+                       const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& cos, const at::Tensor& sin,
+                       int64_t H, int64_t KV, double eps, bool amx) {
+  TORCH_CHECK(token.numel() == 1 && token.scalar_type() == at::kLong && token.device().is_cpu(),
+              "greedy_bf16: token must be one int64 CPU token id");
+  TORCH_CHECK(start >= 0 && steps >= 0, "greedy_bf16: start ", start, " and steps ", steps, " must be >= 0");
+  const LlamaWeights w{embed, wqkv, wo, w13, w2, ln1, ln2, norm, head, kc, vc, cos, sin, H, KV, eps};
+  check_amx(amx);
+  const auto ids = token.options();
+  at::Tensor out = at::empty({steps}, ids), tok = token.reshape({1}).clone(), at = at::empty({1}, ids);
+  const at::Tensor visible = at::zeros({1, start + steps}, embed.options());  // a one-row mask: every slot seen
+  const c10::optional<at::Tensor> none;
+  int64_t n = 0;
+  while (n < steps) {
+    at.data_ptr<int64_t>()[0] = start + n;
+    const at::Tensor mask = visible.narrow(1, 0, start + n + 1);
+    const Request r{tok, at, at, mask, true, true, none, {}, amx};
+    const int64_t next = Forward(check_inputs(w, r), w, r).run().data_ptr<int64_t>()[0];
+    out.data_ptr<int64_t>()[n++] = next;
+    tok.data_ptr<int64_t>()[0] = next;
+    if (next == eos) break;
+  }
+  return out.narrow(0, 0, n);
 }
 
 // dynatree::eagle3_bf16: an EAGLE-3 head's step (HeadRequest) with its one layer's weights in forward_bf16's layout
@@ -1411,6 +1532,9 @@ TORCH_LIBRARY(dynatree, m) {
         "Tensor wo, Tensor w13, Tensor w2, Tensor ln1, Tensor ln2, Tensor norm, Tensor head, Tensor(a!) kc, "
         "Tensor(b!) vc, Tensor cos, Tensor sin, int H, int KV, float eps, bool last_only, bool greedy=False, "
         "Tensor(c!)? features=None, int[] feature_layers=[], bool amx=False) -> Tensor");
+  m.def("greedy_bf16(Tensor token, int start, int steps, int eos, Tensor embed, Tensor wqkv, Tensor wo, Tensor w13, "
+        "Tensor w2, Tensor ln1, Tensor ln2, Tensor norm, Tensor head, Tensor(a!) kc, Tensor(b!) vc, Tensor cos, "
+        "Tensor sin, int H, int KV, float eps, bool amx=False) -> Tensor");
   m.def("eagle3_bf16(Tensor tokens, Tensor positions, Tensor slots, Tensor mask, Tensor inputs, Tensor input_rows, "
         "Tensor? fc, Tensor(a!) outputs, Tensor embed, Tensor wqkv, Tensor wo, Tensor w13, Tensor w2, Tensor ln1, "
         "Tensor ln2, Tensor norm, Tensor head, Tensor(b!) kc, Tensor(c!) vc, Tensor cos, Tensor sin, int H, int KV, "
@@ -1421,6 +1545,7 @@ TORCH_LIBRARY_IMPL(dynatree, CPU, m) {
   m.impl("int8_rows", int8_rows);
   m.impl("attention_bf16", attention_bf16);
   m.impl("forward_bf16", forward_bf16);
+  m.impl("greedy_bf16", greedy_bf16);
   m.impl("eagle3_bf16", eagle3_bf16);
 }
 TORCH_LIBRARY_IMPL(dynatree, Meta, m) {
