@@ -186,8 +186,9 @@ if len(by_machine) > 1:
 # What a k-row forward of the target could cost at best on this machine: the larger of its bytes (weights, and the
 # context's keys and values) over the read bandwidth and its FLOPs over the cores' peak bf16 multiply throughput,
 # both measured here by `bench --experiment roofline` (the peak by a register-resident loop of the instruction the
-# kernels multiply with; the bandwidth the fastest of the torch sums, those around the phase profiles included, and
-# our kernel streaming a weight beyond the caches).
+# kernels multiply with; the roof bandwidth the fastest of the torch sums, those around the phase profiles included,
+# and our kernel streaming a weight beyond the caches). The VM's read bandwidth flips between two phases, so the
+# floors of the measured curve use the bandwidth probed right before and after it: the phase it ran in.
 # The floor of c(k) is what verifying k rows could cost over one; above it, the engine leaves speed on the table.
 # The third table says where the time goes, step by step of the fused forward (the threads' mean; a wait is the time
 # a thread stood at the barrier after a step). The VM's read bandwidth flips between phases within seconds, so the

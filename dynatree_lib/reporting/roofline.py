@@ -7,7 +7,7 @@ from statistics import median
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..harness.experiments.roofline import floors
+from ..harness.experiments.roofline import curve_bandwidth, floors
 from .records import probes_agree
 
 
@@ -16,10 +16,16 @@ def roofs_table(doc: dict) -> pd.DataFrame:
     at each thread count; which of them the floors use."""
     stream = doc.get("kernel_stream_gbs")
     phases = [g for r in doc.get("phase_profile") or [] for g in (r["before_gbs"], r["after_gbs"])]
-    rows = [{"roof": "read bandwidth", "value": f"{doc['bandwidth_gbs']:.1f} GB/s", "used": "yes",
+    curve = doc.get("curve_probes_gbs")
+    rows = [{"roof": "read bandwidth", "value": f"{doc['bandwidth_gbs']:.1f} GB/s", "used": "" if curve else "yes",
              "note": f"best of {len(doc['bandwidth_probes_gbs'])} probes ({max(doc['bandwidth_probes_gbs']):.1f} GB/s)"
                      + (f", of the phase profiles' ({max(phases):.1f} GB/s)" if phases else "")
                      + (f" and our kernel streaming a weight ({stream:.1f} GB/s)" if stream else "")}]
+    if curve:
+        rows.append({"roof": "read bandwidth around the curve", "value": f"{curve_bandwidth(doc):.1f} GB/s",
+                     "used": "yes", "note": "the floors' bandwidth: the mean of the probes right before and after "
+                                            f"the measured curve ({curve[0]:.1f}, {curve[1]:.1f} GB/s)"
+                                            + ("" if probes_agree(*curve) else "; they disagree: the phase changed")})
     for isa, by_threads in doc["peak_gflops"].items():
         for threads, gflops in by_threads.items():
             used = isa == doc["isa"] and int(threads) == doc["threads"]
@@ -39,7 +45,8 @@ def roofline_table(doc: dict) -> pd.DataFrame:
                         "roof": t.roof, "measured / floor": t.measured_over_floor.map("{:.2f}".format),
                         "c(k)": t.c.map("{:.2f}".format), "floor of c(k)": t.c_floor.map("{:.2f}".format),
                         "c / floor": t.c_over_floor.map("{:.2f}".format)})
-    out.index.name = f"k ({doc['isa']}, {doc['threads']} threads, context {doc['context']})"
+    out.index.name = (f"k ({doc['isa']}, {doc['threads']} threads, context {doc['context']}, floors at "
+                      f"{curve_bandwidth(doc):.1f} GB/s)")
     return out
 
 

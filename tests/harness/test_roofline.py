@@ -55,6 +55,18 @@ def test_the_floor_is_the_larger_roof_and_c_is_over_one_row():
     assert list(roofline_table(doc()).index) == [1, 8, 64]
 
 
+def test_the_floors_use_the_bandwidth_the_curve_ran_in():
+    """A VM's bandwidth flips between phases: the floors of a curve measured in the slow one are that phase's."""
+    slow = doc(curve_probes_gbs=[4.0, 6.0])  # 5 GB/s around the curve, the roof 10
+    rows = {r["k"]: r for r in floors(slow)}
+    assert rows[1]["floor_ms"] == pytest.approx(2.0) and rows[8]["floor_ms"] == pytest.approx(4.0)
+    assert rows[64]["c_floor"] == pytest.approx(16.0)
+    roofs = roofs_table(slow)
+    assert roofs.loc["read bandwidth around the curve", "used"] == "yes" and roofs.loc["read bandwidth", "used"] == ""
+    assert "the phase changed" in roofs.loc["read bandwidth around the curve", "note"]
+    assert "floors at 5.0 GB/s" in roofline_table(slow).index.name
+
+
 @pytest.mark.full
 @pytest.mark.skipif(peak.unavailable() is not None, reason=str(peak.unavailable()))
 def test_the_smoke_profile_measures_a_record_its_tables_render(tmp_path):

@@ -2,14 +2,15 @@
 beside how long it takes.
 
 Two roofs, measured here: the read bandwidth (every forward reads each weight and the context's keys and values once;
-the fastest of ``BandwidthProbe``'s sums, here and around the phase profiles below, and our matmul kernel streaming a
-weight far beyond the caches: a roof is the best the machine gave) and the peak bf16 multiply throughput of the cores
+the fastest of ``BandwidthProbe``'s sums, here, around the curve and around the phase profiles below, and our matmul
+kernel streaming a weight far beyond the caches: a roof is the best the machine gave) and the peak bf16 multiply throughput of the cores
 in use (``core.engines.peak``: the instruction the kernels multiply with, on 1 and on the profile's threads). The
 floor of a k-row forward is max(bytes / bandwidth, FLOPs(k) / peak); FLOPs(k) counts the matmuls (2 per weight per
-row) and attention over the context (4 x hidden per cached token per layer per row). The floor of c(k), the k-row
-forward over the one-row forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves
-time the target's (``costs.forward_costs``, argmax and host sync included), in the same process, right after the
-roofs, and c(k) is the median over its rounds of the k-row forward over the one-row forward of the same round (a
+row) and attention over the context (4 x hidden per cached token per layer per row), at the bandwidth the curve ran
+in (``curve_bandwidth``: the VM's flips between phases). The floor of c(k), the k-row forward over the one-row
+forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves time the target's
+(``costs.forward_costs``, argmax and host sync included), in the same process, right after the roofs, between two
+probes, and c(k) is the median over its rounds of the k-row forward over the one-row forward of the same round (a
 phase of the VM then hits both alike); then a profile of the fused forward says where each k-row forward's time goes,
 step by step (``step_profile``), and one-row profiles, each between two probes, say where it goes in each of the VM's
 bandwidth phases (``phase_profile``; how many: ``RooflineSettings``, ``--set roofline.phase_rounds=...``).
@@ -71,9 +72,18 @@ def shape(cfg, context: int, element_bytes: int) -> dict:
             "kv_bytes": 2 * n * context * kv_width(cfg) * element_bytes}
 
 
+def curve_bandwidth(doc: dict) -> float:
+    """The read bandwidth the floors use: the mean of the probes right before and after the measured curve (the VM's
+    bandwidth flips between phases within seconds, and a curve measured in the slow one is set against that phase's
+    floor, not the fast one's); a record without them, its roof."""
+    probes = doc.get("curve_probes_gbs")
+    return sum(probes) / len(probes) if probes else doc["bandwidth_gbs"]
+
+
 def floors(doc: dict) -> list[dict]:
-    """Per k of the measured curve: the floor in ms, which roof sets it, the floor of c(k), and measured / floor."""
-    bw, gflops = doc["bandwidth_gbs"], doc["peak_gflops_used"]
+    """Per k of the measured curve: the floor in ms at the curve's own bandwidth (``curve_bandwidth``), which roof
+    sets it, the floor of c(k), and measured / floor."""
+    bw, gflops = curve_bandwidth(doc), doc["peak_gflops_used"]
     nbytes = doc["weight_bytes"] + doc["kv_bytes"]
     per_row = doc["matmul_flops_per_row"] + doc["attention_flops_per_row"]
     memory_ms = nbytes / bw / 1e6
@@ -108,12 +118,15 @@ def measure(profile: Profile, rounds: int) -> dict:
     threads = profile.models.threads or torch.get_num_threads()
     peaks = {isa: {str(n): peak.peak_gflops(isa, n) for n in dict.fromkeys((1, threads))} for isa in peak.isas()}
     element = next(runner.model.parameters()).element_size()
+    before = probe.read_gbs()
     per_round = forward_costs(runner, context, ks=KS, argmax=True, per_round=True)
+    curve_probes = [before, probe.read_gbs()]
     phases = phase_profile(runner, probe, context, rounds)
     phase_probes = [g for r in phases or [] for g in (r["before_gbs"], r["after_gbs"])]
     return {"profile": profile.name, "engine": str(profile.models.engine), "isa": isa, "threads": threads,
             "context": context, "bandwidth_probes_gbs": probes, "kernel_stream_gbs": stream,
-            "bandwidth_gbs": max(probes + phase_probes + ([stream] if stream else [])),
+            "bandwidth_gbs": max(probes + phase_probes + curve_probes + ([stream] if stream else [])),
+            "curve_probes_gbs": curve_probes,
             "peak_gflops": peaks, "peak_gflops_used": peaks.get(isa, {}).get(str(threads)),
             "peak_unavailable": peak.unavailable(), "weight_bytes": weight_bytes(runner.model),
             **shape(runner.model.config, context, element),
