@@ -93,8 +93,8 @@ TWO_PHASES = 1.25  # the steady rounds' fastest probe at least this over their s
 
 def phase_table(doc: dict) -> pd.DataFrame | None:
     """Where a one-row forward's time goes in each bandwidth phase (``roofline.phase_profile``), the medians over the
-    rounds whose probes before and after agree (``records.probes_agree``): split at the midpoint of their probes where the
-    fastest reads ``TWO_PHASES`` x the slowest or more. Per phase: the probe, the bound (weight bytes over it), the
+    rounds whose probes before and after agree (``records.probes_agree``): split at the midpoint of their probes where
+    the fastest reads ``TWO_PHASES`` x the slowest or more. Per phase: the probe, the bound (weight bytes over it), the
     wall time over it, the weight-streaming steps (their ms and the bandwidth they read at), attention, the barriers'
     waits, the other steps and the call's time outside the steps. None where the record has no such rounds."""
     rounds = [(r, (r["before_gbs"] + r["after_gbs"]) / 2) for r in doc.get("phase_profile") or []

@@ -254,19 +254,23 @@ def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net,
     ``features`` [q, len(feature_layers), d]: filled with the residual stream entering each of ``feature_layers``
     for every row (the hidden states an EAGLE-3 head reads; id L, the number of layers: the last layer's output
     after the final norm, which Medusa and Hydra heads read), by the same call. The matmuls run on ``net.isa``."""
-    return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, net.embed, net.wqkv, net.wo, net.w13,
-                                          net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
-                                          net.sin, net.H, net.KV, net.eps, last_only, greedy, features,
-                                          list(feature_layers), net.isa == AMX)
+    return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, *model_arguments(net), last_only, greedy,
+                                          features, list(feature_layers), net.isa == AMX)
+
+
+def model_arguments(net) -> tuple:
+    """A ``static.StaticLlama``'s weights, cache, RoPE tables and sizes in the order forward_bf16 and greedy_bf16
+    take them (csrc: LlamaWeights)."""
+    return (net.embed, net.wqkv, net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm, net.head, net.k, net.v, net.cos,
+            net.sin, net.H, net.KV, net.eps)
 
 
 def greedy_decode(token: Tensor, start: int, steps: int, eos: int | None, net) -> Tensor:
     """Greedy decoding by ``forward`` in one call: from ``token`` ([1], not yet cached) at slot and position
     ``start``, each forward's argmax is the next one's token, for ``steps`` tokens or up to and including ``eos``;
     the tokens, int64 [n <= steps]. The host does nothing between two forwards (csrc: greedy_bf16)."""
-    return torch.ops.dynatree.greedy_bf16(token, start, steps, -1 if eos is None else eos, net.embed, net.wqkv,
-                                          net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm, net.head, net.k,
-                                          net.v, net.cos, net.sin, net.H, net.KV, net.eps, net.isa == AMX)
+    return torch.ops.dynatree.greedy_bf16(token, start, steps, -1 if eos is None else eos, *model_arguments(net),
+                                          net.isa == AMX)
 
 
 # The steps of a fused forward that ``forward_profile`` times, in the order of its columns (csrc: ProfileStep); a wait

@@ -3,17 +3,17 @@ beside how long it takes.
 
 Two roofs, measured here: the read bandwidth (every forward reads each weight and the context's keys and values once;
 the fastest of ``BandwidthProbe``'s sums, here, around the curve and around the phase profiles below, and our matmul
-kernel streaming a weight far beyond the caches: a roof is the best the machine gave) and the peak bf16 multiply throughput of the cores
-in use (``core.engines.peak``: the instruction the kernels multiply with, on 1 and on the profile's threads). The
-floor of a k-row forward is max(bytes / bandwidth, FLOPs(k) / peak); FLOPs(k) counts the matmuls (2 per weight per
-row) and attention over the context (4 x hidden per cached token per layer per row), at the bandwidth the curve ran
-in (``curve_bandwidth``: the VM's flips between phases). The floor of c(k), the k-row forward over the one-row
-forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves time the target's
+kernel streaming a weight far beyond the caches: a roof is the best the machine gave) and the peak bf16 multiply
+throughput of the cores in use (``core.engines.peak``: the instruction the kernels multiply with, on 1 and on the
+profile's threads). The floor of a k-row forward is max(bytes / bandwidth, FLOPs(k) / peak); FLOPs(k) counts the matmuls
+(2 per weight per row) and attention over the context (4 x hidden per cached token per layer per row), at the bandwidth
+the curve ran in (``curve_bandwidth``: the VM's flips between phases). The floor of c(k), the k-row forward over the
+one-row forward, is floor(k) / floor(1). The measured forwards are timed as the forward-cost curves time the target's
 (``costs.forward_costs``, argmax and host sync included), in the same process, right after the roofs, between two
-probes, and c(k) is the median over its rounds of the k-row forward over the one-row forward of the same round (a
-phase of the VM then hits both alike); then a profile of the fused forward says where each k-row forward's time goes,
-step by step (``step_profile``), and one-row profiles, each between two probes, say where it goes in each of the VM's
-bandwidth phases (``phase_profile``; how many: ``RooflineSettings``, ``--set roofline.phase_rounds=...``).
+probes, and c(k) is the median over its rounds of the k-row forward over the one-row forward of the same round (a phase
+of the VM then hits both alike); then a profile of the fused forward says where each k-row forward's time goes, step by
+step (``step_profile``), and one-row profiles, each between two probes, say where it goes in each of the VM's bandwidth
+phases (``phase_profile``; how many: ``RooflineSettings``, ``--set roofline.phase_rounds=...``).
 """
 from __future__ import annotations
 
