@@ -1044,16 +1044,28 @@ at::Tensor forward_profile(bool on) {
 
 // ---- the barrier ----
 // Why: a thread that reaches a barrier first would stand idle while the weight it streams next sits in memory, and
-// so would the bus. Instead, while it waits, it prefetches the first lines of its share of that weight (Ahead, at
-// most kAheadBytes: they stay in its L2), so the next step starts from cache. One arrival counter and a generation
-// number: the last thread to arrive resets the counter and starts the next generation (acquire and release order
-// every thread's writes before the barrier before every read after it, as an OpenMP barrier's flush does). A thread
-// that has nothing left to prefetch spins, and yields its core after kSpins (more threads than cores).
+// so would the bus. Instead, while it waits, it loads the first lines of its share of that weight (Ahead, at most
+// kAheadBytes: they stay in its L2), so the next step starts from cache. Loads, not prefetch instructions: a spinning
+// thread issues prefetches faster than memory answers them, and the core drops those it has no miss buffer for,
+// while a load waits its turn. One arrival counter and a generation number: the last thread to arrive resets the
+// counter and starts the next generation (acquire and release order every thread's writes before the barrier
+// before every read after it, as an OpenMP barrier's flush does). A thread that has nothing left to load spins,
+// and yields its core after kSpins (more threads than cores).
 struct Ahead {
-  const char* p = nullptr;  // the next line to prefetch
-  int64_t left = 0;         // bytes left to prefetch
+  const char* p = nullptr;  // the next line to load
+  int64_t left = 0;         // bytes left to load
 };
 constexpr int64_t kAheadBytes = 256 << 10, kAheadLines = 8, kSpins = 4096;
+
+// Loads the next (at most kAheadLines) whole lines of `ahead`, and keeps no value.
+inline void touch_ahead(Ahead& ahead) {
+  const int64_t lines = std::min(kAheadLines, ahead.left / 64);
+  __m512i any = _mm512_setzero_si512();
+  for (int64_t j = 0; j < lines; ++j) any = _mm512_or_si512(any, _mm512_loadu_si512(ahead.p + 64 * j));
+  asm volatile("" : : "v"(any));  // the loads stay: their result counts as used
+  ahead.p += 64 * kAheadLines;
+  ahead.left = lines < kAheadLines ? 0 : ahead.left - 64 * kAheadLines;
+}
 
 class Barrier {
  public:
@@ -1066,9 +1078,7 @@ class Barrier {
     }
     for (int64_t spins = 0; generation_.load(std::memory_order_acquire) == gen; ++spins) {
       if (ahead.left > 0) {
-        for (int64_t j = 0; j < kAheadLines; ++j) _mm_prefetch(ahead.p + 64 * j, _MM_HINT_T1);
-        ahead.p += 64 * kAheadLines;
-        ahead.left -= 64 * kAheadLines;
+        touch_ahead(ahead);
       } else if (spins < kSpins) {
         _mm_pause();
       } else {
@@ -1097,7 +1107,7 @@ class Forward {
     bf16* xn;
     float* scratch;
     mutable Clock clock;
-    mutable Ahead ahead;  // what it prefetches while it waits at the next barrier
+    mutable Ahead ahead;  // what it loads ahead while it waits at the next barrier
     // this thread's share [b0, b1) of n output blocks (contiguous: one stream per weight)
     std::pair<int64_t, int64_t> share(int64_t n) const { return {n * t / T, n * (t + 1) / T}; }
   };
@@ -1301,7 +1311,7 @@ void Forward::layer(int64_t i, const Thread& th) {
   c.lap(kStepWaitW2);
 }
 
-// What this thread streams first in the next step, for it to prefetch while it waits at the barrier before it:
+// What this thread streams first in the next step, for it to load while it waits at the barrier before it:
 // its blocks [b0, b1) of weight w over k inputs, at most kAheadBytes of them.
 void Forward::prefetch_next(const Thread& th, Weight w, int64_t k, int64_t b0, int64_t b1) const {
   const int64_t line = w.scale ? 32 : 64, block = k / 2 * line;
