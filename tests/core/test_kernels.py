@@ -209,6 +209,25 @@ def test_the_profile_times_each_step_of_the_one_call_forward():
 
 
 @needs_kernel
+def test_the_call_clock_counts_the_one_call_forwards_only():
+    """``kernels.CallClock``: a one-call forward or greedy decode adds at most its own wall time, and more than
+    nothing; a layered forward adds nothing (its time is the host's)."""
+    import time
+
+    (f, _), (s, _) = _fused_pair()
+    x = torch.randint(1, 96, (8,), generator=torch.Generator().manual_seed(4))
+    for call in (lambda: f.forward(x, torch.arange(8)), lambda: f.greedy_steps(x[:1], 4)):
+        f.reset()
+        before, t0 = kernels.CallClock.seconds, time.perf_counter()
+        call()
+        assert 0 < kernels.CallClock.seconds - before <= time.perf_counter() - t0
+    s.reset()
+    before = kernels.CallClock.seconds
+    s.forward(x, torch.arange(8))
+    assert kernels.CallClock.seconds == before
+
+
+@needs_kernel
 def test_one_call_argmax_is_greedy_of_the_logits(isa):
     """``StaticRunner.argmax`` on the one-call forward (the kernel's own argmax, no logits) returns
     ``greedy(forward(..))`` for a prompt, one token, a tree and last-only rows; with heads whose rows tie (equal

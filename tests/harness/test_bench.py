@@ -15,6 +15,7 @@ from dynatree_lib.harness.setup import workloads
 from dynatree_lib.reporting import tables
 from dynatree_lib.harness.setup.paths import written_whole
 from dynatree_lib.harness.measure.store import ResultStore
+from dynatree_lib.core.engines.static import FUSED
 from dynatree_lib.harness.measure.cell import agreement
 from dynatree_lib.harness.measure.store import config_dict as bench_config
 from dynatree_lib.core.result import GenerationResult, IterationLog, Totals
@@ -138,6 +139,8 @@ def test_main_json_schema(smoke_main):
             if exact and r["method"] != "streaming_spec":  # fp32: asserted; bf16: measured
                 assert row["equals_ar"] and row["first_divergence"] == row["tokens"], r["label"]
             assert (row.get("read_bandwidth_gbs", 0) > 0) == (r["method"] == "ar")  # AR's bound, probed per row
+            assert ("host_s" in row) == (row["engine"] == FUSED)  # the host's share, where the forwards are calls
+            assert 0 <= row.get("host_s", 0) <= row["wall_s"]
         assert r["aggregate"]["tps"]["mean"] > 0
     assert (root / "smoke" / "tuning.json").exists()  # main ran the tuning it depends on
     for r in recs:  # AR's bound comes from its rows' probes

@@ -239,6 +239,21 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, isa: str = AVX512) 
     return torch.ops.dynatree.attention_bf16(q, k, v, mask, isa == AMX)
 
 
+class CallClock:
+    """Seconds spent inside the one-call forwards (``forward``, ``greedy_decode``, ``eagle3_step``: from the Python
+    call to its return) since the process started. What a generation spends outside them is the host's work
+    between forwards (``measure.cell``'s ``host_s``): on a CPU it runs on caches the forwards' weight streams have
+    just emptied, so it costs more than its size suggests."""
+
+    seconds = 0.0
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        CallClock.seconds += time.perf_counter() - self.start
+
+
 def forward_takes(hidden: int, intermediate: int) -> bool:
     """Whether ``forward`` serves these sizes (multiples of 16; the head size as ``attention_takes``)."""
     return hidden % 16 == 0 and intermediate % 16 == 0
@@ -254,8 +269,9 @@ def forward(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, net,
     ``features`` [q, len(feature_layers), d]: filled with the residual stream entering each of ``feature_layers``
     for every row (the hidden states an EAGLE-3 head reads; id L, the number of layers: the last layer's output
     after the final norm, which Medusa and Hydra heads read), by the same call. The matmuls run on ``net.isa``."""
-    return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, *model_arguments(net), last_only, greedy,
-                                          features, list(feature_layers), net.isa == AMX)
+    with CallClock():
+        return torch.ops.dynatree.forward_bf16(tokens, positions, slots, mask, *model_arguments(net), last_only,
+                                              greedy, features, list(feature_layers), net.isa == AMX)
 
 
 def model_arguments(net) -> tuple:
@@ -269,8 +285,9 @@ def greedy_decode(token: Tensor, start: int, steps: int, eos: int | None, net) -
     """Greedy decoding by ``forward`` in one call: from ``token`` ([1], not yet cached) at slot and position
     ``start``, each forward's argmax is the next one's token, for ``steps`` tokens or up to and including ``eos``;
     the tokens, int64 [n <= steps]. The host does nothing between two forwards (csrc: greedy_bf16)."""
-    return torch.ops.dynatree.greedy_bf16(token, start, steps, -1 if eos is None else eos, *model_arguments(net),
-                                          net.isa == AMX)
+    with CallClock():
+        return torch.ops.dynatree.greedy_bf16(token, start, steps, -1 if eos is None else eos,
+                                              *model_arguments(net), net.isa == AMX)
 
 
 # The steps of a fused forward that ``forward_profile`` times, in the order of its columns (csrc: ProfileStep); a wait
@@ -297,7 +314,8 @@ def eagle3_step(tokens: Tensor, positions: Tensor, slots: Tensor, mask: Tensor, 
     draft vocabulary's logits [q, V'] ([1, V'] if ``last_only``); the RoPE tables are read at row ``positions - 1``
     (the first token's at 0). ``net.scales``: the powers of two of those of its matmul weights packed as int8 rows
     (``core.engines.int8_rows``), else None (all bf16). The matmuls run on ``net.isa``."""
-    return torch.ops.dynatree.eagle3_bf16(tokens, positions, slots, mask, inputs, input_rows, fc, net.out, net.embed,
-                                          net.wqkv, net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm, net.head,
-                                          net.k, net.v, net.cos, net.sin, net.H, net.KV, net.eps, last_only,
-                                          net.scales, net.isa == AMX)
+    with CallClock():
+        return torch.ops.dynatree.eagle3_bf16(tokens, positions, slots, mask, inputs, input_rows, fc, net.out,
+                                              net.embed, net.wqkv, net.wo, net.w13, net.w2, net.ln1, net.ln2, net.norm,
+                                              net.head, net.k, net.v, net.cos, net.sin, net.H, net.KV, net.eps,
+                                              last_only, net.scales, net.isa == AMX)

@@ -61,6 +61,7 @@ from .runner import (Draft, Target, additive_mask, check_feature_layers, check_v
 # graph and the tree graph (fused differently) give a token the same bits; with the kernels' batch-invariant
 # matmuls and attention, bf16 speculative decoding then reproduces bf16 AR (tested).
 COMPILE_OPTIONS = {"cpp_wrapper": True, "emulate_precision_casts": True}
+FUSED = "static+fused"  # the engine label of a runner whose forward is one kernel call (``kernels.forward``)
 
 
 def check_fast_supported(model) -> None:
@@ -330,7 +331,7 @@ class StaticRunner(Target, Draft):
         self.net = StaticLlama(hf, self.max_len, compile=compile, kernel=kernel, head_rows=self.vocab,
                                fused=fused, embedding=embedding).eval()
         self.length = 0
-        self.engine = "static+fused" if self.net.fused else \
+        self.engine = FUSED if self.net.fused else \
             ("static+compile" if compile else "static") + ("+dpbf16" if kernel else "")
         if not keep_model:
             hand_over(hf, self.net.views_of(hf, self.vocab is not None),

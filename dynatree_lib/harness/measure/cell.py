@@ -12,6 +12,8 @@ import torch
 from ...core.drafts.lookup import LookupRunner
 from ...core.policies.base import Session
 from ...core.engines.hf import as_runner
+from ...core.engines.kernels import CallClock
+from ...core.engines.static import FUSED
 from ...core.sampling import Sampling
 from ...methods import REGISTRY, generate
 from .environment import BandwidthProbe, environment
@@ -126,13 +128,17 @@ def measure(run: CellRun, prompt: Prompt, ar_tokens: list[int] | None, probe: Ba
     them (a VM's bandwidth flips between phases within seconds: two probes that agree say the phase held)."""
     cell, target = run.cell, run.target
     before = probe.read_gbs() if probe is not None and cell.config is None else None
+    in_calls = CallClock.seconds
     res = run.generate(prompt, seed=seed, record_trees=record_trees)
+    in_calls = CallClock.seconds - in_calls
     greedy = cell.sampling.greedy
     ref = res.tokens if cell.config is None else ar_tokens
     row = {"prompt_id": prompt.id, "prompt_len": int(prompt.ids.numel()), **prompt_metrics(res),
            "tokens_sha": tokens_hash(res.tokens), **agreement(ref if greedy else None, res.tokens)}
     if prompt.category is not None:
         row["category"] = prompt.category
+    if res.engine == FUSED:  # the host's share of the wall time (metrics: host_s)
+        row["host_s"] = res.wall_s - in_calls
     if cell.config is None:
         row |= {"output_ids": res.tokens, "loop_share": loop_share(prompt.ids.tolist(), res.tokens),
                 "periodic_tail": periodic_tail(res.tokens)}

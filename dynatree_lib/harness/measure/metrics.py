@@ -20,6 +20,10 @@ Per prompt (one generation of T new tokens):
   conditional on reaching j). vLLM's rows give its counters: accepted per position over all its drafts.
 - ``idle_cpu_s`` / ``idle_wall_s`` (vLLM rows): the CPU seconds its worker process tree spent, over the wall
   seconds, between its previous request and this one (while the methods interleaved with it ran).
+- ``host_s`` (rows whose target ran on the fused engine, from 2026-12-06 on): the generation's wall seconds outside
+  the one-call forwards of target, draft model and EAGLE-3 head (``kernels.CallClock``, from each call to its
+  return): the decoding loop, the drafter's tree growth, masks and bookkeeping, and any draft work that is not such a
+  call (the context lookup, Medusa and Hydra heads). ``host_s / wall_s`` is the host's share of the time.
 - ``read_bandwidth_gbs`` (AR rows): memory read bandwidth probed right after the generation
   (``environment.BandwidthProbe``); AR's bandwidth bound is weight bytes over the mean of these probes.
   ``read_bandwidth_before_gbs``: the same probed right before it (records from 2026-12-06 on).
@@ -127,9 +131,9 @@ TIE_GAP = 1e-3
 
 AGG_KEYS = ("tps", "ttft_ms", "tpot_ms", "iterations", "L_bar", "ell_bar", "accept_rate", "node_efficiency",
             "draft_forwards_per_iter", "draft_nodes_per_iter", "depth_per_iter", "peak_mem_mb", "wall_s", "ar_agreement",
-            "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "ms_per_token", "read_bandwidth_gbs",
-            "tokens", "loop_share", "start_mem_mb", "above_start_mb", "footprint_mb", "runtime_mb", "target_tensors_mb",
-            "draft_tensors_mb")
+            "first_divergence", "draft_s", "verify_s", "commit_s", "prefill_s", "host_s", "ms_per_token",
+            "read_bandwidth_gbs", "tokens", "loop_share", "start_mem_mb", "above_start_mb", "footprint_mb",
+            "runtime_mb", "target_tensors_mb", "draft_tensors_mb")
 
 
 def aggregate(rows: list[dict]) -> dict:
