@@ -128,9 +128,9 @@ def measure(run: CellRun, prompt: Prompt, ar_tokens: list[int] | None, probe: Ba
     them (a VM's bandwidth flips between phases within seconds: two probes that agree say the phase held)."""
     cell, target = run.cell, run.target
     before = probe.read_gbs() if probe is not None and cell.config is None else None
-    in_calls = CallClock.seconds
+    clock = CallClock.seconds
     res = run.generate(prompt, seed=seed, record_trees=record_trees)
-    in_calls = CallClock.seconds - in_calls
+    in_calls = CallClock.seconds - clock  # seconds inside the fused engine's calls
     greedy = cell.sampling.greedy
     ref = res.tokens if cell.config is None else ar_tokens
     row = {"prompt_id": prompt.id, "prompt_len": int(prompt.ids.numel()), **prompt_metrics(res),
