@@ -140,8 +140,8 @@ def controls_and_variants(df: pd.DataFrame):
 
 
 def ablation(df: pd.DataFrame):
-    """Figure 5: throughput with #Iter., and L-bar with acceptance, along the ablation steps."""
-    sub = df[df.method != registry.AR].sort_values("tag_step")
+    """Figure 5: throughput with #Iter., and L-bar with acceptance, along the ablation steps (replicate 1)."""
+    sub = df[(df.method != registry.AR) & (df.replicate == df.replicate.min())].sort_values("tag_step")
     x, labels = np.arange(len(sub)), [tick(m, 14) for m in sub.label]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
     a1.bar(x, sub.tps, yerr=sub.tps_std, color="#2ca02c", alpha=0.7, capsize=3)
@@ -348,7 +348,8 @@ def cost_model(t: pd.DataFrame):
 
 def sampling(df: pd.DataFrame):
     """Speedup over AR sampling at each temperature, per workload and method (the draft with its lookup), with its
-    95% paired bootstrap interval over prompts."""
+    95% paired bootstrap interval over prompts (replicate 1; the table gives every replicate's)."""
+    df = df[df.replicate == df.replicate.min()]
     temps = sorted(df.temperature.unique())
     dss = present(df.dataset)
     fig, axes = plt.subplots(1, len(dss), figsize=(4.2 * len(dss), 3.6), squeeze=False, sharey=True)

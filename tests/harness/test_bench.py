@@ -294,12 +294,12 @@ def test_interrupted_interleaved_run_resumes_from_checkpointed_rows(tmp_path, mo
 
     monkeypatch.setattr(measure, "measure", flaky)
     with pytest.raises(KeyboardInterrupt):
-        experiments.run("ablation", prof, root=tmp_path)
+        experiments.run("ablation", prof, root=tmp_path, replicate=0)  # in this process
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
     # round 0: every cell's first prompt; round 1: AR's second prompt
     assert data["records"] == [] and sum(map(len, data["partial"].values())) == n_cells + 1
     monkeypatch.setattr(measure, "measure", lambda run, *a, **k: calls.append(run.cell.method) or real(run, *a, **k))
-    experiments.run("ablation", prof, root=tmp_path)
+    experiments.run("ablation", prof, root=tmp_path, replicate=0)
     assert len(calls) == 2 * n_cells                      # the missing rows only
     data = json.loads((tmp_path / "smoke" / "ablation.json").read_text())
     assert len(data["records"]) == n_cells and not data["partial"]

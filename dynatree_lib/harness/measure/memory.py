@@ -131,10 +131,10 @@ def tensors_mb(target, draft) -> dict:
 FIXED_MMAP_THRESHOLD = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}  # glibc's default start, kept (module docstring)
 
 
-def measure_in_process(profile, cell) -> dict:
+def measure_in_process(profile, cell, prompt_index: int = 0) -> dict:
     """``measure_here`` in a fresh Python process (glibc's mmap threshold fixed: module docstring)."""
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
-        pickle.dump((profile, cell), f)
+        pickle.dump((profile, cell, prompt_index), f)
     r = subprocess.run([sys.executable, "-m", "dynatree_lib.harness.measure.memory", f.name], capture_output=True, text=True,
                        env={**os.environ, **FIXED_MMAP_THRESHOLD})
     Path(f.name).unlink(missing_ok=True)
@@ -143,9 +143,9 @@ def measure_in_process(profile, cell) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
-    """Every missing memory cell, each in its own process, into the experiment's JSON; ``repeats``: that many
-    processes per cell, one row each."""
+def run_memory(profile, todo: list, path, prompts: dict, repeats: int = 1) -> None:
+    """Every missing memory cell ``todo`` (cell, key) into the experiment's JSON, one row per prompt (the cell's first
+    ``prompts[key]``) and repeat, each row in a process of its own."""
     from tqdm.auto import tqdm
 
     from .environment import environment
@@ -156,14 +156,14 @@ def run_memory(profile, todo: list, path, repeats: int = 1) -> None:
 
     store = ResultStore(path)
     for c, k in tqdm(todo, desc=f"{profile.name}/memory", unit="cell"):
-        rows = [measure_in_process(profile, c) for _ in range(repeats)]
+        rows = [measure_in_process(profile, c, i) for i in range(prompts[k]) for _ in range(repeats)]
         rec = make_record(c, k, profile, [], rows=rows, extra={}, replicate=0)
-        rec |= {"prompt_ids": [rows[0]["prompt_id"]], "aggregate": aggregate(rows),
+        rec |= {"prompt_ids": list(dict.fromkeys(r["prompt_id"] for r in rows)), "aggregate": aggregate(rows),
                 "environment": environment(profile.models.device),
                 "weights": record_weights(profile, c.draft)}
         store.add(rec)
 
 
 if __name__ == "__main__":  # one memory cell, in its own process (``measure_in_process``)
-    _profile, _cell = pickle.loads(Path(sys.argv[1]).read_bytes())
-    print(json.dumps(measure_here(_profile, _cell)))
+    _profile, _cell, _index = pickle.loads(Path(sys.argv[1]).read_bytes())
+    print(json.dumps(measure_here(_profile, _cell, _index)))
