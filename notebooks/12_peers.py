@@ -124,7 +124,7 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 # Under load (the last tables and the figure), against the paper's setting of one sequence: speculation stops paying
 # once a few requests share each forward. On the AMD EPYC kind every fixed k falls below vLLM's AR between 2 and 4
 # concurrent requests (k = 1 at 8 requests aside, inside AR's range). The cost model's best k matches the measured
-# best at 3 of 6 loads (each miss a neighbouring mode within a few percent, the rounds overlapping). The schedule runs
+# best at 4 of 6 loads (each miss a neighbouring mode within a few percent, the rounds overlapping). The schedule runs
 # 1.32x AR at one request and 1.24x at two, drafts nothing from 4 requests on and runs there within a few percent of
 # AR, its rounds overlapping AR's at every load; its gaps to the best mode (up to 4%) are the size of the gap between
 # two engines that run the same configuration (FINDINGS, "Under load").

@@ -113,10 +113,16 @@ def vllm_accepted_table(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(out).T
 
 
+def model_best_k(predicted_tps: dict) -> int:
+    """The k of the highest predicted throughput (``predicted_tps``: k, as JSON's string, -> tokens/s)."""
+    return int(max(predicted_tps, key=predicted_tps.get))
+
+
 def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
     """Per load: the schedule's k and its median tokens/s against AR's and the best fixed mode's (its range over
-    the rounds beside AR's), and the cost model's best k against the measured best, with the tokens/s it predicted
-    for its k; empty for a record without a schedule."""
+    the rounds beside AR's), and the cost model's best k (the k of its highest predicted throughput; the schedule
+    takes the shortest k within the calibration's noise of it) against the measured best, with the tokens/s it
+    predicted for its k; empty for a record without a schedule."""
     doc, rows = read(path)
     if "model" not in doc or not (ratios := schedule_ratios(doc, rows)):
         return pd.DataFrame()
@@ -125,7 +131,7 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
     k_at = k_by_batch(doc["model"]["schedule"])
     out = {}
     for c, r in ratios.items():
-        best, predicted = r["best"], int(doc["model"]["predicted_best_k"][str(c)])
+        best, predicted = r["best"], model_best_k(doc["model"]["predicted_tps"][str(c)])
         out[c] = {"schedule's k": k_at.get(c, "–"), "vLLM AR tok/s": spread(at(rows, AR, c).tps),
                   "best fixed": f"k = {k_of[best]}" if best != AR else "AR",
                   "best fixed tok/s": f"{med.loc[best, c]:.1f}",

@@ -97,3 +97,17 @@ def test_status_without_a_queue_says_so(scratch):
     out = subprocess.run([sys.executable, "-m", "dynatree_lib", "bench", "--status"], env=env, cwd=REPO,
                          capture_output=True, text=True)
     assert out.returncode == 0 and "no queue has run in this checkout" in out.stdout
+
+
+def test_progress_counts_memory_rows_that_hold_no_time(tmp_path):
+    """A memory record's rows hold bytes, no wall time: the progress still counts its cells."""
+    from dynatree_lib.harness.experiments import catalog
+    from dynatree_lib.harness.measure.store import ResultStore, results_path
+    from dynatree_lib.harness.setup.profiles import get_profile
+
+    p = get_profile("smoke", candidates=None)
+    (cell, key), *_ = catalog.missing("memory", p, tmp_path)
+    store = ResultStore(results_path("memory", p, tmp_path))
+    store.save_partial(key, [{"prompt_id": "x", "peak_mem_mb": 1.0}])
+    got = queue.progress("memory", p, tmp_path)
+    assert got["in_progress"] == 1 and got["s_per_generation"] is None

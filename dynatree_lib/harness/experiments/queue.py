@@ -129,8 +129,8 @@ def progress(name: str, profile, root: Path | None = None) -> dict:
     per_cell = Prompts(measuring, None).per_cell
     rows = {k: store.partial(k) for _, k in todo}
     left_gens = sum(exp.prompts(measuring, c) * per_cell(c) - len(rows[k]) for c, k in todo)
-    walls = [r["wall_s"] for rec in store.records for r in rec["rows"]] + [r["wall_s"] for v in rows.values()
-                                                                             for r in v]
+    measured = [r for rec in store.records for r in rec["rows"]] + [r for v in rows.values() for r in v]
+    walls = [r["wall_s"] for r in measured if "wall_s" in r]  # a memory row holds bytes, no time
     return {"cells": total, "done": total - len(todo), "in_progress": sum(bool(r) for r in rows.values()),
             "left": sum(not r for r in rows.values()), "generations_left": left_gens,
             "s_per_generation": sum(walls) / len(walls) if walls else None}

@@ -89,6 +89,11 @@ class BatchCosts:
         """Predicted aggregate tokens/s at ``b`` concurrent sequences drafting ``k``."""
         return b * self.tokens_per_step(k) / self.step_ms(b, k) * 1000
 
+    def argmax_k(self, b: int) -> int:
+        """The draft length of the highest predicted throughput at ``b`` (the model's best k)."""
+        tps = [self.throughput(b, k) for k in range(K_MAX + 1)]
+        return tps.index(max(tps))
+
     def best_k(self, b: int) -> int:
         """The shortest draft whose predicted throughput at ``b`` comes within ``margin`` of the highest: a longer
         draft (AR, k = 0, included) is taken only where it beats every shorter one by more than the noise."""
