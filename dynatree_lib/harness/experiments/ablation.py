@@ -11,7 +11,7 @@ from ..measure.cell import Cell
 from ..setup import variants as v
 from ..setup.profiles import Profile
 from .catalog import Settings, experiment
-from .cells import SweepExperiment
+from .cells import SweepExperiment, replicate_tag
 from .tuning import tuned
 
 
@@ -40,7 +40,7 @@ class Ablation(SweepExperiment):
 
     def steps(self, p: Profile, r: int, root: Path | None) -> list[Cell]:
         """The ablation's cells in replicate ``r``."""
-        ws, rep = p.sweeps.workload, ({"replicate": r} if r else {})
+        ws, rep = p.sweeps.workload, replicate_tag(r)
         full = tuned(p, registry.DYNATREE, ws, root)
         at = dict(dataset=ws, T=p.protocol.T, L_max=p.L_max(ws), dtype=p.models.dtype)
         fixed = dict(method=registry.FIXED_TREE, **at)

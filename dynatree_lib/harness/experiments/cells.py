@@ -72,6 +72,12 @@ def extension_cells(p: Profile, ws: str, *, dtype: str, tags: dict, root, sampli
     return cells
 
 
+def replicate_tag(r: int) -> dict:
+    """A cell's tag for replicate ``r``: none for replicate 0, which reads as 0, so that a profile measuring one
+    replicate keeps the keys it had before it measured more."""
+    return {"replicate": r} if r else {}
+
+
 def network_alone(cells: list[Cell]) -> list[Cell]:
     """The same cells drafting with the network alone, for the methods that declare ``controls`` (their main rows
     only)."""

@@ -12,7 +12,7 @@ from ..peers import llamacpp
 from ..peers.llamacpp_eagle3 import run_llamacpp_eagle3
 from ..setup.profiles import Profile
 from .catalog import CountsOwnPrompts, Document, PromptSettings, experiment
-from .cells import extension_cells, tuned_cell
+from .cells import extension_cells, replicate_tag, tuned_cell
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Peers(CountsOwnPrompts):
             return []
         cells = []
         for r in range(p.protocol.replicates):
-            tags = {"role": "peer", **({"replicate": r} if r else {})}  # no replicate tag reads as replicate 0
+            tags = {"role": "peer", **replicate_tag(r)}
             for ws in p.workloads:
                 cells += [tuned_cell(p, ws, m, tags=tags, root=root) for m in (registry.AR, registry.DYNATREE)]
                 cells += extension_cells(p, ws, dtype=p.models.dtype, tags=tags, root=root, variants=False)

@@ -10,7 +10,7 @@ from ..measure.cell import Cell
 from ..setup.profiles import Profile
 from ..setup.workloads import count
 from .catalog import Experiment, Settings, experiment
-from .cells import extension_cells, main_methods, paper_settings, tuned_cell
+from .cells import extension_cells, main_methods, paper_settings, replicate_tag, tuned_cell
 from .costs import costs_first
 from .main import slow_share
 
@@ -40,7 +40,7 @@ class SamplingExperiment(Experiment):
         paper's settings and the extension, on the test prompts, per replicate (replicate 0 untagged)."""
         cells = []
         for r, t in ((r, t) for r in range(self.settings_of(p).replicates) for t in p.protocol.temperatures):
-            s, tags = Sampling(t), {"temperature": t, **({"replicate": r} if r else {})}
+            s, tags = Sampling(t), {"temperature": t, **replicate_tag(r)}
             for ws in p.workloads:
                 cells += [tuned_cell(p, ws, m, tags=tags, root=root, sampling=s) for m in main_methods()]
                 cells += paper_settings(p, ws, p.models.dtype, tags, s)

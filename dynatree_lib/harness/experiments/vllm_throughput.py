@@ -257,7 +257,7 @@ def throughput_record(p: Profile) -> dict:
                                           "prompt_tokens": CALIBRATION_PROMPT_TOKENS, "tokens": CALIBRATION_TOKENS,
                                           "rounds": CALIBRATION_ROUNDS},
             "model": {"predicted_tps": {b: {k: costs.throughput(b, k) for k in range(K_MAX + 1)} for b in LOADS},
-                      "predicted_best_k": {b: costs.argmax_k(b) for b in LOADS}, "margin": costs.margin,
+                      "margin": costs.margin,
                       "schedule": [list(e) for e in schedule]},
             "settings": {"concurrency": list(LOADS), "tokens_per_request": THROUGHPUT_TOKENS, "ignore_eos": True,
                          "repeats": THROUGHPUT_REPEATS, "max_num_seqs": MAX_NUM_SEQS,

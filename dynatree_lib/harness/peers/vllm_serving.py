@@ -91,15 +91,13 @@ class BatchCosts:
 
     def argmax_k(self, b: int) -> int:
         """The draft length of the highest predicted throughput at ``b`` (the model's best k)."""
-        tps = [self.throughput(b, k) for k in range(K_MAX + 1)]
-        return tps.index(max(tps))
+        return max(range(K_MAX + 1), key=lambda k: self.throughput(b, k))
 
     def best_k(self, b: int) -> int:
         """The shortest draft whose predicted throughput at ``b`` comes within ``margin`` of the highest: a longer
         draft (AR, k = 0, included) is taken only where it beats every shorter one by more than the noise."""
-        tps = [self.throughput(b, k) for k in range(K_MAX + 1)]
-        top = max(tps)
-        return next(k for k, t in enumerate(tps) if (1 + self.margin) * t >= top)
+        top = self.throughput(b, self.argmax_k(b))
+        return next(k for k in range(K_MAX + 1) if (1 + self.margin) * self.throughput(b, k) >= top)
 
 
 def calibration_noise(rounds: list[list[float]]) -> float:
