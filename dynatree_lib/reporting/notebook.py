@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..harness.experiments import catalog as experiments
 from ..harness.setup.paths import FIGURES, RESULTS
-from ..harness.setup.profiles import Profile, get_profile
+from ..harness.setup.profiles import Profile, get_profile, with_setting
 from ..harness.measure.store import results_path
 from . import plots, tables
 from .plots import save as save_fig
@@ -34,8 +34,13 @@ def machines(profile) -> tuple[str, ...]:
 
 
 def on_machine(profile: Profile, kind: str) -> Profile:
-    """``profile`` reading (and measuring) the records of machine kind ``kind`` (``Models.machine``)."""
-    return dataclasses.replace(profile, models=dataclasses.replace(profile.models, machine=kind))
+    """``profile`` reading the records of machine kind ``kind`` (``Models.machine``), at the settings they were
+    measured at (``Profile.kind_settings``)."""
+    settings = profile.settings
+    for experiment, fields in dict(profile.kind_settings).get(kind, ()):
+        for field, value in fields:
+            settings = with_setting(settings, experiment, field, value)
+    return dataclasses.replace(profile, settings=settings, models=dataclasses.replace(profile.models, machine=kind))
 
 
 def named(name: str, profile) -> str:

@@ -42,7 +42,7 @@ def test_without_tuning_the_cpu_cells_are_talons_methods_at_their_published_sett
     talon = next(c.config for c in cells if c.method == registry.TALON)
     assert (talon.mu, talon.N, talon.K) == (0.03, 60, 10)
     counts = {c.dataset: experiments.prompts("talon", p, c) for c in cells}
-    assert counts == {SPEC_BENCH: 1, HUMANEVAL: 4, ULTRACHAT_EVAL: 4}  # Spec-Bench's: per category
+    assert counts == {SPEC_BENCH: 4, HUMANEVAL: 20, ULTRACHAT_EVAL: 20}  # Spec-Bench's: per category
     measuring = experiments.measuring_profile("talon", p)
     assert measuring.models.draft == p.extras.head and measuring.protocol.workloads == TALON_WORKLOADS
     assert all(c.draft is None for c in cells)

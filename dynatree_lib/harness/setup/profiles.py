@@ -242,6 +242,9 @@ class Profile:
     sweeps: Sweeps = Sweeps()
     extras: Extras = Extras()
     settings: tuple = ()  # an experiment's own settings: ((experiment, ((field, value), ...)), ...); ``settings_for``
+    # ((kind, settings), ...): the settings another machine kind's committed records were measured at, where they
+    # differ from ``settings`` (records that predate a change of the defaults); reading that kind applies them
+    kind_settings: tuple = ()
 
     def settings_for(self, experiment: str) -> dict:
         """The fields this profile sets of ``experiment``'s own settings (``Experiment.settings``; its defaults
@@ -362,8 +365,10 @@ PROFILES: dict[str, Profile] = {
     # cpu: T=256 (the paper decodes 1500): at T=128 a 200-token prompt's prefill is a large share of AR's wall
     # time and its greedy loops have barely begun. Tuning decodes the test's T: acceptance grows along a
     # generation, so settings tuned on short runs would be tuned for another regime.
-    # Sampling at T = 1 only (TALON's Table 3 setting): each temperature is another ~340 generations, half of
-    # them on transformers' slow engine; add one with --set "temperatures=(1.0, 0.7)".
+    # Sampling at T = 1 only (TALON's Table 3 setting): each temperature is another ~640 generations a replicate,
+    # some of them on transformers' slow engine; add one with --set "temperatures=(1.0, 0.7)".
+    # The timed experiments' prompt counts (peers, heads, talon, vllm, sampling, ablation, memory) are the claims
+    # rule's minimums: 20 prompts per workload, two replicates for timing rows, 5 prompts for memory's bytes.
     # HumanEval and UltraChat (notebook 14's TALON experiment) take Spec-Bench's settings: questions to EOS. The
     # TALON experiment stops at 256 new tokens (TALON's 1,024 would make it hours on 2 cores).
     "cpu": Profile(
@@ -384,14 +389,19 @@ PROFILES: dict[str, Profile] = {
                breadth_list=((1, 1, 2), (1, 2, 3), (2, 2, 3)), depth_list=((3, 6), (4, 8), (6, 10))),
         extras=Extras(cost_span_s=180.0, head="eagle3:weights/smollm2-eagle3"),
         settings=experiment_settings(
-            trees=dict(n_prompts=1), pair=dict(T=256, n_prompts=10, n_questions=4), peers=dict(n_prompts=8, n_questions=2),
+            trees=dict(n_prompts=1), pair=dict(T=256, n_prompts=10, n_questions=4),
+            peers=dict(n_prompts=20, n_questions=4), heads=dict(n_prompts=20, n_questions=4),
             talon=dict(T_cap=256, tuning_T=128, heads=("medusa:weights/smollm2-medusa", "hydra:weights/smollm2-hydra"),
-                       peers=True, extension=True),
-            vllm=dict(n_prompts=4),
+                       peers=True, extension=True, n_prompts=20, n_questions=4),
+            vllm=dict(n_prompts=20, n_questions=4),
+            sampling=dict(min_prompts=20, min_questions=4, replicates=2), ablation=dict(min_prompts=20, replicates=2),
+            memory=dict(n_prompts=5),
             frontier=dict(n_prompts=12, n_questions=2, heads=("medusa:weights/smollm2-medusa",
                                                               "hydra:weights/smollm2-hydra"),
                           draft="embedded:draft", draft_vocab=8192),
-            control=dict(n_prompts=20, n_questions=2))),
+            control=dict(n_prompts=20, n_questions=2)),
+        kind_settings=(("intel-amx", experiment_settings(heads=dict(n_prompts=4, n_questions=1),
+                                                         talon=dict(n_prompts=4, n_questions=1))),)),
     "smoke": Profile(
         "smoke",
         Models("tiny:target", "tiny:draft", dtype="bfloat16", exact_dtype="float32", threads=1),
