@@ -36,6 +36,7 @@ target's sha256, the environment and, per prompt, equality, first divergence and
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,7 @@ from . import llamacpp_server as H
 from . import llamacpp_cli as R
 from .eagle3_gguf import HEAD, convert, verify_gguf
 from ..setup.paths import REPO
+from ..setup.paths import portable as portable_path
 from ..setup.workloads import SPEC_BENCH, WIKITEXT2
 
 SPEC_TYPE = "draft-eagle3"
@@ -81,13 +83,26 @@ def cli_command(bin_dir, target, head_gguf, prompt: str, n_new: int, *, n_draft:
 
 
 def portable(argv: list[str], paths: dict[str, str]) -> str:
-    """An argv as a shell line with this machine's paths replaced by names (``$LLAMACPP``, ...)."""
-    line = H.shell(argv)
+    """An argv as a shell line with this machine's paths replaced by names (``$LLAMACPP``, ...). An argv may come raw
+    or as the llama.cpp runner logs it (``paths.portable`` already applied, ``<outside>/<name>``): both forms of a
+    path get its name, and a named path stays an unquoted shell variable."""
+    forms = dict(paths)
+    for path, name in paths.items():
+        logged = portable_path(path)
+        if logged != path and logged.startswith(("$", "~", "<")):
+            forms[logged] = name
+    order = sorted(forms.items(), key=lambda kv: -len(kv[0]))
+
+    def named(arg: str) -> str:
+        for form, name in order:
+            arg = arg.replace(form, name)
+        return arg
+
+    line = H.shell([named(a) for a in argv])
     if "--port" in argv:
         line = line.replace(f"--port {argv[argv.index('--port') + 1]}", "--port $PORT")
-    for path, name in sorted(paths.items(), key=lambda kv: -len(kv[0])):
-        line = line.replace(path, name)
-    return line
+    variables = "|".join(re.escape(n) for n in sorted(set(paths.values()), key=len, reverse=True) if n.startswith("$"))
+    return re.sub(rf"'((?:{variables})[^'\s]*)'", r"\1", line) if variables else line
 
 
 # ---- prompts and comparisons --------------------------------------------------------------------------------------
