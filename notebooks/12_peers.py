@@ -83,7 +83,7 @@ if vdf is not None and not vdf.empty:
 # tuning and dev questions. The k it predicts per batch size is the schedule that vLLM's own dynamic speculative
 # decoding applies (`num_speculative_tokens_per_batch_size`; `python -m dynatree_lib serve-plan` prints it): at each
 # batch size the shortest k predicted within the calibration's own noise of the best.
-# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, five rounds with the modes
+# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, seven rounds with the modes
 # interleaved: vLLM's AR, fixed k = 1..4 and the schedule at 1, 2, 4, 8, 16 and 32 concurrent requests (below 8, the
 # first 8 questions served that many at a time, so that no load rests on one or two questions). The schedule runs
 # with our plugin (`tools/vllm_plugin`, what `serve-plan` prints): at k = 0 vLLM as released still runs the head
@@ -123,8 +123,9 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 #
 # Under load (the last tables and the figure), against the paper's setting of one sequence: speculation stops paying
 # once a few requests share each forward. On the AMD EPYC kind every fixed k falls below vLLM's AR between 2 and 4
-# concurrent requests (k = 1 at 8 requests aside, inside AR's range). The cost model's best k matches the measured
-# best at 4 of 6 loads (each miss a neighbouring mode within a few percent, the rounds overlapping). The schedule runs
-# 1.32x AR at one request and 1.24x at two, drafts nothing from 4 requests on and runs there within a few percent of
-# AR, its rounds overlapping AR's at every load; its gaps to the best mode (up to 4%) are the size of the gap between
-# two engines that run the same configuration (FINDINGS, "Under load").
+# concurrent requests (k = 1 at 4 and 8 requests within 2%, inside AR's range). The cost model's best k matches the
+# measured best at 3 of 6 loads (at 1 and 2 requests a neighbouring k within 1%; at 16, k = 1 where AR leads by 7%).
+# The schedule runs 1.19x AR at one request and 1.12x at two, drafts nothing from 3 requests on and runs there at
+# 0.91-1.00x AR, its rounds overlapping AR's at every load. Round by round, where it drafts nothing it runs
+# 0.96-0.97x the AR engine beside it (the schedule table's "round by round" column): the speculative engine's
+# path at k = 0 still costs a few percent (FINDINGS, "Under load").

@@ -50,9 +50,17 @@ def spread(tps: pd.Series) -> str:
     return f"{tps.median():.1f} ({tps.min():.1f}-{tps.max():.1f})"
 
 
+def paired_over_ar(rows: pd.DataFrame, mode: str, c: int) -> float:
+    """The median over the rounds of ``mode``'s tokens/s over AR's in the same round at ``c`` requests: the modes
+    run interleaved within a round, so this ratio leaves out the drift between rounds."""
+    ar = at(rows, AR, c).set_index("repeat").tps
+    return float(statistics.median((at(rows, mode, c).set_index("repeat").tps / ar).dropna()))
+
+
 def schedule_ratios(doc: dict, rows: pd.DataFrame) -> dict:
     """Per load, from the rounds: the best of AR and the fixed k (by median), and the schedule's median over AR's
-    and over the best, with whether its range lies wholly below AR's; empty where no schedule was measured."""
+    and over the best, its per-round ratio over AR (``paired_over_ar``), with whether its range lies wholly below
+    AR's; empty where no schedule was measured."""
     med, fixed = medians(rows), fixed_modes(doc)
     if SCHEDULE not in med.index:
         return {}
@@ -62,6 +70,7 @@ def schedule_ratios(doc: dict, rows: pd.DataFrame) -> dict:
         out[c] = {"best": best, "over_ar": med.loc[SCHEDULE, c] / med.loc[AR, c],
                   "over_best": med.loc[SCHEDULE, c] / med.loc[best, c],
                   "best_over_ar": med.loc[best, c] / med.loc[AR, c],
+                  "paired_over_ar": paired_over_ar(rows, SCHEDULE, c),
                   "wholly_below_ar": bool(at(rows, SCHEDULE, c).tps.max() < at(rows, AR, c).tps.min())}
     return out
 
@@ -120,7 +129,7 @@ def model_best_k(predicted_tps: dict) -> int:
 
 def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
     """Per load: the schedule's k and its median tokens/s against AR's and the best fixed mode's (its range over
-    the rounds beside AR's), and the cost model's best k (the k of its highest predicted throughput; the schedule
+    the rounds beside AR's; the median of its per-round ratio over AR), and the cost model's best k (the k of its highest predicted throughput; the schedule
     takes the shortest k within the calibration's noise of it) against the measured best, with the tokens/s it
     predicted for its k; empty for a record without a schedule."""
     doc, rows = read(path)
@@ -137,6 +146,7 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
                   "best fixed tok/s": f"{med.loc[best, c]:.1f}",
                   "schedule tok/s": spread(at(rows, SCHEDULE, c).tps),
                   "schedule / best": f"{r['over_best']:.2f}×", "schedule / AR": f"{r['over_ar']:.2f}×",
+                  "schedule / AR, round by round": f"{r['paired_over_ar']:.2f}×",
                   "predicted best k": predicted, "measured best k": k_of[best],
                   "predicted tok/s": f"{doc['model']['predicted_tps'][str(c)][str(predicted)]:.1f}",
                   "match": "yes" if predicted == k_of[best] else "no"}

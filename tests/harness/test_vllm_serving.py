@@ -167,6 +167,9 @@ def test_the_serving_tables_and_figure_render_from_a_record(tmp_path):
     targets = serving.schedule_targets(path)
     assert targets["matches"] == 2 and targets["at_one_over_ar"] == pytest.approx(101 / 51)
     assert not targets["per_load"][2]["wholly_below_ar"]
+    # round by round: each round's schedule over that round's AR, then the median (here the middle round's)
+    assert targets["per_load"][2]["paired_over_ar"] == pytest.approx(129 / 101)
+    assert s.loc["2 concurrent", "schedule / AR, round by round"] == f"{129 / 101:.2f}×"
     assert tables.vllm_tpot_table(path).loc["vLLM AR", "1 concurrent"] == "20.0 / 20.0"
     assert (tables.vllm_accepted_table(path) == "–").all().all()  # the record's rows drafted nothing
     assert serving.crossings(json.loads(path.read_text()), serving.read(path)[1]) == {"k1": pytest.approx(2 ** ((81 / 51 - 1) / (81 / 51 - 91 / 101)))}
