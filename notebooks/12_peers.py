@@ -91,8 +91,10 @@ if vdf is not None and not vdf.empty:
 # sampler; the plugin runs no head at k = 0 and samples draftless steps on the plain path. Cells give
 # the median tokens/s over the rounds, their range, and a speculative mode's median over AR's; the last column
 # counts the requests whose greedy tokens equal vLLM's AR (its bf16 verification of k + 1 rows need not give the
-# one-row bits). Then the fixed-k engines stop and three more rounds set the schedule with the plugin beside the
-# same schedule in vLLM as released and AR (the plugin table). The load-drop table shows what the skip costs: 8
+# one-row bits). Then the fixed-k engines stop and more rounds set the schedule with the plugin beside the
+# same schedule in vLLM as released and AR (the plugin table, with each mode's ratio to AR round by round; records
+# from now on add a second AR engine there, whose ratio to the first is the spread between two engines of one
+# configuration). The load-drop table shows what the skip costs: 8
 # requests where the schedule drafts nothing, 6 of them stopping after 32 tokens, and the acceptance of the 2 that go
 # on, whose head cache lacks their prompts and first tokens.
 # Another machine kind's records follow under their own names.
@@ -127,5 +129,5 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 # measured best at 3 of 6 loads (at 1 and 2 requests a neighbouring k within 1%; at 16, k = 1 where AR leads by 7%).
 # The schedule runs 1.19x AR at one request and 1.12x at two, drafts nothing from 3 requests on and runs there at
 # 0.91-1.00x AR, its rounds overlapping AR's at every load. Round by round, where it drafts nothing it runs
-# 0.96-0.97x the AR engine beside it (the schedule table's "round by round" column): the speculative engine's
-# path at k = 0 still costs a few percent (FINDINGS, "Under load").
+# 0.96-0.97x the AR engine beside it (the schedule table's "round by round" column): whether that is the
+# speculative path at k = 0 or two engine processes differing, this record does not tell (FINDINGS, "Under load").

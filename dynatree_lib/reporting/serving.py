@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..harness.experiments.vllm_throughput import SCHEDULE, SCHEDULE_VLLM
+from ..harness.experiments.vllm_throughput import AR_TWIN, SCHEDULE, SCHEDULE_VLLM
 from ..harness.peers.vllm import AR_MODE as AR
 from ..harness.peers.vllm_serving import k_by_batch
 from .formatting import dash
@@ -25,6 +25,8 @@ def read(path: str | Path) -> tuple[dict, pd.DataFrame]:
 def mode_label(name: str, config: dict) -> str:
     if name == AR:
         return "vLLM AR"
+    if name == AR_TWIN:
+        return "vLLM AR, a second engine"
     if config.get("schedule"):
         return "EAGLE-3, k by batch size" + (" + our plugin (serve-plan)" if config.get("skip_idle_head")
                                              else ", vLLM as released")
@@ -85,15 +87,18 @@ def equal_to_ar(rows: pd.DataFrame, mode: str) -> str:
     return f"{sum(same)}/{len(same)}"
 
 
-def tps_table(rows: pd.DataFrame, modes: dict, loads: list) -> pd.DataFrame:
+def tps_table(rows: pd.DataFrame, modes: dict, loads: list, by_round: bool = False) -> pd.DataFrame:
     """Tokens/s of ``modes`` (name -> its record entry, in row order) at each load: the median over the rounds with
-    their range and, for a speculative mode, its median over AR's; and how many requests' tokens equal vLLM's AR."""
+    their range and, for a mode other than AR, its median over AR's (``by_round``: then also ``paired_over_ar``);
+    and how many requests' tokens equal vLLM's AR."""
     med, out = medians(rows), {}
     for mode, spec in modes.items():
         name = mode_label(mode, spec["config"])
         for c in loads:
             tps = at(rows, mode, c).tps
             ratio = "" if mode == AR else f" · {tps.median() / med.loc[AR, c]:.2f}×"
+            if by_round and mode != AR:
+                ratio += f" (by round {paired_over_ar(rows, mode, c):.2f}×)"
             out.setdefault(name, {})[f"{c} concurrent"] = spread(tps) + ratio
         out[name]["= vLLM AR"] = equal_to_ar(rows, mode)
     return pd.DataFrame(out).T
@@ -188,12 +193,14 @@ def plugin_part(path: str | Path) -> tuple[dict, dict] | None:
 
 def vllm_plugin_table(path: str | Path) -> pd.DataFrame:
     """Per load, from the plugin's own interleaved rounds (the fixed k released): vLLM's AR, the schedule with our
-    plugin and the same schedule in vLLM as released (``tps_table``; empty for a record without them)."""
+    plugin, the same schedule in vLLM as released and, where the record has it, a second AR engine (``tps_table``
+    with the ratios round by round; empty for a record without them)."""
     if (part := plugin_part(path)) is None:
         return pd.DataFrame()
     doc, modes = part
-    return tps_table(pd.DataFrame(doc["plugin"]["rows"]), {m: modes[m] for m in (AR, SCHEDULE, SCHEDULE_VLLM)},
-                     doc["settings"]["concurrency"])
+    shown = [m for m in (AR, SCHEDULE, SCHEDULE_VLLM, AR_TWIN) if m in modes]
+    return tps_table(pd.DataFrame(doc["plugin"]["rows"]), {m: modes[m] for m in shown},
+                     doc["settings"]["concurrency"], by_round=True)
 
 
 def vllm_load_drop_table(path: str | Path) -> pd.DataFrame:

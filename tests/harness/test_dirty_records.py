@@ -95,7 +95,7 @@ def test_a_machine_kinds_records_live_in_their_own_folder():
     assert kind_of("intel", ["avx512_bf16", "amx_tile", "amx_bf16"]) == "intel-amx"
     cpu = describe()
     assert set(cpu) == {"vendor", "model", "kind", "isa_flags", "cores",
-                        "l3_kib"} and cpu["kind"].startswith(cpu["vendor"])
+                        "l3_kib", "cpu_family", "cpu_model"} and cpu["kind"].startswith(cpu["vendor"])
 
 
 def test_another_machine_kind_tunes_only_where_its_tuning_was_begun(tmp_path):

@@ -134,9 +134,11 @@ def record(tmp_path, kind="amd-avx512bf16"):
                      "schedule": {"config": {"mode": "eagle3", "k": 3, "schedule": [[1, 1, 3], [2, 32, 0]],
                                              "skip_idle_head": True}}},
            "plugin": {"modes": {"schedule_vllm": {"config": {"mode": "eagle3", "k": 3, "schedule": [[1, 1, 3], [2, 32, 0]],
-                                                             "skip_idle_head": False}}},
+                                                             "skip_idle_head": False}},
+                                "ar_twin": {"config": {"mode": "ar", "k": 3, "schedule": []}}},
                       "rows": [r for r in rows if r["mode"] != "k1"]
-                      + [r | {"mode": "schedule_vllm", "tps": r["tps"] - 3} for r in rows if r["mode"] == "schedule"],
+                      + [r | {"mode": "schedule_vllm", "tps": r["tps"] - 3} for r in rows if r["mode"] == "schedule"]
+                      + [r | {"mode": "ar_twin", "tps": r["tps"] + 1} for r in rows if r["mode"] == "ar"],
                       "load_drop": {"from": 8, "to": 2, "short_tokens": 32, "long_tokens": 128, "modes": {
                           "schedule": {"spec": {"drafts": 96, "draft_tokens": 96, "accepted": 30}, "outputs_sha": ["a", "b"]},
                           "schedule_vllm": {"spec": {"drafts": 90, "draft_tokens": 90, "accepted": 36},
@@ -160,7 +162,10 @@ def test_the_serving_tables_and_figure_render_from_a_record(tmp_path):
     assert list(s["best fixed"]) == ["k = 1", "AR"] and list(s["match"]) == ["yes", "yes"]
     assert s.loc["1 concurrent", "schedule / AR"] == "1.98×" and s.loc["2 concurrent", "predicted tok/s"] == "99.0"
     plugin = tables.vllm_plugin_table(path)  # the schedule with our plugin and without it (its rows 3 tok/s lower)
-    assert plugin.loc["EAGLE-3, k by batch size, vLLM as released", "1 concurrent"] == f"98.0 (97.0-99.0) · {98 / 51:.2f}×"
+    assert plugin.loc["EAGLE-3, k by batch size, vLLM as released", "1 concurrent"] == \
+        f"98.0 (97.0-99.0) · {98 / 51:.2f}× (by round {98 / 51:.2f}×)"
+    # the second AR engine, 1 tok/s above AR in every round: by round 51/50, 52/51, 53/52, the median 52/51
+    assert plugin.loc["vLLM AR, a second engine", "1 concurrent"] == f"52.0 (51.0-53.0) · 1.02× (by round 1.02×)"
     drop = tables.vllm_load_drop_table(path)
     assert list(drop["accepted / draft token"]) == ["0.31", "0.40"] and set(drop["outputs equal"]) == {"yes"}
     assert drop.index[0] == "EAGLE-3, k by batch size + our plugin (serve-plan)"
@@ -303,3 +308,40 @@ def test_a_calibration_point_that_cannot_be_is_measured_again_then_refused():
     with pytest.raises(ValueError, match=r"spec_step_ms\[k=1\]\[b=2\] is -77.5 ms"):
         S.BatchCosts.from_steps({1: 20.0, 2: 21.0, 4: 22.0, 8: 25.0, 16: 30.0}, {1: {2: -77.5}, S.K_MAX: {2: 30.0}},
                                 [0.4, 0.2, 0.1, 0.05])
+
+
+def test_the_plugin_rounds_run_a_second_ar_engine_beside_the_first(monkeypatch):
+    """The plugin's rounds time AR, both schedules and a second AR engine (the spread between two engines of one
+    configuration), each at every load in every round; the twin is ended with the rounds, the load drop runs on
+    the two schedules."""
+    from contextlib import nullcontext
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dynatree_lib.harness.experiments import vllm_throughput as V
+    from dynatree_lib.harness.setup import weights
+
+    class Worker:
+        def generate(self, prompts, tokens, ignore_eos=True):
+            reply = {"outputs": [[p[0]] * 2 for p in prompts], "tpot_s": [0.01] * len(prompts), "wall_s": 1.0,
+                     "spec": {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": []}}
+            return reply | {key: 0 for key in V.MEMORY_FIELDS}
+
+    started = []
+    monkeypatch.setattr(V.P, "worker", lambda cfg, n: started.append(cfg) or Worker())
+    monkeypatch.setattr(V.P, "release", lambda cfg, n: None)
+    monkeypatch.setattr(V.P, "VllmWorker", lambda *a, **k: nullcontext(Worker()))
+    monkeypatch.setattr(weights, "smollm2_folder", lambda: "MODEL")
+    monkeypatch.setattr(V, "mode_info", lambda cfg: {"config": vars(cfg)})
+    configs = V.mode_configs() | {V.SCHEDULE: P.VllmScheduled(P.EAGLE3_MODE, k=1, schedule=((1, 2, 1), (3, 32, 0)),
+                                                              skip_idle_head=True)}
+    workers = {name: Worker() for name in configs}
+    prompts = [SimpleNamespace(ids=np.array([i, 7])) for i in range(max(V.LOADS))]
+    part = V.plugin_effect(configs, workers, prompts)
+    assert set(part["modes"]) == {V.SCHEDULE_VLLM, V.AR_TWIN}
+    assert started == [replace(configs[V.SCHEDULE], skip_idle_head=False)]
+    per_mode = {m: sum(r["mode"] == m for r in part["rows"]) for m in (P.AR_MODE, V.SCHEDULE, V.SCHEDULE_VLLM, V.AR_TWIN)}
+    assert set(per_mode.values()) == {V.PLUGIN_REPEATS * len(V.LOADS)}
+    assert set(part["load_drop"]["modes"]) == {V.SCHEDULE, V.SCHEDULE_VLLM}

@@ -15,7 +15,9 @@ One document, ``vllm_throughput.json``, measured in one process:
    rounds; it is paused (SIGSTOP) while another runs.
    The schedule runs with our plugin that skips the head at k = 0 (``SCHEDULE``, what ``serve-plan`` prints).
 3. **The plugin's effect**: the fixed-k engines released (seven engines do not fit in 24 GiB), ``PLUGIN_REPEATS``
-   rounds of AR, the schedule and the same schedule in vLLM as released (``SCHEDULE_VLLM``), as in 2.
+   rounds of AR, the schedule, the same schedule in vLLM as released (``SCHEDULE_VLLM``) and a second AR engine
+   (``AR_TWIN``), as in 2. The twin runs what AR runs: its ratio to AR is the spread between two engine processes of
+   one configuration, against which the schedule's gap to AR where it drafts nothing is read.
 4. **A load drop**, untimed, for both schedules: ``DROP_FROM`` requests of which all but ``DROP_TO`` stop after
    ``DROP_SHORT`` tokens, the rest going on to ``THROUGHPUT_TOKENS``. Where the schedule drafts nothing at the high
    load and drafts at the low one, the plugin's head has skipped the survivors' first tokens: their acceptance,
@@ -48,8 +50,9 @@ CALIBRATION_ROUNDS = 2
 STEP_TRIES = 3                  # measurements of one calibration point before it is refused
 SCHEDULE = "schedule"            # the schedule with our plugin (at k = 0 the head does not run)
 SCHEDULE_VLLM = "schedule_vllm"  # the same schedule in vLLM as released
+AR_TWIN = "ar_twin"              # a second engine of vLLM's AR, in the plugin's rounds
 DROP_FROM, DROP_TO, DROP_SHORT = 8, 2, 32
-PLUGIN_REPEATS = 3
+PLUGIN_REPEATS = 5
 # per row, besides its times: the engine's CPU while paused, its untimed wake-up calls, the major page faults over
 # its calls, and after them its memory (proportional set size) and what of it sits on 2 MiB pages (``tree_memory``)
 MEMORY_FIELDS = ("idle_cpu_s", "wake_s", "major_faults", "pss_kib", "huge_kib")
@@ -201,23 +204,28 @@ def mode_info(cfg: P.VllmConfig) -> dict:
 
 
 def plugin_effect(configs: dict, workers: dict, prompts: list) -> dict:
-    """The module docstring's 3 and 4: the fixed-k engines released, the schedule in vLLM as released started, the
-    rounds of AR and both schedules, and the load drop on both."""
+    """The module docstring's 3 and 4: the fixed-k engines released, the schedule in vLLM as released and a second
+    AR engine started, the rounds of AR, its twin and both schedules, and the load drop on both schedules."""
     from tqdm.auto import tqdm
+
+    from ..setup.weights import smollm2_folder
 
     for name in [m for m in workers if m not in (P.AR_MODE, SCHEDULE)]:
         P.release(configs[name], MAX_NUM_SEQS)
     released = replace(configs[SCHEDULE], skip_idle_head=False)
-    workers = {P.AR_MODE: workers[P.AR_MODE], SCHEDULE: workers[SCHEDULE],
-               SCHEDULE_VLLM: P.worker(released, MAX_NUM_SEQS)}
-    warm_up({SCHEDULE_VLLM: workers[SCHEDULE_VLLM]}, prompts)
-    rows = []
-    with tqdm(total=PLUGIN_REPEATS * len(LOADS) * len(workers), desc="plugin", unit="batch") as bar:
-        for rep in range(PLUGIN_REPEATS):
-            rows += measure_round(workers, prompts, rep, bar)
+    # the twin outside ``P.worker``'s one engine per configuration, ended here
+    with P.VllmWorker(smollm2_folder(), P.speculative_config(P.AR_PEER.config), max_num_seqs=MAX_NUM_SEQS) as twin:
+        workers = {P.AR_MODE: workers[P.AR_MODE], SCHEDULE: workers[SCHEDULE],
+                   SCHEDULE_VLLM: P.worker(released, MAX_NUM_SEQS), AR_TWIN: twin}
+        warm_up({name: workers[name] for name in (SCHEDULE_VLLM, AR_TWIN)}, prompts)
+        rows = []
+        with tqdm(total=PLUGIN_REPEATS * len(LOADS) * len(workers), desc="plugin", unit="batch") as bar:
+            for rep in range(PLUGIN_REPEATS):
+                rows += measure_round(workers, prompts, rep, bar)
     lengths = [DROP_SHORT] * (DROP_FROM - DROP_TO) + [THROUGHPUT_TOKENS] * DROP_TO
     drop = {name: load_drop(workers[name], prompts, lengths) for name in (SCHEDULE, SCHEDULE_VLLM)}
-    return {"repeats": PLUGIN_REPEATS, "modes": {SCHEDULE_VLLM: mode_info(released)}, "rows": rows,
+    modes = {SCHEDULE_VLLM: mode_info(released), AR_TWIN: mode_info(P.AR_PEER.config)}
+    return {"repeats": PLUGIN_REPEATS, "modes": modes, "rows": rows,
             "load_drop": {"from": DROP_FROM, "to": DROP_TO, "short_tokens": DROP_SHORT,
                           "long_tokens": THROUGHPUT_TOKENS, "modes": drop}}
 

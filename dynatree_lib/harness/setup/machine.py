@@ -2,7 +2,8 @@
 
 A ratio belongs to its machine: the same code gains more on one CPU kind than on another because verification
 costs differ (``costs.json``). So every record names its CPU (``describe``: vendor, model, the ISA flags our kernels
-choose by, cores, L3), and a profile's records of one machine kind live in one folder: ``results/<profile>/`` holds
+choose by, cores, L3, and the CPU family and model numbers, which tell generations apart where a VM's model name
+does not: "AMD EPYC" is family 25 or 26), and a profile's records of one machine kind live in one folder: ``results/<profile>/`` holds
 the profile's reference machine's (the committed cpu records: an AMD EPYC VM), ``results/<profile>@<kind>/`` another
 kind's (``Models.machine``). A clean clone renders both on any machine; an experiment measures into a folder only on
 the machine kind it holds (``check_here``).
@@ -54,13 +55,21 @@ def kind_of(vendor: str, flags) -> str:
     return f"{vendor}-{isa}"
 
 
+def number(field: str) -> int | None:
+    """A numeric field of ``cpuinfo`` ("cpu family", "model"), None where it is absent or not a number."""
+    value = cpuinfo().get(field, "")
+    return int(value) if value.isdigit() else None
+
+
 def describe() -> dict:
-    """What a record says of its CPU: vendor, model name, kind (``kind_of``), the ``ISA_FLAGS`` it has, cores, L3."""
+    """What a record says of its CPU: vendor, model name, kind (``kind_of``), the ``ISA_FLAGS`` it has, cores, L3,
+    family and model numbers."""
     info = cpuinfo()
     vendor = VENDORS.get(info.get("vendor_id", ""), info.get("vendor_id", platform.machine()).lower() or "unknown")
     flags = [f for f in ISA_FLAGS if f in info.get("flags", "").split()]
     return {"vendor": vendor, "model": info.get("model name", platform.processor() or platform.machine()),
-            "kind": kind_of(vendor, flags), "isa_flags": flags, "cores": os.cpu_count(), "l3_kib": l3_kib()}
+            "kind": kind_of(vendor, flags), "isa_flags": flags, "cores": os.cpu_count(), "l3_kib": l3_kib(),
+            "cpu_family": number("cpu family"), "cpu_model": number("model")}
 
 
 def here() -> str:
