@@ -126,8 +126,8 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 # Under load (the last tables and the figure), against the paper's setting of one sequence: speculation stops paying
 # once a few requests share each forward. On the AMD EPYC kind every fixed k falls below vLLM's AR between 2 and 4
 # concurrent requests (k = 1 at 4 and 8 requests within 2%, inside AR's range). The cost model's best k matches the
-# measured best at 3 of 6 loads (at 1 and 2 requests a neighbouring k within 1%; at 16, k = 1 where AR leads by 7%).
-# The schedule runs 1.19x AR at one request and 1.12x at two, drafts nothing from 3 requests on and runs there at
-# 0.91-1.00x AR, its rounds overlapping AR's at every load. Round by round, where it drafts nothing it runs
-# 0.96-0.97x the AR engine beside it (the schedule table's "round by round" column): whether that is the
+# measured best at 3 of 6 loads (at 1 and 2 requests the predicted k measured within 1% of the best; at 16, k = 1
+# where AR leads by 7%). The schedule runs 1.19x AR at one request and 1.12x at two, drafts nothing from 3 requests on
+# and runs there at 0.91-1.00x AR, its rounds overlapping AR's at every load. Round by round, where it drafts nothing
+# it runs 0.96-0.97x the AR engine beside it (the schedule table's "round by round" column): whether that is the
 # speculative path at k = 0 or two engine processes differing, this record does not tell (FINDINGS, "Under load").

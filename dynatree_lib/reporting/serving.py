@@ -54,9 +54,12 @@ def spread(tps: pd.Series) -> str:
 
 def paired_over_ar(rows: pd.DataFrame, mode: str, c: int) -> float:
     """The median over the rounds of ``mode``'s tokens/s over AR's in the same round at ``c`` requests: the modes
-    run interleaved within a round, so this ratio leaves out the drift between rounds."""
-    ar = at(rows, AR, c).set_index("repeat").tps
-    return float(statistics.median((at(rows, mode, c).set_index("repeat").tps / ar).dropna()))
+    run interleaved within a round, so this ratio leaves out the drift between rounds (NaN where no round has
+    both)."""
+    ar, other = (at(rows, m, c).set_index("repeat").tps for m in (AR, mode))
+    assert ar.index.is_unique and other.index.is_unique, f"a round twice for AR or {mode} at {c} requests"
+    ratios = (other / ar).dropna()
+    return float(statistics.median(ratios)) if len(ratios) else float("nan")
 
 
 def schedule_ratios(doc: dict, rows: pd.DataFrame) -> dict:
@@ -134,9 +137,9 @@ def model_best_k(predicted_tps: dict) -> int:
 
 def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
     """Per load: the schedule's k and its median tokens/s against AR's and the best fixed mode's (its range over
-    the rounds beside AR's; the median of its per-round ratio over AR), and the cost model's best k (the k of its highest predicted throughput; the schedule
-    takes the shortest k within the calibration's noise of it) against the measured best, with the tokens/s it
-    predicted for its k; empty for a record without a schedule."""
+    the rounds beside AR's; the median of its per-round ratio over AR), and the cost model's best k (the k of its
+    highest predicted throughput; the schedule takes the shortest k within the calibration's noise of it) against
+    the measured best, with the tokens/s it predicted for its k; empty for a record without a schedule."""
     doc, rows = read(path)
     if "model" not in doc or not (ratios := schedule_ratios(doc, rows)):
         return pd.DataFrame()

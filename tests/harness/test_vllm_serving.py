@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 
+import numpy as np
 import pytest
 
 from dynatree_lib.cli import main
@@ -175,6 +176,7 @@ def test_the_serving_tables_and_figure_render_from_a_record(tmp_path):
     # round by round: each round's schedule over that round's AR, then the median (here the middle round's)
     assert targets["per_load"][2]["paired_over_ar"] == pytest.approx(129 / 101)
     assert s.loc["2 concurrent", "schedule / AR, round by round"] == f"{129 / 101:.2f}×"
+    assert np.isnan(serving.paired_over_ar(serving.read(path)[1], "k9", 1))  # no round of that mode
     assert tables.vllm_tpot_table(path).loc["vLLM AR", "1 concurrent"] == "20.0 / 20.0"
     assert (tables.vllm_accepted_table(path) == "–").all().all()  # the record's rows drafted nothing
     assert serving.crossings(json.loads(path.read_text()), serving.read(path)[1]) == {"k1": pytest.approx(2 ** ((81 / 51 - 1) / (81 / 51 - 91 / 101)))}
@@ -312,9 +314,8 @@ def test_a_calibration_point_that_cannot_be_is_measured_again_then_refused():
 
 def test_the_plugin_rounds_run_a_second_ar_engine_beside_the_first(monkeypatch):
     """The plugin's rounds time AR, both schedules and a second AR engine (the spread between two engines of one
-    configuration), each at every load in every round; the twin is ended with the rounds, the load drop runs on
-    the two schedules."""
-    from contextlib import nullcontext
+    configuration), each at every load in every round; the twin is ended with the rounds, also where they fail,
+    and the load drop runs on the two schedules."""
     from dataclasses import replace
     from types import SimpleNamespace
 
@@ -329,19 +330,40 @@ def test_the_plugin_rounds_run_a_second_ar_engine_beside_the_first(monkeypatch):
                      "spec": {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": []}}
             return reply | {key: 0 for key in V.MEMORY_FIELDS}
 
+    class Twin(Worker):
+        ended = 0
+
+        def __init__(self, model, spec, max_num_seqs):
+            assert spec is None and max_num_seqs == V.MAX_NUM_SEQS  # vLLM's AR, as the first AR engine
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            Twin.ended += 1
+            return False
+
     started = []
     monkeypatch.setattr(V.P, "worker", lambda cfg, n: started.append(cfg) or Worker())
     monkeypatch.setattr(V.P, "release", lambda cfg, n: None)
-    monkeypatch.setattr(V.P, "VllmWorker", lambda *a, **k: nullcontext(Worker()))
+    monkeypatch.setattr(V.P, "VllmWorker", Twin)
     monkeypatch.setattr(weights, "smollm2_folder", lambda: "MODEL")
-    monkeypatch.setattr(V, "mode_info", lambda cfg: {"config": vars(cfg)})
-    configs = V.mode_configs() | {V.SCHEDULE: P.VllmScheduled(P.EAGLE3_MODE, k=1, schedule=((1, 2, 1), (3, 32, 0)),
-                                                              skip_idle_head=True)}
+    monkeypatch.setattr(V, "mode_info", lambda cfg, engine=None: {"config": vars(cfg), "engine": type(engine).__name__})
+    schedule = P.VllmScheduled(P.EAGLE3_MODE, k=1, schedule=((1, 2, 1), (3, 32, 0)), skip_idle_head=True)
+    configs = V.mode_configs() | {V.SCHEDULE: schedule}
     workers = {name: Worker() for name in configs}
     prompts = [SimpleNamespace(ids=np.array([i, 7])) for i in range(max(V.LOADS))]
     part = V.plugin_effect(configs, workers, prompts)
-    assert set(part["modes"]) == {V.SCHEDULE_VLLM, V.AR_TWIN}
-    assert started == [replace(configs[V.SCHEDULE], skip_idle_head=False)]
-    per_mode = {m: sum(r["mode"] == m for r in part["rows"]) for m in (P.AR_MODE, V.SCHEDULE, V.SCHEDULE_VLLM, V.AR_TWIN)}
-    assert set(per_mode.values()) == {V.PLUGIN_REPEATS * len(V.LOADS)}
+    assert set(part["modes"]) == {V.SCHEDULE_VLLM, V.AR_TWIN} and part["modes"][V.AR_TWIN]["engine"] == "Twin"
+    assert started == [replace(schedule, skip_idle_head=False)] and Twin.ended == 1
+    modes = (P.AR_MODE, V.SCHEDULE, V.SCHEDULE_VLLM, V.AR_TWIN)
+    assert {sum(r["mode"] == m for r in part["rows"]) for m in modes} == {V.PLUGIN_REPEATS * len(V.LOADS)}
     assert set(part["load_drop"]["modes"]) == {V.SCHEDULE, V.SCHEDULE_VLLM}
+
+    def fail(*args):
+        raise P.VllmFailed("a round failed")
+
+    monkeypatch.setattr(V, "plugin_rounds", fail)
+    with pytest.raises(P.VllmFailed):
+        V.plugin_effect(configs, workers, prompts)
+    assert Twin.ended == 2

@@ -199,15 +199,27 @@ def load_drop(w, prompts: list, lengths: list[int]) -> dict:
     return {"spec": reply["spec"], "outputs_sha": [tokens_hash(o) for o in reply["outputs"]]}
 
 
-def mode_info(cfg: P.VllmConfig) -> dict:
-    return {"config": vars(cfg) | {"type": type(cfg).__name__}, "engine_info": P.describe(cfg, MAX_NUM_SEQS)}
+def mode_info(cfg: P.VllmConfig, engine: P.VllmWorker | None = None) -> dict:
+    """A mode's configuration and its engine's description (``engine``, or the running worker of ``cfg``)."""
+    info = P.worker_info(engine, cfg) if engine is not None else P.describe(cfg, MAX_NUM_SEQS)
+    return {"config": vars(cfg) | {"type": type(cfg).__name__}, "engine_info": info}
+
+
+def plugin_rounds(workers: dict, prompts: list) -> list[dict]:
+    """The plugin's ``PLUGIN_REPEATS`` rounds over ``workers``, the engines started for them warmed first."""
+    from tqdm.auto import tqdm
+
+    warm_up({name: workers[name] for name in (SCHEDULE_VLLM, AR_TWIN)}, prompts)
+    rows = []
+    with tqdm(total=PLUGIN_REPEATS * len(LOADS) * len(workers), desc="plugin", unit="batch") as bar:
+        for rep in range(PLUGIN_REPEATS):
+            rows += measure_round(workers, prompts, rep, bar)
+    return rows
 
 
 def plugin_effect(configs: dict, workers: dict, prompts: list) -> dict:
     """The module docstring's 3 and 4: the fixed-k engines released, the schedule in vLLM as released and a second
     AR engine started, the rounds of AR, its twin and both schedules, and the load drop on both schedules."""
-    from tqdm.auto import tqdm
-
     from ..setup.weights import smollm2_folder
 
     for name in [m for m in workers if m not in (P.AR_MODE, SCHEDULE)]:
@@ -215,16 +227,12 @@ def plugin_effect(configs: dict, workers: dict, prompts: list) -> dict:
     released = replace(configs[SCHEDULE], skip_idle_head=False)
     # the twin outside ``P.worker``'s one engine per configuration, ended here
     with P.VllmWorker(smollm2_folder(), P.speculative_config(P.AR_PEER.config), max_num_seqs=MAX_NUM_SEQS) as twin:
-        workers = {P.AR_MODE: workers[P.AR_MODE], SCHEDULE: workers[SCHEDULE],
+        engines = {P.AR_MODE: workers[P.AR_MODE], SCHEDULE: workers[SCHEDULE],
                    SCHEDULE_VLLM: P.worker(released, MAX_NUM_SEQS), AR_TWIN: twin}
-        warm_up({name: workers[name] for name in (SCHEDULE_VLLM, AR_TWIN)}, prompts)
-        rows = []
-        with tqdm(total=PLUGIN_REPEATS * len(LOADS) * len(workers), desc="plugin", unit="batch") as bar:
-            for rep in range(PLUGIN_REPEATS):
-                rows += measure_round(workers, prompts, rep, bar)
+        rows = plugin_rounds(engines, prompts)
+        modes = {SCHEDULE_VLLM: mode_info(released), AR_TWIN: mode_info(P.AR_PEER.config, twin)}
     lengths = [DROP_SHORT] * (DROP_FROM - DROP_TO) + [THROUGHPUT_TOKENS] * DROP_TO
-    drop = {name: load_drop(workers[name], prompts, lengths) for name in (SCHEDULE, SCHEDULE_VLLM)}
-    modes = {SCHEDULE_VLLM: mode_info(released), AR_TWIN: mode_info(P.AR_PEER.config)}
+    drop = {name: load_drop(engines[name], prompts, lengths) for name in (SCHEDULE, SCHEDULE_VLLM)}
     return {"repeats": PLUGIN_REPEATS, "modes": modes, "rows": rows,
             "load_drop": {"from": DROP_FROM, "to": DROP_TO, "short_tokens": DROP_SHORT,
                           "long_tokens": THROUGHPUT_TOKENS, "modes": drop}}

@@ -428,8 +428,13 @@ def generate_vllm(target, draft, prompt, T: int, cfg: VllmConfig, *, opts: Optio
 
 
 def describe(cfg: VllmConfig, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> dict:
-    """What a record logs about vLLM: its versions, the worker's command and environment, and how it is timed."""
-    w = worker(cfg, max_num_seqs)
+    """What a record logs about vLLM for ``cfg``'s running worker (``worker``): ``worker_info``."""
+    return worker_info(worker(cfg, max_num_seqs), cfg)
+
+
+def worker_info(w: VllmWorker, cfg: VllmConfig) -> dict:
+    """What a record logs about the engine ``w`` serving ``cfg``: vLLM's versions, the worker's command and
+    environment, and how it is timed."""
     env = {k: w.env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS",
                                  *ENGINE_ENV)}
     env |= {"PYTHONPATH": portable_text(str(PLUGIN_DIR))} if cfg.plugins() else {}

@@ -1,12 +1,12 @@
 """The machine a record is measured on, and where its records live.
 
-A ratio belongs to its machine: the same code gains more on one CPU kind than on another because verification
-costs differ (``costs.json``). So every record names its CPU (``describe``: vendor, model, the ISA flags our kernels
-choose by, cores, L3, and the CPU family and model numbers, which tell generations apart where a VM's model name
-does not: "AMD EPYC" is family 25 or 26), and a profile's records of one machine kind live in one folder: ``results/<profile>/`` holds
+A ratio belongs to its machine: the same code gains more on one CPU kind than on another because verification costs
+differ (``costs.json``). So every record names its CPU (``describe``: vendor, model, the ISA flags our kernels choose
+by, cores, L3, and the CPU family and model numbers, which tell generations apart where a VM's model name does not: "AMD
+EPYC" is family 25 or 26), and a profile's records of one machine kind live in one folder: ``results/<profile>/`` holds
 the profile's reference machine's (the committed cpu records: an AMD EPYC VM), ``results/<profile>@<kind>/`` another
-kind's (``Models.machine``). A clean clone renders both on any machine; an experiment measures into a folder only on
-the machine kind it holds (``check_here``).
+kind's (``Models.machine``). A clean clone renders both on any machine; an experiment measures into a folder only on the
+machine kind it holds (``check_here``).
 """
 from __future__ import annotations
 
@@ -55,9 +55,9 @@ def kind_of(vendor: str, flags) -> str:
     return f"{vendor}-{isa}"
 
 
-def number(field: str) -> int | None:
-    """A numeric field of ``cpuinfo`` ("cpu family", "model"), None where it is absent or not a number."""
-    value = cpuinfo().get(field, "")
+def cpuinfo_number(info: dict, field: str) -> int | None:
+    """A numeric field of ``cpuinfo()``'s ``info`` ("cpu family", "model"), None where absent or not a number."""
+    value = info.get(field, "")
     return int(value) if value.isdigit() else None
 
 
@@ -69,7 +69,7 @@ def describe() -> dict:
     flags = [f for f in ISA_FLAGS if f in info.get("flags", "").split()]
     return {"vendor": vendor, "model": info.get("model name", platform.processor() or platform.machine()),
             "kind": kind_of(vendor, flags), "isa_flags": flags, "cores": os.cpu_count(), "l3_kib": l3_kib(),
-            "cpu_family": number("cpu family"), "cpu_model": number("model")}
+            "cpu_family": cpuinfo_number(info, "cpu family"), "cpu_model": cpuinfo_number(info, "model")}
 
 
 def here() -> str:
