@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.validate import require
 from ..harness.experiments.vllm_throughput import AR_TWIN, SCHEDULE, SCHEDULE_VLLM
 from ..harness.peers.vllm import AR_MODE as AR
 from ..harness.peers.vllm_serving import k_by_batch
@@ -57,7 +58,8 @@ def paired_over_ar(rows: pd.DataFrame, mode: str, c: int) -> float:
     run interleaved within a round, so this ratio leaves out the drift between rounds (NaN where no round has
     both)."""
     ar, other = (at(rows, m, c).set_index("repeat").tps for m in (AR, mode))
-    assert ar.index.is_unique and other.index.is_unique, f"a round twice for AR or {mode} at {c} requests"
+    require(ar.index.is_unique and other.index.is_unique,
+            f"vllm_throughput rows: a round appears twice for {AR} or {mode} at {c} concurrent requests")
     ratios = (other / ar).dropna()
     return float(statistics.median(ratios)) if len(ratios) else float("nan")
 
