@@ -47,7 +47,8 @@ def test_a_predicted_gain_inside_the_calibrations_noise_takes_the_shorter_draft(
     assert top >= 2 and costs.best_k(1) == top == costs.argmax_k(1)
     wide = S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=gain * 1.1)
     assert wide.best_k(1) < top == wide.argmax_k(1)  # the model's best k stays; the schedule takes a shorter one
-    assert S.calibration_noise([[10.0, 11.0], [20.0, 20.0], [5.0, 5.5, 5.2]]) == pytest.approx(0.1)
+    assert S.calibration_noise([[10.0, 11.0], [20.0, 20.0], [5.0, 5.5, 6.0]]) == pytest.approx(0.5 / 10.5)  # median
+    assert S.calibration_noise([[9.0, 10.0, 11.0]]) == pytest.approx(1 / 3 ** 0.5 / 10)  # stdev / sqrt(n) / mean
     assert S.calibration_noise([[10.0]]) == 0.0  # one round: no spread to read
     cal = {"forward_ms": {"1": 19.0, "160": 164.0}, "spec_step_ms": {"1": {"1": 25.0}, str(S.K_MAX): {"1": 31.0}},
            "accepted_at": ACCEPTED, "raw_forward_ms": {"1": [18.0, 20.0], "160": [160.0, 168.0]},

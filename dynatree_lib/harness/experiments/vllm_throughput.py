@@ -46,7 +46,7 @@ WARM_UP_TOKENS = 8              # per request in the untimed call per engine and
 CALIBRATION_SPLITS = (("tuning", 2), ("dev", 5))  # Spec-Bench questions per category of each split
 CALIBRATION_PROMPT_TOKENS = 256  # a calibration prompt's first tokens: 160 of them fit vLLM's KV cache
 CALIBRATION_TOKENS = 64         # tokens per calibration request; a step's time is (wall(64) - wall(1)) / steps
-CALIBRATION_ROUNDS = 2
+CALIBRATION_ROUNDS = 3
 STEP_TRIES = 3                  # measurements of one calibration point before it is refused
 SCHEDULE = "schedule"            # the schedule with our plugin (at k = 0 the head does not run)
 SCHEDULE_VLLM = "schedule_vllm"  # the same schedule in vLLM as released
@@ -141,7 +141,7 @@ def calibrate(forward_worker, workers: dict, prompts: list, bar) -> dict:
 
 
 def costs_of(calibration: dict) -> BatchCosts:
-    """The cost model from a record's calibration (JSON keys are strings), its margin the rounds' spread."""
+    """The cost model from a record's calibration (JSON keys are strings), its margin the means' standard error."""
     num = lambda d: {int(x): v for x, v in d.items()}  # noqa: E731
     rounds = list(calibration.get("raw_forward_ms", {}).values()) + \
         [xs for by_b in calibration.get("raw_spec_step_ms", {}).values() for xs in by_b.values()]

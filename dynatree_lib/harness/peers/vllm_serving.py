@@ -15,7 +15,7 @@ sampler, the head's first pass over the verified rows) and a part per draft toke
 k = 1 and at k = ``K_MAX`` (two equations per batch size). k = 0 is vLLM's AR: forward(b).
 
 The schedule takes the shortest draft (k = 0 included) whose predicted throughput comes within ``margin`` of the
-best: the calibration's own round-to-round spread (``calibration_noise``). A longer draft's predicted gain inside it
+best: the standard error of the calibration's means (``calibration_noise``). A longer draft's predicted gain inside it
 is a gain the measurements cannot tell from none, and a draft that does not pay costs throughput.
 """
 from __future__ import annotations
@@ -101,12 +101,13 @@ class BatchCosts:
 
 
 def calibration_noise(rounds: list[list[float]]) -> float:
-    """The median over calibration points of (max - min) / min of the point's rounds: how far one measured step
-    moves from round to round (0 where no point has two rounds)."""
-    from statistics import median
+    """The median over calibration points of the standard error of the point's mean, relative to that mean
+    (stdev / sqrt(n) / mean; half the range at two rounds): how far the mean the model uses may sit from the step's
+    true time (0 where no point has two rounds)."""
+    from statistics import mean, median, stdev
 
-    spreads = [(max(xs) - min(xs)) / min(xs) for xs in rounds if len(xs) > 1 and min(xs) > 0]
-    return median(spreads) if spreads else 0.0
+    errors = [stdev(xs) / len(xs) ** 0.5 / mean(xs) for xs in rounds if len(xs) > 1 and min(xs) > 0]
+    return median(errors) if errors else 0.0
 
 
 def plan_schedule(costs: BatchCosts, max_num_seqs: int = MAX_NUM_SEQS) -> tuple:
