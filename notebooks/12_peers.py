@@ -93,9 +93,9 @@ if vdf is not None and not vdf.empty:
 # counts the requests whose greedy tokens equal vLLM's AR (its bf16 verification of k + 1 rows need not give the
 # one-row bits). Then the fixed-k engines stop and more rounds set the schedule with the plugin beside the
 # same schedule in vLLM as released, AR and a second AR engine (the plugin table, with each mode's ratio to AR round
-# by round; the second AR engine's ratio to the first is the spread between two engines of one configuration). The load-drop table shows what the skip costs: 8
-# requests where the schedule drafts nothing, 6 of them stopping after 32 tokens, and the acceptance of the 2 that go
-# on, whose head cache lacks their prompts and first tokens.
+# by round; the second AR engine's ratio to the first is the spread between two engines of one configuration).
+# The load-drop table shows what the skip costs: 8 requests where the schedule drafts nothing, 6 of them stopping
+# after 32 tokens, and the acceptance of the 2 that go on, whose head cache lacks their prompts and first tokens.
 # Another machine kind's records follow under their own names.
 
 # %% tags=["nbval-ignore-output"]
