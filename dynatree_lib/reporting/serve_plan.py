@@ -81,8 +81,8 @@ def format_serve_plan(plan: dict) -> str:
         lines.append(f"  {b:>5}  " + "  ".join(f"{t:6.1f}{'*' if k == scheduled[b] else ' '}"
                                              for k, t in enumerate(tps)))
     lines += ["", f"schedule, (first batch size, last, k): {json.dumps(plan['schedule'])} (at each batch size the "
-                  f"shortest k predicted within {plan['margin']:.1%} of the best, the standard error of the "
-                  "calibration's means)", "",
+                  f"best k >= 1 where it is predicted to beat k = 0 by more than {plan['margin']:.1%}, the standard "
+                  "error of the calibration's means; else k = 0)", "",
               "speculative_config (LLM(..., speculative_config=...) or --speculative-config):",
               json.dumps(plan["speculative_config"]) if plan["speculative_config"] else
               "none: speculation pays at no batch size here; serve without it", "", "serve it:", plan["command"]]

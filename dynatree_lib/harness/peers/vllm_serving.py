@@ -14,9 +14,10 @@ a greedy chain accepts j only after 1..j-1, so the a_j fall). Its time is
 sampler, the head's first pass over the verified rows) and a part per draft token, read off vLLM's EAGLE-3 steps at
 k = 1 and at k = ``K_MAX`` (two equations per batch size). k = 0 is vLLM's AR: forward(b).
 
-The schedule takes the shortest draft (k = 0 included) whose predicted throughput comes within ``margin`` of the
-best: the standard error of the calibration's means (``calibration_noise``). A longer draft's predicted gain inside it
-is a gain the measurements cannot tell from none, and a draft that does not pay costs throughput.
+The schedule drafts the model's best k >= 1 where its predicted throughput beats no speculation's by more than
+``margin``, the standard error of the calibration's means (``calibration_noise``), and runs vLLM's AR (k = 0)
+elsewhere: a predicted gain inside the margin is one the measurements cannot tell from none, and a draft that does not
+pay costs throughput. Among k >= 1 the model's argmax decides, as their predicted gaps are what the model is for.
 """
 from __future__ import annotations
 
@@ -94,10 +95,10 @@ class BatchCosts:
         return max(range(K_MAX + 1), key=lambda k: self.throughput(b, k))
 
     def best_k(self, b: int) -> int:
-        """The shortest draft whose predicted throughput at ``b`` comes within ``margin`` of the highest: a longer
-        draft (AR, k = 0, included) is taken only where it beats every shorter one by more than the noise."""
-        top = self.throughput(b, self.argmax_k(b))
-        return next(k for k in range(K_MAX + 1) if (1 + self.margin) * self.throughput(b, k) >= top)
+        """The model's best draft at ``b`` among k >= 1, taken only where it beats no speculation (k = 0) by more
+        than ``margin``; else 0. The margin guards the one choice a wrong call makes costly, drafting at all."""
+        top = max(range(1, K_MAX + 1), key=lambda k: self.throughput(b, k))
+        return top if self.throughput(b, top) > (1 + self.margin) * self.throughput(b, 0) else 0
 
 
 def calibration_noise(rounds: list[list[float]]) -> float:
