@@ -124,11 +124,11 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 # scorecard's verdict takes both replicates and the run-to-run noise: docs/usage.md#verdicts).
 #
 # Under load (the last tables and the figure), against the paper's setting of one sequence: speculation stops paying
-# once a few requests share each forward. On the AMD EPYC kind every fixed k runs 0.85-1.00x vLLM's AR at 4
-# concurrent requests, inside AR's range, and 0.67-0.88x from 8 on. The schedule drafts k = 2 at 1-3 requests and
-# k = 1 at 4: 1.23x and 1.13x AR at 1 and 2 requests (0.96x and 0.88x the best fixed k), 1.04x at 4. From 5 requests
-# on it drafts nothing and runs at 0.94-1.00x AR, its rounds overlapping AR's at every load. The cost model's best k
-# matches the measured best at 3 of 6 loads; each miss is a gap under 4.5% between modes in the rounds. The plugin
-# table shows what the rounds resolve: a second AR engine runs 0.94-1.08x the first, and at 2 requests the schedule
-# with and without the plugin, drafting the same k, runs 1.08x and 1.25x AR: more than the 3% the 0.97x
-# target allows (FINDINGS, "Under load").
+# once a few requests share each forward. On the AMD EPYC kind every fixed k runs 0.85-1.00x vLLM's AR at 4 concurrent
+# requests (k = 1-3's medians inside AR's range, k = 4's below), and 0.67-0.88x from 8 on. The schedule drafts k = 2 at
+# 1-3 requests and k = 1 at 4: 1.23x and 1.13x AR at 1 and 2 requests (0.96x and 0.88x the best fixed k), 1.04x at 4
+# (0.95x round by round). From 5 requests on it drafts nothing and runs at 0.94-1.00x AR, its rounds overlapping AR's at
+# every load. The cost model's best k matches the measured best at 3 of 6 loads; each miss is a gap under 4.5% between
+# modes in the rounds. The plugin table shows what the rounds resolve: a second AR engine runs 0.94-1.08x the first, and
+# at 2 requests the schedule with and without the plugin, drafting the same k, runs 1.08x and 1.25x AR: more than the 3%
+# the 0.97x target allows (FINDINGS, "Under load").
