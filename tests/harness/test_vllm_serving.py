@@ -42,7 +42,7 @@ def test_a_predicted_gain_over_no_draft_inside_the_calibrations_noise_takes_no_d
     gain = costs.throughput(b, costs.best_k(b)) / costs.throughput(b, 0) - 1
     assert S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=gain * 0.9).best_k(b) > 0
     assert S.BatchCosts.from_steps(FORWARD, spec_steps(), ACCEPTED, margin=gain * 1.1).best_k(b) == 0
-    top = max(range(1, S.K_MAX + 1), key=lambda k: costs.throughput(1, k))  # one request: a longer draft pays
+    top = costs.argmax_k(1, shortest=1)  # one request: a longer draft pays
     step_gain = costs.throughput(1, top) / costs.throughput(1, top - 1) - 1
     assert top >= 2 and costs.best_k(1) == top == costs.argmax_k(1)
     assert costs.throughput(1, top) / costs.throughput(1, 0) - 1 > step_gain * 1.1

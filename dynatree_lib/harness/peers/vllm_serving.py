@@ -90,14 +90,14 @@ class BatchCosts:
         """Predicted aggregate tokens/s at ``b`` concurrent sequences drafting ``k``."""
         return b * self.tokens_per_step(k) / self.step_ms(b, k) * 1000
 
-    def argmax_k(self, b: int) -> int:
-        """The draft length of the highest predicted throughput at ``b`` (the model's best k)."""
-        return max(range(K_MAX + 1), key=lambda k: self.throughput(b, k))
+    def argmax_k(self, b: int, shortest: int = 0) -> int:
+        """The draft length of the highest predicted throughput at ``b`` among k >= ``shortest`` (the model's best)."""
+        return max(range(shortest, K_MAX + 1), key=lambda k: self.throughput(b, k))
 
     def best_k(self, b: int) -> int:
         """The model's best draft at ``b`` among k >= 1, taken only where it beats no speculation (k = 0) by more
         than ``margin``; else 0. The margin guards the one choice a wrong call makes costly, drafting at all."""
-        top = max(range(1, K_MAX + 1), key=lambda k: self.throughput(b, k))
+        top = self.argmax_k(b, shortest=1)
         return top if self.throughput(b, top) > (1 + self.margin) * self.throughput(b, 0) else 0
 
 
