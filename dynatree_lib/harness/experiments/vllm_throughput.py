@@ -40,7 +40,7 @@ from .vllm import runs_vllm, vllm_profile
 
 VLLM_THROUGHPUT = "vllm_throughput"
 THROUGHPUT_TOKENS = 128         # per request, EOS ignored: every request decodes the same length
-THROUGHPUT_REPEATS = 7
+THROUGHPUT_REPEATS = 12         # a multiple of the six modes: each sits at each place in the order equally often
 LOAD_QUESTIONS = 8              # below this load, the same first questions, served ``c`` at a time
 WARM_UP_TOKENS = 8              # per request in the untimed call per engine and load
 CALIBRATION_SPLITS = (("tuning", 2), ("dev", 5))  # Spec-Bench questions per category of each split
