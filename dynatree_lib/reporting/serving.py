@@ -53,20 +53,20 @@ def spread(tps: pd.Series) -> str:
     return f"{tps.median():.1f} ({tps.min():.1f}-{tps.max():.1f})"
 
 
-def paired_over_ar(rows: pd.DataFrame, mode: str, c: int) -> float:
-    """The median over the rounds of ``mode``'s tokens/s over AR's in the same round at ``c`` requests: the modes
-    run interleaved within a round, so this ratio leaves out the drift between rounds (NaN where no round has
+def paired_ratio(rows: pd.DataFrame, mode: str, c: int, base: str = AR) -> float:
+    """The median over the rounds of ``mode``'s tokens/s over ``base``'s in the same round at ``c`` requests: the
+    modes run interleaved within a round, so this ratio leaves out the drift between rounds (NaN where no round has
     both)."""
-    ar, other = (at(rows, m, c).set_index("repeat").tps for m in (AR, mode))
-    require(ar.index.is_unique and other.index.is_unique,
-            f"vllm_throughput rows: a round appears twice for {AR} or {mode} at {c} concurrent requests")
-    ratios = (other / ar).dropna()
+    ref, other = (at(rows, m, c).set_index("repeat").tps for m in (base, mode))
+    require(ref.index.is_unique and other.index.is_unique,
+            f"vllm_throughput rows: a round appears twice for {base} or {mode} at {c} concurrent requests")
+    ratios = (other / ref).dropna()
     return float(statistics.median(ratios)) if len(ratios) else float("nan")
 
 
 def schedule_ratios(doc: dict, rows: pd.DataFrame) -> dict:
     """Per load, from the rounds: the best of AR and the fixed k (by median), and the schedule's median over AR's
-    and over the best, its per-round ratio over AR (``paired_over_ar``), with whether its range lies wholly below
+    and over the best, and the same two round by round (``paired_ratio``), with whether its range lies wholly below
     AR's; empty where no schedule was measured."""
     med, fixed = medians(rows), fixed_modes(doc)
     if SCHEDULE not in med.index:
@@ -77,7 +77,8 @@ def schedule_ratios(doc: dict, rows: pd.DataFrame) -> dict:
         out[c] = {"best": best, "over_ar": med.loc[SCHEDULE, c] / med.loc[AR, c],
                   "over_best": med.loc[SCHEDULE, c] / med.loc[best, c],
                   "best_over_ar": med.loc[best, c] / med.loc[AR, c],
-                  "paired_over_ar": paired_over_ar(rows, SCHEDULE, c),
+                  "paired_over_ar": paired_ratio(rows, SCHEDULE, c),
+                  "paired_over_best": paired_ratio(rows, SCHEDULE, c, base=best),
                   "wholly_below_ar": bool(at(rows, SCHEDULE, c).tps.max() < at(rows, AR, c).tps.min())}
     return out
 
@@ -94,7 +95,7 @@ def equal_to_ar(rows: pd.DataFrame, mode: str) -> str:
 
 def tps_table(rows: pd.DataFrame, modes: dict, loads: list, by_round: bool = False) -> pd.DataFrame:
     """Tokens/s of ``modes`` (name -> its record entry, in row order) at each load: the median over the rounds with
-    their range and, for a mode other than AR, its median over AR's (``by_round``: then also ``paired_over_ar``);
+    their range and, for a mode other than AR, its median over AR's (``by_round``: then also ``paired_ratio``);
     and how many requests' tokens equal vLLM's AR."""
     med, out = medians(rows), {}
     for mode, spec in modes.items():
@@ -103,7 +104,7 @@ def tps_table(rows: pd.DataFrame, modes: dict, loads: list, by_round: bool = Fal
             tps = at(rows, mode, c).tps
             ratio = "" if mode == AR else f" · {tps.median() / med.loc[AR, c]:.2f}×"
             if by_round and mode != AR:
-                ratio += f" (by round {paired_over_ar(rows, mode, c):.2f}×)"
+                ratio += f" (by round {paired_ratio(rows, mode, c):.2f}×)"
             out.setdefault(name, {})[f"{c} concurrent"] = spread(tps) + ratio
         out[name]["= vLLM AR"] = equal_to_ar(rows, mode)
     return pd.DataFrame(out).T
@@ -156,7 +157,9 @@ def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
                   "best fixed": f"k = {k_of[best]}" if best != AR else "AR",
                   "best fixed tok/s": f"{med.loc[best, c]:.1f}",
                   "schedule tok/s": spread(at(rows, SCHEDULE, c).tps),
-                  "schedule / best": f"{r['over_best']:.2f}×", "schedule / AR": f"{r['over_ar']:.2f}×",
+                  "schedule / best": f"{r['over_best']:.2f}×",
+                  "schedule / best, round by round": f"{r['paired_over_best']:.2f}×",
+                  "schedule / AR": f"{r['over_ar']:.2f}×",
                   "schedule / AR, round by round": f"{r['paired_over_ar']:.2f}×",
                   "predicted best k": predicted, "measured best k": k_of[best],
                   "predicted tok/s": f"{doc['model']['predicted_tps'][str(c)][str(predicted)]:.1f}",

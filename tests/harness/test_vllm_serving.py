@@ -178,7 +178,9 @@ def test_the_serving_tables_and_figure_render_from_a_record(tmp_path):
     # round by round: each round's schedule over that round's AR, then the median (here the middle round's)
     assert targets["per_load"][2]["paired_over_ar"] == pytest.approx(129 / 101)
     assert s.loc["2 concurrent", "schedule / AR, round by round"] == f"{129 / 101:.2f}×"
-    assert np.isnan(serving.paired_over_ar(serving.read(path)[1], "k9", 1))  # no round of that mode
+    assert targets["per_load"][1]["paired_over_best"] == pytest.approx(101 / 81)  # the best there is k = 1
+    assert s.loc["1 concurrent", "schedule / best, round by round"] == f"{101 / 81:.2f}×"
+    assert np.isnan(serving.paired_ratio(serving.read(path)[1], "k9", 1))  # no round of that mode
     assert tables.vllm_tpot_table(path).loc["vLLM AR", "1 concurrent"] == "20.0 / 20.0"
     assert (tables.vllm_accepted_table(path) == "–").all().all()  # the record's rows drafted nothing
     assert serving.crossings(json.loads(path.read_text()), serving.read(path)[1]) == {"k1": pytest.approx(2 ** ((81 / 51 - 1) / (81 / 51 - 91 / 101)))}
