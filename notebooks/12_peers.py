@@ -84,7 +84,7 @@ if vdf is not None and not vdf.empty:
 # decoding applies (`num_speculative_tokens_per_batch_size`; `python -m dynatree_lib serve-plan` prints it): at each
 # batch size the model's best k >= 1 where it is predicted to beat no speculation by more than the calibration's own
 # noise, and no draft elsewhere.
-# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, seven rounds with the modes
+# Then, on the first Spec-Bench test questions, 128 tokens each with EOS ignored, twelve rounds with the modes
 # interleaved: vLLM's AR, fixed k = 1..4 and the schedule at 1, 2, 4, 8, 16 and 32 concurrent requests (below 8, the
 # first 8 questions served that many at a time, so that no load rests on one or two questions). The schedule runs
 # with our plugin (`tools/vllm_plugin`, what `serve-plan` prints): at k = 0 vLLM as released still runs the head
@@ -124,11 +124,11 @@ for kind in (None, *machines(prof)):  # another machine kind's (results/cpu@<kin
 # scorecard's verdict takes both replicates and the run-to-run noise: docs/usage.md#verdicts).
 #
 # Under load (the last tables and the figure), against the paper's setting of one sequence: speculation stops paying
-# once a few requests share each forward. On the AMD EPYC kind every fixed k runs 0.85-1.00x vLLM's AR at 4 concurrent
-# requests (k = 1-3's medians inside AR's range, k = 4's below), and 0.67-0.88x from 8 on. The schedule drafts k = 2 at
-# 1-3 requests and k = 1 at 4: 1.23x and 1.13x AR at 1 and 2 requests (0.96x and 0.88x the best fixed k), 1.04x at 4
-# (0.95x round by round). From 5 requests on it drafts nothing and runs at 0.94-1.00x AR, its rounds overlapping AR's at
-# every load. The cost model's best k matches the measured best at 3 of 6 loads; each miss is a gap under 4.5% between
-# modes in the rounds. The plugin table shows what the rounds resolve: a second AR engine runs 0.94-1.08x the first, and
-# at 2 requests the schedule with and without the plugin, drafting the same k, runs 1.08x and 1.25x AR: more than the 3%
-# the 0.97x target allows (FINDINGS, "Under load").
+# once a few requests share each forward. On the AMD EPYC kind at 4 concurrent requests k = 1 runs level with vLLM's
+# AR and k = 2-4 at 0.78-0.94x, every median inside AR's range; from 8 on every fixed k runs 0.58-0.94x. The schedule
+# drafts k = 3 at 1 request and k = 1 at 2: 1.21x and 1.18x AR (0.98x and 1.01x the best fixed k). From 3 requests on
+# it drafts nothing and runs at 0.89-0.98x AR, its rounds overlapping AR's at every load; the same engine ran
+# 0.95-1.05x AR at those loads in the plugin's rounds, where a second AR engine runs 0.96-1.01x. The cost model's best
+# k matches the measured best at 4 of 6 loads; the misses, at 2 and 4 requests, are gaps of 5.5% and 6.6% between
+# modes in the rounds. The schedule table's "round by round" columns divide each round's schedule by the other
+# mode's run in the same round (FINDINGS, "Under load").
