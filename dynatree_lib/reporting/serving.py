@@ -140,7 +140,7 @@ def model_best_k(predicted_tps: dict) -> int:
 
 def vllm_schedule_table(path: str | Path) -> pd.DataFrame:
     """Per load: the schedule's k and its median tokens/s against AR's and the best fixed mode's (its range over
-    the rounds beside AR's; the median of its per-round ratio over AR), and the cost model's best k (the k of its
+    the rounds beside AR's; the median of its per-round ratio over each), and the cost model's best k (the k of its
     highest predicted throughput; the schedule drafts the best k >= 1 only where it beats k = 0 by the calibration's
     noise) against the measured best, with the tokens/s it predicted for its k; empty for a record without a
     schedule."""
